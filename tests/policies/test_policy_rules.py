@@ -1,0 +1,360 @@
+"""Every rule of issue 7, passing and failing, through `policy.validate(args, report)`."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from policy_testkit import (  # noqa: E402
+    GIB, MEM, RAY_CONFIG, fabric, nccl_env, rargs, ray_head, ray_worker, res, run, sargs, secret,
+    spark_node, vllm_server,
+)
+
+import rules  # noqa: E402  (policy_testkit puts policies/ on sys.path, as the pack's runner does)
+from rules import (  # noqa: E402
+    CONTAINER, MODEL_CACHE, NCCL_ENV, SPARK_NODE, VLLM_IMAGE, VLLM_SERVER,
+)
+
+REMOTE = "command:remote:Command"
+
+
+def healthy_stack(**over):
+    resources = [
+        res(SPARK_NODE, spark_node("spark-1", "10.77.0.11"), "spark-1"),
+        res(SPARK_NODE, spark_node("spark-2", "10.77.0.12"), "spark-2"),
+        res(VLLM_SERVER, vllm_server(), "vllm"),
+        res(VLLM_IMAGE, {"ref": "registry.example:5000/vllm-spark@sha256:" + "a" * 64,
+                         "imageIds": {"spark-1": "sha256:" + "a" * 64,
+                                      "spark-2": "sha256:" + "a" * 64}}, "image"),
+        res(MODEL_CACHE, {"repo": "Qwen/Qwen3.5-122B-A10B-FP8", "revision": "0" * 40,
+                          "commit": "0" * 40}, "model"),
+        res(CONTAINER, ray_head(), "ray-head-spark-1", provider_host="ssh://root@10.77.0.11"),
+        res(CONTAINER, ray_worker(), "ray-worker-spark-2", provider_host="ssh://root@10.77.0.12"),
+        res(REMOTE, {"create": 'HF_TOKEN="$HF_TOKEN" hf download Qwen/Qwen3.5-122B-A10B-FP8',
+                     "environment": {"HF_TOKEN": secret("hf_" + "x" * 34)}}, "download"),
+    ]
+    return resources
+
+
+# ---------------------------------------------------------------------------- 1. memory-fit
+def test_memory_fit_passes_for_122b_on_two_sparks():
+    assert run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server())) == []
+
+
+def test_memory_fit_fails_when_weights_do_not_fit_one_gpu():
+    msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(tensorParallelSize=1,
+                                                                clusterGpus=1)))
+    assert len(msgs) == 2  # both nodes
+    assert "node spark-1" in msgs[0]
+    assert "weights per GPU 116.4 GiB" in msgs[0]
+    assert "runtime overhead 6.0 GiB" in msgs[0] and "minimum KV cache 4.0 GiB" in msgs[0]
+    assert "vLLM budget 95.4 GiB (gpuMemoryUtilization 0.80 x memTotal 119.2 GiB)" in msgs[0]
+
+
+def test_memory_fit_fails_when_the_os_reserve_is_eaten():
+    msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(gpuMemoryUtilization=0.95)))
+    assert any("less than the OS reserve 8.0 GiB" in m and "highest safe utilization 0.93" in m
+               for m in msgs), msgs
+
+
+def test_memory_fit_reserve_only_on_unified_memory_and_is_configurable():
+    discrete = vllm_server(gpuMemoryUtilization=0.95, nodes=[
+        {"name": "dgx", "memTotalBytes": MEM, "unifiedMemory": False}])
+    assert run(rules.memory_fit, rargs(VLLM_SERVER, discrete)) == []
+    # a bigger KV minimum from pack config makes the healthy case fail
+    msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(),
+                                       config={"kvMinBytes": 40 * GIB}))
+    assert msgs and "minimum KV cache 40.0 GiB" in msgs[0]
+
+
+def test_memory_fit_ignores_other_types():
+    assert run(rules.memory_fit, rargs(CONTAINER, {"modelBytes": 1e15})) == []
+
+
+# ---------------------------------------------------------------- 2. same-image-everywhere
+def test_same_image_passes():
+    assert run(rules.same_image_everywhere, sargs(healthy_stack())) == []
+
+
+def test_same_image_fails_on_different_ids_and_container_images():
+    stack = [
+        res(VLLM_IMAGE, {"ref": "r@sha256:" + "a" * 64,
+                         "imageIds": {"spark-1": "sha256:" + "a" * 64,
+                                      "spark-2": "sha256:" + "b" * 64}}, "image"),
+        res(CONTAINER, ray_head(), "ray-head"),
+        res(CONTAINER, ray_worker(image="vllm-spark:latest"), "ray-worker"),
+    ]
+    msgs = run(rules.same_image_everywhere, sargs(stack))
+    assert any("different image IDs per node" in m and "spark-2=sha256:bbbbbbbbbbbb" in m
+               for m in msgs), msgs
+    assert any("Ray containers run different images" in m and "vllm-spark:latest" in m
+               for m in msgs), msgs
+
+
+# ------------------------------------------------------------- 3. parallelism-matches-gpus
+def test_parallelism_passes():
+    assert run(rules.parallelism_matches_gpus, rargs(VLLM_SERVER, vllm_server())) == []
+
+
+def test_parallelism_fails():
+    msgs = run(rules.parallelism_matches_gpus,
+               rargs(VLLM_SERVER, vllm_server(tensorParallelSize=2, pipelineParallelSize=2)))
+    assert msgs == ["tensorParallelSize 2 x pipelineParallelSize 2 = 4 but the Ray cluster has 2 "
+                    "GPUs; vLLM would wait for missing GPUs or leave GPUs idle"]
+
+
+# ------------------------------------------------------------------ 4. nccl-rdma-interfaces
+def test_nccl_passes_and_is_off_without_rdma():
+    assert run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, nccl_env())) == []
+    bad = nccl_env(rdma=False)
+    bad["nodes"][0]["env"] = {}
+    assert run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, bad)) == []
+
+
+def test_nccl_fails_when_hca_misses_a_twin_and_socket_is_management():
+    props = nccl_env()
+    props["nodes"][1]["env"] = {"NCCL_IB_HCA": "=rocep1s0f1", "NCCL_SOCKET_IFNAME": "enP7s7",
+                                "GLOO_SOCKET_IFNAME": "enp1s0f1np1"}
+    msgs = run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, props))
+    assert any("node spark-2: NCCL_IB_HCA==rocep1s0f1 does not cover carrier-up HCA(s) "
+               "roceP2p1s0f1" in m for m in msgs), msgs
+    assert any("NCCL_SOCKET_IFNAME=enP7s7 names enP7s7, not a carrier-up fabric interface" in m
+               for m in msgs), msgs
+    assert not any("spark-1" in m for m in msgs)
+
+
+def test_nccl_carrier_down_twin_need_not_be_listed_but_unset_env_fails():
+    props = nccl_env()
+    props["nodes"][0]["fabric"][1] = fabric("enP2p1s0f1np1", "roceP2p1s0f1", carrier=False)
+    props["nodes"][0]["env"]["NCCL_IB_HCA"] = "rocep1s0f1"
+    assert run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, props)) == []
+    del props["nodes"][0]["env"]["GLOO_SOCKET_IFNAME"]
+    props["nodes"][0]["fabric"][0]["hcaState"] = "DOWN"
+    msgs = run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, props))
+    assert any("GLOO_SOCKET_IFNAME is not set" in m for m in msgs), msgs
+    assert any("HCA rocep1s0f1 of carrier-up interface enp1s0f1np1 is DOWN" in m for m in msgs)
+
+
+# ------------------------------------------------------------------------------ 5. fabric-mtu
+def test_fabric_mtu_passes():
+    assert run(rules.fabric_mtu, rargs(NCCL_ENV, nccl_env())) == []
+
+
+def test_fabric_mtu_fails_and_threshold_is_config():
+    props = nccl_env()
+    props["nodes"][1]["fabric"][0]["mtu"] = 1500
+    msgs = run(rules.fabric_mtu, rargs(NCCL_ENV, props))
+    assert msgs == ["node spark-2: fabric interface enp1s0f1np1 has MTU 1500, below the required 9000"]
+    assert run(rules.fabric_mtu, rargs(NCCL_ENV, props, config={"minMtu": 1500})) == []
+
+
+# ---------------------------------------------------------------- 6. no-privileged-containers
+def test_no_privileged_passes_with_ipc_lock():
+    assert run(rules.no_privileged_containers, rargs(CONTAINER, ray_head(), "ray-head")) == []
+
+
+def test_no_privileged_fails():
+    props = ray_head(privileged=True, capabilities={"adds": ["CAP_IPC_LOCK", "SYS_ADMIN"]})
+    msgs = run(rules.no_privileged_containers, rargs(CONTAINER, props, "ray-head"))
+    assert any("container ray-head runs privileged" in m for m in msgs)
+    assert any("adds capabilities SYS_ADMIN beyond the allowed IPC_LOCK" in m for m in msgs)
+
+
+# ------------------------------------------------------------------------- 7. ray-not-exposed
+def test_ray_not_exposed_passes():
+    assert run(rules.ray_not_exposed, sargs(healthy_stack(), RAY_CONFIG)) == []
+    # dashboard on loopback (Ray's default host) is fine too
+    stack = [res(CONTAINER, ray_head(command=["ray", "start", "--head",
+                                              "--node-ip-address=192.168.177.11"]), "h")]
+    assert run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG)) == []
+
+
+def test_ray_not_exposed_fails_on_management_address_and_open_dashboard():
+    head = ray_head(command=["bash", "-lc", "ray start --head --node-ip-address 10.77.0.11 "
+                                            "--dashboard-host=0.0.0.0 --block"])
+    stack = [res(SPARK_NODE, spark_node("spark-1", "10.77.0.11"), "spark-1"),
+             res(CONTAINER, head, "ray-head-spark-1")]
+    msgs = run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG))
+    assert any("--node-ip-address 10.77.0.11 is the management address" in m for m in msgs), msgs
+    assert any("dashboard listens on --dashboard-host 0.0.0.0" in m for m in msgs), msgs
+
+
+def test_ray_not_exposed_fails_on_wildcard_missing_address_and_published_ports():
+    wildcard = ray_worker(command=["ray", "start", "--node-ip-address=0.0.0.0"])
+    missing = ray_worker(command=["ray", "start", "--address=192.168.177.11:6379"])
+    bridged = ray_head(networkMode="bridge", ports=[{"internal": 8265, "external": 8265},
+                                                    {"internal": 6379, "external": 6379,
+                                                     "ip": "127.0.0.1"}])
+    # host networking: `ports` are irrelevant, the flags decide
+    hostnet = ray_head(ports=[{"internal": 6379, "external": 6379}])
+    stack = [res(CONTAINER, wildcard, "w1"), res(CONTAINER, missing, "w2"),
+             res(CONTAINER, bridged, "h1"), res(CONTAINER, hostnet, "h2")]
+    msgs = run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG))
+    assert any("container w1: --node-ip-address 0.0.0.0 binds" in m for m in msgs), msgs
+    assert any("container w2: `ray start` has no --node-ip-address" in m for m in msgs), msgs
+    assert any("container h1: publishes Ray port 8265 on 0.0.0.0:8265" in m for m in msgs), msgs
+    assert not any("6379 on 127.0.0.1" in m for m in msgs)
+    assert not any("h2" in m for m in msgs)
+
+
+def test_ray_not_exposed_uses_provider_host_as_management():
+    head = ray_head(command=["ray", "start", "--head", "--node-ip-address=10.77.0.11",
+                             "--include-dashboard=false"])
+    msgs = run(rules.ray_not_exposed,
+               sargs([res(CONTAINER, head, "h", provider_host="ssh://root@10.77.0.11:22")]))
+    assert msgs and "is the management address" in msgs[0]
+
+
+# ----------------------------------------------------------------------------- 8. vllm-api-key
+def test_vllm_api_key_passes_in_prod_with_a_key_and_in_dev_without():
+    assert run(rules.vllm_api_key, sargs(healthy_stack())) == []
+    dev = [res(VLLM_SERVER, vllm_server(environment="dev", apiKey=None), "vllm")]
+    assert run(rules.vllm_api_key, sargs(dev)) == []
+
+
+def test_vllm_api_key_fails_outside_dev_without_key():
+    for env in ("staging", "prod"):
+        props = vllm_server(environment=env)
+        del props["apiKey"]
+        msgs = run(rules.vllm_api_key, sargs([res(VLLM_SERVER, props, "vllm")]))
+        assert msgs == [f"environment '{env}': vLLM serves without an API key; set one with "
+                        f"`pulumi config set --secret spark-vllm:vllmApiKey <key>`"]
+    # the environment may also come from pack config when the prop is missing
+    props = vllm_server(apiKey="")
+    del props["environment"]
+    msgs = run(rules.vllm_api_key, sargs([res(VLLM_SERVER, props, "vllm")],
+                                         {"environment": "prod"}))
+    assert msgs and "environment 'prod'" in msgs[0]
+
+
+def test_vllm_api_key_fails_on_plaintext_placements(monkeypatch):
+    head = ray_head(command=["vllm", "serve", "m", "--api-key", "sk-live-123"])
+    cmd = {"create": "VLLM_API_KEY=sk-live-123 docker exec ray-head vllm serve m"}
+    msgs = run(rules.vllm_api_key, sargs([res(CONTAINER, head, "head"), res(REMOTE, cmd, "serve")]))
+    assert any("container head: the vLLM API key passed on the command line (--api-key" in m
+               for m in msgs), msgs
+    assert any("command serve: the vLLM API key inline in its create script (VLLM_API_KEY=...)"
+               in m for m in msgs), msgs
+    # a shell reference is fine
+    ok = ray_head(command=["bash", "-c", 'vllm serve m --api-key "$VLLM_API_KEY"'])
+    assert run(rules.vllm_api_key, sargs([res(CONTAINER, ok, "head")])) == []
+
+
+def test_vllm_api_key_stack_file_must_hold_secure(monkeypatch):
+    plain = "config:\n  spark-vllm:environment: dev\n  spark-vllm:vllmApiKey: sk-123\n"
+    secure = "config:\n  spark-vllm:vllmApiKey:\n    secure: v1:abc==\n"
+    monkeypatch.setattr(rules, "read_stack_config_text", lambda args: plain)
+    msgs = run(rules.vllm_api_key, sargs([]))
+    assert msgs == ["stack config spark-vllm:vllmApiKey is stored in plaintext; re-set it with "
+                    "`pulumi config set --secret spark-vllm:vllmApiKey`"]
+    monkeypatch.setattr(rules, "read_stack_config_text", lambda args: secure)
+    assert run(rules.vllm_api_key, sargs([])) == []
+
+
+def test_read_stack_config_text_finds_the_stack_file(tmp_path, monkeypatch):
+    (tmp_path / "Pulumi.prod.yaml").write_text("config: {}\n")
+    monkeypatch.setenv("PULUMI_STACK", "organization/spark-vllm/prod")
+    assert rules.read_stack_config_text(sargs([], {"projectDir": str(tmp_path)})) == "config: {}\n"
+    monkeypatch.delenv("PULUMI_STACK")
+    assert rules.read_stack_config_text(sargs([], {"projectDir": str(tmp_path)})) is None
+
+
+def test_secret_outputs_option_can_be_required():
+    cfg = {"requireSecretOutputs": True}
+    stack = [res(CONTAINER, ray_head(), "head")]
+    msgs = run(rules.vllm_api_key, sargs(stack, cfg))
+    assert msgs == ["container head: carries the vLLM API key in envs without "
+                    "additionalSecretOutputs=['envs']"]
+    assert run(rules.vllm_api_key, sargs([res(CONTAINER, ray_head(), "head", aso=["envs"])],
+                                         cfg)) == []
+
+
+# -------------------------------------------------------------------------- 9. hf-token-secret
+def test_hf_token_passes_via_envs_and_environment():
+    assert run(rules.hf_token_secret, sargs(healthy_stack())) == []
+
+
+def test_hf_token_fails_on_plaintext_placements(monkeypatch):
+    token = "hf_" + "A1b2" * 9
+    cmd = {"create": f"HF_TOKEN={token} hf download Qwen/Qwen3.5-122B-A10B-FP8"}
+    head = ray_head(labels=[{"label": "note", "value": token}],
+                    command=["hf", "download", "m", "--token", token])
+    model = {"repo": "Qwen/Qwen3.5-122B-A10B-FP8", "revision": "main", "endpoint":
+             f"https://u:{token}@mirror.example"}
+    msgs = run(rules.hf_token_secret, sargs([res(REMOTE, cmd, "download"),
+                                             res(CONTAINER, head, "head"),
+                                             res(MODEL_CACHE, model, "model")]))
+    assert any("command download: the HF token inline in its create script (HF_TOKEN=...)" in m
+               for m in msgs), msgs
+    assert any("container head: the HF token passed on the command line (--token" in m
+               for m in msgs), msgs
+    assert any("container head: the HF token in label note" in m for m in msgs), msgs
+    assert any("ModelCache model: a literal HF token in prop endpoint" in m for m in msgs), msgs
+    monkeypatch.setattr(rules, "read_stack_config_text",
+                        lambda args: f"config:\n  spark-vllm:hfToken: {token}\n")
+    msgs = run(rules.hf_token_secret, sargs([]))
+    assert msgs == ["stack config spark-vllm:hfToken is stored in plaintext; re-set it with "
+                    "`pulumi config set --secret spark-vllm:hfToken`"]
+
+
+# ---------------------------------------------------------------------------- 10. prod-pinned
+def test_prod_pinned_passes_and_skips_dev():
+    assert run(rules.prod_pinned, sargs(healthy_stack())) == []
+    dev = [res(VLLM_SERVER, vllm_server(environment="dev"), "vllm"),
+           res(VLLM_IMAGE, {"ref": "vllm-spark:latest", "imageIds": {}}, "image")]
+    assert run(rules.prod_pinned, sargs(dev)) == []
+
+
+def test_prod_pinned_fails():
+    stack = [
+        res(VLLM_SERVER, vllm_server(), "vllm"),
+        res(VLLM_IMAGE, {"ref": "registry.example:5000/vllm-spark:latest", "imageIds": {}}, "image"),
+        res(MODEL_CACHE, {"repo": "Qwen/Qwen3.5-122B-A10B-FP8", "revision": "main"}, "model"),
+        res(SPARK_NODE, spark_node("spark-2", "10.77.0.12", key=""), "spark-2"),
+        res(CONTAINER, ray_head(image="vllm-spark:latest"), "head"),
+    ]
+    msgs = run(rules.prod_pinned, sargs(stack))
+    assert any("image ref 'registry.example:5000/vllm-spark:latest' is not pinned by digest" in m
+               for m in msgs), msgs
+    assert any("model Qwen/Qwen3.5-122B-A10B-FP8 revision 'main' is not a 40-hex commit" in m
+               for m in msgs), msgs
+    assert any("node spark-2 has no pinned host key" in m for m in msgs), msgs
+    assert any("container head image 'vllm-spark:latest'" in m for m in msgs), msgs
+
+
+# ------------------------------------------------------------ 11./12. advisories
+def test_utilization_advisory():
+    assert run(rules.gpu_memory_utilization_advisory, rargs(VLLM_SERVER, vllm_server())) == []
+    msgs = run(rules.gpu_memory_utilization_advisory,
+               rargs(VLLM_SERVER, vllm_server(gpuMemoryUtilization=0.9)))
+    assert msgs == ["gpuMemoryUtilization 0.90 is above 0.85 on unified-memory nodes spark-1, "
+                    "spark-2: CPU, page cache and the container share that memory"]
+    assert run(rules.gpu_memory_utilization_advisory,
+               rargs(VLLM_SERVER, vllm_server(gpuMemoryUtilization=0.9),
+                     config={"utilizationThreshold": 0.92})) == []
+
+
+def test_enforce_eager_advisory():
+    assert run(rules.enforce_eager_advisory, rargs(VLLM_SERVER, vllm_server())) == []
+    assert run(rules.enforce_eager_advisory,
+               rargs(VLLM_SERVER, vllm_server(environment="dev", enforceEager=True))) == []
+    msgs = run(rules.enforce_eager_advisory, rargs(VLLM_SERVER, vllm_server(enforceEager=True)))
+    assert msgs and msgs[0].startswith("environment 'prod': enforceEager disables CUDA graphs")
+
+
+def test_levels_names_and_metadata():
+    from pulumi_policy import EnforcementLevel
+    assert [p.name for p in rules.POLICIES] == [
+        "memory-fit", "same-image-everywhere", "parallelism-matches-gpus", "nccl-rdma-interfaces",
+        "fabric-mtu", "no-privileged-containers", "ray-not-exposed", "vllm-api-key",
+        "hf-token-secret", "prod-pinned", "gpu-memory-utilization-advisory",
+        "enforce-eager-advisory"]
+    for p in rules.POLICIES:
+        assert p.description and p.remediation_steps, p.name
+        advisory = p.name.endswith("-advisory")
+        assert p.enforcement_level == (EnforcementLevel.ADVISORY if advisory
+                                       else EnforcementLevel.MANDATORY), p.name
+        if p.config_schema is not None:
+            assert "enforcementLevel" not in p.config_schema.properties
