@@ -1,0 +1,198 @@
+"""The pack as the analyzer runs it: pulumi_policy's own servicer (no gRPC server, no CLI), the
+engine's wire form of secrets and unknowns, the pack module itself, and the e2e data file."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from google.protobuf import json_format, struct_pb2
+from pulumi.runtime import proto
+from pulumi_policy import EnforcementLevel
+from pulumi_policy.policy import _PolicyAnalyzerServicer
+from pulumi_policy.proxy import (
+    UNKNOWN_ARRAY_VALUE, UNKNOWN_BOOLEAN_VALUE, UNKNOWN_NUMBER_VALUE, UNKNOWN_STRING_VALUE,
+)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from policy_testkit import (  # noqa: E402
+    POLICIES_DIR, RAY_CONFIG, nccl_env, rargs, ray_head, res, run, sargs, secret, vllm_server,
+)
+
+import rules  # noqa: E402
+from rules import CONTAINER, NCCL_ENV, VLLM_IMAGE, VLLM_SERVER  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ALL_NAMES = {p.name for p in rules.POLICIES}
+
+
+def servicer():
+    return _PolicyAnalyzerServicer("spark-vllm", "0.1.0", list(rules.POLICIES),
+                                   EnforcementLevel.MANDATORY)
+
+
+def struct(props: dict) -> struct_pb2.Struct:
+    return json_format.ParseDict(props, struct_pb2.Struct())
+
+
+def analyze(rtype: str, props: dict):
+    req = proto.AnalyzeRequest(type=rtype, urn=f"urn:pulumi:dev::p::{rtype}::r", name="r",
+                               properties=struct(props))
+    return list(servicer().Analyze(req, None).diagnostics)
+
+
+def analyze_stack(resources: list[tuple[str, str, dict]]):
+    req = proto.AnalyzeStackRequest(resources=[
+        proto.AnalyzerResource(type=t, urn=f"urn:pulumi:dev::p::{t}::{n}", name=n,
+                               properties=struct(p)) for t, n, p in resources])
+    return list(servicer().AnalyzeStack(req, None).diagnostics)
+
+
+# ------------------------------------------------------------------ secrets in pulumi_policy
+def test_secrets_arrive_unwrapped_in_validate():
+    """Analyze deserializes with proxy_secrets=False: a secret is its plain value in `props`."""
+    seen = {}
+    args = rargs(VLLM_SERVER, {"apiKey": secret("sk-1"), "envs": [secret("HF_TOKEN=hf_x")]})
+    seen["apiKey"], seen["env0"] = args.props["apiKey"], args.props["envs"][0]
+    assert seen == {"apiKey": "sk-1", "env0": "HF_TOKEN=hf_x"}
+
+
+def test_secret_api_key_through_the_servicer_satisfies_vllm_api_key():
+    with_key = vllm_server(environment="staging")
+    without = vllm_server(environment="staging")
+    del without["apiKey"]
+    ok = analyze_stack([(VLLM_SERVER, "vllm", with_key)])
+    bad = analyze_stack([(VLLM_SERVER, "vllm", without)])
+    assert [d for d in ok if d.policyName == "vllm-api-key"] == []
+    msgs = [d.message for d in bad if d.policyName == "vllm-api-key"]
+    assert len(msgs) == 1 and "environment 'staging': vLLM serves without an API key" in msgs[0]
+    assert [d.enforcementLevel for d in bad if d.policyName == "vllm-api-key"] == [proto.MANDATORY]
+
+
+# -------------------------------------------------------------------- unknowns during preview
+def test_unknowns_skip_checks_in_hand_built_args():
+    props = vllm_server(modelBytes=UNKNOWN_NUMBER_VALUE, gpuMemoryUtilization=0.95,
+                        apiKey=UNKNOWN_STRING_VALUE, enforceEager=UNKNOWN_BOOLEAN_VALUE,
+                        nodes=UNKNOWN_ARRAY_VALUE)
+    for policy in (rules.memory_fit, rules.parallelism_matches_gpus,
+                   rules.gpu_memory_utilization_advisory, rules.enforce_eager_advisory):
+        assert run(policy, rargs(VLLM_SERVER, props)) == [], policy.name
+    assert run(rules.vllm_api_key, sargs([res(VLLM_SERVER, props, "vllm")])) == []
+    nccl = nccl_env()
+    nccl["nodes"][0]["env"]["NCCL_IB_HCA"] = UNKNOWN_STRING_VALUE
+    nccl["nodes"][1]["fabric"] = UNKNOWN_ARRAY_VALUE
+    assert run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, nccl)) == []
+    assert run(rules.fabric_mtu, rargs(NCCL_ENV, nccl_env(rdma=UNKNOWN_BOOLEAN_VALUE))) == []
+    head = ray_head(command=UNKNOWN_ARRAY_VALUE, privileged=UNKNOWN_BOOLEAN_VALUE,
+                    image=UNKNOWN_STRING_VALUE, labels=UNKNOWN_ARRAY_VALUE)
+    assert run(rules.no_privileged_containers, rargs(CONTAINER, head)) == []
+    for policy in (rules.ray_not_exposed, rules.same_image_everywhere, rules.hf_token_secret,
+                   rules.prod_pinned):
+        stack = [res(CONTAINER, head, "h"), res(VLLM_SERVER, props, "vllm"),
+                 res(VLLM_IMAGE, {"ref": UNKNOWN_STRING_VALUE,
+                                  "imageIds": {"spark-1": UNKNOWN_STRING_VALUE}}, "img")]
+        assert run(policy, sargs(stack, RAY_CONFIG)) == [], policy.name
+
+
+def test_unknowns_through_the_servicer_give_no_cant_run_diagnostics():
+    """The servicer turns an escaped UnknownValueError into an advisory "can't run policy ...
+    during preview". Our rules catch unknowns themselves, so none appears, and the checks that
+    can still be judged do report."""
+    props = vllm_server(modelBytes=UNKNOWN_NUMBER_VALUE, tensorParallelSize=2,
+                        pipelineParallelSize=2, apiKey=UNKNOWN_STRING_VALUE)
+    diags = analyze(VLLM_SERVER, props)
+    assert not any("can't run policy" in d.message for d in diags), diags
+    assert [d.policyName for d in diags] == ["parallelism-matches-gpus"]
+    stack = analyze_stack([
+        (VLLM_SERVER, "vllm", props),
+        (CONTAINER, "h", ray_head(command=UNKNOWN_ARRAY_VALUE, image=UNKNOWN_STRING_VALUE)),
+    ])
+    assert not any("can't run policy" in d.message for d in stack), stack
+
+
+def test_every_policy_survives_an_all_unknown_resource():
+    sentinel_props = {k: UNKNOWN_STRING_VALUE for k in (
+        "environment", "tensorParallelSize", "nodes", "apiKey", "rdma", "command", "envs",
+        "labels", "ports", "capabilities", "privileged", "image", "ref", "imageIds", "host",
+        "hostKey", "revision", "create")}
+    for t in (VLLM_SERVER, NCCL_ENV, CONTAINER, VLLM_IMAGE, "command:remote:Command",
+              rules.SPARK_NODE, rules.MODEL_CACHE):
+        diags = analyze(t, sentinel_props) + analyze_stack([(t, "x", sentinel_props)])
+        assert not any("can't run policy" in d.message for d in diags), (t, diags)
+
+
+# -------------------------------------------------------------------------- the pack module
+def test_importing_rules_starts_no_server():
+    code = ("import sys, threading; sys.path.insert(0, %r); import rules; "
+            "assert threading.active_count() == 1, threading.enumerate(); print(len(rules.POLICIES))"
+            % str(POLICIES_DIR))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "12"
+
+
+def test_main_lists_all_twelve_policies():
+    tree = ast.parse((POLICIES_DIR / "__main__.py").read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and getattr(n.func, "id", None) == "PolicyPack"]
+    assert len(calls) == 1
+    policies = next(k.value for k in calls[0].keywords if k.arg == "policies")
+    names = [e.id for e in policies.elts]
+    by_var = {var: getattr(rules, var).name for var in names}
+    assert set(by_var.values()) == ALL_NAMES and len(names) == 12
+    # __main__ does nothing but build the pack: imports + one expression statement
+    kinds = {type(n).__name__ for n in tree.body}
+    assert kinds <= {"Expr", "ImportFrom", "Import"}
+
+
+def test_pack_files():
+    meta = yaml.safe_load((POLICIES_DIR / "PulumiPolicy.yaml").read_text())
+    assert meta["runtime"] == {"name": "python", "options": {"virtualenv": "venv"}}
+    reqs = [line.strip() for line in (POLICIES_DIR / "requirements.txt").read_text().splitlines()
+            if line.strip() and not line.startswith("#")]
+    assert reqs == ["pulumi-policy==1.21.0", "pulumi==3.272.0"]
+
+
+def test_sample_pack_configs_match_the_schemas():
+    import json
+    for name in ("config.dev.json", "config.prod.json"):
+        cfg = json.loads((POLICIES_DIR / name).read_text())
+        for policy_name, value in cfg.items():
+            assert policy_name in ALL_NAMES | {"all"}, (name, policy_name)
+            if isinstance(value, dict):
+                policy = rules.BY_NAME[policy_name]
+                schema = policy.config_schema.properties if policy.config_schema else {}
+                unknown = set(value) - set(schema) - {"enforcementLevel"}
+                assert not unknown, (name, policy_name, unknown)
+
+
+# ------------------------------------------------------------------ e2e data file (rules 1, 7, 8)
+def test_breaking_stack_data_file_is_well_formed():
+    doc = yaml.safe_load((HERE / "stack_breaking_rules_1_7_8.yaml").read_text())
+    assert set(doc["expectViolations"]) == {"memory-fit", "ray-not-exposed", "vllm-api-key"}
+    assert set(doc["expectViolations"]) <= ALL_NAMES
+    cfg = doc["stackConfig"]["config"]
+    assert cfg["spark-vllm:environment"] == "dev"
+    assert cfg["spark-vllm:vllm"]["gpuMemoryUtilization"] > 0.93
+    node = cfg["spark-vllm:nodes"][0]
+    assert node["fabric"][0]["ip"] == node["host"]
+    for policy_name in doc["policyPackConfig"]:
+        assert policy_name in ALL_NAMES
+
+
+def test_stack_config_fallbacks(monkeypatch):
+    """Under the engine the pack sees the stack config in PULUMI_CONFIG (object values as JSON
+    strings): nccl.fabricSubnets and environment are used when pack config does not say."""
+    import json
+    monkeypatch.setenv("PULUMI_CONFIG", json.dumps({
+        "spark-vllm:environment": "prod",
+        "spark-vllm:nccl": json.dumps({"fabricSubnets": ["192.168.177.0/24"]}),
+    }))
+    worker = ray_head(command=["ray", "start", "--node-ip-address=192.168.200.5"])
+    msgs = run(rules.ray_not_exposed, sargs([res(CONTAINER, worker, "w")]))
+    assert msgs == ["container w: --node-ip-address 192.168.200.5 is outside the fabric subnets "
+                    "192.168.177.0/24"]
+    img = res(VLLM_IMAGE, {"ref": "vllm-spark:latest", "imageIds": {}}, "img")
+    assert any("not pinned by digest" in m for m in run(rules.prod_pinned, sargs([img])))
