@@ -196,3 +196,41 @@ def test_stack_config_fallbacks(monkeypatch):
                     "192.168.177.0/24"]
     img = res(VLLM_IMAGE, {"ref": "vllm-spark:latest", "imageIds": {}}, "img")
     assert any("not pinned by digest" in m for m in run(rules.prod_pinned, sargs([img])))
+
+
+def test_analyzer_info_serializes_every_schema():
+    info = servicer().GetAnalyzerInfo(None, None)
+    policies = {p.name: p for p in info.policies}
+    assert set(policies) == ALL_NAMES
+    assert policies["fabric-mtu"].configSchema.properties["minMtu"]["default"] == 9000
+    assert policies["enforce-eager-advisory"].enforcementLevel == proto.ADVISORY
+    assert policies["memory-fit"].enforcementLevel == proto.MANDATORY
+
+
+def test_pack_serves_over_grpc_like_the_engine_starts_it():
+    """`python -m pulumi.policy <engine> <packdir>` is what pulumi-analyzer-policy-python runs:
+    start it, ask for the analyzer info and one analysis over gRPC, stop it."""
+    import grpc
+    from pulumi.runtime.proto import analyzer_pb2_grpc
+    from google.protobuf import empty_pb2
+
+    proc = subprocess.Popen([sys.executable, "-m", "pulumi.policy", "127.0.0.1:1", "."],
+                            cwd=POLICIES_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        port = proc.stdout.readline().strip()
+        assert port.isdigit(), proc.stderr.read() if proc.poll() is not None else port
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = analyzer_pb2_grpc.AnalyzerStub(channel)
+            info = stub.GetAnalyzerInfo(empty_pb2.Empty(), timeout=30)
+            assert {p.name for p in info.policies} == ALL_NAMES
+            req = proto.AnalyzeRequest(type=VLLM_SERVER, urn="urn:pulumi:dev::p::x::vllm",
+                                       name="vllm", properties=struct(vllm_server(
+                                           tensorParallelSize=1)))
+            diags = stub.Analyze(req, timeout=30).diagnostics
+            assert {d.policyName for d in diags} == {"memory-fit", "parallelism-matches-gpus"}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        proc.stdout.close()
+        proc.stderr.close()
