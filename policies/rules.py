@@ -271,13 +271,21 @@ def command_tokens(props: Any, key: str = "command") -> list[str]:
     return tokens
 
 
-def shell_tokens(script: Optional[str]) -> list[str]:
+def shell_tokens(script: Optional[str], depth: int = 0) -> list[str]:
+    """Words of a shell script, descending into quoted `sh -c '...'` bodies (one level per
+    quoting) so an inline `VAR=literal` in a nested script is seen too."""
     if not script:
         return []
     try:
-        return shlex.split(script, comments=True)
+        words = shlex.split(script, comments=True)
     except ValueError:
-        return script.split()
+        words = script.split()
+    out: list[str] = []
+    for word in words:
+        out.append(word)
+        if depth < 3 and any(ch.isspace() for ch in word):
+            out.extend(shell_tokens(word, depth + 1))
+    return out
 
 
 def flag_value(tokens: Sequence[str], name: str) -> Optional[str]:
@@ -464,6 +472,12 @@ def _covers(names: list[str], exact: bool, target: str) -> bool:
     return any(target == n if exact else target.startswith(n) for n in names)
 
 
+def _hca_active(state: str) -> bool:
+    """ibdev2netdev says Up/Down; sysfs says '4: ACTIVE' / 'PORT_ACTIVE' / DOWN."""
+    state = state.strip().upper()
+    return state == "UP" or ("ACTIVE" in state and "INACTIVE" not in state)
+
+
 def nccl_findings(props: Any) -> list[str]:
     if flag(get(props, "rdma")) is not True:
         return []  # RDMA off (the lab) or unknown
@@ -500,7 +514,7 @@ def nccl_findings(props: Any) -> list[str]:
                                    f"HCA(s) {', '.join(missing)}")
         for f in up:
             state = text(get(f, "hcaState"))
-            if state and "ACTIVE" not in state.upper():
+            if state and not _hca_active(state):
                 out.append(f"node {name}: HCA {text(get(f, 'hca'))} of carrier-up interface "
                            f"{text(get(f, 'interface'))} is {state}, not ACTIVE")
         for var in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"):
@@ -588,19 +602,22 @@ def _fabric_subnets(args: Any) -> list:
     return out
 
 
-def _listen_ok(ip, management: set[str], subnets: list, node_ip) -> bool:
+def _listen_ok(ip, management: set[str], subnets: list, node_ip,
+               fabric_ips: Optional[set[str]] = None) -> bool:
     """A listen address that stays off the management and public networks."""
     if ip.is_loopback:
         return True
     if ip.is_unspecified or str(ip) in management:
         return False
+    if fabric_ips and str(ip) in fabric_ips:
+        return True
     if subnets:
         return any(ip in n for n in subnets if n.version == ip.version)
     return ip == node_ip and ip.is_private
 
 
 def ray_exposure_findings(name: str, props: Any, management: set[str], subnets: list,
-                          ray_ports: set[int]) -> list[str]:
+                          ray_ports: set[int], fabric_ips: Optional[set[str]] = None) -> list[str]:
     tokens = command_tokens(props)
     out: list[str] = []
     in_fabric = (lambda ip: any(ip in n for n in subnets if n.version == ip.version))
@@ -617,6 +634,9 @@ def ray_exposure_findings(name: str, props: Any, management: set[str], subnets: 
         elif str(node_ip) in management:
             out.append(f"container {name}: --node-ip-address {node_ip_raw} is the management "
                        f"address; use the node's fabric address")
+        elif fabric_ips and str(node_ip) not in fabric_ips:
+            out.append(f"container {name}: --node-ip-address {node_ip_raw} is not a fabric address "
+                       f"of the stack ({', '.join(sorted(fabric_ips))})")
         elif subnets and not in_fabric(node_ip):
             out.append(f"container {name}: --node-ip-address {node_ip_raw} is outside the fabric "
                        f"subnets {', '.join(map(str, subnets))}")
@@ -627,7 +647,7 @@ def ray_exposure_findings(name: str, props: Any, management: set[str], subnets: 
         if include not in ("false", "0", "no"):
             host_raw = flag_value(tokens, "--dashboard-host") or "127.0.0.1"  # Ray's default
             host = parse_ip("127.0.0.1" if host_raw == "localhost" else host_raw)
-            if host is not None and not _listen_ok(host, management, subnets, node_ip):
+            if host is not None and not _listen_ok(host, management, subnets, node_ip, fabric_ips):
                 out.append(f"container {name}: the Ray dashboard listens on --dashboard-host "
                            f"{host_raw}; disable it (--include-dashboard=false) or bind 127.0.0.1 "
                            f"or the fabric address")
@@ -643,7 +663,7 @@ def ray_exposure_findings(name: str, props: Any, management: set[str], subnets: 
                 continue
             ip_raw = text(get(p, "ip")) or "0.0.0.0"
             ip = parse_ip(ip_raw)
-            if ip is not None and _listen_ok(ip, management, subnets, node_ip):
+            if ip is not None and _listen_ok(ip, management, subnets, node_ip, fabric_ips):
                 continue
             out.append(f"container {name}: publishes Ray port {int(internal)} on {ip_raw}"
                        f"{':' + str(int(num(get(p, 'external')))) if num(get(p, 'external')) else ''}")
@@ -657,6 +677,14 @@ def validate_ray_not_exposed(args: StackValidationArgs, report) -> None:
             host = text(get(r.props, "host"))
             if host:
                 management.add(host)
+    fabric_ips: set[str] = set()
+    for r in args.resources:
+        if r.resource_type == NCCL_ENV:
+            for node in elements(get(r.props, "nodes")):
+                for f in elements(get(node, "fabric")):
+                    ip = text(get(f, "ip"))
+                    if ip:
+                        fabric_ips.add(ip)
     subnets = _fabric_subnets(args)
     ray_ports = {int(p) for p in (conf(args, "rayPorts") or []) if num(p) is not None}
     for r in args.resources:
@@ -666,7 +694,7 @@ def validate_ray_not_exposed(args: StackValidationArgs, report) -> None:
         ph = provider_host(r)
         if ph:
             mgmt.add(ph)
-        for msg in ray_exposure_findings(r.name, r.props, mgmt, subnets, ray_ports):
+        for msg in ray_exposure_findings(r.name, r.props, mgmt, subnets, ray_ports, fabric_ips):
             report(msg, r.urn)
 
 

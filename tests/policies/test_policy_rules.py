@@ -358,3 +358,52 @@ def test_levels_names_and_metadata():
                                        else EnforcementLevel.MANDATORY), p.name
         if p.config_schema is not None:
             assert "enforcementLevel" not in p.config_schema.properties
+
+
+# ------------------------------------------------------------ shapes the program really emits
+def test_hca_state_spellings():
+    props = nccl_env()
+    for node in props["nodes"]:
+        node["fabric"][0]["hcaState"] = "Up"          # ibdev2netdev
+        node["fabric"][1]["hcaState"] = "4: ACTIVE"   # sysfs
+    assert run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, props)) == []
+    props["nodes"][0]["fabric"][0]["hcaState"] = "Down"
+    msgs = run(rules.nccl_rdma_interfaces, rargs(NCCL_ENV, props))
+    assert msgs == ["node spark-1: HCA rocep1s0f1 of carrier-up interface enp1s0f1np1 is Down, "
+                    "not ACTIVE"]
+
+
+def test_ray_fabric_addresses_come_from_the_nccl_component():
+    nccl = nccl_env()
+    for i, node in enumerate(nccl["nodes"]):
+        node["fabric"][0]["ip"] = f"192.168.177.1{i + 1}"
+    head = ray_head(command=["ray", "start", "--head", "--block", "--port", "6379",
+                             "--node-ip-address", "192.168.177.11", "--include-dashboard=true",
+                             "--dashboard-host=192.168.177.11"])
+    worker = ray_worker(command=["ray", "start", "--block", "--address", "192.168.177.11:6379",
+                                 "--node-ip-address", "172.16.9.9"])
+    msgs = run(rules.ray_not_exposed, sargs([res(NCCL_ENV, nccl, "nccl"), res(CONTAINER, head, "h"),
+                                             res(CONTAINER, worker, "w")]))
+    assert msgs == ["container w: --node-ip-address 172.16.9.9 is not a fabric address of the "
+                    "stack (192.168.177.11, 192.168.177.12)"]
+
+
+def test_nested_sh_c_scripts_are_inspected():
+    script = ("set -eu\ndocker exec -d ray-head sh -c 'cd /x; VLLM_API_KEY=sk-live-9 "
+              "exec vllm serve m'")
+    msgs = run(rules.vllm_api_key, sargs([res(REMOTE, {"create": script}, "serve")]))
+    assert msgs == ["command serve: the vLLM API key inline in its create script (VLLM_API_KEY=...);"
+                    " pass it in `environment` from a secret"]
+
+
+def test_the_programs_vllm_start_script_passes_the_secret_rules():
+    scripts = pytest.importorskip("components.scripts")
+    try:
+        script = scripts.vllm_start("spark-vllm-ray-head", ["vllm", "serve", "m", "--port", "8000"],
+                                    "http://127.0.0.1:8000", "m", "Say hello", 60, "ids")
+    except TypeError as exc:  # the program changed the signature: nothing to compare against
+        pytest.skip(f"scripts.vllm_start changed: {exc}")
+    serve = res(REMOTE, {"create": script, "stdin": secret("sk-live-123")}, "serve",
+                aso=["stdin"])
+    assert run(rules.vllm_api_key, sargs([serve])) == []
+    assert run(rules.hf_token_secret, sargs([serve])) == []
