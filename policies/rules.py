@@ -364,35 +364,42 @@ def provider_host(resource: Any) -> Optional[str]:
 # --------------------------------------------------------------------------------------------
 def memory_fit_findings(props: Any, os_reserve: float, overhead: float, kv_min: float,
                         kv_per_token: float = 0) -> list[str]:
-    tp, pp = num(get(props, "tensorParallelSize")), num(get(props, "pipelineParallelSize", default=1))
-    model_bytes = num(get(props, "modelBytes"))
+    """Per node: weights/(tp*pp) + overhead + KV minimum <= util * memTotal, and on unified memory
+    util * memTotal <= memTotal - osReserve. Each half runs when its own inputs are known (during a
+    first preview modelBytes may be unknown; the reserve check still runs)."""
     util = num(get(props, "gpuMemoryUtilization"))
-    if None in (tp, pp, model_bytes, util):
+    if util is None:
         return []  # unknown during preview or not given: nothing to judge
     out: list[str] = []
-    if tp < 1 or pp < 1:
-        return [f"tensorParallelSize {tp:g} x pipelineParallelSize {pp:g} must be at least 1"]
     if not 0 < util <= 1:
-        out.append(f"gpuMemoryUtilization {util:g} must be in (0, 1]")
-    shards = tp * pp
-    weights = model_bytes / shards
-    max_len = num(get(props, "maxModelLen"))
-    kv = kv_min
-    if kv_per_token and max_len:
-        kv = max(kv_min, kv_per_token * max_len / shards)
+        return [f"gpuMemoryUtilization {util:g} must be in (0, 1]"]
+    tp, pp = num(get(props, "tensorParallelSize")), num(get(props, "pipelineParallelSize", default=1))
+    model_bytes = num(get(props, "modelBytes"))
+    weights = kv = None
+    if None not in (tp, pp, model_bytes):
+        if tp < 1 or pp < 1:
+            return [f"tensorParallelSize {tp:g} x pipelineParallelSize {pp:g} must be at least 1"]
+        shards = tp * pp
+        weights = model_bytes / shards
+        max_len = num(get(props, "maxModelLen"))
+        kv = kv_min
+        if kv_per_token and max_len:
+            kv = max(kv_min, kv_per_token * max_len / shards)
     for node in elements(get(props, "nodes")):
         name = text(get(node, "name")) or "?"
         mem = num(get(node, "memTotalBytes"))
         if mem is None or mem <= 0:
             continue
         budget = util * mem
-        need = weights + overhead + kv
-        if need > budget:
-            out.append(
-                f"node {name}: weights per GPU {gib(weights)} (modelBytes {gib(model_bytes)} / "
-                f"(tp {tp:g} x pp {pp:g})) + runtime overhead {gib(overhead)} + minimum KV cache "
-                f"{gib(kv)} = {gib(need)} exceeds the vLLM budget {gib(budget)} "
-                f"(gpuMemoryUtilization {util:.2f} x memTotal {gib(mem)}); short by {gib(need - budget)}")
+        if weights is not None:
+            need = weights + overhead + kv
+            if need > budget:
+                out.append(
+                    f"node {name}: weights per GPU {gib(weights)} (modelBytes {gib(model_bytes)} / "
+                    f"(tp {tp:g} x pp {pp:g})) + runtime overhead {gib(overhead)} + minimum KV "
+                    f"cache {gib(kv)} = {gib(need)} exceeds the vLLM budget {gib(budget)} "
+                    f"(gpuMemoryUtilization {util:.2f} x memTotal {gib(mem)}); short by "
+                    f"{gib(need - budget)}")
         if flag(get(node, "unifiedMemory")) and budget > mem - os_reserve:
             out.append(
                 f"node {name}: vLLM budget {gib(budget)} (gpuMemoryUtilization {util:.2f} x memTotal "

@@ -407,3 +407,11 @@ def test_the_programs_vllm_start_script_passes_the_secret_rules():
                 aso=["stdin"])
     assert run(rules.vllm_api_key, sargs([serve])) == []
     assert run(rules.hf_token_secret, sargs([serve])) == []
+
+
+def test_memory_fit_reserve_check_runs_while_model_bytes_are_unknown():
+    from pulumi_policy.proxy import UNKNOWN_NUMBER_VALUE
+    props = vllm_server(modelBytes=UNKNOWN_NUMBER_VALUE, gpuMemoryUtilization=0.99)
+    msgs = run(rules.memory_fit, rargs(VLLM_SERVER, props))
+    assert len(msgs) == 2 and all("less than the OS reserve" in m for m in msgs)
+    assert not any("weights per GPU" in m for m in msgs)
