@@ -266,9 +266,8 @@ def parse_recon_output(node_name: str, text: str, *, sent_at: float | None = Non
                        received_at: float | None = None, pinned_host_key: str = "") -> NodeFacts:
     """The recon script's output -> NodeFacts (pure).
 
-    Clock offset: the node prints its clock first and last; its midpoint minus the local midpoint
-    of the round trip (sent_at/received_at, local epoch seconds) is the offset. The error is at most
-    half the ssh handshake time, well under the 2 s that preflight warns at.
+    Clock offset: the node prints its clock first and last; see `_clock_offset` for why the last
+    reading against the local time of receipt (sent_at/received_at: local epoch seconds) is used.
     Raises ReconError only when /proc/meminfo cannot be read (memory is the one fact that every
     plan needs); everything else degrades to empty facts plus a reason in `unreadable`.
     """
@@ -324,12 +323,8 @@ def parse_recon_output(node_name: str, text: str, *, sent_at: float | None = Non
     disk = r.parse("disk", p.parse_df_avail) or 0
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
 
-    clock_offset = 0.0
-    start = r.parse("clock_start", p.parse_epoch)
-    end = r.parse("clock_end", p.parse_epoch)
-    if start is not None and sent_at is not None and received_at is not None:
-        node_mid = (start + (end if end is not None else start)) / 2
-        clock_offset = round(node_mid - (sent_at + received_at) / 2, 3)
+    clock_offset = _clock_offset(r.parse("clock_start", p.parse_epoch),
+                                 r.parse("clock_end", p.parse_epoch), sent_at, received_at)
 
     return NodeFacts(
         node=node_name,
@@ -350,6 +345,23 @@ def parse_recon_output(node_name: str, text: str, *, sent_at: float | None = Non
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,
     )
+
+
+def _clock_offset(start: float | None, end: float | None, sent_at: float | None,
+                  received_at: float | None) -> float:
+    """Node clock minus local clock, from one round trip.
+
+    The true offset lies between `end - received_at` (the node's last reading reached us one
+    return latency later) and `start - sent_at` (the node's first reading came after the whole
+    ssh handshake). The round trip's midpoint would carry half the handshake as error (0.6 s
+    measured against a local sshd); the node's last reading against our receipt carries only the
+    return latency (milliseconds), so that is the estimate.
+    """
+    if sent_at is None or received_at is None or (start is None and end is None):
+        return 0.0
+    if end is None:  # cut short: only the first reading, bounded by the handshake
+        return round(start - sent_at, 3)
+    return round(end - received_at, 3)
 
 
 def _docker_facts(r: _Reader) -> DockerFacts | None:

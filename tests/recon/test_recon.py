@@ -86,11 +86,15 @@ def test_parse_recon_output_from_recorded_gb10_outputs():
     assert facts.missing_tools == [] and facts.unreadable == {}
 
 
-def test_clock_offset_uses_the_midpoints():
-    # node clock midpoint 1764480000.5; local midpoint 1764479997.5 -> the node is 3 s ahead
-    facts = recon.parse_recon_output("spark-1", spark_output(1), sent_at=1764479997.0,
-                                     received_at=1764479998.0)
+def test_clock_offset_is_the_last_node_reading_against_the_receipt():
+    # node read 1764480000.9 last; the answer arrived at local 1764479997.9 -> 3 s ahead, however
+    # long the ssh handshake before the script took (sent_at is 2 s earlier here)
+    facts = recon.parse_recon_output("spark-1", spark_output(1), sent_at=1764479995.9,
+                                     received_at=1764479997.9)
     assert facts.clock_offset_seconds == pytest.approx(3.0)
+    cut = spark_output(1).split("=== spark-vllm:section:clock_end")[0]
+    facts = recon.parse_recon_output("spark-1", cut, sent_at=1764479997.0, received_at=1764479999.0)
+    assert facts.clock_offset_seconds == pytest.approx(3.1)  # start - sent_at
 
 
 def test_missing_tools_become_empty_facts():
