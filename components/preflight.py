@@ -91,7 +91,12 @@ class PreflightError(_UserError):
 
 
 def gib(n: int | float) -> str:
-    return f"{n / GIB:.1f} GiB"
+    """Readable size: '68.2 GiB', '312 MiB' (lab containers hold little), '0 B'."""
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    if n >= 1024**2:
+        return f"{n / 1024**2:.0f} MiB"
+    return f"{int(n)} B" if n < 1024 else f"{n / 1024:.0f} KiB"
 
 
 def _tp_pp(cfg: Any) -> tuple[int, int]:

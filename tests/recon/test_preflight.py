@@ -345,3 +345,9 @@ def test_run_surveys_and_checks_together():
         preflight.run(cfg, runner=runner)
     checks = {f.check for f in exc.value.findings}
     assert {"unreachable", "foreign", "memory"} <= checks
+
+
+def test_sizes_in_findings_stay_readable_for_small_containers():
+    assert preflight.gib(68.2 * GIB) == "68.2 GiB"
+    assert preflight.gib(312 * 1024**2) == "312 MiB"
+    assert preflight.gib(0) == "0 B"
