@@ -1,0 +1,3 @@
+from vllm.cli import main
+
+main()
