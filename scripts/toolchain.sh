@@ -38,7 +38,8 @@ run_logged() { # name logfile cmd...
   done
   if ! wait "$pid"; then
     tail -n 30 "$logf" >&2
-    die "$name (see $logf)"
+    log "FAILED: $name (see $logf)"
+    return 1
   fi
   log "$name: done in $((SECONDS-start)) s"
 }
@@ -58,6 +59,7 @@ VENV="${VENV:-venv}"
 export PULUMI_HOME="${PULUMI_HOME:-$HOME/.pulumi}"
 export PULUMI_SKIP_UPDATE_CHECK=true PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION=true
 MISSING="$TC/missing.txt"
+SOURCES="$TC/plugin-sources.txt"   # "name version source" for every plugin this run provided
 
 # Resolve a module through the proxy; prints its Dir or records the refusal and returns 1.
 mod_dir() { # module@version what
@@ -110,10 +112,11 @@ ensure_cli() {
     ln -sf "$(readlink -f "$onpath")" "$BIN/pulumi"; log "cli: using $onpath"; return
   fi
   if online; then
-    run_logged "cli: official install of v$CLI_VERSION" "$TC/logs/cli.log" install_cli_official
+    run_logged "cli: official install of v$CLI_VERSION" "$TC/logs/cli.log" install_cli_official || die "cli"
   else
     command -v go >/dev/null || die "cli: get.pulumi.com is unreachable and Go is not installed"
-    run_logged "cli: go build pulumi v$CLI_VERSION (cold: ~10 min on 2 cores)" "$TC/logs/cli.log" build_cli
+    run_logged "cli: go build pulumi v$CLI_VERSION (cold: ~10 min on 2 cores)" "$TC/logs/cli.log" build_cli \
+      || die "cli: building github.com/pulumi/pulumi/pkg/v3@v$CLI_VERSION"
   fi
   cli_ok || die "cli: $BIN/pulumi does not report v$CLI_VERSION"
 }
@@ -205,16 +208,38 @@ GO
 ensure_plugins() {
   local name version
   while read -r name version; do
-    if plugin_ok "$name" "$version"; then log "plugin $name $version: ready"; continue; fi
+    if plugin_ok "$name" "$version"; then
+      log "plugin $name $version: ready ($(awk -v n="$name" '$1==n {print $3}' "$SOURCES.last" 2>/dev/null | tail -1))"
+      awk -v n="$name" '$1==n' "$SOURCES.last" 2>/dev/null | tail -1 >>"$SOURCES"
+      continue
+    fi
     if online; then
       run_logged "plugin $name $version: pulumi plugin install" "$TC/logs/plugin-$name.log" \
         "$BIN/pulumi" plugin install resource "$name" "$version"
+      echo "$name $version official" >>"$SOURCES"
       continue
     fi
     log "plugin $name $version: building from the Go module proxy"
-    "build_${name}_plugin" "$version" 2>>"$TC/logs/plugin-$name.log" \
-      || log "plugin $name $version: NOT AVAILABLE (see $MISSING)"
+    if "build_${name}_plugin" "$version" 2>>"$TC/logs/plugin-$name.log"; then
+      echo "$name $version go-proxy" >>"$SOURCES"; continue
+    fi
+    log "plugin $name $version: the official plugin is NOT AVAILABLE (see $MISSING)"
+    install_lab_standin "$name" "$version"
   done < <(requested_plugins)
+}
+
+# Last resort on offline machines: the lab's stand-in plugin (lab/providers/<name>/README.md),
+# built from Go modules the proxy does serve. It is NOT Pulumi's released binary; it implements
+# what spark-vllm uses so the lab can be driven end to end. SPARK_VLLM_NO_STANDINS=1 turns it off.
+install_lab_standin() { # name version
+  local script="lab/providers/$1/build.sh" bin="$TC/lab-plugins/$1-$2/pulumi-resource-$1"
+  [ -z "${SPARK_VLLM_NO_STANDINS:-}" ] && [ -x "$script" ] || return 0
+  run_logged "plugin $1 $2: lab stand-in build (cold: 5-15 min)" "$TC/logs/standin-$1.log" "$script" \
+    || { log "plugin $1 $2: lab stand-in build failed"; return 0; }
+  [ -x "$bin" ] || { log "plugin $1 $2: $script did not produce $bin"; return 0; }
+  install_plugin_file "$1" "$2" "$bin"
+  echo "$1 $2 lab-standin" >>"$SOURCES"
+  log "plugin $1 $2: installed the LAB STAND-IN from $script (not Pulumi's released plugin)"
 }
 
 write_status() {
@@ -230,10 +255,17 @@ def plugins():
             out[name] = ver
     return out
 missing = open(os.path.join(tc, "missing.txt")).read() if os.path.exists(os.path.join(tc, "missing.txt")) else ""
+sources = {}
+if os.path.exists(os.path.join(tc, "plugin-sources.txt")):
+    for line in open(os.path.join(tc, "plugin-sources.txt")):
+        parts = line.split()
+        if len(parts) == 3:
+            sources[parts[0]] = parts[2]
 status = {
     "cli": cli if os.access(os.path.join(bin_, "pulumi"), os.X_OK) else None,
     "languageHostPython": os.access(os.path.join(bin_, "pulumi-language-python"), os.X_OK),
     "plugins": plugins(),
+    "pluginSources": sources,  # official | go-proxy | lab-standin
     "missing": missing,
 }
 json.dump(status, open(os.path.join(tc, "status.json"), "w"), indent=2)
@@ -247,6 +279,9 @@ summary() {
   if [ -s "$MISSING" ]; then
     log "NOT AVAILABLE on this machine (exact commands and answers in $MISSING):"
     grep '^## ' "$MISSING" | sort -u | sed 's/^## /  - /' >&2
+    if grep -q lab-standin "$SOURCES" 2>/dev/null; then
+      log "LAB STAND-INS installed in their place (lab/providers/*/README.md): $(awk '$3=="lab-standin" {printf "%s %s  ", $1, $2}' "$SOURCES")"
+    fi
     log "Tests that need them are skipped with this reason; with internet, rerun: it installs them."
   fi
 }
@@ -255,7 +290,7 @@ case "${1:-all}" in
   cli) ensure_cli ;;
   status) write_status; cat "$TC/status.json" ;;
   all)
-    rm -f "$MISSING"
+    rm -f "$MISSING"; [ -f "$SOURCES" ] && mv "$SOURCES" "$SOURCES.last"; : >"$SOURCES"
     ensure_cli
     ensure_lang_host
     ensure_plugins

@@ -1,0 +1,70 @@
+"""Fixtures for tests that drive the real Pulumi engine through the Automation API.
+
+They use the toolchain `make setup` built (scripts/toolchain.sh) and a file backend in a
+temporary folder: no Pulumi Cloud, no network. When a binary is missing the tests skip with the
+reason recorded by the toolchain script, so the fast tiers still run everywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+CACHE = Path(os.environ.get("SPARK_VLLM_CACHE", Path.home() / ".cache" / "spark-vllm"))
+TOOLCHAIN = CACHE / "toolchain"
+
+
+def toolchain_status() -> dict:
+    try:
+        return json.loads((TOOLCHAIN / "status.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+@pytest.fixture(scope="session")
+def pulumi_bin() -> Path:
+    """The Pulumi CLI binary, or skip with the reason."""
+    candidate = TOOLCHAIN / "bin" / "pulumi"
+    if candidate.exists():
+        return candidate
+    found = shutil.which("pulumi")
+    if found:
+        return Path(found)
+    pytest.skip("the Pulumi CLI is not installed: run `make setup` (scripts/toolchain.sh)")
+
+
+def _require_plugin(name: str, version: str) -> None:
+    home = Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi"))
+    if (home / "plugins" / f"resource-{name}-v{version}" / f"pulumi-resource-{name}").exists():
+        return
+    missing = toolchain_status().get("missing", "")
+    reason = next(
+        (block.strip() for block in missing.split("## ") if block.startswith(f"plugin {name}")),
+        "not installed",
+    )
+    pytest.skip(f"resource plugin {name} {version} unavailable on this machine: {reason}")
+
+
+@pytest.fixture
+def engine_env(tmp_path: Path, pulumi_bin: Path) -> dict[str, str]:
+    """Environment for a LocalWorkspace: file backend in tmp, fixed passphrase, offline."""
+    state = tmp_path / "state"
+    state.mkdir()
+    return {
+        "PULUMI_BACKEND_URL": f"file://{state}",
+        "PULUMI_CONFIG_PASSPHRASE": "spark-vllm-test",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        "PULUMI_HOME": os.environ.get("PULUMI_HOME", str(Path.home() / ".pulumi")),
+        "PATH": f"{pulumi_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+
+
+@pytest.fixture
+def require_plugin():
+    """Call with (name, version): skips the test when that resource plugin is unavailable."""
+    return _require_plugin
