@@ -1,0 +1,221 @@
+"""ModelCache: the model snapshot at one commit, in every node's Hugging Face cache.
+
+Why this shape:
+* The revision (a branch or tag) is resolved to a 40-hex commit with huggingface_hub at deploy
+  time, together with the file list and sizes. Everything downstream names the commit, so a moved
+  branch is a visible diff, never a silent change, and vLLM loads exactly that commit offline.
+* The hub (or the `HF_ENDPOINT` mirror) is contacted ONCE, from the head, by the serving image's
+  own python (`snapshot_download`, incremental). The token goes through stdin.
+* The other nodes get the files over the fabric from a short-lived, read-only seeder on the
+  head, and only the files whose blob they do not have (scripts.model_sync), so a new revision
+  moves just the changed files and a new node never causes a second hub download.
+* A verify step on every node checks every file of the commit with its size.
+* Weights are expensive to move: the fetch and sync commands are `retain_on_delete`, so
+  `pulumi destroy` leaves the cache in place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi_command import remote
+
+from components import scripts
+from components.spark_node import SparkNode
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+class ModelResolutionError(pulumi.RunError):
+    pass
+
+
+@dataclass(frozen=True)
+class ModelManifest:
+    repo: str
+    revision: str
+    commit: str
+    files: tuple[dict[str, Any], ...]  # {"path", "size", "etag"} sorted by path
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f["size"] for f in self.files)
+
+
+def resolve_model(
+    repo: str, revision: str, endpoint: str | None, token: str | None
+) -> ModelManifest:
+    """Ask the hub which commit `revision` is and which files (with sizes) it holds.
+
+    The only network call the program makes itself; unit tests replace this function. When the
+    revision already is a commit the file list is still fetched (sizes are what verify checks).
+    """
+    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import RepoFile
+
+    api = HfApi(endpoint=endpoint, token=token or None)
+    try:
+        commit = revision if _COMMIT.match(revision) else api.model_info(repo, revision=revision).sha
+        files = [
+            {
+                "path": e.path,
+                "size": int(e.size),
+                # The HF cache names blobs by etag: the LFS sha256, else the git blob id.
+                "etag": e.lfs.sha256 if e.lfs else e.blob_id,
+            }
+            for e in api.list_repo_tree(repo, revision=commit, recursive=True)
+            if isinstance(e, RepoFile)
+        ]
+    except Exception as exc:  # network, auth, unknown repo/revision
+        where = endpoint or "https://huggingface.co"
+        raise ModelResolutionError(
+            f"spark-vllm:model: cannot resolve {repo}@{revision} at {where}: {exc}"
+        ) from None
+    if not commit or not _COMMIT.match(commit):
+        raise ModelResolutionError(f"spark-vllm:model: hub returned no commit for {repo}@{revision}")
+    if not files:
+        raise ModelResolutionError(f"spark-vllm:model: {repo}@{commit} lists no files")
+    return ModelManifest(repo, revision, commit, tuple(sorted(files, key=lambda f: f["path"])))
+
+
+@dataclass
+class ModelCacheArgs:
+    repo: str
+    revision: str
+    cache_dir: str
+    endpoint: str | None
+    nodes: list[SparkNode]  # the head first
+    image_ids: dict[str, pulumi.Input[str]]  # per node: the serving image (has huggingface_hub)
+    labels: dict[str, str]  # ownership labels for helper containers
+    hf_token: pulumi.Output[str] | None = None
+
+
+class ModelCache(pulumi.ComponentResource):
+    commit: pulumi.Output[str]
+    model_bytes: pulumi.Output[int]
+    fetch: remote.Command
+    syncs: dict[str, remote.Command]
+    verifies: dict[str, remote.Command]
+
+    def __init__(self, name: str, args: ModelCacheArgs, opts: pulumi.ResourceOptions | None = None):
+        token = args.hf_token if args.hf_token is not None else pulumi.Output.secret("")
+        # Resolution reads the (secret) token, so its result is secret by contagion; the commit
+        # and the file list are not secret, so unwrap them deliberately.
+        manifest: pulumi.Output[ModelManifest] = pulumi.Output.unsecret(
+            token.apply(
+                lambda t: resolve_model(args.repo, args.revision, args.endpoint, t or None)
+            )
+        )
+        commit = manifest.apply(lambda m: m.commit)
+        model_bytes = manifest.apply(lambda m: m.total_bytes)
+        super().__init__(
+            "spark-vllm:model_cache:ModelCache",
+            name,
+            {
+                "repo": args.repo,
+                "revision": args.revision,
+                "commit": commit,
+                "modelBytes": model_bytes,
+                "cacheDir": args.cache_dir,
+            },
+            opts,
+        )
+        # Assigned after super().__init__, which sets an attribute per prop key (`commit`) to an
+        # Output that depends on this component; children using that one would depend on their
+        # own parent (a cycle).
+        self.commit = commit
+        self.model_bytes = model_bytes
+        head, others = args.nodes[0], args.nodes[1:]
+        targets = [n.name for n in others]
+        child = pulumi.ResourceOptions(parent=self)
+
+        self.fetch = remote.Command(
+            f"{name}-fetch",
+            connection=head.connection,
+            create=pulumi.Output.all(manifest, args.image_ids[head.name]).apply(
+                lambda a: scripts.model_fetch(
+                    a[1],
+                    args.cache_dir,
+                    args.repo,
+                    a[0].commit,
+                    args.revision,
+                    args.endpoint,
+                    {**args.labels, "spark-vllm.role": "model-fetch"},
+                )
+            ),
+            stdin=token,
+            logging=remote.Logging.NONE,
+            opts=pulumi.ResourceOptions.merge(
+                child,
+                pulumi.ResourceOptions(
+                    retain_on_delete=True, additional_secret_outputs=["stdout", "stderr"]
+                ),
+            ),
+        )
+        self.syncs = {}
+        seed_start = seed_stop = None
+        if others:
+            seed_start = remote.Command(
+                f"{name}-seed",
+                connection=head.connection,
+                create=pulumi.Output.all(manifest, args.image_ids[head.name]).apply(
+                    lambda a: scripts.model_seeder_start(
+                        a[1],
+                        args.cache_dir,
+                        args.repo,
+                        head.fabric_ip,
+                        {**args.labels, "spark-vllm.role": "model-seeder"},
+                        targets,
+                        a[0].commit,
+                    )
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.fetch]),
+            )
+            for node in others:
+                self.syncs[node.name] = remote.Command(
+                    f"{name}-sync-{node.name}",
+                    connection=node.connection,
+                    create=pulumi.Output.from_input(args.image_ids[node.name]).apply(
+                        lambda image: scripts.model_sync(
+                            image, args.cache_dir, {**args.labels, "spark-vllm.role": "model-sync"}
+                        )
+                    ),
+                    stdin=manifest.apply(
+                        lambda m: scripts.model_manifest_json(
+                            m.repo, m.commit, m.revision, m.files, head.fabric_ip
+                        )
+                    ),
+                    opts=pulumi.ResourceOptions(
+                        parent=self, depends_on=[seed_start], retain_on_delete=True
+                    ),
+                )
+            seed_stop = remote.Command(
+                f"{name}-seed-stop",
+                connection=head.connection,
+                create=self.commit.apply(lambda c: scripts.model_seeder_stop(targets, c)),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.syncs.values())),
+            )
+        self.seeder = (seed_start, seed_stop)
+
+        self.verifies = {}
+        for node in args.nodes:
+            landed = self.fetch if node is head else self.syncs[node.name]
+            self.verifies[node.name] = remote.Command(
+                f"{name}-verify-{node.name}",
+                connection=node.connection,
+                create=manifest.apply(
+                    lambda m: scripts.model_verify(args.cache_dir, m.repo, m.commit, m.files)
+                ),
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[landed]),
+            )
+        self.register_outputs(
+            {
+                "commit": self.commit,
+                "modelBytes": self.model_bytes,
+                "files": manifest.apply(lambda m: len(m.files)),
+                "verified": {n: c.stdout for n, c in self.verifies.items()},
+            }
+        )

@@ -1,0 +1,128 @@
+"""NcclEnvironment: the NCCL/Gloo/UCX/Ray environment of every node, derived, never typed in.
+
+Pure derivation from config and recon facts (field notes 2.5-2.6): every socket-based library is
+pinned to the node's primary fabric interface, Ray and vLLM advertise the node's fabric address,
+and with RDMA on NCCL gets exactly the RoCE HCAs whose link is up (a carrier-down twin in
+NCCL_IB_HCA makes NCCL fail or hang at init). The component creates no resources; it exists so
+policies can review the environment (`rdma`, per node `env` and fabric facts) as props.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pulumi
+
+from components.config import NodeConfig, StackConfig
+from components.facts import NodeFacts
+
+
+@dataclass(frozen=True)
+class DockerExtras:
+    """Container settings RDMA needs beyond the environment."""
+
+    devices: list[str] = field(default_factory=list)  # host paths, mapped to the same path
+    cap_add: list[str] = field(default_factory=list)
+    memlock_unlimited: bool = False
+
+
+def up_hcas(node: NodeConfig, facts: NodeFacts) -> list[str]:
+    """RoCE devices NCCL may use on this node: the fabric's HCAs whose port is Up.
+
+    The HCAs named in the node's fabric config are preferred (both twins of the cabled port);
+    when none is named, every Up device recon found is used. Order follows the config.
+    """
+    named = [f.hca for f in node.fabric if f.hca]
+    candidates = named or [r.device for r in facts.roce]
+    out = []
+    for hca in candidates:
+        dev = facts.roce_device(hca)
+        if dev is not None and dev.up and hca not in out:
+            out.append(hca)
+    return out
+
+
+def node_env(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> dict[str, str]:
+    """The environment variables of one node's Ray container (and so of vLLM's workers)."""
+    iface = node.primary.interface
+    ip = node.primary.ip
+    env = {
+        "NCCL_SOCKET_IFNAME": iface,
+        "GLOO_SOCKET_IFNAME": iface,
+        "TP_SOCKET_IFNAME": iface,
+        "UCX_NET_DEVICES": iface,
+        "VLLM_HOST_IP": ip,
+        "RAY_NODE_IP_ADDRESS": ip,
+        "MASTER_ADDR": cfg.head.primary.ip,
+        # Ray's OOM killer reads unified memory as host RAM and kills vLLM workers (field notes).
+        "RAY_memory_monitor_refresh_ms": "0",
+        "NCCL_DEBUG": cfg.nccl.debug,
+    }
+    if cfg.nccl.rdma:
+        hcas = up_hcas(node, facts)
+        if not hcas:
+            raise ValueError(
+                f"node {node.name}: nccl.rdma is true but no RoCE HCA of its fabric is Up "
+                f"(recon saw {[(r.device, r.state) for r in facts.roce]}); cable the port or set "
+                "spark-vllm:nccl.rdma false"
+            )
+        env["NCCL_IB_HCA"] = ",".join(hcas)
+        env["NCCL_IB_DISABLE"] = "0"
+    else:
+        env["NCCL_IB_DISABLE"] = "1"
+    env.update(cfg.nccl.extra_env)
+    return env
+
+
+def docker_extras(cfg: StackConfig) -> DockerExtras:
+    if not cfg.nccl.rdma:
+        return DockerExtras()
+    return DockerExtras(devices=["/dev/infiniband"], cap_add=["IPC_LOCK"], memlock_unlimited=True)
+
+
+@dataclass
+class NcclEnvironmentArgs:
+    cfg: StackConfig
+    facts: dict[str, NodeFacts]
+
+
+class NcclEnvironment(pulumi.ComponentResource):
+    """Per-node environment dicts and docker extras for the Ray containers."""
+
+    env: dict[str, dict[str, str]]
+    extras: DockerExtras
+
+    def __init__(
+        self, name: str, args: NcclEnvironmentArgs, opts: pulumi.ResourceOptions | None = None
+    ):
+        cfg = args.cfg
+        missing = [n.name for n in cfg.nodes if n.name not in args.facts]
+        if missing:
+            raise ValueError(f"NcclEnvironment {name}: no recon facts for nodes {missing}")
+        self.env = {n.name: node_env(cfg, n, args.facts[n.name]) for n in cfg.nodes}
+        self.extras = docker_extras(cfg)
+        props_nodes = []
+        for n in cfg.nodes:
+            facts = args.facts[n.name]
+            fabric = []
+            for f in n.fabric:
+                iface = facts.interface(f.interface)
+                hca = facts.roce_device(f.hca) if f.hca else None
+                fabric.append(
+                    {
+                        "interface": f.interface,
+                        "ip": f.ip,
+                        "mtu": iface.mtu if iface else None,
+                        "carrier": iface.carrier if iface else None,
+                        "hca": f.hca,
+                        "hcaState": hca.state if hca else None,
+                    }
+                )
+            props_nodes.append({"name": n.name, "env": self.env[n.name], "fabric": fabric})
+        super().__init__(
+            "spark-vllm:nccl:NcclEnvironment",
+            name,
+            {"rdma": cfg.nccl.rdma, "minMtu": cfg.nccl.min_mtu, "nodes": props_nodes},
+            opts,
+        )
+        self.register_outputs({"env": self.env})

@@ -1,0 +1,165 @@
+"""SparkNode: how the stack reaches one Spark, and what recon found there.
+
+Owns the per-node Docker provider (Docker over `ssh://`, the only way containers and images reach
+the node) and the `remote.ConnectionArgs` every `remote.Command` on the node uses. Both pin the
+host key from config: the SSH transport of the docker provider via a known_hosts file written from
+the pinned keys with `StrictHostKeyChecking=yes`, pulumi-command via `host_key`. A node that
+presents another key is refused before anything runs.
+
+Foreign containers the preflight plan says to stop are stopped here, one `remote.Command` each,
+whose delete starts them again, so `pulumi destroy` gives the machine back as it was found.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+from pulumi_command import remote
+
+from components import scripts
+from components.config import NodeConfig, StackConfig
+from components.facts import ContainerFacts, NodeFacts
+
+
+def state_dir() -> Path:
+    """Local per-user directory for files the SSH transport needs (known_hosts)."""
+    return Path(os.environ.get("SPARK_VLLM_HOME", os.path.expanduser("~/.cache/spark-vllm")))
+
+
+def write_known_hosts(cfg: StackConfig, project: str, stack: str) -> Path:
+    """Write the stack's known_hosts file from the pinned keys; stable path, idempotent content.
+
+    Written on every run (preview included): the docker provider dials the nodes at configure
+    time, before any resource exists, so the file must be there already.
+    """
+    path = state_dir() / "known_hosts" / f"{project}.{stack}"
+    text = "".join(
+        scripts.known_hosts_line(n.host, n.port, n.host_key) + "\n" for n in cfg.nodes
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
+def facts_summary(facts: NodeFacts) -> dict[str, Any]:
+    """The recon facts worth exporting and reviewing, as plain JSON-able values."""
+    gpu = facts.gpus[0] if facts.gpus else None
+    return {
+        "hostname": facts.hostname,
+        "os": facts.os.pretty_name,
+        "kernel": facts.os.kernel,
+        "arch": facts.os.arch,
+        "dgxSpark": facts.os.is_dgx_spark,
+        "gpu": gpu.name if gpu else None,
+        "computeCapability": gpu.compute_capability if gpu else None,
+        "driver": gpu.driver_version if gpu else None,
+        "cuda": gpu.cuda_version if gpu else None,
+        "memTotalBytes": facts.memory.total_bytes,
+        "memAvailableBytes": facts.memory.available_bytes,
+        "unifiedMemory": facts.memory.unified,
+        "docker": facts.docker.version if facts.docker else None,
+        "foreignContainers": [c.name for c in facts.foreign_containers()],
+        "interfaces": {
+            i.name: {"ipv4": i.ipv4, "mtu": i.mtu, "carrier": i.carrier, "speedMbps": i.speed_mbps}
+            for i in facts.interfaces
+        },
+        "roce": {r.device: r.state for r in facts.roce},
+        "diskFreeBytes": facts.disk_free_bytes,
+    }
+
+
+@dataclass
+class SparkNodeArgs:
+    node: NodeConfig
+    facts: NodeFacts
+    role: str  # "head" | "worker"
+    private_key_path: str
+    connect_timeout_seconds: int
+    known_hosts_path: str
+    ssh_private_key: pulumi.Input[str]  # secret
+    stack_label: str  # <project>/<stack>, recorded with containers the stack stops
+    stop_containers: list[ContainerFacts] = field(default_factory=list)
+
+
+class SparkNode(pulumi.ComponentResource):
+    """One Spark: docker provider, SSH connection, role, facts, stopped foreign containers."""
+
+    provider: docker.Provider
+    connection: remote.ConnectionArgs
+    stopped: list[remote.Command]
+
+    def __init__(self, name: str, args: SparkNodeArgs, opts: pulumi.ResourceOptions | None = None):
+        if args.role not in ("head", "worker"):
+            raise ValueError(f"SparkNode {name}: role must be head or worker, got {args.role!r}")
+        node = args.node
+        super().__init__(
+            "spark-vllm:spark_node:SparkNode",
+            name,
+            {"name": node.name, "host": node.host, "hostKey": node.host_key, "role": args.role},
+            opts,
+        )
+        self.name = node.name
+        self.role = args.role
+        self.node = node
+        self.facts = args.facts
+        self.fabric_ip = node.primary.ip
+
+        self.ssh_opts = [
+            "-i",
+            os.path.expanduser(args.private_key_path),
+            "-o",
+            "StrictHostKeyChecking=yes",
+            "-o",
+            f"UserKnownHostsFile={args.known_hosts_path}",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={args.connect_timeout_seconds}",
+        ]
+        self.provider = docker.Provider(
+            f"{name}-docker",
+            host=f"ssh://{node.user}@{node.host}:{node.port}",
+            ssh_opts=self.ssh_opts,
+            opts=pulumi.ResourceOptions(parent=self),
+        )
+        self.connection = remote.ConnectionArgs(
+            host=node.host,
+            port=node.port,
+            user=node.user,
+            host_key=node.host_key,
+            private_key=pulumi.Output.secret(args.ssh_private_key),
+            per_dial_timeout=args.connect_timeout_seconds,
+            dial_error_limit=3,
+        )
+
+        self.stopped_names = [c.name for c in args.stop_containers]
+        self.stopped = [
+            remote.Command(
+                f"{name}-stop-{c.name}",
+                connection=self.connection,
+                create=scripts.stop_foreign_container(c.name, args.stack_label),
+                delete=scripts.start_foreign_container(c.name),
+                opts=pulumi.ResourceOptions(parent=self),
+            )
+            for c in args.stop_containers
+        ]
+
+        self.summary = facts_summary(args.facts)
+        self.register_outputs(
+            {
+                "name": node.name,
+                "role": args.role,
+                "host": node.host,
+                "fabricIp": self.fabric_ip,
+                "facts": self.summary,
+                "stoppedContainers": self.stopped_names,
+            }
+        )
