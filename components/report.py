@@ -91,7 +91,9 @@ class Row:
 
 
 def _gib(n: int) -> str:
-    return f"{n / GIB:.1f} GiB"
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    return f"{n / 1024**2:.0f} MiB" if n >= 1024**2 else f"{n} B"
 
 
 def _gpu(f: NodeFacts, attr: str) -> str:
