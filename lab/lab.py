@@ -1043,7 +1043,8 @@ def cmd_seed(args) -> None:
         die("the lab is not up")
     sys.path.insert(0, HERE)
     import seed  # noqa: E402
-    seed.seed(node_docker("spark-1"), st["image"], HF_ENDPOINT, HF_REPO, log)
+    seed.seed(node_docker("spark-1"), st["image"], HF_ENDPOINT, HF_REPO, log,
+              hf_dir=os.path.join(node_dir("spark-1"), "hf"))
 
 
 def cmd_hf_bytes(args) -> None:
