@@ -1,0 +1,287 @@
+"""Shared fixtures: GB10-shaped node facts and a Pulumi mocks harness.
+
+`gb10_facts(name, ...)` builds NodeFacts with the values of the recorded real GB10 outputs in
+tests/fixtures/gb10 (copied, not invented): nvidia-smi query (NVIDIA GB10, 12.1, 580.159.03,
+[N/A] memory), `free` in KiB on spark-7d19 (125513720 total, 120425308 available), DGX OS
+release file, Ubuntu 24.04.4 / kernel 6.17.0-1014-nvidia aarch64, Docker 29.2.1 with cgroup v2
+and no nvidia runtime (CDI), and ibdev2netdev from the connect-two-sparks playbook (port 1 Up on
+both twins, port 0 Down).
+
+`mocks` installs a recording `pulumi.runtime.Mocks` per test with `preview=False` (so applies
+run), on a fresh event loop whose default executor is synchronous (pulumi/pulumi#7663), and
+restores everything afterwards so tests cannot bleed into each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+import yaml
+
+from components.facts import (
+    ContainerFacts,
+    DockerFacts,
+    GpuFacts,
+    InterfaceFacts,
+    MemoryFacts,
+    NodeFacts,
+    OsFacts,
+    RoceFacts,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = "spark-vllm"
+KIB = 1024
+
+# --- values copied from tests/fixtures/gb10 ---------------------------------------------------
+DGX_RELEASE = {  # dgx-release-sionna-rk.txt (first block)
+    "DGX_NAME": "DGX Spark",
+    "DGX_PRETTY_NAME": "NVIDIA DGX Spark",
+    "DGX_SWBUILD_DATE": "2025-09-10-13-50-03",
+    "DGX_SWBUILD_VERSION": "7.2.3",
+    "DGX_COMMIT_ID": "833b4a7",
+    "DGX_PLATFORM": "DGX Server for KVM",
+    "DGX_SERIAL_NUMBER": "XXXXXXXXXXXX",
+    "DGX_OTA_VERSION": "7.3.1",
+    "DGX_OTA_DATE": "Wed Nov 19 05:05:30 PM CET 2025",
+}
+MEM_TOTAL = 125513720 * KIB  # free-kib-obrienlabs.txt
+MEM_AVAILABLE = 120425308 * KIB
+IBDEV2NETDEV = [  # ibdev2netdev-playbooks-connect-two-sparks.txt (roceP2* rows first)
+    ("roceP2p1s0f0", "enP2p1s0f0np0", "Down"),
+    ("roceP2p1s0f1", "enP2p1s0f1np1", "Up"),
+    ("rocep1s0f0", "enp1s0f0np0", "Down"),
+    ("rocep1s0f1", "enp1s0f1np1", "Up"),
+]
+
+
+def gb10_facts(
+    name: str,
+    *,
+    index: int = 1,
+    mtu: int = 9000,
+    roce_state: dict[str, str] | None = None,
+    containers: list[ContainerFacts] | None = None,
+    hostname: str | None = None,
+) -> NodeFacts:
+    """NodeFacts of a GB10 Spark cabled on port 1; fabric IPs 192.168.177/178.(10+index)."""
+    states = {dev: state for dev, _, state in IBDEV2NETDEV}
+    states.update(roce_state or {})
+    host = 10 + index
+    return NodeFacts(
+        node=name,
+        hostname=hostname or name,
+        host_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
+        os=OsFacts(
+            id="ubuntu",
+            version_id="24.04",
+            pretty_name="Ubuntu 24.04.4 LTS",
+            kernel="6.17.0-1014-nvidia",
+            arch="aarch64",
+            dgx_release=DGX_RELEASE,
+        ),
+        gpus=[
+            GpuFacts(
+                name="NVIDIA GB10",
+                compute_capability="12.1",
+                driver_version="580.159.03",
+                cuda_version="13.0",
+                memory_total_mib=None,
+            )
+        ],
+        memory=MemoryFacts(total_bytes=MEM_TOTAL, available_bytes=MEM_AVAILABLE, unified=True),
+        docker=DockerFacts(
+            version="29.2.1",
+            runtimes=["io.containerd.runc.v2", "runc"],
+            gpu_support=True,
+            cgroup_driver="systemd",
+            containers=containers or [],
+        ),
+        interfaces=[
+            InterfaceFacts(name="enP7s7", ipv4=[f"10.77.0.{host}/24"], mtu=1500, carrier=True),
+            InterfaceFacts(
+                name="enp1s0f1np1",
+                ipv4=[f"192.168.177.{host}/24"],
+                mtu=mtu,
+                carrier=True,
+                speed_mbps=200000,
+            ),
+            InterfaceFacts(
+                name="enP2p1s0f1np1",
+                ipv4=[f"192.168.178.{host}/24"],
+                mtu=mtu,
+                carrier=True,
+                speed_mbps=200000,
+            ),
+            InterfaceFacts(name="enp1s0f0np0", mtu=1500, carrier=False),
+            InterfaceFacts(name="enP2p1s0f0np0", mtu=1500, carrier=False),
+        ],
+        roce=[
+            RoceFacts(device=dev, port=1, netdev=netdev, state=states[dev])
+            for dev, netdev, _ in IBDEV2NETDEV
+        ],
+        disk_free_bytes=2 * 1024**4,
+    )
+
+
+@pytest.fixture(name="gb10_facts")
+def gb10_facts_fixture():
+    return gb10_facts
+
+
+# --- config -------------------------------------------------------------------------------------
+
+
+def dev_config_raw() -> dict[str, Any]:
+    """Pulumi.dev.yaml as a mapping of top-level keys (without the namespace)."""
+    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+    return {k.split(":", 1)[1]: v for k, v in data.items()}
+
+
+def node_raw(i: int) -> dict[str, Any]:
+    host = 10 + i
+    return {
+        "name": f"spark-{i}",
+        "host": f"10.77.0.{host}",
+        "port": 22,
+        "user": "root",
+        "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
+        "fabric": [
+            {"interface": "enp1s0f1np1", "ip": f"192.168.177.{host}", "hca": "rocep1s0f1"},
+            {"interface": "enP2p1s0f1np1", "ip": f"192.168.178.{host}", "hca": "roceP2p1s0f1"},
+        ],
+    }
+
+
+def config_raw(nodes: int = 2, **overrides: Any) -> dict[str, Any]:
+    """The dev config with `nodes` nodes (tp = nodes) and top-level sections patched."""
+    raw = dev_config_raw()
+    raw["nodes"] = [node_raw(i) for i in range(1, nodes + 1)]
+    raw["vllm"] = {**raw["vllm"], "tensorParallelSize": nodes}
+    for key, value in overrides.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return raw
+
+
+def set_config(raw: dict[str, Any], secrets: dict[str, str] | None = None) -> None:
+    """Install stack config the way the CLI does: JSON strings under `spark-vllm:<key>`."""
+    values = {
+        f"{PROJECT}:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()
+    }
+    secrets = secrets or {}
+    values.update({f"{PROJECT}:{k}": v for k, v in secrets.items()})
+    pulumi.runtime.set_all_config(values, secret_keys=[f"{PROJECT}:{k}" for k in secrets])
+
+
+@pytest.fixture(name="config_raw")
+def config_raw_fixture():
+    return config_raw
+
+
+@pytest.fixture(name="set_config")
+def set_config_fixture():
+    return set_config
+
+
+# --- mocks --------------------------------------------------------------------------------------
+
+
+SECRET_SIG = ("4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270")
+
+
+def is_secret(value: Any) -> bool:
+    """True when a mock input arrived wrapped as a Pulumi secret."""
+    return isinstance(value, dict) and value.get(SECRET_SIG[0]) == SECRET_SIG[1]
+
+
+def reveal(value: Any) -> Any:
+    """The plain value of a (possibly secret-wrapped) mock input."""
+    return value["value"] if is_secret(value) else value
+
+
+def fake_image_id(ref: str) -> str:
+    return "sha256:" + hashlib.sha256(ref.encode()).hexdigest()
+
+
+class RecordingMocks(pulumi.runtime.Mocks):
+    """Records every registration; returns known fake outputs so applies run."""
+
+    def __init__(self) -> None:
+        self.resources: list[pulumi.runtime.MockResourceArgs] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs):
+        self.resources.append(args)
+        outputs = dict(args.inputs)
+        if args.typ == "docker:index/remoteImage:RemoteImage":
+            outputs["imageId"] = fake_image_id(args.inputs["name"])
+            outputs["repoDigest"] = args.inputs["name"]
+        elif args.typ == "command:remote:Command":
+            outputs["stdout"] = f"{args.name}: ok"
+            outputs["stderr"] = ""
+        return f"{args.name}-id", outputs
+
+    def call(self, args: pulumi.runtime.MockCallArgs):
+        return {}
+
+    # helpers for assertions
+    def of_type(self, typ: str) -> list[pulumi.runtime.MockResourceArgs]:
+        return [r for r in self.resources if r.typ == typ]
+
+    def urns(self) -> list[str]:
+        return list(self.monitor.get_registered_resources())
+
+    def named(self, name: str) -> pulumi.runtime.MockResourceArgs:
+        found = [r for r in self.resources if r.name == name]
+        assert len(found) == 1, f"expected one resource named {name}, got {len(found)}"
+        return found[0]
+
+
+class _SyncExecutor(concurrent.futures.ThreadPoolExecutor):
+    """Runs submitted work inline: avoids the SDK's thread-pool hangs under pytest.
+
+    (asyncio only accepts ThreadPoolExecutor instances as the default executor; no thread is
+    ever started because `submit` never reaches the pool.)
+    """
+
+    def submit(self, fn, /, *args, **kwargs):
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            fut.set_exception(exc)
+        return fut
+
+
+@pytest.fixture
+def mocks(tmp_path, monkeypatch):
+    """A fresh runtime per test: event loop with a synchronous executor, mocks, empty config."""
+    from pulumi.runtime import settings
+
+    monkeypatch.setenv("SPARK_VLLM_HOME", str(tmp_path / "home"))
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(_SyncExecutor())
+    asyncio.set_event_loop(loop)
+    settings.ROOT.set(None)
+    recorder = RecordingMocks()
+    recorder.monitor = pulumi.runtime.mocks.MockMonitor(recorder)
+    pulumi.runtime.set_mocks(
+        recorder, project=PROJECT, stack="dev", preview=False, monitor=recorder.monitor
+    )
+    pulumi.runtime.set_all_config({}, secret_keys=[])
+    try:
+        yield recorder
+    finally:
+        pulumi.runtime.set_all_config({}, secret_keys=[])
+        settings.ROOT.set(None)
+        asyncio.set_event_loop(None)
+        loop.close()

@@ -1,0 +1,81 @@
+"""Unit-tier fixtures: no network, a fixed model manifest, and a `build` helper.
+
+`build(...)` validates a config, makes GB10 facts for every node and runs
+`components.stack.build_stack` under the `mocks` fixture, returning the handles.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pulumi
+import pytest
+
+from components import model_cache
+from components.config import Secrets, validate_config
+from components.model_cache import ModelManifest
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+MODEL_FILES = (
+    {"path": "config.json", "size": 1234, "etag": "a" * 40},
+    {"path": "model-00001-of-00002.safetensors", "size": 5_000_000, "etag": "b" * 64},
+    {"path": "model-00002-of-00002.safetensors", "size": 4_000_000, "etag": "c" * 64},
+    {"path": "tokenizer/tokenizer.json", "size": 777, "etag": "d" * 40},
+)
+API_KEY = "sk-unit-test-api-key-0001"
+SSH_KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nunit-test\n-----END OPENSSH PRIVATE KEY-----\n"
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Unit tests must not touch the network: any connect() fails the test."""
+
+    def refuse(*_a, **_k):
+        raise AssertionError("unit tests must not open network connections")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+@pytest.fixture(autouse=True)
+def fixed_model(monkeypatch):
+    """Replace the hub lookup with a fixed manifest; records the calls it got."""
+    calls: list[tuple] = []
+
+    def resolve(repo, revision, endpoint, token):
+        calls.append((repo, revision, endpoint, token))
+        return ModelManifest(repo, revision, COMMIT, MODEL_FILES)
+
+    monkeypatch.setattr(model_cache, "resolve_model", resolve)
+    return calls
+
+
+def secrets(api_key: str | None = API_KEY, hf_token: str | None = None) -> Secrets:
+    return Secrets(
+        ssh_private_key=pulumi.Output.secret(SSH_KEY),
+        hf_token=pulumi.Output.secret(hf_token) if hf_token else None,
+        vllm_api_key=pulumi.Output.secret(api_key) if api_key else None,
+    )
+
+
+@pytest.fixture
+def build(mocks, gb10_facts, config_raw):
+    """build(nodes=2, raw=None, facts=None, plan=None, api_key=..., **sections) -> StackHandles."""
+    from components import stack
+
+    def _build(
+        nodes: int = 2,
+        raw: dict[str, Any] | None = None,
+        facts: dict | None = None,
+        plan: Any = None,
+        api_key: str | None = API_KEY,
+        hf_token: str | None = None,
+        **overrides: Any,
+    ):
+        cfg = validate_config(raw if raw is not None else config_raw(nodes, **overrides))
+        if facts is None:
+            facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
+        return stack.build_stack(cfg, facts, plan, secrets(api_key, hf_token))
+
+    return _build

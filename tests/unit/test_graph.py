@@ -1,0 +1,160 @@
+"""The resource graph: what exists for N nodes, who parents whom, which provider each uses."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pulumi
+import pytest
+
+from tests.conftest import is_secret, reveal
+
+CONTAINER = "docker:index/container:Container"
+IMAGE = "docker:index/remoteImage:RemoteImage"
+COMMAND = "command:remote:Command"
+PROVIDER = "pulumi:providers:docker"
+COMPONENTS = {
+    "spark-vllm:spark_node:SparkNode",
+    "spark-vllm:nccl:NcclEnvironment",
+    "spark-vllm:vllm_image:VllmImage",
+    "spark-vllm:model_cache:ModelCache",
+    "spark-vllm:ray_cluster:RayCluster",
+    "spark-vllm:vllm_server:VllmServer",
+}
+
+
+def expected_counts(n: int) -> Counter:
+    return Counter(
+        {
+            "spark-vllm:spark_node:SparkNode": n,
+            "spark-vllm:nccl:NcclEnvironment": 1,
+            "spark-vllm:vllm_image:VllmImage": 1,
+            "spark-vllm:model_cache:ModelCache": 1,
+            "spark-vllm:ray_cluster:RayCluster": 1,
+            "spark-vllm:vllm_server:VllmServer": 1,
+            PROVIDER: n,
+            IMAGE: n,
+            CONTAINER: n,
+            # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; ray ready; vllm serve
+            COMMAND: 3 + (n - 1) + n + 1 + 1,
+        }
+    )
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pulumi.runtime.test
+def test_resource_counts_by_type(build, mocks, n):
+    h = build(n)
+
+    def check(_):
+        counts = Counter(r.typ for r in mocks.resources if r.typ != "pulumi:pulumi:Stack")
+        assert counts == expected_counts(n)
+        names = [r.name for r in mocks.resources]
+        assert len(names) == len(set((r.typ, r.name) for r in mocks.resources)), "duplicate names"
+
+    return h.vllm.serve.urn.apply(check)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pulumi.runtime.test
+def test_parent_chains(build, mocks, n):
+    h = build(n)
+    workers = [f"spark-{i}" for i in range(2, n + 1)]
+
+    def check(_):
+        urns = mocks.urns()
+
+        def parent_type(name: str) -> str:
+            found = [u for u in urns if u.endswith("::" + name)]
+            assert len(found) == 1, (name, found)
+            qualified = found[0].split("::")[2]
+            return qualified.split("$")[0]
+
+        for comp in ["nccl", "image", "model", "ray", "vllm", "spark-1"]:
+            assert parent_type(comp) == "pulumi:pulumi:Stack"
+        for i in range(1, n + 1):
+            node = f"spark-{i}"
+            assert parent_type(f"{node}-docker") == "spark-vllm:spark_node:SparkNode"
+            assert parent_type(f"image-{node}") == "spark-vllm:vllm_image:VllmImage"
+            assert parent_type(f"model-verify-{node}") == "spark-vllm:model_cache:ModelCache"
+        for w in workers:
+            assert parent_type(f"ray-worker-{w}") == "spark-vllm:ray_cluster:RayCluster"
+            assert parent_type(f"model-sync-{w}") == "spark-vllm:model_cache:ModelCache"
+        assert parent_type("ray-head") == "spark-vllm:ray_cluster:RayCluster"
+        assert parent_type("ray-ready") == "spark-vllm:ray_cluster:RayCluster"
+        assert parent_type("model-fetch") == "spark-vllm:model_cache:ModelCache"
+        assert parent_type("vllm-serve") == "spark-vllm:vllm_server:VllmServer"
+        # every custom resource has a component parent (nothing hangs off the stack directly)
+        for u in urns:
+            typ = u.split("::")[2]
+            if typ.split("$")[-1] not in COMPONENTS and "$" in typ:
+                assert typ.split("$")[0] in COMPONENTS, u
+
+    return h.vllm.serve.urn.apply(check)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pulumi.runtime.test
+def test_every_container_and_image_on_its_own_nodes_provider(build, mocks, n):
+    h = build(n)
+
+    def check(_):
+        providers = {r.name: r for r in mocks.of_type(PROVIDER)}
+        for i in range(1, n + 1):
+            node = f"spark-{i}"
+            prov = providers[f"{node}-docker"]
+            assert prov.inputs["host"] == f"ssh://root@10.77.0.{10 + i}:22"
+            ref_suffix = f"::{node}-docker::{node}-docker-id"
+            cname = "ray-head" if i == 1 else f"ray-worker-{node}"
+            assert mocks.named(cname).provider.endswith(ref_suffix)
+            assert mocks.named(f"image-{node}").provider.endswith(ref_suffix)
+        # and no container or image uses the default provider
+        for r in mocks.of_type(CONTAINER) + mocks.of_type(IMAGE):
+            assert r.provider and "pulumi:providers:docker" in r.provider
+
+    return h.vllm.serve.urn.apply(check)
+
+
+@pulumi.runtime.test
+def test_docker_provider_pins_the_host_key(build, mocks, tmp_path):
+    h = build(2)
+
+    def check(_):
+        prov = mocks.named("spark-2-docker").inputs
+        # provider config reaches the engine JSON-encoded
+        opts = json.loads(prov["sshOpts"]) if isinstance(prov["sshOpts"], str) else prov["sshOpts"]
+        joined = " ".join(opts)
+        assert "StrictHostKeyChecking=yes" in joined
+        assert "BatchMode=yes" in joined
+        assert opts[opts.index("-i") + 1] == "/root/.cache/spark-vllm/lab/id_ed25519"
+        kh = next(o.split("=", 1)[1] for o in opts if o.startswith("UserKnownHostsFile="))
+        lines = open(kh).read().splitlines()
+        assert lines == [
+            "10.77.0.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
+            "10.77.0.12 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
+        ]
+        # remote commands pin the same key, and carry the private key only as a secret
+        raw_conn = mocks.named("ray-ready").inputs["connection"]
+        assert is_secret(raw_conn)  # the private key makes the whole connection secret
+        conn = reveal(raw_conn)
+        assert conn["hostKey"] == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests"
+        assert conn["host"] == "10.77.0.11"
+
+    return h.vllm.serve.urn.apply(check)
+
+
+@pulumi.runtime.test
+def test_image_source_head_copies_over_the_fabric(build, mocks):
+    h = build(3, image={"source": "head"})
+
+    def check(_):
+        names = {r.name for r in mocks.of_type(COMMAND)}
+        assert {"image-seed", "image-seed-stop", "image-copy-spark-2", "image-copy-spark-3"} <= names
+        seed = mocks.named("image-seed").inputs["create"]
+        assert "192.168.177.11 18471" in seed  # bound to the head's fabric address
+        copy = mocks.named("image-copy-spark-3").inputs["create"]
+        assert "http://192.168.177.11:18471/" in copy and "docker load" in copy
+        assert reveal(mocks.named("image-copy-spark-3").inputs["connection"])["host"] == "10.77.0.13"
+
+    return h.vllm.serve.urn.apply(check)
