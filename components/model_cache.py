@@ -156,8 +156,10 @@ class ModelCache(pulumi.ComponentResource):
             ),
         )
         self.syncs = {}
+        self.depends_on: dict[str, list[pulumi.Resource]] = {}
         seed_start = seed_stop = None
         if others:
+            self.depends_on[f"{name}-seed"] = [self.fetch]
             seed_start = remote.Command(
                 f"{name}-seed",
                 connection=head.connection,
@@ -172,9 +174,12 @@ class ModelCache(pulumi.ComponentResource):
                         a[0].commit,
                     )
                 ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.fetch]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=self.depends_on[f"{name}-seed"]
+                ),
             )
             for node in others:
+                self.depends_on[f"{name}-sync-{node.name}"] = [seed_start]
                 self.syncs[node.name] = remote.Command(
                     f"{name}-sync-{node.name}",
                     connection=node.connection,
@@ -189,27 +194,35 @@ class ModelCache(pulumi.ComponentResource):
                         )
                     ),
                     opts=pulumi.ResourceOptions(
-                        parent=self, depends_on=[seed_start], retain_on_delete=True
+                        parent=self,
+                        depends_on=self.depends_on[f"{name}-sync-{node.name}"],
+                        retain_on_delete=True,
                     ),
                 )
+            self.depends_on[f"{name}-seed-stop"] = list(self.syncs.values())
             seed_stop = remote.Command(
                 f"{name}-seed-stop",
                 connection=head.connection,
                 create=self.commit.apply(lambda c: scripts.model_seeder_stop(targets, c)),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.syncs.values())),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=self.depends_on[f"{name}-seed-stop"]
+                ),
             )
         self.seeder = (seed_start, seed_stop)
 
         self.verifies = {}
         for node in args.nodes:
             landed = self.fetch if node is head else self.syncs[node.name]
+            self.depends_on[f"{name}-verify-{node.name}"] = [landed]
             self.verifies[node.name] = remote.Command(
                 f"{name}-verify-{node.name}",
                 connection=node.connection,
                 create=manifest.apply(
                     lambda m: scripts.model_verify(args.cache_dir, m.repo, m.commit, m.files)
                 ),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[landed]),
+                opts=pulumi.ResourceOptions(
+                    parent=self, depends_on=self.depends_on[f"{name}-verify-{node.name}"]
+                ),
             )
         self.register_outputs(
             {

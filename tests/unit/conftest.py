@@ -79,3 +79,21 @@ def build(mocks, gb10_facts, config_raw):
         return stack.build_stack(cfg, facts, plan, secrets(api_key, hf_token))
 
     return _build
+
+
+def settled(h, *outputs):
+    """An Output that resolves once every leaf resource of the stack has registered.
+
+    Assertions on `mocks.resources` must run after the registrations they inspect; returning
+    this (or applying on it) guarantees that, whatever order the SDK registers in.
+    """
+    leaves = []
+    for n in h.nodes.values():
+        leaves += [n.provider, *n.stopped]
+    leaves += [*h.image.images.values(), *h.image.copies.values()]
+    leaves += [r for r in (*h.image.seeder, *h.model.seeder) if r is not None]
+    leaves += [h.model.fetch, *h.model.syncs.values(), *h.model.verifies.values()]
+    leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, h.vllm.serve]
+    return pulumi.Output.all(*[r.urn for r in leaves], *outputs).apply(
+        lambda values: values[len(leaves):]
+    )

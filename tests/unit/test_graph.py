@@ -9,6 +9,7 @@ import pulumi
 import pytest
 
 from tests.conftest import is_secret, reveal
+from tests.unit.conftest import settled
 
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/remoteImage:RemoteImage"
@@ -53,7 +54,7 @@ def test_resource_counts_by_type(build, mocks, n):
         names = [r.name for r in mocks.resources]
         assert len(names) == len(set((r.typ, r.name) for r in mocks.resources)), "duplicate names"
 
-    return h.vllm.serve.urn.apply(check)
+    return settled(h).apply(check)
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -91,7 +92,7 @@ def test_parent_chains(build, mocks, n):
             if typ.split("$")[-1] not in COMPONENTS and "$" in typ:
                 assert typ.split("$")[0] in COMPONENTS, u
 
-    return h.vllm.serve.urn.apply(check)
+    return settled(h).apply(check)
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -113,7 +114,7 @@ def test_every_container_and_image_on_its_own_nodes_provider(build, mocks, n):
         for r in mocks.of_type(CONTAINER) + mocks.of_type(IMAGE):
             assert r.provider and "pulumi:providers:docker" in r.provider
 
-    return h.vllm.serve.urn.apply(check)
+    return settled(h).apply(check)
 
 
 @pulumi.runtime.test
@@ -141,7 +142,7 @@ def test_docker_provider_pins_the_host_key(build, mocks, tmp_path):
         assert conn["hostKey"] == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests"
         assert conn["host"] == "10.77.0.11"
 
-    return h.vllm.serve.urn.apply(check)
+    return settled(h).apply(check)
 
 
 @pulumi.runtime.test
@@ -157,4 +158,4 @@ def test_image_source_head_copies_over_the_fabric(build, mocks):
         assert "http://192.168.177.11:18471/" in copy and "docker load" in copy
         assert reveal(mocks.named("image-copy-spark-3").inputs["connection"])["host"] == "10.77.0.13"
 
-    return h.vllm.serve.urn.apply(check)
+    return settled(h).apply(check)
