@@ -1,0 +1,78 @@
+"""The remote scripts, run locally with sh against recorded outputs and temp files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from components import scripts
+from tests.conftest import ROOT
+
+RAY_STATUS = ROOT / "tests" / "fixtures" / "gb10" / "ray-status-oshlabs.txt"
+
+
+def _fake_docker(tmp_path: Path, body: str) -> dict[str, str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text("#!/bin/sh\n" + body)
+    docker.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+def _ray_status_text() -> str:
+    if not RAY_STATUS.exists():
+        pytest.skip("recorded ray status fixture not present")
+    return "".join(RAY_STATUS.read_text().splitlines(keepends=True)[1:])  # drop the header
+
+
+def test_ray_ready_accepts_the_recorded_two_node_status(tmp_path):
+    status = tmp_path / "status.txt"
+    status.write_text(_ray_status_text())
+    env = _fake_docker(tmp_path, f"cat {status}\n")
+    out = subprocess.run(["sh", "-c", scripts.ray_ready("head", 2, 2, 5, "a b")], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ray ready: 2 nodes, 2 GPUs"
+
+
+def test_ray_ready_times_out_with_a_clear_error(tmp_path):
+    status = tmp_path / "status.txt"
+    status.write_text(_ray_status_text())
+    env = _fake_docker(tmp_path, f"cat {status}\n")
+    out = subprocess.run(["sh", "-c", scripts.ray_ready("head", 3, 3, 1, "a b c")], env=env,
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "want 3 nodes and 3 GPUs, have 2 nodes and 2 GPUs" in out.stderr
+
+
+def test_model_verify_checks_every_file_and_size(tmp_path):
+    files = [{"path": "config.json", "size": 3}, {"path": "sub/w.safetensors", "size": 5}]
+    snap = tmp_path / "hub" / "models--org--m" / "snapshots" / ("c" * 40)
+    (snap / "sub").mkdir(parents=True)
+    (snap / "config.json").write_text("abc")
+    (snap / "sub" / "w.safetensors").write_text("12345")
+    script = scripts.model_verify(str(tmp_path), "org/m", "c" * 40, files)
+    ok = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == f"verified 2 files, 8 bytes at {'c' * 40}"
+    (snap / "sub" / "w.safetensors").write_text("1234")
+    bad = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and "w.safetensors: have 4 bytes, want 5" in bad.stderr
+
+
+def test_vllm_start_keeps_the_key_off_every_command_line():
+    argv = ["vllm", "serve", "org/m", "--port", "8000"]
+    text = scripts.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, "id1")
+    assert "--api-key" not in text and "VLLM_API_KEY=" in text
+    assert "docker exec -i head sh -c" in text  # stdin (the key) goes into the container file
+
+
+def test_foreign_container_stop_and_start_are_inverse():
+    stop = scripts.stop_foreign_container("vllm_node", "spark-vllm/dev")
+    start = scripts.start_foreign_container("vllm_node")
+    assert "docker stop vllm_node" in stop and "docker start vllm_node" in start
+    assert scripts.known_hosts_line("h", 2222, "ssh-ed25519 AAAA") == "[h]:2222 ssh-ed25519 AAAA"
