@@ -58,7 +58,10 @@ def resolve_model(
 
     api = HfApi(endpoint=endpoint, token=token or None)
     try:
-        commit = revision if _COMMIT.match(revision) else api.model_info(repo, revision=revision).sha
+        if _COMMIT.match(revision):
+            commit = revision
+        else:
+            commit = api.model_info(repo, revision=revision).sha
         files = [
             {
                 "path": e.path,
@@ -75,7 +78,9 @@ def resolve_model(
             f"spark-vllm:model: cannot resolve {repo}@{revision} at {where}: {exc}"
         ) from None
     if not commit or not _COMMIT.match(commit):
-        raise ModelResolutionError(f"spark-vllm:model: hub returned no commit for {repo}@{revision}")
+        raise ModelResolutionError(
+            f"spark-vllm:model: hub returned no commit for {repo}@{revision}"
+        )
     if not files:
         raise ModelResolutionError(f"spark-vllm:model: {repo}@{commit} lists no files")
     return ModelManifest(repo, revision, commit, tuple(sorted(files, key=lambda f: f["path"])))

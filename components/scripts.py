@@ -282,7 +282,8 @@ for f in m["files"]:
                     break
                 out.write(b)
         if os.path.getsize(tmp) != f["size"]:
-            sys.exit("size mismatch for %s: %d != %d" % (f["path"], os.path.getsize(tmp), f["size"]))
+            sys.exit("size mismatch for %s: %d != %d"
+                     % (f["path"], os.path.getsize(tmp), f["size"]))
         os.replace(tmp, blob)
         moved += f["size"]
     link = snap + "/" + f["path"]

@@ -44,7 +44,8 @@ BAD = [
     ("host-key-form", "dev", {"nodes.0.hostKey": "AAAAC3Nza"},
      "spark-vllm:nodes[0].hostKey", "expected '<type> <base64>'"),
     ("unknown-node-key", "dev", {"nodes.0.hostkey": "x"},
-     "spark-vllm:nodes[0].hostkey", "unknown key; expected one of: name, host, port, user, hostKey"),
+     "spark-vllm:nodes[0].hostkey",
+     "unknown key; expected one of: name, host, port, user, hostKey"),
     ("ssh-port", "dev", {"nodes.0.port": 70000}, "spark-vllm:nodes[0].port", "between 1 and 65535"),
     ("tp-pp-mismatch", "dev", {"vllm.tensorParallelSize": 4},
      "spark-vllm:vllm.tensorParallelSize", "expected the product to equal the GPUs in the cluster"),
@@ -74,7 +75,8 @@ BAD = [
      "spark-vllm:model.revision", "expected a 40-hex commit in prod"),
     ("prod-placeholder-key", "prod", {"nodes.1.hostKey": PLACE},
      "spark-vllm:nodes[1].hostKey", "expected the real host key"),
-    ("prod-rdma-off", "prod", {"nccl.rdma": False}, "spark-vllm:nccl.rdma", "expected true in prod"),
+    ("prod-rdma-off", "prod", {"nccl.rdma": False},
+     "spark-vllm:nccl.rdma", "expected true in prod"),
 ]
 
 

@@ -151,11 +151,13 @@ def test_image_source_head_copies_over_the_fabric(build, mocks):
 
     def check(_):
         names = {r.name for r in mocks.of_type(COMMAND)}
-        assert {"image-seed", "image-seed-stop", "image-copy-spark-2", "image-copy-spark-3"} <= names
+        expected = {"image-seed", "image-seed-stop", "image-copy-spark-2", "image-copy-spark-3"}
+        assert expected <= names
         seed = mocks.named("image-seed").inputs["create"]
         assert "192.168.177.11 18471" in seed  # bound to the head's fabric address
         copy = mocks.named("image-copy-spark-3").inputs["create"]
         assert "http://192.168.177.11:18471/" in copy and "docker load" in copy
-        assert reveal(mocks.named("image-copy-spark-3").inputs["connection"])["host"] == "10.77.0.13"
+        conn = reveal(mocks.named("image-copy-spark-3").inputs["connection"])
+        assert conn["host"] == "10.77.0.13"
 
     return settled(h).apply(check)
