@@ -302,7 +302,8 @@ def ensure_bridge(name: str, mtu: int, addr: str | None) -> None:
     run(["ip", "link", "set", name, "up"])
 
 
-def ensure_veth(host_if: str, bridge: str, ns: str, node_if: str, mtu: int, addr: str) -> None:
+def ensure_veth(host_if: str, bridge: str, ns: str, node_if: str, mtu: int, addr: str,
+                mac: str | None = None) -> None:
     if not link_exists(node_if, ns):
         if link_exists(host_if):
             run(["ip", "link", "del", host_if])
@@ -310,6 +311,8 @@ def ensure_veth(host_if: str, bridge: str, ns: str, node_if: str, mtu: int, addr
         run(["ip", "link", "set", "svltmp0", "netns", ns])
         run(["ip", "-n", ns, "link", "set", "svltmp0", "name", node_if])
     run(["ip", "link", "set", host_if, "master", bridge, "mtu", str(mtu), "up"])
+    if mac:   # stable across re-creation, so peers' neighbour caches stay valid after a recovery
+        run(["ip", "-n", ns, "link", "set", node_if, "address", mac])
     run(["ip", "-n", ns, "link", "set", node_if, "mtu", str(mtu), "up"])
     if addr.split("/")[0] not in out(["ip", "-n", ns, "-o", "addr", "show", "dev", node_if]):
         run(["ip", "-n", ns, "addr", "add", addr, "dev", node_if])
@@ -337,10 +340,12 @@ def ensure_ns_net(name: str, i: int, with_fabric: bool = True, ip: str | None = 
         run(["ip", "netns", "add", ns])
     run(["ip", "-n", ns, "link", "set", "lo", "up"])
     hifs = host_ifs(i) if i > 0 else {"mgmt": "svm-build"}
-    ensure_veth(hifs["mgmt"], MGMT_BR, ns, MGMT_IF, 1500, f"{ip or mgmt_ip(i)}/24")
+    # MACs follow the Spark pattern: enP7s7 = base, enp1s0f1np1 = base+2, enP2p1s0f1np1 = base+6
+    base = f"02:5b:00:00:{i:02x}:"
+    ensure_veth(hifs["mgmt"], MGMT_BR, ns, MGMT_IF, 1500, f"{ip or mgmt_ip(i)}/24", base + "00")
     if with_fabric:
-        for br, nif, pfx, _hca in FABRIC:
-            ensure_veth(hifs[br], br, ns, nif, FAB_MTU, f"{fab_ip(pfx, i)}/24")
+        for (br, nif, pfx, _hca), off in zip(FABRIC, ("02", "06")):
+            ensure_veth(hifs[br], br, ns, nif, FAB_MTU, f"{fab_ip(pfx, i)}/24", base + off)
     if "default" not in out(["ip", "-n", ns, "route", "show", "default"]):
         run(["ip", "-n", ns, "route", "add", "default", "via", MGMT_IP])
 
@@ -421,8 +426,14 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
     for f in os.listdir(FIXTURES):
         shutil.copyfile(os.path.join(FIXTURES, f), os.path.join(idd, f))
     uuid_files = sorted(f for f in os.listdir(FIXTURES) if f.startswith("nvidia-smi-L-"))
+    # spark-1/2 carry the two recorded UUIDs (hutch, starsky); further nodes get a UUID derived
+    # from the node name (synthesized, so every simulated GPU stays unique)
+    uuid = None
+    if i > len(uuid_files):
+        h = hashlib.sha256(name.encode()).hexdigest()
+        uuid = f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
     write(os.path.join(idd, "node.json"), json.dumps({
-        "name": name, "index": i, "uuid_fixture": uuid_files[(i - 1) % len(uuid_files)],
+        "name": name, "index": i, "uuid_fixture": uuid_files[(i - 1) % len(uuid_files)], "uuid": uuid,
         "fabric": [{"interface": nif, "hca": hca} for _br, nif, _p, hca in FABRIC]}))
     for tool in ("nvidia-smi", "ibdev2netdev"):
         src = open(os.path.join(HERE, "standins", tool)).read().replace("@IDENTITY@", idd)

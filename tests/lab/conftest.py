@@ -1,0 +1,111 @@
+"""Fixtures for tests of the lab itself (tests/lab). Marked `lab`; skipped with a reason when not
+root or when the lab is not up. LAB_AUTO=1 lets the session fixture run `lab.py up` first."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+LAB_PY = os.path.join(REPO, "lab", "lab.py")
+CACHE = "/root/.cache/spark-vllm/lab"
+STACK_JSON = os.path.join(CACHE, "stack.json")
+IDENTITY = os.path.join(REPO, "lab", "identity")
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "lab: needs root and the simulated Spark lab (python3 lab/lab.py up)")
+
+
+def lab_cli(*args, check=True, timeout=1800):
+    p = subprocess.run([sys.executable, LAB_PY, *args], capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise AssertionError(f"lab.py {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def _lab_is_up() -> str | None:
+    """None when usable, else the reason it is not."""
+    if not os.path.exists(STACK_JSON):
+        return f"{STACK_JSON} missing"
+    try:
+        urllib.request.urlopen("http://10.77.0.1:5000/v2/", timeout=2)
+    except Exception as e:  # noqa: BLE001
+        return f"lab registry not reachable ({e})"
+    st = lab_cli("status", check=False).stdout
+    if " DOWN" in st:
+        return "some lab component is DOWN:\n" + st
+    return None
+
+
+class Lab:
+    def __init__(self):
+        self.cfg = json.load(open(STACK_JSON))
+        self.nodes = {n["name"]: n for n in self.cfg["nodes"]}
+        self.image = self.cfg["image"]["ref"]
+        self.known_hosts = os.path.join(CACHE, "known_hosts")
+        with open(self.known_hosts, "w") as f:
+            for n in self.cfg["nodes"]:
+                f.write(f"{n['host']} {n['hostKey']}\n")
+
+    @staticmethod
+    def fixture(name: str) -> str:
+        return fixture_body(name)
+
+    @staticmethod
+    def wait_until(pred, timeout=60, interval=1.0, what="condition"):
+        return wait_until(pred, timeout, interval, what)
+
+    @staticmethod
+    def cli(*args, check=True, timeout=1800):
+        return lab_cli(*args, check=check, timeout=timeout)
+
+    def ssh_argv(self, node: str, cmd: str) -> list:
+        n = self.nodes[node]
+        return ["ssh", "-i", self.cfg["sshKeyPath"], "-p", str(n.get("port", 22)),
+                "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=yes",
+                "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR",
+                f"root@{n['host']}", cmd]
+
+    def ssh(self, node: str, cmd: str, check=True, timeout=600) -> subprocess.CompletedProcess:
+        p = subprocess.run(self.ssh_argv(node, cmd), capture_output=True, text=True, timeout=timeout)
+        if check and p.returncode != 0:
+            raise AssertionError(f"[{node}] {cmd!r} exited {p.returncode}\nstdout:{p.stdout}\nstderr:{p.stderr}")
+        return p
+
+
+def fixture_body(name: str) -> str:
+    with open(os.path.join(IDENTITY, name)) as f:
+        return f.read().split("\n", 1)[1]
+
+
+@pytest.fixture(scope="session")
+def lab():
+    if os.geteuid() != 0:
+        pytest.skip("lab tests need root (network namespaces, bridges, dockerd)")
+    reason = _lab_is_up()
+    if reason and os.environ.get("LAB_AUTO") == "1":
+        lab_cli("up")
+        reason = _lab_is_up()
+    if reason:
+        pytest.skip(f"the lab is not up ({reason}); run `python3 lab/lab.py up` or set LAB_AUTO=1")
+    return Lab()
+
+
+def wait_until(pred, timeout=60, interval=1.0, what="condition"):
+    end = time.time() + timeout
+    last = None
+    while time.time() < end:
+        try:
+            last = pred()
+            if last:
+                return last
+        except Exception as e:  # noqa: BLE001
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")

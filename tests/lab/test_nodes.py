@@ -1,0 +1,88 @@
+"""Each simulated Spark looks like a GB10 host over SSH and runs the lab image with --gpus all."""
+import concurrent.futures
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+
+def test_ssh_pinned_host_keys_and_hostname(lab):
+    # StrictHostKeyChecking=yes against the hostKey the lab exports: the pinning the stack uses
+    for name in lab.nodes:
+        assert lab.ssh(name, "hostname").stdout.strip() == name
+
+
+def test_docker_run_gpus_all_lab_image_by_digest(lab):
+    assert "@sha256:" in lab.image
+    cmd = f"docker run --rm --gpus all {lab.image} ray --version"
+    with concurrent.futures.ThreadPoolExecutor(len(lab.nodes)) as ex:
+        res = dict(zip(lab.nodes, ex.map(lambda n: lab.ssh(n, cmd, timeout=900), lab.nodes)))
+    for name, p in res.items():
+        assert "ray, version 2.60.0" in p.stdout, (name, p.stdout, p.stderr)
+
+
+def test_vllm_standin_rejects_unknown_flag_like_vllm(lab):
+    name = next(iter(lab.nodes))
+    p = lab.ssh(name, f"docker run --rm {lab.image} vllm serve spark-lab/tiny-moe --bogus", check=False)
+    assert p.returncode == 2, (p.stdout, p.stderr)
+    assert "unrecognized arguments: --bogus" in p.stderr
+    assert lab.ssh(name, f"docker run --rm {lab.image} vllm --version").stdout.strip().endswith("lab.standin")
+
+
+def test_fabric_jumbo_frames_unfragmented(lab):
+    names = list(lab.nodes)
+    for a in names:
+        for b in names:
+            if a == b:
+                continue
+            for fab in lab.nodes[b]["fabric"]:
+                p = lab.ssh(a, f"ping -c 2 -i 0.3 -W 2 -M do -s 8972 {fab['ip']}", check=False)
+                assert p.returncode == 0 and "8980 bytes from" in p.stdout, (a, b, fab, p.stdout, p.stderr)
+    # and 8973 bytes of payload no longer fit in one 9000-byte frame
+    p = lab.ssh(names[0], f"ping -c 1 -W 2 -M do -s 8973 {lab.nodes[names[1]]['fabric'][0]['ip']}", check=False)
+    assert p.returncode != 0
+
+
+def test_fabric_interfaces_mtu_and_names(lab):
+    for name, n in lab.nodes.items():
+        for fab in n["fabric"]:
+            assert lab.ssh(name, f"cat /sys/class/net/{fab['interface']}/mtu").stdout.strip() == "9000"
+            assert fab["ip"] in lab.ssh(name, f"ip -br addr show dev {fab['interface']}").stdout
+
+
+def test_nvidia_smi_is_the_recorded_gb10_output(lab):
+    table = lab.fixture("nvidia-smi-code-monkeys-hutch.txt")
+    for name in lab.nodes:
+        out = lab.ssh(name, "nvidia-smi").stdout
+        assert out == table
+        assert "Not Supported" in out
+    assert lab.ssh("spark-1", "nvidia-smi -L").stdout == lab.fixture("nvidia-smi-L-code-monkeys-hutch.txt")
+    assert lab.ssh("spark-2", "nvidia-smi -L").stdout == lab.fixture("nvidia-smi-L-code-monkeys-starsky.txt")
+    q = lab.ssh("spark-1", "nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total "
+                           "--format=csv,noheader").stdout
+    # same form as the recorded query (jethac-pgx), with this table's driver version
+    rec = lab.fixture("nvidia-smi-query-name-cc-driver-memtotal-jethac-pgx.txt")
+    assert q.split(", ")[:2] == rec.split(", ")[:2] and q.strip().endswith("[N/A]")
+    assert q == "NVIDIA GB10, 12.1, 580.142, [N/A]\n"
+    uuids = {lab.ssh(n, "nvidia-smi --query-gpu=uuid --format=csv,noheader").stdout for n in lab.nodes}
+    assert len(uuids) == len(lab.nodes)
+
+
+def test_dgx_release_and_ibdev2netdev(lab):
+    for name, n in lab.nodes.items():
+        assert lab.ssh(name, "cat /etc/dgx-release").stdout == lab.fixture("dgx-release-sionna-rk.txt")
+        out = lab.ssh(name, "ibdev2netdev").stdout.splitlines()
+        assert out == [f"{f['hca']} port 1 ==> {f['interface']} (Up)" for f in n["fabric"]]
+
+
+def test_node_files_are_private_to_the_node(lab):
+    # /etc/dgx-release, the stand-ins and the HF cache exist only inside the simulated hosts
+    import os
+    assert not os.path.exists("/etc/dgx-release")
+    assert not os.path.exists("/usr/local/sbin/nvidia-smi")
+    a, b = list(lab.nodes)[:2]
+    lab.ssh(a, "mkdir -p /root/.cache/huggingface && echo a > /root/.cache/huggingface/lab-private-probe")
+    try:
+        assert lab.ssh(b, "cat /root/.cache/huggingface/lab-private-probe", check=False).returncode != 0
+    finally:
+        lab.ssh(a, "rm -f /root/.cache/huggingface/lab-private-probe")
