@@ -360,6 +360,7 @@ def test_remote_command_wrong_host_key_fails(lab_env, tmp_path, sshd):
     started = time.monotonic()
     with pytest.raises(auto.CommandError) as err:
         stack.up()
-    assert "host key mismatch" in str(err.value)
+    msg = str(err.value)
+    assert "host key mismatch" in msg and "SHA256:" in msg, msg[-3000:]
     assert not ran.exists()
     assert time.monotonic() - started < 60, "a host key mismatch must not be retried"

@@ -52,8 +52,8 @@ type CommandInputs struct {
 // CommandOutputs echo the inputs and add the captured output.
 type CommandOutputs struct {
 	CommandInputs
-	Stdout  string                          `pulumi:"stdout"`
-	Stderr  string                          `pulumi:"stderr"`
+	Stdout  string                           `pulumi:"stdout"`
+	Stderr  string                           `pulumi:"stderr"`
 	Assets  *map[string]types.AssetOrArchive `pulumi:"assets,optional"`
 	Archive *types.AssetOrArchive            `pulumi:"archive,optional"`
 }

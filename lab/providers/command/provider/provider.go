@@ -23,7 +23,7 @@ var Version = "0.0.0-lab-dev"
 func New() (p.Provider, error) {
 	prov, err := infer.NewProviderBuilder().
 		WithDisplayName("Command (spark-vllm lab stand-in)").
-		WithDescription("LAB STAND-IN written for spark-vllm on pulumi-go-provider: the subset of " +
+		WithDescription("LAB STAND-IN written for spark-vllm on pulumi-go-provider: the subset of "+
 			"pulumi-command 1.2.1 that spark-vllm uses. Not Pulumi's released binary.").
 		WithKeywords("pulumi", "command", "lab-stand-in").
 		WithLicense("Apache-2.0").

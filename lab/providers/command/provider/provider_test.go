@@ -13,6 +13,7 @@ import (
 	p "github.com/pulumi/pulumi-go-provider"
 	"github.com/pulumi/pulumi-go-provider/integration"
 	presource "github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/property"
 
 	"spark-vllm/lab/command/provider"
@@ -33,7 +34,7 @@ func server(t *testing.T) integration.Server {
 }
 
 func urn(typ, name string) presource.URN {
-	return presource.NewURN("test", "lab", "", "command:"+typ, name)
+	return presource.NewURN("test", "lab", "", tokens.Type("command:"+typ), name)
 }
 
 func schemaOf(t *testing.T) map[string]any {
