@@ -623,3 +623,35 @@ def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -
     return Secrets(
         ssh_private_key=ssh_key, hf_token=conf.get_secret("hfToken"), vllm_api_key=api_key
     )
+
+
+def secret_plaintext(key: str) -> str | None:
+    """The decrypted value of a secret key, for the few in-process uses that cannot wait for an
+    Output: the hub lookup (HF token) and the SSH key file. Never log or export what it returns.
+    """
+    from pulumi.runtime import config as rc
+
+    value = rc.get_config(f"{NAMESPACE}:{key}")
+    return value or None
+
+
+def ssh_key_path(cfg: StackConfig) -> str:
+    """The private key file recon and the docker provider's ssh transport use.
+
+    The ssh binary needs a file: when the stack holds the key in the secret `sshPrivateKey`, it
+    is written (mode 0600, only when changed) to a path that depends only on the project and
+    stack, so the docker providers' ssh options do not change from run to run.
+    """
+    key = secret_plaintext("sshPrivateKey")
+    if key is None:
+        return str(cfg.ssh.private_key_file)
+    folder = Path.home() / ".cache" / "spark-vllm" / "keys"
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    path = folder / f"{pulumi.get_project()}.{pulumi.get_stack()}"
+    text = key if key.endswith("\n") else key + "\n"
+    if not path.exists() or path.read_text() != text:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    return str(path)

@@ -96,6 +96,9 @@ class ModelCacheArgs:
     image_ids: dict[str, pulumi.Input[str]]  # per node: the serving image (has huggingface_hub)
     labels: dict[str, str]  # ownership labels for helper containers
     hf_token: pulumi.Output[str] | None = None
+    # Resolved before any resource is registered (__main__ needs its size for preflight); when
+    # absent the component resolves it itself.
+    manifest: ModelManifest | None = None
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -109,11 +112,14 @@ class ModelCache(pulumi.ComponentResource):
         token = args.hf_token if args.hf_token is not None else pulumi.Output.secret("")
         # Resolution reads the (secret) token, so its result is secret by contagion; the commit
         # and the file list are not secret, so unwrap them deliberately.
-        manifest: pulumi.Output[ModelManifest] = pulumi.Output.unsecret(
-            token.apply(
-                lambda t: resolve_model(args.repo, args.revision, args.endpoint, t or None)
+        if args.manifest is not None:
+            manifest: pulumi.Output[ModelManifest] = pulumi.Output.from_input(args.manifest)
+        else:
+            manifest = pulumi.Output.unsecret(
+                token.apply(
+                    lambda t: resolve_model(args.repo, args.revision, args.endpoint, t or None)
+                )
             )
-        )
         commit = manifest.apply(lambda m: m.commit)
         model_bytes = manifest.apply(lambda m: m.total_bytes)
         super().__init__(

@@ -15,7 +15,7 @@ import pulumi
 
 from components.config import Secrets, StackConfig
 from components.facts import ContainerFacts, NodeFacts
-from components.model_cache import ModelCache, ModelCacheArgs
+from components.model_cache import ModelCache, ModelCacheArgs, ModelManifest
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.spark_node import SparkNode, SparkNodeArgs, write_known_hosts
@@ -66,8 +66,15 @@ def build_stack(
     secrets: Secrets,
     project: str | None = None,
     stack: str | None = None,
+    *,
+    manifest: ModelManifest | None = None,
+    key_path: str | None = None,
 ) -> StackHandles:
-    """Create every component. `plan` is preflight's Plan (`stop_containers` per node)."""
+    """Create every component. `plan` is preflight's Plan (`stop_containers` per node).
+
+    `manifest` is the model resolved on the hub before recon (its size feeds preflight);
+    `key_path` the SSH key file the docker provider's ssh transport uses (config.ssh_key_path).
+    """
     project = project or pulumi.get_project()
     stack = stack or pulumi.get_stack()
     labels = ownership_labels(project, stack)
@@ -86,7 +93,7 @@ def build_stack(
                 node=n,
                 facts=facts[n.name],
                 role="head" if i == 0 else "worker",
-                private_key_path=cfg.ssh.private_key_path,
+                private_key_path=key_path or cfg.ssh.private_key_path,
                 connect_timeout_seconds=cfg.ssh.connect_timeout_seconds,
                 known_hosts_path=str(known_hosts),
                 ssh_private_key=secrets.ssh_private_key,
@@ -111,6 +118,7 @@ def build_stack(
             image_ids=image.image_ids,
             labels=labels,
             hf_token=secrets.hf_token,
+            manifest=manifest,
         ),
         opts=pulumi.ResourceOptions(depends_on=[image]),
     )

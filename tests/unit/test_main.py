@@ -7,10 +7,10 @@ import runpy
 import pulumi
 import pytest
 
-from components import preflight, recon
+from components import preflight
 from components.config import ConfigError
 from tests.conftest import ROOT, config_raw, fake_image_id
-from tests.unit.conftest import COMMIT
+from tests.unit.conftest import COMMIT, MODEL_FILES
 
 
 class _Plan:
@@ -18,20 +18,16 @@ class _Plan:
 
 
 @pytest.fixture
-def program(mocks, set_config, gb10_facts, monkeypatch):
-    """Run __main__.py with recon/preflight replaced by fixture facts; returns the exports."""
+def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
+    """Run __main__.py with recon + preflight replaced by fixture facts; returns the exports."""
     calls = {}
 
-    def survey(cfg):
-        calls["survey"] = [n.name for n in cfg.nodes]
-        return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
+    def run_preflight(cfg, *, key_path=None, model_bytes=None):
+        calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model_bytes)
+        return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, _Plan()
 
-    def check(cfg, facts):
-        calls["check"] = sorted(facts)
-        return _Plan()
-
-    monkeypatch.setattr(recon, "survey", survey)
-    monkeypatch.setattr(preflight, "check", check)
+    monkeypatch.setattr(preflight, "run", run_preflight)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the secret SSH key is materialized under ~/.cache
     exports: dict = {}
     monkeypatch.setattr(pulumi, "export", lambda k, v: exports.__setitem__(k, v))
 
@@ -46,7 +42,12 @@ def program(mocks, set_config, gb10_facts, monkeypatch):
 @pulumi.runtime.test
 def test_main_exports(program):
     exports, calls = program(config_raw(2))
-    assert calls == {"survey": ["spark-1", "spark-2"], "check": ["spark-1", "spark-2"]}
+    nodes, key_path, model_bytes = calls["preflight"]
+    assert nodes == ["spark-1", "spark-2"]
+    # the secret key was written to a stable 0600 file for ssh, and preflight got the model size
+    assert key_path.endswith("/.cache/spark-vllm/keys/project.dev") or key_path.endswith(".dev")
+    assert oct(__import__("os").stat(key_path).st_mode & 0o777) == "0o600"
+    assert model_bytes == sum(f["size"] for f in MODEL_FILES)
     assert set(exports) == {
         "endpoint", "servedModelName", "modelCommit", "imageIds", "nodes", "recon"
     }
