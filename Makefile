@@ -40,8 +40,12 @@ setup: venv toolchain ## everything a fresh machine needs (idempotent; seconds w
 test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hosts)
 	$(PY) -m pytest -q tests/unit tests/policies tests/recon
 
-test: setup ## the whole suite: fast tier, toolchain smoke test, lab tests (CI runs this)
-	$(PY) -m pytest -q -rs tests
+# Tiers run as separate pytest processes: the mock tests install Pulumi's global mock monitor,
+# which the engine tests (Automation API, inline programs) must not inherit.
+test: setup ## the whole suite: fast tier, engine smoke tests, lab and end-to-end tests (CI)
+	$(PY) -m pytest -q -rs tests/unit tests/policies tests/recon
+	$(PY) -m pytest -q -rs tests/engine
+	$(PY) -m pytest -q -rs tests/lab tests/e2e
 
 demo: setup ## bring up the lab, `pulumi up` the dev stack, show a completion
 	scripts/demo.sh $(STACK)
@@ -53,7 +57,7 @@ lab-down: ## remove everything the lab made
 	python3 lab/lab.py down
 
 recon: venv ## survey the stack's nodes and print the side-by-side table
-	$(PY) scripts/recon_report.py --stack $(STACK)
+	$(PY) scripts/recon_report.py --stack $(STACK) $(RECON_ARGS)
 
 bench: ## not yet: needs the engine against the lab (see README "What works today")
 	@echo "make bench: not yet implemented (issue 10 waits on the provider plugins)"; exit 1
