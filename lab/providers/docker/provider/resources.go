@@ -38,8 +38,19 @@ func Provider() tfbridge.ProviderInfo {
 		"name": {Name: "name"},
 	}
 
-	network := resource("Network")
-	volume := resource("Volume")
+	// The rest is mapped too, because tfgen refuses unmapped TF resources. The names are checked the same way
+	// (check_mapping.py), but only the resources above are exercised against a daemon.
+	other := map[string]string{
+		"docker_network":        "Network",
+		"docker_volume":         "Volume",
+		"docker_config":         "ServiceConfig",
+		"docker_secret":         "Secret",
+		"docker_service":        "Service",
+		"docker_plugin":         "Plugin",
+		"docker_registry_image": "RegistryImage",
+		"docker_tag":            "Tag",
+		"docker_buildx_builder": "BuildxBuilder",
+	}
 
 	prov := tfbridge.ProviderInfo{
 		P:           shimv2.NewProvider(shim.NewProvider()),
@@ -67,13 +78,20 @@ func Provider() tfbridge.ProviderInfo {
 		Resources: map[string]*tfbridge.ResourceInfo{
 			"docker_container": &container,
 			"docker_image":     &image,
-			"docker_network":   &network,
-			"docker_volume":    &volume,
 		},
 		DataSources: map[string]*tfbridge.DataSourceInfo{
-			"docker_registry_image": {Tok: tfbridge.MakeDataSource("docker", mainMod, "getRegistryImage")},
+			"docker_registry_image":           {Tok: tfbridge.MakeDataSource("docker", mainMod, "getRegistryImage")},
+			"docker_registry_image_manifests": {Tok: tfbridge.MakeDataSource("docker", mainMod, "getRegistryImageManifests")},
+			"docker_network":                  {Tok: tfbridge.MakeDataSource("docker", mainMod, "getNetwork")},
+			"docker_plugin":                   {Tok: tfbridge.MakeDataSource("docker", mainMod, "getPlugin")},
+			"docker_image":                    {Tok: tfbridge.MakeDataSource("docker", mainMod, "getRemoteImage")},
+			"docker_logs":                     {Tok: tfbridge.MakeDataSource("docker", mainMod, "getLogs")},
 		},
 		Python: &tfbridge.PythonInfo{},
+	}
+	for tf, name := range other {
+		r := resource(name)
+		prov.Resources[tf] = &r
 	}
 	prov.SetAutonaming(255, "-")
 	return prov
