@@ -128,6 +128,8 @@ class Engine:
     def _check_results(self, results: list) -> int:
         bad = []
         for r in results:
+            for w in r.get("warnings", []):
+                log(f"{r['node']}: {w}", "WARNING")
             if r["ok"]:
                 log(f"model snapshot verified on {r['node']}: commit {r['commit']}, {len(r['files'])} files, "
                     f"{r['bytes']} bytes, weights {r['weights']}")

@@ -61,8 +61,8 @@ def check_safetensors(path: str) -> str | None:
 
 def verify(model: str, revision: str | None) -> dict:
     """Return {"node", "ok", "problems", "commit", "snapshot", "files": {rel: [size, blob]}}."""
-    res = {"node": socket.gethostname(), "ok": False, "problems": [], "commit": None, "files": {},
-           "snapshot": None}
+    res = {"node": socket.gethostname(), "ok": False, "problems": [], "warnings": [], "commit": None,
+           "files": {}, "snapshot": None}
     probs = res["problems"]
     if os.path.isdir(model):
         snap = model
@@ -86,8 +86,8 @@ def verify(model: str, revision: str | None) -> dict:
         blobs = os.path.join(repo_dir, "blobs")
         if os.path.isdir(blobs):
             inc = [b for b in os.listdir(blobs) if b.endswith(".incomplete")]
-            if inc:
-                probs.append(f"unfinished downloads in the cache: {', '.join(sorted(inc))}")
+            if inc:   # harmless unless the snapshot points at them (then the link dangles: a problem)
+                res["warnings"].append(f"unfinished downloads in the cache: {', '.join(sorted(inc))}")
     res["snapshot"] = snap
     if not os.path.isdir(snap):
         probs.append(f"snapshot directory {snap} missing")
