@@ -111,6 +111,8 @@ def compare(path: str, sdk: Any, sch: Any, schema: dict, errors: list, extras: l
         if key in seen:
             return
         seen.add(key)
+        if " inputs" in path:
+            compare_required(path, sdk[1], sch[1].get("required", []), errors)
         compare_props(path, props_of(sdk[1]), sch[1].get("properties", {}), schema, errors, extras, seen)
         return
     simple = lambda s: s if isinstance(s, str) else s[0]
@@ -120,6 +122,14 @@ def compare(path: str, sdk: Any, sch: Any, schema: dict, errors: list, extras: l
         return
     if simple(sdk) != simple(sch):
         errors.append(f"{path}: SDK shape {simple(sdk)!r} but schema shape {simple(sch)!r}")
+
+
+def compare_required(path: str, cls: type, schema_required: list, errors: list) -> None:
+    """An input the SDK insists on must be required by the schema, and the other way round
+    (catches e.g. a property the bridge auto-names, so optional, that the SDK treats as required)."""
+    sdk_required = set(_types._required_property_names(cls))
+    if sdk_required != set(schema_required):
+        errors.append(f"{path}: required inputs differ: SDK {sorted(sdk_required)} vs schema {sorted(schema_required)}")
 
 
 CHECKED = [0]  # every SDK name compared, at any depth
@@ -189,10 +199,7 @@ def check(schema: dict) -> tuple[list[str], list[str], int]:
         seen = set()
         count += compare_props(f"{token} outputs", props_of(getattr(mod, cls_name)),
                                spec.get("properties", {}), schema, errors, extras, seen)
-        # Required inputs in the schema must be settable from the SDK.
-        for name in spec.get("requiredInputs", []):
-            if name not in props_of(getattr(mod, args_name)):
-                errors.append(f"{token}: schema requires input {name!r} the SDK cannot send")
+        compare_required(f"{token} inputs", getattr(mod, args_name), spec.get("requiredInputs", []), errors)
     return errors, extras, count
 
 
