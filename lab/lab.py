@@ -789,6 +789,9 @@ def ensure_image() -> str:
             log(f"image: caching {img_tar}")
             run([*dk, "save", "-o", img_tar + ".tmp", name])
             os.replace(img_tar + ".tmp", img_tar)
+            for old in os.listdir(os.path.dirname(img_tar)):      # keep only the current image tarball
+                if old.startswith("lab-image-") and old != os.path.basename(img_tar):
+                    os.unlink(os.path.join(os.path.dirname(img_tar), old))
         log(f"image: pushing {name}")
         run([*dk, "push", name], quiet=True)
     finally:

@@ -1,0 +1,52 @@
+"""`lab.py down` leaves nothing behind and is safe twice; `up` afterwards restores the lab.
+Runs last (file name) because it tears the lab down; it brings it back up at the end."""
+import os
+import subprocess
+
+import pytest
+
+pytestmark = pytest.mark.lab
+
+
+def _leftovers() -> list:
+    left = []
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    left += [f"netns {l.split()[0]}" for l in ns.splitlines() if l.startswith("svl-")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for l in links.splitlines():
+        name = l.split(": ")[1].split("@")[0]
+        if name.startswith(("svl-", "svm-", "svf1-", "svf2-")):
+            left.append(f"link {name}")
+    for l in open("/proc/self/mountinfo"):
+        f = l.split()
+        if "spark-vllm-lab" in l or "/run/netns/svl-" in f[4]:
+            left.append(f"mount {f[4]}")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "spark-vllm-lab" in cmd or "hfproxy.py" in cmd or "olah-cli" in cmd:
+            left.append(f"process {pid} {cmd[:80]}")
+    if os.path.exists("/var/lib/spark-vllm-lab"):
+        left.append("dir /var/lib/spark-vllm-lab")
+    if os.path.exists("/sys/fs/cgroup/pids/svl-lab"):
+        left.append("cgroup svl-lab")
+    rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    left += [f"iptables {r}" for r in rules.splitlines() if "svl-" in r]
+    return left
+
+
+def test_down_leaves_nothing_and_up_restores(lab):
+    n = len(lab.nodes)
+    try:
+        lab.cli("down")
+        assert _leftovers() == []
+        lab.cli("down")                                  # safe twice
+        assert _leftovers() == []
+        assert os.path.exists("/root/.cache/spark-vllm/lab/id_ed25519")   # caches are kept
+    finally:
+        lab.cli("up", "--nodes", str(n))
+    for name in lab.nodes:
+        assert subprocess.run(["python3", lab.cli.__globals__["LAB_PY"], "ssh", name, "hostname"],
+                              capture_output=True, text=True).stdout.strip() == name
