@@ -10,12 +10,19 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
 CACHE = Path(os.environ.get("SPARK_VLLM_CACHE", Path.home() / ".cache" / "spark-vllm"))
 TOOLCHAIN = CACHE / "toolchain"
+
+# The Automation API looks `pulumi` up on this process's PATH (not the workspace env_vars), and
+# the dynamic-provider shim runs `python3` from PATH: put the toolchain and this venv first.
+os.environ["PATH"] = os.pathsep.join(
+    [str(TOOLCHAIN / "bin"), os.path.dirname(sys.executable), os.environ.get("PATH", "")]
+)
 
 
 def toolchain_status() -> dict:
@@ -60,7 +67,6 @@ def engine_env(tmp_path: Path, pulumi_bin: Path) -> dict[str, str]:
         "PULUMI_SKIP_UPDATE_CHECK": "true",
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         "PULUMI_HOME": os.environ.get("PULUMI_HOME", str(Path.home() / ".pulumi")),
-        "PATH": f"{pulumi_bin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
     }
 
 

@@ -1,0 +1,106 @@
+"""Helpers for the end-to-end tests: the lab CLI, the deployment under test, HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+LAB = [sys.executable, str(ROOT / "lab" / "lab.py")]
+LAB_CACHE = Path("/root/.cache/spark-vllm/lab")
+TOOLCHAIN_BIN = Path.home() / ".cache" / "spark-vllm" / "toolchain" / "bin"
+# The Automation API looks `pulumi` up on this process's PATH (not the workspace env_vars).
+if (TOOLCHAIN_BIN / "pulumi").exists():
+    os.environ["PATH"] = f"{TOOLCHAIN_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+sys.path.insert(0, str(ROOT / "scripts"))
+import stackctl  # noqa: E402
+
+
+def lab(*args: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*LAB, *args], check=check, text=True, capture_output=True, timeout=timeout
+    )
+
+
+def _plugin_installed(name: str) -> bool:
+    home = Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi"))
+    return any((home / "plugins").glob(f"resource-{name}-v*/pulumi-resource-{name}"))
+
+
+@dataclass
+class Deployment:
+    """One stack on the lab, with the helpers tests use to observe the hosts."""
+
+    stack: object
+    workdir: Path
+    cfg: dict
+    events: list = field(default_factory=list)
+
+    # ---- engine
+    def run(self, op: str, **kwargs):
+        self.events = []
+        fn = getattr(self.stack, op)
+        kwargs.setdefault("on_output", lambda line: print(line, flush=True))
+        if op in ("up", "preview", "refresh", "destroy"):
+            kwargs["on_event"] = self.events.append
+        return fn(**kwargs)
+
+    def ops(self) -> dict[str, str]:
+        """URN name -> engine op for every step that was not `same` in the last run."""
+        result = {}
+        for e in self.events:
+            pre = getattr(e, "resource_pre_event", None)
+            if pre is None or pre.metadata is None:
+                continue
+            op = str(getattr(pre.metadata.op, "value", pre.metadata.op))
+            if op not in ("same", "read"):
+                result[pre.metadata.urn.split("::")[-1]] = op
+        return result
+
+    def set(self, path: str, value) -> None:
+        """Set one config value by path, e.g. set("vllm.maxNumSeqs", 8)."""
+        import pulumi.automation as auto
+
+        text = value if isinstance(value, str) else json.dumps(value)
+        self.stack.set_config(f"spark-vllm:{path}", auto.ConfigValue(text), path=True)
+
+    # ---- hosts
+    def ssh(self, node: str, cmd: str, check: bool = True) -> str:
+        r = lab("ssh", node, "sh", "-c", cmd, check=False, timeout=120)
+        if check and r.returncode != 0:
+            raise AssertionError(f"{node}: `{cmd}` failed: {r.stderr.strip()}")
+        return r.stdout
+
+    def containers(self, node: str) -> dict[str, tuple[str, str]]:
+        """name -> (id, started at) of the running containers the stack manages on a node."""
+        out = self.ssh(
+            node,
+            "docker ps --filter label=spark-vllm.managed=true --format '{{.Names}}' | "
+            "xargs -r docker inspect -f '{{.Name}} {{.Id}} {{.State.StartedAt}}'",
+        )
+        rows = [line.split() for line in out.splitlines() if line.strip()]
+        return {r[0].lstrip("/"): (r[1], r[2]) for r in rows}
+
+    def snapshot(self) -> dict[str, dict]:
+        return {n["name"]: self.containers(n["name"]) for n in self.cfg["nodes"]}
+
+    def endpoint(self) -> str:
+        return self.stack.outputs()["endpoint"].value
+
+
+def hf_bytes() -> int:
+    return json.loads(lab("hf-bytes", "--json").stdout)["total"]
+
+
+def http(url: str, body: dict | None = None, timeout: int = 30) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read().decode()
+
+
