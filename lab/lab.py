@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -82,6 +81,29 @@ def run(cmd, check=True, capture=False, input=None, env=None, quiet=False, timeo
         err = (p.stderr or "").strip() if (capture or quiet) else ""
         raise RuntimeError(f"command failed ({p.returncode}): {' '.join(cmd)}\n{err}")
     return p
+
+
+class progress:
+    """Heartbeat for long steps: prints elapsed time every 15 s while the block runs."""
+
+    def __init__(self, label: str):
+        self.label = label
+
+    def __enter__(self):
+        import threading
+        self.t0 = time.time()
+        self.stop = threading.Event()
+
+        def beat():
+            while not self.stop.wait(15):
+                log(f"  ... {self.label}: {time.time() - self.t0:.0f}s")
+        self.th = threading.Thread(target=beat, daemon=True)
+        self.th.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        return False
 
 
 def out(cmd, check=True) -> str:
@@ -681,11 +703,12 @@ def ensure_rootfs_tar() -> str:
     work = os.path.join(CACHE, "tmp", f"rootfs-{key}")
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(os.path.dirname(work), exist_ok=True)
-    log(f"debootstrap {SUITE} minbase (+{','.join(ROOTFS_PKGS)}) -> {tar} (about 1 min)")
+    log(f"debootstrap {SUITE} minbase (+{','.join(ROOTFS_PKGS)}) -> {tar} (1-3 min)")
     t0 = time.time()
     # a private mount namespace so debootstrap's /proc mounts never leak to the host
-    run(["unshare", "--mount", "--propagation", "private", "--", "debootstrap", "--variant=minbase",
-         f"--include={','.join(ROOTFS_PKGS)}", SUITE, work, DEB_MIRROR], quiet=not VERBOSE)
+    with progress("debootstrap"):
+        run(["unshare", "--mount", "--propagation", "private", "--", "debootstrap", "--variant=minbase",
+             f"--include={','.join(ROOTFS_PKGS)}", SUITE, work, DEB_MIRROR], quiet=not VERBOSE)
     run(["tar", "-C", work, "-cf", tar + ".tmp", "--numeric-owner", "."])
     os.replace(tar + ".tmp", tar)
     shutil.rmtree(work, ignore_errors=True)
@@ -701,11 +724,12 @@ def ensure_wheels() -> str:
     log(f"pip download {' '.join(IMAGE_REQS)} for cp311/manylinux x86_64 -> {wd}")
     t0 = time.time()
     os.makedirs(wd, exist_ok=True)
-    run([*host_pip(), "download", "--disable-pip-version-check", "--progress-bar", "off", "--dest", wd,
-         "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
-         "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-         "--platform", "manylinux_2_28_x86_64", "--platform", "linux_x86_64", *IMAGE_REQS],
-        quiet=not VERBOSE)
+    with progress("pip download"):
+        run([*host_pip(), "download", "--disable-pip-version-check", "--progress-bar", "off", "--dest", wd,
+             "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp", "--abi", "cp311",
+             "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
+             "--platform", "manylinux_2_28_x86_64", "--platform", "linux_x86_64", *IMAGE_REQS],
+            quiet=not VERBOSE)
     write(os.path.join(wd, ".complete"), json.dumps(IMAGE_REQS))
     log(f"{len(os.listdir(wd)) - 1} wheels cached ({time.time() - t0:.0f}s)")
     return wd
@@ -714,7 +738,9 @@ def ensure_wheels() -> str:
 def image_key() -> tuple:
     rootfs = ensure_rootfs_tar()
     wheels = ensure_wheels()
-    tmpd = tempfile.mkdtemp(prefix="svl-whl-")
+    tmpd = os.path.join(CACHE, "tmp", "standin-wheel")
+    shutil.rmtree(tmpd, ignore_errors=True)
+    os.makedirs(tmpd)
     whl = standin_wheel(tmpd)
     key = short_hash(os.path.basename(rootfs), os.path.basename(wheels), sha256_file(whl), IMAGE_ENV)
     return key, rootfs, wheels, whl
@@ -749,7 +775,8 @@ python3 -m venv /opt/venv
 '
 """
     log("image: python3 -m venv /opt/venv + pip install --no-index (ray, huggingface_hub, safetensors, vllm stand-in)")
-    run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script], quiet=not VERBOSE)
+    with progress("pip install in the image"):
+        run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script], quiet=not VERBOSE)
     shutil.rmtree(f"{work}/tmp/wheels")
     write(f"{work}/etc/spark-vllm-lab-image", f"lab serving image {key}: Debian {SUITE} + Ray + vLLM stand-in (no GPU engine)\n")
     log(f"image: rootfs ready ({time.time() - t0:.0f}s); docker import")
@@ -781,8 +808,9 @@ def ensure_image() -> str:
                         "-c", f"LABEL org.opencontainers.image.title=spark-vllm-lab-serving spark-vllm.lab.key={key}"]
             tarp = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--exclude=./proc/*",
                                      "--exclude=./sys/*", "--exclude=./dev/*", "-c", "."], stdout=subprocess.PIPE)
-            subprocess.run([*dk, "import", *changes, "-", name], stdin=tarp.stdout, check=True,
-                           stdout=subprocess.DEVNULL)
+            with progress("docker import"):
+                subprocess.run([*dk, "import", *changes, "-", name], stdin=tarp.stdout, check=True,
+                               stdout=subprocess.DEVNULL)
             tarp.wait()
             shutil.rmtree(work, ignore_errors=True)
             os.makedirs(os.path.dirname(img_tar), exist_ok=True)
@@ -793,7 +821,8 @@ def ensure_image() -> str:
                 if old.startswith("lab-image-") and old != os.path.basename(img_tar):
                     os.unlink(os.path.join(os.path.dirname(img_tar), old))
         log(f"image: pushing {name}")
-        run([*dk, "push", name], quiet=True)
+        with progress("docker push"):
+            run([*dk, "push", name], quiet=True)
     finally:
         log("image: stopping the build dockerd")
         stop_host("build", 0, keep_data=False)
