@@ -82,6 +82,7 @@ class VllmServer(pulumi.ComponentResource):
             "gpuMemoryUtilization": cfg.vllm.gpu_memory_utilization,
             "maxModelLen": cfg.vllm.max_model_len,
             "kvCacheDtype": cfg.vllm.kv_cache_dtype,
+            "enforceEager": cfg.vllm.enforce_eager,
             "modelBytes": args.model_bytes,
             "servedModelName": cfg.vllm.served_model_name,
             "host": cfg.vllm.host,
