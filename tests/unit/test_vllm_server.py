@@ -120,7 +120,7 @@ def test_policy_props_on_vllm_server(build, mocks):
         assert props["tensorParallelSize"] == 3 and props["pipelineParallelSize"] == 1
         assert props["clusterGpus"] == 3
         assert props["gpuMemoryUtilization"] == 0.8
-        assert props["enforceEager"] is False  # rule enforce-eager-advisory reads it
+        assert props["enforceEager"] is True  # as Pulumi.dev.yaml sets it; read by enforce-eager-advisory
         assert props["modelBytes"] == 1234 + 5_000_000 + 4_000_000 + 777
         assert props["nodes"][0] == {
             "name": "spark-1", "memTotalBytes": 125513720 * 1024, "unifiedMemory": True
