@@ -478,16 +478,22 @@ def _fixture_body(fname: str) -> str:
         return f.read().split("\n", 1)[1]   # line 1 is the '# source:' header
 
 
-def ssh_setup(name: str, i: int) -> None:
+def ssh_setup(name: str, i: int) -> bool:
+    """Write host key, authorized_keys and sshd_config; True when an existing config changed."""
     sd = os.path.join(node_dir(name), "ssh")
     os.makedirs(sd, mode=0o700, exist_ok=True)
-    key = os.path.join(sd, "ssh_host_ed25519_key")
+    # host keys are generated once per machine and node and kept in the cache, so the pins written
+    # into Pulumi.dev.yaml stay valid across down/up (delete the cache dir to get new ones)
+    key = host_key_path(name)
+    os.makedirs(os.path.dirname(key), mode=0o700, exist_ok=True)
     if not os.path.exists(key):
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", key])
     ensure_lab_key()
     shutil.copyfile(LAB_KEY + ".pub", os.path.join(sd, "authorized_keys"))
     os.chmod(os.path.join(sd, "authorized_keys"), 0o600)
-    write(os.path.join(sd, "sshd_config"), f"""# spark-vllm lab sshd for {name}
+    cfg_path = os.path.join(sd, "sshd_config")
+    before = open(cfg_path).read() if os.path.exists(cfg_path) else None
+    text = f"""# spark-vllm lab sshd for {name}
 ListenAddress {mgmt_ip(i)}:22
 HostKey {key}
 PidFile /run/sshd.pid
@@ -502,7 +508,9 @@ AcceptEnv LANG LC_*
 MaxSessions 64
 MaxStartups 64:30:128
 Subsystem sftp /usr/lib/openssh/sftp-server
-""")
+"""
+    write(cfg_path, text)
+    return before is not None and before != text
 
 
 def ensure_lab_key() -> None:
@@ -606,7 +614,9 @@ def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True) -> None:
         stop_host(name, i, keep_data=True)
     if i > 0:
         write_identity(name, i, n_nodes)
-        ssh_setup(name, i)
+        if ssh_setup(name, i) and sshd_running(name):
+            log(f"{name}: sshd configuration changed, restarting sshd")
+            stop_sshd(name)
     else:
         os.makedirs(os.path.join(d, "bin"), exist_ok=True)
         write(os.path.join(d, "bin", "nvidia-container-runtime-hook"), "#!/bin/sh\ncat >/dev/null\nexit 0\n", 0o755)
@@ -896,8 +906,12 @@ def save_state(st: dict) -> None:
     write(os.path.join(LAB, "lab.json"), json.dumps(st, indent=1))
 
 
+def host_key_path(name: str) -> str:
+    return os.path.join(CACHE, "hostkeys", name, "ssh_host_ed25519_key")
+
+
 def host_key(name: str) -> str:
-    pub = open(os.path.join(node_dir(name), "ssh", "ssh_host_ed25519_key.pub")).read().split()
+    pub = open(host_key_path(name) + ".pub").read().split()
     return f"{pub[0]} {pub[1]}"
 
 

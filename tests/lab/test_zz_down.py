@@ -47,6 +47,10 @@ def test_down_leaves_nothing_and_up_restores(lab):
         assert os.path.exists("/root/.cache/spark-vllm/lab/id_ed25519")   # caches are kept
     finally:
         lab.cli("up", "--nodes", str(n))
+    # host keys and the image digest survive down/up, so a stack file written once stays valid
+    cfg = __import__("json").load(open("/root/.cache/spark-vllm/lab/stack.json"))
+    assert {n["name"]: n["hostKey"] for n in cfg["nodes"]} == {k: v["hostKey"] for k, v in lab.nodes.items()}
+    assert cfg["image"]["ref"] == lab.image
     for name in lab.nodes:
         assert subprocess.run(["python3", lab.cli.__globals__["LAB_PY"], "ssh", name, "hostname"],
                               capture_output=True, text=True).stdout.strip() == name
