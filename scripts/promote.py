@@ -263,6 +263,13 @@ def check_environment(env: dict[str, str]) -> None:
     if not merged.get("PULUMI_BACKEND_URL"):
         raise Refusal(EXIT_USAGE, "PULUMI_BACKEND_URL is not set (the Makefile sets "
                       "file://~/.spark-vllm/state; run through `make promote` or export it)")
+    url = merged["PULUMI_BACKEND_URL"]
+    if url.startswith("file://"):
+        folder = Path(os.path.expanduser(url[len("file://"):].split("?", 1)[0]))
+        if not folder.is_dir():
+            raise Refusal(EXIT_USAGE, f"the state folder of PULUMI_BACKEND_URL={url} does not "
+                          "exist (make setup creates ~/.spark-vllm/state): no stack there to "
+                          "promote from")
     if not (merged.get("PULUMI_CONFIG_PASSPHRASE") or merged.get("PULUMI_CONFIG_PASSPHRASE_FILE")):
         raise Refusal(EXIT_USAGE, "neither PULUMI_CONFIG_PASSPHRASE nor "
                       "PULUMI_CONFIG_PASSPHRASE_FILE is set (the stack files' secrets need it)")

@@ -305,6 +305,9 @@ def test_cli_usage_errors_and_exit_codes(project, tmp_path):
     bare["HOME"] = str(tmp_path)  # no ~/.spark-vllm/passphrase to default to
     r = cli("--from", "dev", "--to", "staging", env=bare)
     assert r.returncode == 2 and "PULUMI_CONFIG_PASSPHRASE" in r.stderr
+    r = cli("--from", "dev", "--to", "staging",
+            env={**env, "PULUMI_BACKEND_URL": f"file://{tmp_path}/no-such-state"})
+    assert r.returncode == 2 and "does not exist" in r.stderr
     r = cli("--to", "staging")
     assert r.returncode == 2 and "--from" in r.stderr
     assert "Traceback" not in r.stderr

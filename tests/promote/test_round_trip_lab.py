@@ -1,0 +1,177 @@
+"""The promotion round trip on the lab, with the real program, engine, plugins and hosts:
+
+dev `up` on the lab -> promote dev -> staging (a second stack on the same lab hosts) -> destroy
+dev (container names are fixed per host, two stacks cannot run there at once) -> staging `up`
+converges and serves what dev verified (same image ID, same model commit) behind its own API key
+-> a preview of staging wants nothing -> destroy.
+
+Holds the lab lock for the whole test. Costs three `up`/`destroy` cycles (a few minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import urllib.request
+
+import pytest
+import yaml
+
+import promote
+from tests.e2e.labkit import ROOT, _plugin_installed, lab, lock_lab, stackctl
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+STAGING_KEY = "sk-lab-staging-round-trip"
+
+
+def _need_lab() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    if shutil.which("pulumi") is None:
+        pytest.skip("the Pulumi CLI is not on PATH: run `make setup`")
+    for name in ("command", "docker"):
+        if not _plugin_installed(name):
+            pytest.skip(f"resource plugin {name} is not installed (see toolchain status.json)")
+
+
+def _stack(name, work, env):
+    import pulumi.automation as auto
+
+    return auto.create_or_select_stack(
+        stack_name=name, project_name="spark-vllm", program=stackctl._program,
+        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
+    )
+
+
+def _get(url: str, key: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def _fit_nofile(monkeypatch) -> None:
+    """The Ray containers ask RLIMIT_NOFILE 1048576 (components/ray_cluster.NOFILE). A machine
+    without CAP_SYS_RESOURCE (this sandbox: hard limit 20000) cannot grant it and runc fails with
+    `error setting rlimit type 7: operation not permitted`. Only then, lower it to what the
+    machine grants, for this test's inline program, and say so."""
+    import resource
+
+    from components import ray_cluster
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard == resource.RLIM_INFINITY or hard >= ray_cluster.NOFILE:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, ray_cluster.NOFILE))
+        return
+    except (ValueError, OSError):
+        pass
+    print(f"note: this machine cannot raise RLIMIT_NOFILE above {hard} (no CAP_SYS_RESOURCE); "
+          f"the containers get nofile={hard} instead of {ray_cluster.NOFILE} in this test")
+    monkeypatch.setattr(ray_cluster, "NOFILE", hard)
+
+
+def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys, monkeypatch):
+    import pulumi.automation as auto
+
+    _need_lab()
+    _fit_nofile(monkeypatch)
+    held = lock_lab()
+    stacks: dict[str, object] = {}
+    t = {}
+    try:
+        t0 = time.monotonic()
+        lab("up", "--nodes", "2")
+        t["lab up"] = time.monotonic() - t0
+
+        work = tmp_path
+        shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
+        shutil.copy(ROOT / "Pulumi.dev.yaml", work / "Pulumi.dev.yaml")
+        lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
+        (work / "state").mkdir()
+        env = {
+            "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
+            "PULUMI_CONFIG_PASSPHRASE": "spark-vllm-promote-lab",
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        }
+
+        # staging: the same lab hosts, its own environment, API key and (stale) artifacts
+        dev_doc = yaml.safe_load((work / "Pulumi.dev.yaml").read_text())
+        conf = dev_doc["config"]
+        dev_ref = conf["spark-vllm:image"]["ref"]
+        assert "@sha256:" in dev_ref, dev_ref
+        conf = json.loads(json.dumps(conf))
+        conf["spark-vllm:environment"] = "staging"
+        conf["spark-vllm:image"]["ref"] = dev_ref.split("@")[0] + ":stale-tag"
+        conf["spark-vllm:model"]["revision"] = "main"
+        conf["spark-vllm:vllm"]["maxNumSeqs"] = 8
+        (work / "Pulumi.staging.yaml").write_text(
+            "# staging on the lab: a second stack on dev's hosts (never both at once)\n"
+            + yaml.safe_dump({"config": conf}, sort_keys=False)
+        )
+
+        dev = stacks["dev"] = _stack("dev", work, env)
+        t0 = time.monotonic()
+        assert dev.up(on_output=print).summary.result == "succeeded"
+        t["dev up"] = time.monotonic() - t0
+        dev_out = dev.outputs()
+        commit = dev_out["modelCommit"].value
+        dev_ids = dev_out["imageIds"].value
+
+        staging = stacks["staging"] = _stack("staging", work, env)
+        staging.set_config("spark-vllm:vllmApiKey", auto.ConfigValue(STAGING_KEY, secret=True))
+
+        lines: list[str] = []
+        t0 = time.monotonic()
+        code = promote.run(promote.Options(
+            source="dev", target="staging", yes=True, work_dir=work,
+            program=stackctl._program, env=env, out=lines.append,
+        ))
+        t["promote"] = time.monotonic() - t0
+        print("\n".join(lines))
+        assert code == 0, capsys.readouterr().err
+        written = yaml.safe_load((work / "Pulumi.staging.yaml").read_text())["config"]
+        assert written["spark-vllm:image"]["ref"] == dev_ref
+        assert written["spark-vllm:model"]["revision"] == commit
+        assert written["spark-vllm:vllm"]["maxNumSeqs"] == 4
+        assert written["spark-vllm:environment"] == "staging"
+        assert "secure" in written["spark-vllm:vllmApiKey"]
+
+        t0 = time.monotonic()
+        dev.destroy(on_output=print)
+        stacks.pop("dev")
+        t["dev destroy"] = time.monotonic() - t0
+
+        t0 = time.monotonic()
+        r = staging.up(on_output=print)
+        t["staging up"] = time.monotonic() - t0
+        assert r.summary.result == "succeeded"
+        out = staging.outputs()
+        assert out["modelCommit"].value == commit
+        assert out["imageIds"].value == dev_ids
+        endpoint = out["endpoint"].value
+        status, _ = _get(endpoint + "/models")
+        assert status == 401, "staging must require its API key"
+        status, body = _get(endpoint + "/models", STAGING_KEY)
+        assert status == 200 and "tiny-moe" in body, body
+
+        t0 = time.monotonic()
+        staging.preview(expect_no_changes=True, on_output=print)
+        t["staging preview (no changes)"] = time.monotonic() - t0
+    finally:
+        for name, st in list(stacks.items()):
+            try:
+                t0 = time.monotonic()
+                st.destroy(on_output=print)
+                t[f"{name} destroy"] = time.monotonic() - t0
+            except auto.CommandError as e:
+                print(f"cleanup destroy of {name} failed: {e}")
+        held.close()
+        print("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in t.items()))
