@@ -1129,6 +1129,22 @@ def cmd_hf_bytes(args) -> None:
     print(f"{total:>12} total")
 
 
+def take_lock(verb: str) -> None:
+    """One mutating lab.py at a time (several sessions/tests may drive the same lab)."""
+    import fcntl
+    os.makedirs(CACHE, exist_ok=True)
+    global _LOCK_FD
+    _LOCK_FD = open(os.path.join(CACHE, ".lab.lock"), "a+")
+    try:
+        fcntl.flock(_LOCK_FD, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"{verb}: waiting for another lab.py run to finish (lock {CACHE}/.lab.lock)")
+        fcntl.flock(_LOCK_FD, fcntl.LOCK_EX)
+
+
+_LOCK_FD = None
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(prog="lab.py", description=__doc__.split("\n")[0])
     sp = p.add_subparsers(dest="verb", required=True)
@@ -1152,6 +1168,8 @@ def main(argv=None) -> None:
     a = p.parse_args(argv)
     if a.verb not in ("hf-bytes",):
         require_root()
+    if a.verb not in ("hf-bytes", "status", "ssh", "config"):
+        take_lock(a.verb)
     try:
         {"up": cmd_up, "down": cmd_down, "status": cmd_status, "config": cmd_config, "seed": cmd_seed,
          "hf-bytes": cmd_hf_bytes, "ssh": cmd_ssh, "kill": cmd_kill,
