@@ -1064,7 +1064,14 @@ def ssh_argv(name: str, cmd: list | None = None, tty: bool = False) -> list:
 
 
 def cmd_ssh(args) -> None:
-    argv = ssh_argv(args.node, args.cmd, tty=not args.cmd and sys.stdin.isatty())
+    # one argument is a shell command line (as with ssh); several are an argv, quoted word by word
+    # so `lab.py ssh spark-1 sh -c 'docker ps | wc -l'` keeps its words
+    cmd = args.cmd
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if len(cmd) > 1:
+        cmd = [" ".join(shlex.quote(c) for c in cmd)]
+    argv = ssh_argv(args.node, cmd, tty=not cmd and sys.stdin.isatty())
     os.execvp(argv[0], argv)
 
 

@@ -84,17 +84,28 @@ def fixture_body(name: str) -> str:
         return f.read().split("\n", 1)[1]
 
 
+USER_LOCK = "/run/spark-vllm-lab.lock"   # shared with tests/e2e: one user of the lab at a time
+
+
 @pytest.fixture(scope="session")
 def lab():
     if os.geteuid() != 0:
         pytest.skip("lab tests need root (network namespaces, bridges, dockerd)")
+    import fcntl
+    held = open(USER_LOCK, "a")
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        print(f"waiting for another user of the lab ({USER_LOCK})", flush=True)
+        fcntl.flock(held, fcntl.LOCK_EX)
     reason = _lab_is_up()
     if reason and os.environ.get("LAB_AUTO") == "1":
         lab_cli("up")
         reason = _lab_is_up()
     if reason:
         pytest.skip(f"the lab is not up ({reason}); run `python3 lab/lab.py up` or set LAB_AUTO=1")
-    return Lab()
+    yield Lab()
+    held.close()
 
 
 def wait_until(pred, timeout=60, interval=1.0, what="condition"):
