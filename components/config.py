@@ -268,6 +268,10 @@ class RayConfig(_Model):
     dashboard: bool = False
     shm_bytes: int = Field(default=16 * GIB, ge=64 * 1024 * 1024)
     gpus_per_node: int = Field(default=1, ge=1, le=8)  # one GB10 per Spark
+    # Open files per container: sharded checkpoints under Ray need many (field notes, problem
+    # 16). Docker cannot raise it above the daemon's own hard limit, so hosts with a lower
+    # limit (the lab's sandbox allows 20000) set this key.
+    nofile: int = Field(default=1048576, ge=1024, le=1048576)
 
     @field_validator("port")
     @classmethod

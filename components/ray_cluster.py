@@ -30,7 +30,6 @@ from components.spark_node import SparkNode
 
 HEAD_CONTAINER = "spark-vllm-ray-head"
 WORKER_CONTAINER = "spark-vllm-ray-worker"
-NOFILE = 1048576
 MIB = 1024 * 1024
 
 
@@ -148,7 +147,8 @@ class RayCluster(pulumi.ComponentResource):
             "HF_HOME": scripts.HF_MOUNT,
             "HF_HUB_OFFLINE": "1",
         }
-        ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=NOFILE, hard=NOFILE)]
+        nofile = cfg.ray.nofile
+        ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=nofile, hard=nofile)]
         if extras.memlock_unlimited:
             ulimits.append(docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1))
         labels = {**args.labels, "spark-vllm.role": role, "spark-vllm.node": node.name}

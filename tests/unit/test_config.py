@@ -67,6 +67,8 @@ BAD = [
     ("cache-dir-relative", "dev", {"model.cacheDir": "cache"},
      "spark-vllm:model.cacheDir", "expected an absolute path"),
     ("missing-image", "dev", {"image": DELETE}, "spark-vllm:image", "this key is required"),
+    ("nofile-too-low", "dev", {"ray.nofile": 10},
+     "spark-vllm:ray.nofile", "greater than or equal to 1024"),
     ("unknown-section-key", "dev", {"ray.objectStore": 1},
      "spark-vllm:ray.objectStore", "objectStoreBytes"),
     ("prod-image-tag", "prod", {"image.ref": "reg:5000/vllm:latest"},
@@ -120,6 +122,7 @@ def test_prod_ready_config_passes_and_defaults_follow_gb10_notes():
     assert cfg.vllm.gpu_memory_utilization == 0.80
     assert cfg.ray.object_store_bytes == 1024**3
     assert cfg.ray.dashboard is False
+    assert cfg.ray.nofile == 1048576  # field notes: sharded checkpoints under Ray
     assert cfg.preflight.foreign_containers == "fail"
     assert cfg.tensor_parallel_size * cfg.vllm.pipeline_parallel_size == 2
 

@@ -42,7 +42,7 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
             assert c["privileged"] is False
             assert c["entrypoints"] == ["/usr/bin/env"]
             ulimits = {u["name"]: (u["soft"], u["hard"]) for u in c["ulimits"]}
-            assert ulimits["nofile"] == (1048576, 1048576)
+            assert ulimits["nofile"] == (16384, 16384)  # ray.nofile from Pulumi.dev.yaml
             assert labels(c) == {**LABELS, "spark-vllm.role": role, "spark-vllm.node": node}
             assert c["mounts"] == [
                 {"target": "/root/.cache/huggingface", "type": "bind",
