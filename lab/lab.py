@@ -457,12 +457,14 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
     write(os.path.join(idd, "node.json"), json.dumps({
         "name": name, "index": i, "uuid_fixture": uuid_files[(i - 1) % len(uuid_files)], "uuid": uuid,
         "fabric": [{"interface": nif, "hca": hca} for _br, nif, _p, hca in FABRIC]}))
-    for tool in ("nvidia-smi", "ibdev2netdev"):
-        src = open(os.path.join(HERE, "standins", tool)).read().replace("@IDENTITY@", idd)
-        write(os.path.join(bindir, tool), src, 0o755)
+    data = {"node": json.load(open(os.path.join(idd, "node.json"))),
+            "files": {f: _fixture_body(f) for f in os.listdir(FIXTURES) if f.startswith("nvidia-smi")}}
+    src = open(os.path.join(HERE, "standins", "nvidia-smi")).read().replace("@DATA@", repr(json.dumps(data)))
+    write(os.path.join(bindir, "nvidia-smi"), src, 0o755)
+    src = open(os.path.join(HERE, "standins", "ibdev2netdev")).read().replace("@IDENTITY@", idd)
+    write(os.path.join(bindir, "ibdev2netdev"), src, 0o755)
     write(os.path.join(bindir, "nvidia-container-runtime-hook"),
-          "#!/bin/sh\n# lab no-op: there is no GPU to inject; dockerd only needs this to exist\n"
-          "cat >/dev/null 2>&1\nexit 0\n", 0o755)
+          open(os.path.join(HERE, "standins", "nvidia-container-runtime-hook")).read(), 0o755)
     up = os.path.join(d, "etc-upper")
     os.makedirs(os.path.join(d, "etc-work"), exist_ok=True)
     write(os.path.join(up, "dgx-release"), _fixture_body("dgx-release-sionna-rk.txt"))

@@ -68,6 +68,15 @@ def test_nvidia_smi_is_the_recorded_gb10_output(lab):
     assert len(uuids) == len(lab.nodes)
 
 
+def test_gpus_all_containers_see_the_nvidia_smi_stand_in(lab):
+    # as with the real toolkit, nvidia-smi appears inside --gpus containers (only there)
+    for name in lab.nodes:
+        out = lab.ssh(name, f"docker run --rm --gpus all {lab.image} nvidia-smi -L").stdout
+        assert out == lab.ssh(name, "nvidia-smi -L").stdout
+    p = lab.ssh(name, f"docker run --rm {lab.image} sh -c 'command -v nvidia-smi'", check=False)
+    assert p.returncode != 0
+
+
 def test_dgx_release_and_ibdev2netdev(lab):
     for name, n in lab.nodes.items():
         assert lab.ssh(name, "cat /etc/dgx-release").stdout == lab.fixture("dgx-release-sionna-rk.txt")
