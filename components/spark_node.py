@@ -50,7 +50,11 @@ def write_known_hosts(cfg: StackConfig, project: str, stack: str) -> Path:
 
 
 def facts_summary(facts: NodeFacts) -> dict[str, Any]:
-    """The recon facts worth exporting and reviewing, as plain JSON-able values."""
+    """The recon facts worth exporting and reviewing, as plain JSON-able values.
+
+    Only facts that stay put between runs: free memory and disk change every minute and would
+    make every preview show a changed output; `make recon` shows them live.
+    """
     gpu = facts.gpus[0] if facts.gpus else None
     return {
         "hostname": facts.hostname,
@@ -63,7 +67,6 @@ def facts_summary(facts: NodeFacts) -> dict[str, Any]:
         "driver": gpu.driver_version if gpu else None,
         "cuda": gpu.cuda_version if gpu else None,
         "memTotalBytes": facts.memory.total_bytes,
-        "memAvailableBytes": facts.memory.available_bytes,
         "unifiedMemory": facts.memory.unified,
         "docker": facts.docker.version if facts.docker else None,
         "foreignContainers": [c.name for c in facts.foreign_containers()],
@@ -72,7 +75,6 @@ def facts_summary(facts: NodeFacts) -> dict[str, Any]:
             for i in facts.interfaces
         },
         "roce": {r.device: r.state for r in facts.roce},
-        "diskFreeBytes": facts.disk_free_bytes,
     }
 
 

@@ -27,6 +27,18 @@ def lab(*args: str, check: bool = True, timeout: int = 1800) -> subprocess.Compl
     )
 
 
+LAB_LOCK = "/run/spark-vllm-lab.lock"
+
+
+def lock_lab():
+    """Hold the lab for this process (an exclusive flock): one user of the lab at a time."""
+    import fcntl
+
+    fh = open(LAB_LOCK, "a")
+    fcntl.flock(fh, fcntl.LOCK_EX)
+    return fh
+
+
 def _plugin_installed(name: str) -> bool:
     home = Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi"))
     return any((home / "plugins").glob(f"resource-{name}-v*/pulumi-resource-{name}"))
@@ -93,8 +105,14 @@ class Deployment:
         return self.stack.outputs()["endpoint"].value
 
 
-def hf_bytes() -> int:
-    return json.loads(lab("hf-bytes", "--json").stdout)["total"]
+def hf_file_bytes() -> int:
+    """Bytes of model files the lab's HF endpoint served (`/resolve/` downloads).
+
+    The program asks the hub which commit the revision is on every run (small API calls under
+    /api/); what must not repeat is moving the model's files.
+    """
+    paths = json.loads(lab("hf-bytes", "--json").stdout)["paths"]
+    return sum(v["bytes"] for p, v in paths.items() if "/resolve/" in p)
 
 
 def http(url: str, body: dict | None = None, timeout: int = 30) -> tuple[int, str]:

@@ -1,0 +1,68 @@
+"""End-to-end fixtures: the real engine, real plugins, real SSH and Docker, against the lab.
+
+The lab (lab/lab.py) is brought up once per session (idempotent) and the dev stack's config is
+written into a temporary copy of the project's stack files, so the repository's Pulumi.dev.yaml
+is never modified by a test run. The program is the project's own `__main__.py`, run inline
+through the Automation API (scripts/stackctl.py), with a file backend in a temporary folder.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+
+import pytest
+
+from tests.e2e.labkit import LAB_CACHE, ROOT, Deployment, _plugin_installed, lab, lock_lab, stackctl
+
+
+@pytest.fixture(scope="session")
+def lab_cfg():
+    """Bring the 2-node lab up (idempotent) and return what it wrote to stack.json."""
+    if os.geteuid() != 0:
+        pytest.skip("the lab needs root")
+    if shutil.which("pulumi") is None:
+        pytest.skip("the Pulumi CLI is not on PATH: run `make setup`")
+    for name in ("command", "docker"):
+        if not _plugin_installed(name):
+            pytest.skip(f"resource plugin {name} is not installed (see toolchain status.json)")
+    held = lock_lab()  # released when the session's process ends
+    t0 = time.monotonic()
+    lab("up", "--nodes", os.environ.get("E2E_NODES", "2"))
+    print(f"lab up: {time.monotonic() - t0:.1f} s")
+    yield json.loads((LAB_CACHE / "stack.json").read_text())
+    held.close()
+
+
+@pytest.fixture(scope="module")
+def deployment(lab_cfg, tmp_path_factory) -> Deployment:
+    """A fresh dev stack on a file backend in a temporary folder; destroyed at the end."""
+    import pulumi.automation as auto
+
+    work = tmp_path_factory.mktemp("e2e")
+    shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
+    shutil.copy(ROOT / "Pulumi.dev.yaml", work / "Pulumi.dev.yaml")
+    lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
+    state = work / "state"
+    state.mkdir()
+    env = {
+        "PULUMI_BACKEND_URL": f"file://{state}",
+        "PULUMI_CONFIG_PASSPHRASE": "spark-vllm-e2e",
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+    }
+    stack = auto.create_or_select_stack(
+        stack_name="dev",
+        project_name="spark-vllm",
+        program=stackctl._program,
+        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
+    )
+    d = Deployment(stack=stack, workdir=work, cfg=lab_cfg)
+    yield d
+    if os.environ.get("E2E_KEEP") != "1":
+        try:
+            stack.destroy(on_output=print)
+        except auto.CommandError as e:  # keep the original failure visible, not this one
+            print(f"cleanup destroy failed: {e}")

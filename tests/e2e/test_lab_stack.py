@@ -1,0 +1,143 @@
+"""`pulumi up` converges the dev stack on the lab, and every change costs only what it must.
+
+Ordered on purpose: one deployment per module, brought up by the first test and destroyed by
+the last (the fixture destroys it too if a test fails half-way). Each change-table test asserts
+what the engine did (from its events) and what did NOT happen on the hosts (container IDs and
+start times kept, no bytes fetched from the lab's HF endpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+import pytest
+
+from tests.e2e.labkit import hf_file_bytes, http, lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+HEAD, WORKER = "spark-1", "spark-2"
+
+
+def _models(d) -> list[str]:
+    _, body = http(d.endpoint() + "/models")
+    return [m["id"] for m in json.loads(body)["data"]]
+
+
+def _complete(d, prompt="Say hello") -> str:
+    _, body = http(
+        d.endpoint() + "/completions",
+        {"model": "tiny-moe", "prompt": prompt, "max_tokens": 8},
+    )
+    return json.loads(body)["choices"][0]["text"]
+
+
+def test_up_from_empty_serves(deployment):
+    d = deployment
+    t0 = time.monotonic()
+    r = d.run("up")
+    print(f"up from empty: {time.monotonic() - t0:.1f} s")
+    assert r.summary.result == "succeeded"
+    ops = d.ops()
+    assert {"ray-head", f"ray-worker-{WORKER}", "vllm-serve", "model-fetch"} <= set(ops), ops
+    assert all(op == "create" for op in ops.values()), ops
+
+    assert "tiny-moe" in _models(d)
+    assert _complete(d)
+    # streamed chat completion: SSE lines ending with [DONE]
+    _, body = http(
+        d.endpoint() + "/chat/completions",
+        {"model": "tiny-moe", "messages": [{"role": "user", "content": "hi"}], "stream": True},
+    )
+    chunks = [line for line in body.splitlines() if line.startswith("data: ")]
+    assert chunks and chunks[-1] == "data: [DONE]", body[-300:]
+
+    status = d.ssh(HEAD, "docker exec spark-vllm-ray-head ray status")
+    assert len(re.findall(r"node_", status)) >= 2, status
+    assert re.search(r"0(\.0)?/2(\.0)? GPU", status), status
+
+
+def test_second_up_changes_nothing(deployment):
+    d = deployment
+    before = d.snapshot()
+    bytes_before = hf_file_bytes()
+    r = d.run("up")
+    assert d.ops() == {}, d.ops()
+    assert r.summary.resource_changes.get("same", 0) == sum(r.summary.resource_changes.values())
+    d.run("preview", expect_no_changes=True)
+    assert d.snapshot() == before, "a container was restarted by a no-op up"
+    assert hf_file_bytes() == bytes_before, "a no-op up fetched from the hub"
+
+
+def test_vllm_flag_restarts_only_vllm(deployment):
+    d = deployment
+    before = d.snapshot()
+    bytes_before = hf_file_bytes()
+    d.set("vllm.maxNumSeqs", 8)
+    d.run("up")
+    ops = d.ops()
+    assert "vllm-serve" in ops, ops
+    assert not any(k.startswith(("ray-head", "ray-worker", "image-", "model-")) for k in ops), ops
+    assert d.snapshot() == before, "Ray containers must keep running"
+    assert hf_file_bytes() == bytes_before
+    assert "tiny-moe" in _models(d)
+
+
+def test_nccl_env_restarts_ray_and_vllm_only(deployment):
+    d = deployment
+    bytes_before = hf_file_bytes()
+    image_before = {n: d.ssh(n, "docker images -q --no-trunc | sort") for n in (HEAD, WORKER)}
+    d.set("nccl.debug", "INFO")
+    d.run("up")
+    ops = d.ops()
+    assert ops.get("ray-head") == "replace" and ops.get(f"ray-worker-{WORKER}") == "replace", ops
+    assert "vllm-serve" in ops, ops
+    assert not any(k.startswith(("image-", "model-")) for k in ops), ops
+    assert hf_file_bytes() == bytes_before
+    assert {n: d.ssh(n, "docker images -q --no-trunc | sort") for n in (HEAD, WORKER)} == image_before
+    assert _complete(d)
+
+
+def test_model_revision_moves_files_and_restarts_vllm(deployment, lab_cfg):
+    d = deployment
+    commits = lab_cfg["model"]["commits"]
+    first = commits.get("first") or commits.get("v1") or sorted(commits.values())[0]
+    before = d.snapshot()
+    bytes_before = hf_file_bytes()
+    d.set("model.revision", first)
+    d.run("up")
+    ops = d.ops()
+    assert "model-fetch" in ops and "vllm-serve" in ops, ops
+    assert not any(k.startswith(("ray-head", "ray-worker", "image-")) for k in ops), ops
+    assert d.snapshot() == before, "a model revision must not restart Ray"
+    fetched = hf_file_bytes() - bytes_before
+    assert 0 < fetched, "the new revision's files must come from the hub once"
+    assert d.stack.outputs()["modelCommit"].value == first
+
+
+def test_drift_worker_killed_is_found_and_repaired(deployment):
+    d = deployment
+    lab("kill", WORKER, "spark-vllm-ray-worker")
+    r = d.run("refresh")
+    assert r.summary.result == "succeeded"
+    d.run("preview")
+    drifted = d.ops()
+    assert f"ray-worker-{WORKER}" in drifted, drifted
+    before_head = d.containers(HEAD)
+    d.run("up")
+    ops = d.ops()
+    assert f"ray-worker-{WORKER}" in ops, ops
+    assert "ray-head" not in ops, ops
+    assert d.containers(HEAD)["spark-vllm-ray-head"] == before_head["spark-vllm-ray-head"]
+    assert _complete(d)
+
+
+def test_destroy_keeps_model_cache_and_foreign_containers(deployment):
+    d = deployment
+    d.run("destroy")
+    for n in (HEAD, WORKER):
+        assert d.containers(n) == {}, f"{n}: managed containers left after destroy"
+        listing = d.ssh(n, "ls /root/.cache/huggingface/hub")
+        assert "models--spark-lab--tiny-moe" in listing, f"{n}: model cache was removed"
