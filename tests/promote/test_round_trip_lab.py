@@ -55,33 +55,10 @@ def _get(url: str, key: str | None = None) -> tuple[int, str]:
         return e.code, e.read().decode(errors="replace")
 
 
-def _fit_nofile(monkeypatch) -> None:
-    """The Ray containers ask RLIMIT_NOFILE 1048576 (components/ray_cluster.NOFILE). A machine
-    without CAP_SYS_RESOURCE (this sandbox: hard limit 20000) cannot grant it and runc fails with
-    `error setting rlimit type 7: operation not permitted`. Only then, lower it to what the
-    machine grants, for this test's inline program, and say so."""
-    import resource
-
-    from components import ray_cluster
-
-    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    if hard == resource.RLIM_INFINITY or hard >= ray_cluster.NOFILE:
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, ray_cluster.NOFILE))
-        return
-    except (ValueError, OSError):
-        pass
-    print(f"note: this machine cannot raise RLIMIT_NOFILE above {hard} (no CAP_SYS_RESOURCE); "
-          f"the containers get nofile={hard} instead of {ray_cluster.NOFILE} in this test")
-    monkeypatch.setattr(ray_cluster, "NOFILE", hard)
-
-
-def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys, monkeypatch):
+def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
     import pulumi.automation as auto
 
     _need_lab()
-    _fit_nofile(monkeypatch)
     held = lock_lab()
     stacks: dict[str, object] = {}
     t = {}
@@ -102,7 +79,8 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys, monkeypatch):
             "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
         }
 
-        # staging: the same lab hosts, its own environment, API key and (stale) artifacts
+        # staging: the same lab hosts (and dev's lab-sized ray.nofile etc.), its own environment,
+        # API key and (stale) artifacts
         dev_doc = yaml.safe_load((work / "Pulumi.dev.yaml").read_text())
         conf = dev_doc["config"]
         dev_ref = conf["spark-vllm:image"]["ref"]
