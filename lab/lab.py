@@ -208,7 +208,8 @@ def require_root() -> None:
 def ensure_prereqs(extra=()) -> None:
     need = sorted({pkg for binary, pkg in list(APT_PKGS.items()) + list(extra)
                    if shutil.which(binary) is None and not os.path.exists(f"/usr/sbin/{binary}")})
-    if not ok([sys.executable, "-m", "pip", "--version"]) and not ok(["/usr/bin/python3", "-m", "pip", "--version"]):
+    import importlib.util
+    if importlib.util.find_spec("pip") is None and not ok(["/usr/bin/python3", "-c", "import pip"]):
         need.append("python3-pip")
     if not ok(["/usr/bin/python3", "-c", "import venv, ensurepip"]):
         need.append("python3-venv")
@@ -967,7 +968,6 @@ def write_stack_yaml(path: str, cfg: dict) -> None:
 def cmd_up(args) -> None:
     require_root()
     t0 = time.time()
-    ensure_prereqs()
     n = args.nodes or state().get("nodes") or 2
     if n < 1 or n > 9:
         die("--nodes must be 1..9")
@@ -1179,6 +1179,8 @@ def main(argv=None) -> None:
         require_root()
     if a.verb not in ("hf-bytes", "status", "ssh", "config"):
         take_lock(a.verb)
+    if a.verb != "hf-bytes":
+        ensure_prereqs()
     try:
         {"up": cmd_up, "down": cmd_down, "status": cmd_status, "config": cmd_config, "seed": cmd_seed,
          "hf-bytes": cmd_hf_bytes, "ssh": cmd_ssh, "kill": cmd_kill,
