@@ -109,6 +109,8 @@ class NodeFacts(_Facts):
     interfaces: list[InterfaceFacts] = Field(default_factory=list)
     roce: list[RoceFacts] = Field(default_factory=list)
     disk_free_bytes: int = 0  # free bytes on the filesystem holding the HF cache dir
+    # the stack's `vllm serve` inside each running Ray head container: {container name: alive}
+    vllm_serve: dict[str, bool] = Field(default_factory=dict)
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output

@@ -755,3 +755,16 @@ def parse_host_keys(text: str) -> list[str]:
             raise ParseError("ssh host keys", "line is not '<type> <base64> [comment]'", line)
         keys.append(f"{parts[0]} {parts[1]}")
     return keys
+
+
+def parse_vllm_serve(text: str) -> dict[str, bool]:
+    """`<container> running|stopped` lines (recon's vllm_serve section) -> {container: alive}."""
+    out: dict[str, bool] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or parts[1] not in ("running", "stopped"):
+            raise ParseError("vllm_serve", "expected '<container> running|stopped'", line)
+        out[parts[0]] = parts[1] == "running"
+    return out

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from components.scripts import VLLM_PID
 from components import parsers as p
 from components.facts import DockerFacts, InterfaceFacts, MemoryFacts, NodeFacts, OsFacts
 from components.parsers import ParseError
@@ -104,6 +105,16 @@ exit 0
 '''
 
 
+# Is the stack's own `vllm serve` alive inside a running Ray head container? (Its pid file is
+# written by scripts.vllm_start.) One line per head container: "<name> running|stopped".
+_VLLM_SERVE = (
+    "for c in $(docker ps --filter label=spark-vllm.managed=true "
+    "--filter label=spark-vllm.role=ray-head --format '{{.Names}}'); do "
+    "if docker exec \"$c\" sh -c 'kill -0 $(cat " + VLLM_PID + ") 2>/dev/null'; "
+    "then echo \"$c running\"; else echo \"$c stopped\"; fi; done; exit 0"
+)
+
+
 def recon_script(cfg: Any, node: Any) -> str:
     """The read-only bash script one node runs (`bash -s`); pure: same config, same text."""
     q = shlex.quote
@@ -149,6 +160,7 @@ def recon_script(cfg: Any, node: Any) -> str:
         f"sv_run docker_stats {DOCKER_TIMEOUT} docker stats --no-stream --format '{{{{json .}}}}'",
         f"sv_run docker_images {DOCKER_TIMEOUT} docker images --no-trunc --format '{{{{json .}}}}'",
         f"sv_run gpu_runtime {COMMAND_TIMEOUT} bash -c {q(_GPU_RUNTIME)}",
+        f"sv_run vllm_serve {DOCKER_TIMEOUT} bash -c {q(_VLLM_SERVE)}",
         f"sv_run hf_cache {DOCKER_TIMEOUT} bash -c {q(_HF_CACHE)} _ {q(cache_dir)}",
         f"sv_run disk {COMMAND_TIMEOUT} bash -c {q(_DF)} _ {q(cache_dir)}",
         f"sv_run host_keys {COMMAND_TIMEOUT} bash -c 'cat /etc/ssh/ssh_host_*_key.pub'",
@@ -319,6 +331,7 @@ def parse_recon_output(node_name: str, text: str, *, sent_at: float | None = Non
 
     docker = _docker_facts(r)
 
+    vllm_serve = r.parse("vllm_serve", p.parse_vllm_serve) or {}
     hf_cache = r.parse("hf_cache", p.parse_hf_cache) or []
     disk = r.parse("disk", p.parse_df_avail) or 0
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
@@ -341,6 +354,7 @@ def parse_recon_output(node_name: str, text: str, *, sent_at: float | None = Non
         interfaces=interfaces,
         roce=roce or [],
         disk_free_bytes=disk,
+        vllm_serve=vllm_serve,
         clock_offset_seconds=clock_offset,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,

@@ -20,6 +20,8 @@ on its own after `SEED_TIMEOUT_SECONDS`, so a failed run leaves nothing behind f
 
 from __future__ import annotations
 
+import hashlib
+
 import json
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +35,7 @@ STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the
 VLLM_LOG = "/var/log/spark-vllm/vllm-serve.log"  # inside the head Ray container
 VLLM_PID = "/run/spark-vllm/vllm-serve.pid"
 VLLM_KEY = "/run/spark-vllm/api-key"
+VLLM_ARGV = "/run/spark-vllm/vllm-serve.argv"  # hash of the argv the running vLLM was given
 
 q = shlex.quote
 
@@ -504,28 +507,47 @@ def vllm_start(
     smoke_prompt: str,
     timeout: int,
     ray_ready_stdout_marker: str,
+    restart_reason: str = "none",
 ) -> str:
-    """On the head: (re)start `vllm serve` inside the head Ray container and gate on health.
+    """On the head: make `vllm serve` run `argv` inside the head Ray container, gate on health.
+
+    Idempotent: a vLLM that is alive with the same argv and the same API key is left running and
+    only re-checked, so running the command again never costs a restart. It runs again when its
+    text changes: new flags, a replaced Ray container (`ray_ready_stdout_marker` holds their
+    IDs), or `restart_reason` (recon saw a Ray container or vLLM itself down; a dead TP worker
+    takes vLLM with it).
 
     stdin carries the API key (possibly empty); it is written to a root-only file inside the
     container and exported as VLLM_API_KEY by the shell that execs vLLM, so it is never on a
-    command line. `ray_ready_stdout_marker` (the Ray container IDs) makes the command run again
-    when a Ray container is replaced.
+    command line.
     """
     serve = " ".join(q(a) for a in argv)
+    want = hashlib.sha256(serve.encode()).hexdigest()[:16]
     launch = (
         f"mkdir -p $(dirname {VLLM_LOG}); echo $$ > {VLLM_PID}; "
         f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi; "
         f"exec {serve} >> {VLLM_LOG} 2>&1"
     )
-    store_key = f"umask 077; mkdir -p $(dirname {VLLM_KEY}); cat > {VLLM_KEY}"
+    store_key = f"umask 077; mkdir -p $(dirname {VLLM_KEY}); cat > {VLLM_KEY}.new"
+    same = (
+        f"test -s {VLLM_PID} && kill -0 $(cat {VLLM_PID}) 2>/dev/null && "
+        f"[ \"$(cat {VLLM_ARGV} 2>/dev/null)\" = {want} ] && cmp -s {VLLM_KEY}.new {VLLM_KEY}"
+    )
+    adopt = f"mv {VLLM_KEY}.new {VLLM_KEY} && echo {want} > {VLLM_ARGV}"
     return "\n".join(
         [
             "set -eu",
             f"# ray containers: {ray_ready_stdout_marker}",
-            _stop_vllm_in(container),
+            f"# restart requested by recon: {restart_reason}",
             f"docker exec -i {q(container)} sh -c {q(store_key)}",
-            f"docker exec -d {q(container)} sh -c {q(launch)}",
+            f"if docker exec {q(container)} sh -c {q(same)}; then",
+            f"  docker exec {q(container)} rm -f {VLLM_KEY}.new",
+            "  echo 'vllm serve already runs this configuration: not restarted'",
+            "else",
+            "  " + _stop_vllm_in(container).replace("\n", "\n  "),
+            f"  docker exec {q(container)} sh -c {q(adopt)}",
+            f"  docker exec -d {q(container)} sh -c {q(launch)}",
+            "fi",
             f"if ! docker exec {q(container)} python3 -c {q(_HEALTH_PY)} {q(health_url)} "
             f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)} {VLLM_KEY} {VLLM_PID}; then",
             f"  echo '--- last 50 lines of {VLLM_LOG} in {container} ---' >&2",

@@ -28,6 +28,28 @@ def ownership_labels(project: str, stack: str) -> dict[str, str]:
     return {"spark-vllm.managed": "true", "spark-vllm.stack": f"{project}/{stack}"}
 
 
+def vllm_restart_reason(facts: dict[str, NodeFacts], stack_label: str) -> str:
+    """Why `vllm serve` must start again although nothing in its configuration changed.
+
+    A stack Ray container that recon finds stopped (this up will start it again) or a dead
+    `vllm serve` in the head container: vLLM does not survive losing a tensor-parallel worker,
+    and starting the container again does not bring vLLM back. "none" when all is well.
+    """
+    reasons = []
+    for name, f in sorted(facts.items()):
+        for c in f.docker.containers if f.docker else []:
+            role = c.labels.get("spark-vllm.role")
+            mine = c.labels.get("spark-vllm.stack") == stack_label
+            if mine and role in ("ray-head", "ray-worker") and c.state != "running":
+                reasons.append(f"{name}: {c.name} is {c.state or 'not running'}")
+        reasons += [
+            f"{name}: vllm serve is not running in {c}"
+            for c, alive in sorted(f.vllm_serve.items())
+            if not alive
+        ]
+    return "; ".join(reasons) or "none"
+
+
 @dataclass
 class StackHandles:
     cfg: StackConfig
@@ -144,6 +166,7 @@ def build_stack(
             commit=model.commit,
             model_bytes=model.model_bytes,
             api_key=secrets.vllm_api_key,
+            restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
         ),
     )
     return StackHandles(cfg, nodes, nccl, image, model, ray, vllm)

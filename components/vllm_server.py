@@ -64,6 +64,8 @@ class VllmServerArgs:
     model_bytes: pulumi.Input[int]
     api_key: pulumi.Output[str] | None = None
     after: list[pulumi.Resource] = field(default_factory=list)
+    # recon's reason to start vLLM again with unchanged flags (stack.vllm_restart_reason)
+    restart_reason: str = "none"
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -110,6 +112,7 @@ class VllmServer(pulumi.ComponentResource):
                 cfg.health.smoke_prompt,
                 cfg.health.timeout_seconds,
                 a[1],
+                args.restart_reason,
             )
         )
         deps = [args.ray.ready, *args.ray.workers.values(), args.ray.head, *args.after]

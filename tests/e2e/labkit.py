@@ -70,8 +70,12 @@ class Deployment:
             if pre is None or pre.metadata is None:
                 continue
             op = str(getattr(pre.metadata.op, "value", pre.metadata.op))
-            if op not in ("same", "read"):
-                result[pre.metadata.urn.split("::")[-1]] = op
+            if op in ("same", "read"):
+                continue
+            # delete-before-replace shows as delete-replaced + create-replacement
+            if op in ("create-replacement", "delete-replaced", "replace", "discard-replaced"):
+                op = "replace"
+            result[pre.metadata.urn.split("::")[-1]] = op
         return result
 
     def set(self, path: str, value) -> None:

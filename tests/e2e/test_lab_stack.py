@@ -117,6 +117,10 @@ def test_model_revision_moves_files_and_restarts_vllm(deployment, lab_cfg):
     assert d.stack.outputs()["modelCommit"].value == first
 
 
+def _vllm_pid(d) -> str:
+    return d.ssh(HEAD, "docker exec spark-vllm-ray-head cat /run/spark-vllm/vllm-serve.pid").strip()
+
+
 def test_drift_worker_killed_is_found_and_repaired(deployment):
     d = deployment
     lab("kill", WORKER, "spark-vllm-ray-worker")
@@ -128,10 +132,19 @@ def test_drift_worker_killed_is_found_and_repaired(deployment):
     before_head = d.containers(HEAD)
     d.run("up")
     ops = d.ops()
-    assert f"ray-worker-{WORKER}" in ops, ops
-    assert "ray-head" not in ops, ops
+    # the worker is started again, and vLLM (which died with its TP worker) with it
+    assert f"ray-worker-{WORKER}" in ops and "vllm-serve" in ops, ops
+    assert "ray-head" not in ops and not any(k.startswith(("image-", "model-")) for k in ops), ops
     assert d.containers(HEAD)["spark-vllm-ray-head"] == before_head["spark-vllm-ray-head"]
     assert _complete(d)
+
+    # The next up re-checks vLLM (recon's restart reason is gone again) without restarting
+    # anything; after that the stack is quiet.
+    pid, snapshot = _vllm_pid(d), d.snapshot()
+    d.run("up")
+    assert set(d.ops()) <= {"vllm-serve", "vllm"}, d.ops()
+    assert _vllm_pid(d) == pid and d.snapshot() == snapshot, "the follow-up up restarted something"
+    d.run("preview", expect_no_changes=True)
 
 
 def test_destroy_keeps_model_cache_and_foreign_containers(deployment):

@@ -559,3 +559,11 @@ def test_sizes():
     assert p.parse_size("26.1GB", decimal_units=True) == 26_100_000_000
     with pytest.raises(ParseError):
         p.parse_size("")
+
+
+def test_vllm_serve_liveness_lines():
+    assert p.parse_vllm_serve("spark-vllm-ray-head running\n") == {"spark-vllm-ray-head": True}
+    assert p.parse_vllm_serve("spark-vllm-ray-head stopped\n") == {"spark-vllm-ray-head": False}
+    assert p.parse_vllm_serve("") == {}
+    with pytest.raises(p.ParseError, match="running|stopped"):
+        p.parse_vllm_serve("spark-vllm-ray-head maybe\n")

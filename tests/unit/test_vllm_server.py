@@ -28,7 +28,9 @@ QWEN = {
 
 def serve_line(create: str) -> list[str]:
     """The argv of `exec vllm serve ...` inside the launch script."""
-    launch = next(line for line in create.splitlines() if line.startswith("docker exec -d "))
+    launch = next(
+        line.strip() for line in create.splitlines() if line.strip().startswith("docker exec -d ")
+    )
     inner = shlex.split(launch)[-1]  # the sh -c script
     return shlex.split(inner.split("exec ", 1)[1].split(" >> ", 1)[0])
 
