@@ -15,7 +15,7 @@ export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION := true
 export PATH := $(CACHE)/toolchain/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_CACHE_DIR ?= $(CACHE)/pip
 
-.PHONY: help setup venv toolchain test test-unit test-engine test-lab demo lab-up lab-down recon bench promote
+.PHONY: help setup venv toolchain test test-unit demo lab-up lab-down lab-seed recon bench promote
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -45,13 +45,19 @@ test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hos
 test: setup ## the whole suite: fast tier, engine smoke tests, lab and end-to-end tests (CI)
 	$(PY) -m pytest -q -rs tests/unit tests/policies tests/recon
 	$(PY) -m pytest -q -rs tests/engine
-	$(PY) -m pytest -q -rs tests/lab tests/e2e
+	LAB_AUTO=1 $(PY) -m pytest -q -rs tests/lab
+	$(PY) -m pytest -q -rs tests/e2e
+	$(PY) -m pytest -q -rs tests/promote
 
 demo: setup ## bring up the lab, `pulumi up` the dev stack, show a completion
 	scripts/demo.sh $(STACK)
 
-lab-up: ## start the simulated Sparks (root; NODES=3 for three)
+lab-up: ## start the simulated Sparks (root; NODES=3 for three) and pin them in Pulumi.dev.yaml
 	python3 lab/lab.py up --nodes $${NODES:-2}
+	python3 lab/lab.py config --write-stack Pulumi.dev.yaml >/dev/null
+
+lab-seed: ## reproduce the reference machine on spark-1 (foreign vLLM containers, partial HF cache)
+	python3 lab/lab.py seed
 
 lab-down: ## remove everything the lab made
 	python3 lab/lab.py down
@@ -62,5 +68,5 @@ recon: venv ## survey the stack's nodes and print the side-by-side table
 bench: ## not yet: needs the engine against the lab (see README "What works today")
 	@echo "make bench: not yet implemented (issue 10 waits on the provider plugins)"; exit 1
 
-promote: ## not yet: dev -> staging -> prod promotion (issue 8)
-	@echo "make promote: not yet implemented"; exit 1
+promote: venv ## promote verified artifacts: FROM=dev TO=staging [PROMOTE_ARGS="--yes|--dry-run"]
+	$(PY) scripts/promote.py --from $(FROM) --to $(TO) $(PROMOTE_ARGS)

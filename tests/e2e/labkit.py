@@ -30,13 +30,38 @@ def lab(*args: str, check: bool = True, timeout: int = 1800) -> subprocess.Compl
 LAB_LOCK = "/run/spark-vllm-lab.lock"
 
 
-def lock_lab():
-    """Hold the lab for this process (an exclusive flock): one user of the lab at a time."""
+_LOCK = {"fh": None, "holders": 0}
+
+
+class _Held:
+    """One holder's share of the lab lock; the flock is released when the last one closes."""
+
+    def __init__(self) -> None:
+        self.open = True
+
+    def close(self) -> None:
+        if self.open:
+            self.open = False
+            _LOCK["holders"] -= 1
+            if _LOCK["holders"] == 0:
+                _LOCK["fh"].close()
+                _LOCK["fh"] = None
+
+
+def lock_lab() -> _Held:
+    """Hold the lab for this process (an exclusive flock): one user of the lab at a time.
+
+    Re-entrant within a process: tests/lab, tests/e2e and tests/promote may run in one pytest
+    session, and a second flock on another open file would wait for the first forever.
+    """
     import fcntl
 
-    fh = open(LAB_LOCK, "a")
-    fcntl.flock(fh, fcntl.LOCK_EX)
-    return fh
+    if _LOCK["fh"] is None:
+        fh = open(LAB_LOCK, "a")
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        _LOCK["fh"] = fh
+    _LOCK["holders"] += 1
+    return _Held()
 
 
 def _plugin_installed(name: str) -> bool:

@@ -84,20 +84,15 @@ def fixture_body(name: str) -> str:
         return f.read().split("\n", 1)[1]
 
 
-USER_LOCK = "/run/spark-vllm-lab.lock"   # shared with tests/e2e: one user of the lab at a time
 
 
 @pytest.fixture(scope="session")
 def lab():
     if os.geteuid() != 0:
         pytest.skip("lab tests need root (network namespaces, bridges, dockerd)")
-    import fcntl
-    held = open(USER_LOCK, "a")
-    try:
-        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        print(f"waiting for another user of the lab ({USER_LOCK})", flush=True)
-        fcntl.flock(held, fcntl.LOCK_EX)
+    from tests.e2e.labkit import lock_lab  # re-entrant: e2e may run in the same session
+
+    held = lock_lab()
     reason = _lab_is_up()
     if reason and os.environ.get("LAB_AUTO") == "1":
         lab_cli("up")
