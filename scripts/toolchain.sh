@@ -209,8 +209,11 @@ ensure_plugins() {
   local name version
   while read -r name version; do
     if plugin_ok "$name" "$version"; then
-      log "plugin $name $version: ready ($(awk -v n="$name" '$1==n {print $3}' "$SOURCES.last" 2>/dev/null | tail -1))"
-      awk -v n="$name" '$1==n' "$SOURCES.last" 2>/dev/null | tail -1 >>"$SOURCES"
+      local src=installed
+      cmp -s "$PULUMI_HOME/plugins/resource-$name-v$version/pulumi-resource-$name" \
+        "$TC/lab-plugins/$name-$version/pulumi-resource-$name" && src=lab-standin
+      log "plugin $name $version: ready ($src)"
+      echo "$name $version $src" >>"$SOURCES"
       continue
     fi
     if online; then
@@ -280,9 +283,9 @@ summary() {
     log "NOT AVAILABLE on this machine (exact commands and answers in $MISSING):"
     grep '^## ' "$MISSING" | sort -u | sed 's/^## /  - /' >&2
     if grep -q lab-standin "$SOURCES" 2>/dev/null; then
-      log "LAB STAND-INS installed in their place (lab/providers/*/README.md): $(awk '$3=="lab-standin" {printf "%s %s  ", $1, $2}' "$SOURCES")"
+      log "LAB STAND-INS are in use instead (lab/providers/*/README.md): $(awk '$3=="lab-standin" {printf "%s %s  ", $1, $2}' "$SOURCES")"
     fi
-    log "Tests that need them are skipped with this reason; with internet, rerun: it installs them."
+    log "Tests that need a missing piece skip with this reason; with internet, rerun to get Pulumi's own."
   fi
 }
 
@@ -290,7 +293,7 @@ case "${1:-all}" in
   cli) ensure_cli ;;
   status) write_status; cat "$TC/status.json" ;;
   all)
-    rm -f "$MISSING"; [ -f "$SOURCES" ] && mv "$SOURCES" "$SOURCES.last"; : >"$SOURCES"
+    rm -f "$MISSING"; : >"$SOURCES"
     ensure_cli
     ensure_lang_host
     ensure_plugins
