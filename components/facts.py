@@ -111,6 +111,8 @@ class NodeFacts(_Facts):
     disk_free_bytes: int = 0  # free bytes on the filesystem holding the HF cache dir
     # the stack's `vllm serve` inside each running Ray head container: {container name: alive}
     vllm_serve: dict[str, bool] = Field(default_factory=dict)
+    # foreign containers a stack stopped (marker files): {container name: "<project>/<stack>"}
+    stopped_by: dict[str, str] = Field(default_factory=dict)
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output

@@ -757,6 +757,19 @@ def parse_host_keys(text: str) -> list[str]:
     return keys
 
 
+def parse_stopped_markers(text: str) -> dict[str, str]:
+    """`<container>\t<project>/<stack>` lines (recon's stopped section) -> {container: stack}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, sep, stack = line.partition("\t")
+        if not sep or not name.strip() or not stack.strip():
+            raise ParseError("stopped", "expected '<container>\\t<project>/<stack>'", line)
+        out[name.strip()] = stack.strip()
+    return out
+
+
 def parse_vllm_serve(text: str) -> dict[str, bool]:
     """`<container> running|stopped` lines (recon's vllm_serve section) -> {container: alive}."""
     out: dict[str, bool] = {}

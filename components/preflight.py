@@ -13,8 +13,9 @@ Checks (each a function below, each with a passing and a failing test in tests/r
                 configured IP in a network inside nccl.fabricSubnets
   roce          the configured HCA of each fabric interface is Up (when nccl.rdma)
   foreign       running containers without the label spark-vllm.managed=true, minus
-                preflight.allowContainers: fail -> error each; stop -> Plan.stop_containers;
-                ignore -> warning each
+                preflight.allowContainers: fail -> error each; stop -> Plan.stop_containers
+                (plus those this stack stopped earlier, found by their markers); ignore ->
+                warning each
   memory        see MEMORY BUDGET below
   disk          free bytes at model.cacheDir >= model bytes not yet in that node's HF cache
 
@@ -284,14 +285,26 @@ def foreign_containers(cfg: Any, f: NodeFacts) -> list[ContainerFacts]:
     return [c for c in f.foreign_containers() if c.name not in allow]
 
 
-def check_foreign(cfg: Any, f: NodeFacts) -> tuple[list[Finding], list[Finding], list[ContainerFacts]]:
+def stopped_by_stack(cfg: Any, f: NodeFacts, stack_label: str | None) -> list[ContainerFacts]:
+    """Foreign containers this stack stopped on an earlier run (marker holds its label; any
+    label when stack_label is None) that are still stopped: the plan keeps their stops, or the
+    engine would delete the stop commands and start the containers again."""
+    allow = set(cfg.preflight.allow_containers)
+    return [c for c in (f.docker.containers if f.docker else [])
+            if not c.managed and c.state != "running" and c.name not in allow
+            and c.name in f.stopped_by
+            and (stack_label is None or f.stopped_by[c.name] == stack_label)]
+
+
+def check_foreign(cfg: Any, f: NodeFacts, stack_label: str | None = None
+                  ) -> tuple[list[Finding], list[Finding], list[ContainerFacts]]:
     """-> (errors, warnings, containers to stop)."""
     foreign = foreign_containers(cfg, f)
     mode = str(cfg.preflight.foreign_containers)
+    if mode == "stop":
+        return [], [], foreign + stopped_by_stack(cfg, f, stack_label)
     if not foreign:
         return [], [], []
-    if mode == "stop":
-        return [], [], foreign
     findings = [Finding(
         node=f.node, check="foreign",
         fact=f"foreign container {c.name} (image {c.image}) is running and holds {gib(c.memory_bytes)}",
@@ -387,8 +400,11 @@ def notes(cfg: Any, node_cfg: Any, f: NodeFacts) -> list[Finding]:
 # --------------------------------------------------------------------------- the entry point
 
 def check(cfg: Any, facts: Mapping[str, NodeFacts | ReconError], *,
-          model_bytes: int | None = None) -> Plan:
-    """Run every check over every node; return the Plan or raise PreflightError (all findings)."""
+          model_bytes: int | None = None, stack_label: str | None = None) -> Plan:
+    """Run every check over every node; return the Plan or raise PreflightError (all findings).
+
+    stack_label (`<project>/<stack>`) picks the stopped-container markers that are this stack's.
+    """
     errors: list[Finding] = []
     warnings: list[Finding] = []
     stops: dict[str, list[ContainerFacts]] = {}
@@ -422,7 +438,7 @@ def check(cfg: Any, facts: Mapping[str, NodeFacts | ReconError], *,
         warnings += w
         errors += check_roce(cfg, node_cfg, f)
         hcas[f.node] = [r.device for r in f.roce if r.up]
-        e, w, stopping = check_foreign(cfg, f)
+        e, w, stopping = check_foreign(cfg, f, stack_label)
         errors += e
         warnings += w
         if stopping:
@@ -439,6 +455,15 @@ def check(cfg: Any, facts: Mapping[str, NodeFacts | ReconError], *,
                 usable_memory_bytes=usable, model_bytes_missing=missing, hcas_up=hcas)
 
 
+def _stack_label() -> str | None:
+    """`<project>/<stack>` of the running program (the label its stop markers hold)."""
+    try:
+        import pulumi
+        return f"{pulumi.get_project()}/{pulumi.get_stack()}"
+    except Exception:  # noqa: BLE001 - outside a Pulumi program: accept any stack's marker
+        return None
+
+
 def run(cfg: Any, *, key_path: str | None = None, model_bytes: int | None = None,
         runner: Any = None) -> tuple[dict[str, NodeFacts], Plan]:
     """Survey every node and check it: what __main__ calls before registering any resource.
@@ -451,5 +476,5 @@ def run(cfg: Any, *, key_path: str | None = None, model_bytes: int | None = None
     if runner is not None:
         kwargs["runner"] = runner
     results = recon.survey_all(cfg, **kwargs)
-    plan = check(cfg, results, model_bytes=model_bytes)
+    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label())
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

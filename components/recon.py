@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from components.scripts import VLLM_PID
+from components.scripts import STOPPED_DIR, VLLM_PID
 from components import parsers as p
 from components.facts import DockerFacts, InterfaceFacts, MemoryFacts, NodeFacts, OsFacts
 from components.parsers import ParseError
@@ -115,6 +115,14 @@ _VLLM_SERVE = (
 )
 
 
+# Foreign containers a stack stopped (preflight.foreignContainers: stop) leave a marker holding the
+# stack's label (scripts.stop_foreign_container): "<container>\t<project>/<stack>" per marker.
+_STOPPED = (
+    f"for f in {STOPPED_DIR}/*; do [ -f \"$f\" ] && "
+    "printf '%s\\t%s\\n' \"${f##*/}\" \"$(head -n 1 \"$f\")\"; done; exit 0"
+)
+
+
 def recon_script(cfg: Any, node: Any) -> str:
     """The read-only bash script one node runs (`bash -s`); pure: same config, same text."""
     q = shlex.quote
@@ -161,6 +169,7 @@ def recon_script(cfg: Any, node: Any) -> str:
         f"sv_run docker_images {DOCKER_TIMEOUT} docker images --no-trunc --format '{{{{json .}}}}'",
         f"sv_run gpu_runtime {COMMAND_TIMEOUT} bash -c {q(_GPU_RUNTIME)}",
         f"sv_run vllm_serve {DOCKER_TIMEOUT} bash -c {q(_VLLM_SERVE)}",
+        f"sv_run stopped {COMMAND_TIMEOUT} bash -c {q(_STOPPED)}",
         f"sv_run hf_cache {DOCKER_TIMEOUT} bash -c {q(_HF_CACHE)} _ {q(cache_dir)}",
         f"sv_run disk {COMMAND_TIMEOUT} bash -c {q(_DF)} _ {q(cache_dir)}",
         f"sv_run host_keys {COMMAND_TIMEOUT} bash -c 'cat /etc/ssh/ssh_host_*_key.pub'",
@@ -332,6 +341,7 @@ def parse_recon_output(node_name: str, text: str, *, sent_at: float | None = Non
     docker = _docker_facts(r)
 
     vllm_serve = r.parse("vllm_serve", p.parse_vllm_serve) or {}
+    stopped = r.parse("stopped", p.parse_stopped_markers) or {} if "stopped" in sections else {}
     hf_cache = r.parse("hf_cache", p.parse_hf_cache) or []
     disk = r.parse("disk", p.parse_df_avail) or 0
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
@@ -355,6 +365,7 @@ def parse_recon_output(node_name: str, text: str, *, sent_at: float | None = Non
         roce=roce or [],
         disk_free_bytes=disk,
         vllm_serve=vllm_serve,
+        stopped_by=stopped,
         clock_offset_seconds=clock_offset,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,

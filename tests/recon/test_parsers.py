@@ -561,6 +561,14 @@ def test_sizes():
         p.parse_size("")
 
 
+def test_stopped_markers():
+    assert p.parse_stopped_markers("vllm_node\tspark-vllm/dev\nreranker\tspark-vllm/dev\n") == {
+        "vllm_node": "spark-vllm/dev", "reranker": "spark-vllm/dev"}
+    assert p.parse_stopped_markers("") == {}
+    with pytest.raises(p.ParseError):
+        p.parse_stopped_markers("vllm_node\n")
+
+
 def test_vllm_serve_liveness_lines():
     assert p.parse_vllm_serve("spark-vllm-ray-head running\n") == {"spark-vllm-ray-head": True}
     assert p.parse_vllm_serve("spark-vllm-ray-head stopped\n") == {"spark-vllm-ray-head": False}

@@ -8,7 +8,7 @@ import pytest
 from components import preflight, recon
 from components.preflight import Plan, PreflightError
 
-from recon_helpers import (GIB, MODEL_BYTES, assemble, config, raw_config, spark_output,
+from recon_helpers import (GIB, MODEL_BYTES, assemble, config, raw_config, sample, spark_output,
                            spark_sections)
 
 
@@ -351,3 +351,38 @@ def test_sizes_in_findings_stay_readable_for_small_containers():
     assert preflight.gib(68.2 * GIB) == "68.2 GiB"
     assert preflight.gib(312 * 1024**2) == "312 MiB"
     assert preflight.gib(0) == "0 B"
+
+
+def stopped_seed_facts(label: str = "spark-vllm/dev"):
+    """The seed scenario after an up with `stop`: the three are exited, each with its marker."""
+    ps = sample("docker-ps-json-seed.txt")
+    for name in ("vllm_node", "reranker", "vllm_embeddings"):
+        ps = "\n".join(line.replace('"State":"running"', '"State":"exited"')
+                       if f'"Names":"{name}"' in line else line for line in ps.splitlines())
+    markers = "".join(f"{n}\t{label}\n" for n in ("vllm_node", "reranker", "vllm_embeddings"))
+    return facts_of(spark_output(1, docker_ps=ps, stopped=markers), spark_output(2))
+
+
+def test_containers_this_stack_stopped_stay_in_the_plan():
+    """On the run after the stops they no longer run; without them in the plan the engine would
+    delete the stop commands and start them again. The exited old_bench has no marker."""
+    plan = preflight.check(config(preflight={"foreignContainers": "stop"}), stopped_seed_facts(),
+                           model_bytes=MODEL_BYTES, stack_label="spark-vllm/dev")
+    assert sorted(c.name for c in plan.stop_containers["spark-1"]) == [
+        "reranker", "vllm_embeddings", "vllm_node"]
+    # another stack's markers are not ours; allowlisted ones are left alone
+    plan = preflight.check(config(preflight={"foreignContainers": "stop"}),
+                           stopped_seed_facts("spark-vllm/staging"), stack_label="spark-vllm/dev")
+    assert plan.stop_containers == {}
+    plan = preflight.check(config(preflight={"foreignContainers": "stop",
+                                             "allowContainers": ["reranker"]}),
+                           stopped_seed_facts(), stack_label="spark-vllm/dev")
+    assert sorted(c.name for c in plan.stop_containers["spark-1"]) == ["vllm_embeddings",
+                                                                       "vllm_node"]
+
+
+def test_stopped_containers_are_given_back_when_no_longer_in_stop_mode():
+    """fail: stopped containers are not running, so nothing fails; they leave the plan (the
+    engine deletes the stop commands, which start them again)."""
+    plan = preflight.check(config(), stopped_seed_facts(), stack_label="spark-vllm/dev")
+    assert plan.stop_containers == {}

@@ -29,7 +29,7 @@ def test_recon_script_is_pure_and_has_every_section():
                     "nvidia_smi_query", "nvidia_smi", "nvidia_smi_list", "ip_addr",
                     "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
                     "docker_info", "docker_ps", "docker_stats", "docker_images", "gpu_runtime",
-                    "vllm_serve", "hf_cache", "disk", "host_keys", "clock_end"):
+                    "vllm_serve", "stopped", "hf_cache", "disk", "host_keys", "clock_end"):
         assert f"sv_run {section} " in script
     assert "timeout -k 2" in script and "</dev/null" in script
     assert script.rstrip().endswith("main\nexit 0")
