@@ -44,7 +44,8 @@ PLUGIN = Path(
         CACHE / "toolchain" / "lab-plugins" / f"docker-{SDK_VERSION}" / "pulumi-resource-docker",
     )
 )
-DOCKER_HOST = os.environ.get("SVL_PROVTEST_DOCKER_HOST", "unix:///run/svl-provtest/docker.sock")
+DEFAULT_HOST = "unix:///run/svl-provtest/docker.sock"
+DOCKER_HOST = os.environ.get("SVL_PROVTEST_DOCKER_HOST", DEFAULT_HOST)
 IMAGE = "svl-provtest:1"
 HOW_TO_DAEMON = (
     "start one with: dockerd -H unix:///run/svl-provtest/docker.sock --data-root /var/lib/svl-provtest "
@@ -59,11 +60,50 @@ def _docker(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     )
 
 
+def _start_private_daemon() -> subprocess.Popen | None:
+    """As root, start the test's own dockerd (no bridge, no iptables: it cannot clash with the
+    lab's per-node daemons) and import a busybox image; None when that is not possible."""
+    import shutil
+    import tempfile
+    import time
+
+    if os.geteuid() != 0 or not shutil.which("dockerd") or DOCKER_HOST != DEFAULT_HOST:
+        return None
+    if not Path("/bin/busybox").exists():
+        subprocess.run(["apt-get", "install", "-y", "-q", "busybox-static"],
+                       capture_output=True, timeout=600, check=False)
+    run = Path("/run/svl-provtest")
+    run.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        ["dockerd", "-H", DEFAULT_HOST, "--data-root", "/var/lib/svl-provtest",
+         "--exec-root", str(run / "exec"), "--pidfile", str(run / "docker.pid"),
+         "--bridge", "none", "--iptables=false", "--ip-masq=false"],
+        stdout=subprocess.DEVNULL, stderr=open(run / "dockerd.log", "ab"), start_new_session=True,
+    )
+    for _ in range(60):
+        if _docker("version", check=False).returncode == 0:
+            break
+        time.sleep(0.5)
+    if _docker("image", "inspect", IMAGE, check=False).returncode != 0 and Path("/bin/busybox").exists():
+        with tempfile.TemporaryDirectory() as root:
+            (Path(root) / "bin").mkdir()
+            shutil.copy("/bin/busybox", Path(root) / "bin" / "busybox")
+            (Path(root) / "bin" / "sleep").symlink_to("busybox")
+            tar = subprocess.Popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
+            subprocess.run(["docker", "-H", DOCKER_HOST, "import", "-", IMAGE], stdin=tar.stdout,
+                           capture_output=True, timeout=120, check=False)
+            tar.wait()
+    return proc
+
+
 @pytest.fixture(scope="module")
-def daemon() -> str:
-    """The test daemon's address, or skip saying what is missing."""
+def daemon():
+    """The test daemon's address (started here when root and absent), or skip saying why."""
+    started = None
     if DOCKER_HOST.startswith("unix://") and not Path(DOCKER_HOST[len("unix://"):]).exists():
-        pytest.skip(f"no Docker daemon socket at {DOCKER_HOST}; {HOW_TO_DAEMON}")
+        started = _start_private_daemon()
+        if started is None:
+            pytest.skip(f"no Docker daemon socket at {DOCKER_HOST}; {HOW_TO_DAEMON}")
     try:
         ping = _docker("version", "--format", "{{.Server.Version}}", check=False)
     except FileNotFoundError:
@@ -76,7 +116,10 @@ def daemon() -> str:
             f"tar -C <dir with bin/busybox and bin/sleep -> busybox> -c . | "
             f"docker -H {DOCKER_HOST} import - {IMAGE}"
         )
-    return DOCKER_HOST
+    yield DOCKER_HOST
+    if started is not None:
+        started.terminate()
+        started.wait(timeout=60)
 
 
 @pytest.fixture
