@@ -214,7 +214,9 @@ class ModelCache(pulumi.ComponentResource):
             seed_stop = remote.Command(
                 f"{name}-seed-stop",
                 connection=head.connection,
-                create=self.commit.apply(lambda c: scripts.model_seeder_stop(targets, c)),
+                create=pulumi.Output.all(self.commit, args.image_ids[head.name]).apply(
+                    lambda a: scripts.model_seeder_stop(targets, a[0], a[1])
+                ),
                 opts=pulumi.ResourceOptions(
                     parent=self, depends_on=self.depends_on[f"{name}-seed-stop"]
                 ),

@@ -128,12 +128,14 @@ def image_seeder_start(ref: str, bind_ip: str, targets: Sequence[str]) -> str:
     )
 
 
-def image_seeder_stop(targets: Sequence[str]) -> str:
+def image_seeder_stop(targets: Sequence[str], ref: str) -> str:
+    """Stops what image_seeder_start started. Carries `ref` as well as the targets: whatever
+    makes the seeder run again must make the stop run again, or the seeder stays up."""
     pidfile = "/run/spark-vllm-image-seeder.pid"
     return "\n".join(
         [
             "set -eu",
-            f"# targets: {' '.join(targets)}",
+            f"# targets: {' '.join(targets)} ref: {ref}",
             f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; "
             f"rm -f {pidfile}; fi",
             "echo image seeder stopped",
@@ -246,11 +248,14 @@ def model_seeder_start(
     )
 
 
-def model_seeder_stop(targets: Sequence[str], commit: str) -> str:
+def model_seeder_stop(targets: Sequence[str], commit: str, image: str) -> str:
+    """Stops what model_seeder_start started. Carries the same inputs (targets, commit and the
+    image the seeder runs): an image change re-runs the start, and without the image here the
+    stop would not run again and the seeder would stay up after the update."""
     return "\n".join(
         [
             "set -eu",
-            f"# commit {commit} for: {' '.join(targets)}",
+            f"# commit {commit} for: {' '.join(targets)} image: {image}",
             f"docker rm -f {MODEL_SEEDER} >/dev/null 2>&1 || true",
             "echo model seeder stopped",
         ]

@@ -111,7 +111,7 @@ class VllmImage(pulumi.ComponentResource):
             seeder_stop = remote.Command(
                 f"{name}-seed-stop",
                 connection=head.connection,
-                create=scripts.image_seeder_stop(targets),
+                create=scripts.image_seeder_stop(targets, args.ref),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.copies.values())),
             )
         self.seeder = (seeder_start, seeder_stop)
