@@ -34,12 +34,34 @@ def _complete(d, prompt="Say hello") -> str:
     return json.loads(body)["choices"][0]["text"]
 
 
-def test_up_from_empty_serves(deployment):
+def _rx_bytes(d, node: str, iface: str) -> int:
+    return int(d.ssh(node, f"cat /sys/class/net/{iface}/statistics/rx_bytes").strip())
+
+
+def _model_bytes(lab_cfg) -> int:
+    from huggingface_hub import HfApi
+
+    api = HfApi(endpoint=lab_cfg["hfEndpoint"])
+    return sum(
+        getattr(e, "size", 0) or 0
+        for e in api.list_repo_tree(lab_cfg["model"]["repo"], revision="main", recursive=True)
+    )
+
+
+def test_up_from_empty_serves(deployment, lab_cfg):
     d = deployment
+    # The worker starts without the model (the head may keep its copy: the cache is retained),
+    # so its copy must cross the fabric from the head's seeder.
+    d.ssh(WORKER, "rm -rf /root/.cache/huggingface/hub/models--spark-lab--tiny-moe")
+    fabric_before = _rx_bytes(d, WORKER, "enp1s0f1np1")
     t0 = time.monotonic()
     r = d.run("up")
     print(f"up from empty: {time.monotonic() - t0:.1f} s")
     assert r.summary.result == "succeeded"
+    model = _model_bytes(lab_cfg)
+    fabric = _rx_bytes(d, WORKER, "enp1s0f1np1") - fabric_before
+    print(f"model {model} B; worker fabric rx during up {fabric} B")
+    assert fabric >= model, "the worker's model copy did not come over the fabric"
     ops = d.ops()
     assert {"ray-head", f"ray-worker-{WORKER}", "vllm-serve", "model-fetch"} <= set(ops), ops
     assert all(op == "create" for op in ops.values()), ops
