@@ -16,13 +16,17 @@ for p in command docker; do
   fi
 done
 
+# One user of the lab at a time: the test suites take the same lock.
+exec 9>>/run/spark-vllm-lab.lock
+flock -n 9 || { echo "make demo: waiting for the lab (a test run holds /run/spark-vllm-lab.lock)"; flock 9; }
+
 say "lab: bringing up the simulated Sparks (python3 lab/lab.py up)"
 python3 lab/lab.py up --nodes "${NODES:-2}"
 say "lab: writing host keys and the image digest into Pulumi.$stack.yaml"
 python3 lab/lab.py config --write-stack "Pulumi.$stack.yaml" >/dev/null
 
-say "pulumi up -s $stack (inline program, policy pack policies/run-pack)"
-venv/bin/python scripts/stackctl.py up --stack "$stack" --policy
+say "pulumi up -s $stack --refresh (inline program, policy pack policies/run-pack)"
+venv/bin/python scripts/stackctl.py up --stack "$stack" --policy --refresh
 
 endpoint=$(venv/bin/python scripts/stackctl.py outputs --stack "$stack" --json | venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["endpoint"])')
 model=$(venv/bin/python scripts/stackctl.py outputs --stack "$stack" --json | venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["servedModelName"])')

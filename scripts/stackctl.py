@@ -7,7 +7,7 @@ built offline, see docs/toolchain.md). With the language host installed, `pulumi
 does exactly the same thing; this script exists so every machine has one way that works.
 
     stackctl.py preview --stack dev [--policy] [--expect-no-changes] [--diff]
-    stackctl.py up      --stack dev [--policy]
+    stackctl.py up      --stack dev [--policy] [--refresh]
     stackctl.py refresh --stack dev
     stackctl.py destroy --stack dev
     stackctl.py outputs --stack dev [--json]
@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", action="store_true", help="review with the policy pack")
     ap.add_argument("--expect-no-changes", action="store_true")
     ap.add_argument("--diff", action="store_true")
+    ap.add_argument("--refresh", action="store_true", help="refresh state from the hosts first")
     ap.add_argument("--json", action="store_true", help="outputs as JSON")
     a = ap.parse_args(argv)
 
@@ -69,11 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.op == "preview":
             r = stack.preview(
-                expect_no_changes=a.expect_no_changes, diff=a.diff, **out, **policy_args(a.stack, a.policy)
+                expect_no_changes=a.expect_no_changes,
+                diff=a.diff,
+                refresh=a.refresh,
+                **out,
+                **policy_args(a.stack, a.policy),
             )
             print(f"changes: {dict(r.change_summary)}")
         elif a.op == "up":
-            r = stack.up(diff=a.diff, **out, **policy_args(a.stack, a.policy))
+            r = stack.up(diff=a.diff, refresh=a.refresh, **out, **policy_args(a.stack, a.policy))
             print(f"result: {r.summary.result} {dict(r.summary.resource_changes or {})}")
         elif a.op == "refresh":
             r = stack.refresh(**out)

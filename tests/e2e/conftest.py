@@ -32,6 +32,15 @@ def lab_cfg():
     t0 = time.monotonic()
     lab("up", "--nodes", os.environ.get("E2E_NODES", "2"))
     print(f"lab up: {time.monotonic() - t0:.1f} s")
+    cfg = json.loads((LAB_CACHE / "stack.json").read_text())
+    # The lab is a fixture: stack containers left by `make demo` or an interrupted run would
+    # collide with this run's (container names are fixed per host).
+    for node in cfg["nodes"]:
+        left = lab("ssh", node["name"], "sh", "-c",
+                   "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f",
+                   check=False)
+        if left.stdout.strip():
+            print(f"{node['name']}: removed leftover stack containers {left.stdout.split()}")
     yield json.loads((LAB_CACHE / "stack.json").read_text())
     held.close()
 
