@@ -26,7 +26,8 @@ def _model_pair(image="sha256:a", commit="c" * 40, targets=("spark-2",)):
 
 def test_model_seeder_stop_changes_with_every_start_input():
     base_start, base_stop = _model_pair()
-    for changed in ({"image": "sha256:b"}, {"commit": "d" * 40}, {"targets": ("spark-2", "spark-3")}):
+    changes = ({"image": "sha256:b"}, {"commit": "d" * 40}, {"targets": ("spark-2", "spark-3")})
+    for changed in changes:
         start, stop = _model_pair(**changed)
         assert start != base_start, changed
         assert stop != base_stop, f"{changed}: the seeder would run again but not be stopped"

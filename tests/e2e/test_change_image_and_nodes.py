@@ -1,0 +1,323 @@
+"""The last two rows of the change table (image, add a node) and test 1 on a 3-node lab.
+
+| change     | allowed to happen                                    | must not happen         |
+| image      | pull/copy, all containers restart                    | model transfer          |
+| add a node | the new node is prepared; serving restarts, new size | re-download from the hub |
+
+The module grows the session's lab to 3 nodes (the lab lock is re-entrant in this process) and
+shrinks it back to 2 at the end, even on failure. Ordered on purpose:
+1. a 2-node stack (TP 2) on the 3-node lab, then image.ref moves to a second image (the lab image
+   plus a label: another image ID, the same layers);
+2. the same stack grows to spark-3 (TP 3): spark-3 is new (the lab creates it empty), so its image
+   is pulled and its model copy must come over the fabric from the head, not from the hub;
+3. that stack is destroyed and a fresh 3-node stack converges from empty and serves.
+Every `up` prints its wall time (`WALL ...`).
+
+Known gap, asserted harmless rather than hidden: the image change re-runs model-fetch, model-seed,
+model-sync and model-seed-stop (their scripts name the image ID); the test asserts they move no
+model bytes (hub `/resolve/` bytes unchanged, the sync reports bytesMoved 0) and that the seeder
+is stopped again afterwards (it was not, before 48a1327).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+
+import pytest
+import yaml
+
+from tests.e2e.labkit import LAB_CACHE, ROOT, Deployment, hf_file_bytes, http, lab, stackctl
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+HEAD, WORKER, NEW = "spark-1", "spark-2", "spark-3"
+MODEL_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-moe"
+V2_REPO = "10.77.0.1:5000/spark-lab/vllm-spark-e2e"
+FABRIC_IF = "enp1s0f1np1"
+
+
+# ------------------------------------------------------------------ fixtures and helpers
+@pytest.fixture(scope="module")
+def lab3(lab_cfg):
+    """The lab with 3 nodes for this module; back to 2 nodes afterwards, whatever happened."""
+    t0 = time.monotonic()
+    try:
+        lab("up", "--nodes", "3")
+        print(f"lab up --nodes 3: {time.monotonic() - t0:.1f} s")
+        cfg = json.loads((LAB_CACHE / "stack.json").read_text())
+        assert [n["name"] for n in cfg["nodes"]] == [HEAD, WORKER, NEW], cfg["nodes"]
+        yield cfg
+    finally:
+        t0 = time.monotonic()
+        lab("up", "--nodes", os.environ.get("E2E_NODES", "2"))
+        n = os.environ.get("E2E_NODES", "2")
+        print(f"lab back to {n} nodes: {time.monotonic() - t0:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def new_deployment(lab3, tmp_path_factory):
+    """Factory: a fresh dev stack (file backend in a temporary folder) on the first n lab nodes.
+
+    Built like conftest's `deployment`; every stack it made is destroyed at module end.
+    """
+    import pulumi.automation as auto
+
+    made: list[Deployment] = []
+
+    def make(n_nodes: int) -> Deployment:
+        work = tmp_path_factory.mktemp("e2e-nodes")
+        shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
+        shutil.copy(ROOT / "Pulumi.dev.yaml", work / "Pulumi.dev.yaml")
+        lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
+        state = work / "state"
+        state.mkdir()
+        env = {
+            "PULUMI_BACKEND_URL": f"file://{state}",
+            "PULUMI_CONFIG_PASSPHRASE": "spark-vllm-e2e",
+            "PULUMI_SKIP_UPDATE_CHECK": "true",
+            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+        }
+        stack = auto.create_or_select_stack(
+            stack_name="dev",
+            project_name="spark-vllm",
+            program=stackctl._program,
+            opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
+        )
+        d = Deployment(stack=stack, workdir=work, cfg={**lab3, "nodes": lab3["nodes"][:n_nodes]})
+        _set_nodes(d, lab3["nodes"][:n_nodes])
+        made.append(d)
+        return d
+
+    yield make
+    if os.environ.get("E2E_KEEP") != "1":
+        for d in reversed(made):
+            try:
+                d.stack.destroy(on_output=print)
+            except auto.CommandError as e:  # keep the original failure visible, not this one
+                print(f"cleanup destroy failed: {e}")
+
+
+def _set_nodes(d: Deployment, nodes: list[dict]) -> None:
+    """Write the node list (and TP = node count) into the stack file; d.cfg follows."""
+    path = d.workdir / "Pulumi.dev.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["spark-vllm:nodes"] = [
+        {k: n[k] for k in ("name", "host", "port", "user", "hostKey", "fabric")} for n in nodes
+    ]
+    doc["config"]["spark-vllm:vllm"]["tensorParallelSize"] = len(nodes)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    d.cfg = {**d.cfg, "nodes": nodes}
+
+
+def _timed_up(d: Deployment, what: str):
+    t0 = time.monotonic()
+    r = d.run("up")
+    print(f"WALL {what}: {time.monotonic() - t0:.1f} s")
+    assert r.summary.result == "succeeded"
+    return r
+
+
+def _complete(d, prompt="Say hello") -> str:
+    _, body = http(
+        d.endpoint() + "/completions",
+        {"model": "tiny-moe", "prompt": prompt, "max_tokens": 8},
+    )
+    return json.loads(body)["choices"][0]["text"]
+
+
+def _vllm_pid(d) -> str:
+    return d.ssh(HEAD, "docker exec spark-vllm-ray-head cat /run/spark-vllm/vllm-serve.pid").strip()
+
+
+def _ray_status(d) -> str:
+    return d.ssh(HEAD, "docker exec spark-vllm-ray-head ray status")
+
+
+def _image_ids(d, node: str) -> set[str]:
+    return set(d.ssh(node, "docker images -q --no-trunc").split())
+
+
+def _fabric_rx(d, node: str) -> int:
+    """Bytes received on the node's primary fabric interface (its own netns's /proc/net/dev)."""
+    for line in d.ssh(node, "cat /proc/net/dev").splitlines():
+        name, _, rest = line.partition(":")
+        if name.strip() == FABRIC_IF:
+            return int(rest.split()[0])
+    raise AssertionError(f"{node}: no {FABRIC_IF} in /proc/net/dev")
+
+
+def _sync_bytes_moved(d, node: str) -> int | None:
+    """`bytesMoved` printed by the last run of model-sync-<node> (from the stack's state)."""
+    for r in d.stack.export_stack().deployment["resources"]:
+        if r["urn"].endswith(f"::model-sync-{node}"):
+            out = (r.get("outputs") or {}).get("stdout")
+            if isinstance(out, str):
+                for line in reversed(out.splitlines()):
+                    if line.startswith("{") and "bytesMoved" in line:
+                        return json.loads(line)["bytesMoved"]
+    return None
+
+
+def _ray(snapshot: dict) -> dict:
+    """Only the Ray containers of a snapshot (helpers come and go)."""
+    return {
+        node: {n: v for n, v in cs.items() if n.startswith("spark-vllm-ray-")}
+        for node, cs in snapshot.items()
+    }
+
+
+def _no_seeder_left(d) -> None:
+    left = d.ssh(HEAD, "docker ps -q --filter name=spark-vllm-model-seeder")
+    assert not left.strip(), "the model seeder is still running on the head after the up"
+
+
+def _second_image(d, base_ref: str) -> tuple[str, str]:
+    """The lab image plus a label, pushed under another name: (ref by digest, image ID).
+
+    Built on spark-1's dockerd with the legacy builder: FROM a local image needs no network.
+    """
+    script = (
+        "set -e; docker pull -q {base} >/dev/null; "
+        "ctx=$(mktemp -d); printf 'FROM {base}\\nLABEL spark-vllm.test=v2\\n' > $ctx/Dockerfile; "
+        "DOCKER_BUILDKIT=0 docker build -q -t {repo}:v2 $ctx >/dev/null; rm -rf $ctx; "
+        "docker push -q {repo}:v2 >/dev/null 2>&1 || docker push {repo}:v2 >/dev/null; "
+        "docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:v2"
+    ).format(base=base_ref, repo=V2_REPO)
+    ref, image_id = d.ssh(HEAD, script).split()
+    assert ref.startswith(V2_REPO + "@sha256:"), ref
+    return ref, image_id
+
+
+# ------------------------------------------------------------------ tests
+STATE: dict = {}
+
+
+def test_image_change_restarts_everything_moves_no_model(new_deployment, lab3):
+    d = new_deployment(2)
+    STATE["d"] = d
+    _timed_up(d, "2-node up from empty (3-node lab)")
+    assert _complete(d)
+
+    base = lab3["image"]["ref"]
+    v2_ref, v2_id = _second_image(d, base)
+    old_id = d.stack.outputs()["imageIds"].value[HEAD]
+    assert v2_id != old_id, "the second image must have another ID"
+    print(f"second image: {v2_ref} ({v2_id})")
+
+    before = _ray(d.snapshot())
+    bytes_before = hf_file_bytes()
+    d.set("image.ref", v2_ref)
+    _timed_up(d, "image change")
+    ops = d.ops()
+    print(f"image change ops: {ops}")
+
+    # pulled on every node, and every node now runs the one new ID
+    for node in (HEAD, WORKER):
+        assert f"image-{node}" in ops, ops
+        assert v2_id in _image_ids(d, node), f"{node}: {v2_id} not pulled"
+    assert set(d.stack.outputs()["imageIds"].value.values()) == {v2_id}
+    # every container restarted: Ray head and worker replaced, vLLM started again
+    assert ops.get("ray-head") == "replace" and ops.get(f"ray-worker-{WORKER}") == "replace", ops
+    assert "vllm-serve" in ops, ops
+    after = _ray(d.snapshot())
+    for node in (HEAD, WORKER):
+        assert after[node].keys() == before[node].keys(), (before, after)
+        for name, (cid, _) in after[node].items():
+            assert cid != before[node][name][0], f"{node}: {name} kept its container"
+            image = d.ssh(node, f"docker inspect -f '{{{{.Image}}}}' {name}").strip()
+            assert image == v2_id, f"{node}: {name} runs {image}"
+    assert _vllm_pid(d), "no vllm serve pid in the new head container"
+    # no model transfer: not one byte of model files from the hub
+    assert hf_file_bytes() == bytes_before, "an image change fetched model files from the hub"
+    # Known gap (reported, not hidden): the fetch/seed/sync scripts name the image ID, so they
+    # re-run on an image change; they must find everything in place and move nothing.
+    reran = sorted(k for k in ops if k.startswith("model-"))
+    print(f"model steps re-run by the image change: {reran or 'none'}")
+    if f"model-sync-{WORKER}" in ops:
+        moved = _sync_bytes_moved(d, WORKER)
+        print(f"model-sync-{WORKER} re-ran and moved {moved} bytes")
+        assert moved == 0, f"the re-run sync moved {moved} bytes over the fabric"
+    _no_seeder_left(d)  # the re-run seeder must be stopped again (fixed in 48a1327)
+    assert "model-verify-spark-1" not in ops and f"model-verify-{WORKER}" not in ops, ops
+    assert _complete(d)
+    d.run("preview", expect_no_changes=True)
+
+
+def test_add_node_prepares_it_and_serves_with_tp3(lab3):
+    d = STATE.get("d")
+    if d is None:
+        pytest.skip("needs the stack of the image-change test")
+    before = _ray(d.snapshot())
+    bytes_before = hf_file_bytes()
+    rx_before = _fabric_rx(d, NEW)
+    assert d.ssh(NEW, f"ls {MODEL_DIR}/snapshots 2>/dev/null || true").strip() == "", (
+        "spark-3 must start without the model (the lab creates it empty)"
+    )
+    image_id = d.stack.outputs()["imageIds"].value[HEAD]
+
+    _set_nodes(d, lab3["nodes"][:3])
+    _timed_up(d, "add spark-3 (TP 2 -> 3)")
+    ops = d.ops()
+    print(f"add-node ops: {ops}")
+
+    # spark-3 prepared: image pulled, model fanned out from the head over the fabric
+    for name in (f"image-{NEW}", f"model-sync-{NEW}", f"model-verify-{NEW}", f"ray-worker-{NEW}"):
+        assert ops.get(name) == "create", (name, ops)
+    assert image_id in _image_ids(d, NEW)
+    assert hf_file_bytes() == bytes_before, "adding a node re-downloaded model files from the hub"
+    commit = d.stack.outputs()["modelCommit"].value
+    assert commit in d.ssh(NEW, f"ls {MODEL_DIR}/snapshots").split()
+    rx = _fabric_rx(d, NEW) - rx_before
+    assert rx >= 530_000, f"spark-3 received {rx} bytes on {FABRIC_IF}: model not over the fabric"
+    print(f"spark-3 fabric rx during the add: {rx} bytes")
+
+    # serving restarted with TP 3 on 3 GPUs
+    assert "vllm-serve" in ops, ops
+    status = _ray_status(d)
+    assert re.search(r"/3(\.0)? GPU", status), status
+    argv = d.ssh(
+        HEAD,
+        "docker exec spark-vllm-ray-head sh -c "
+        "'tr \"\\000\" \"\\n\" < /proc/$(cat /run/spark-vllm/vllm-serve.pid)/cmdline'",
+    ).split()
+    flags = ("--tensor-parallel-size", "-tp")
+    tp = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags), None)
+    assert tp == "3", argv
+    assert _complete(d)
+
+    _no_seeder_left(d)
+    moved = _sync_bytes_moved(d, NEW)
+    print(f"model-sync-{NEW} moved {moved} bytes")
+    assert moved and moved >= 530_000, moved
+    # What happened to the existing Ray containers (reported; the table allows a restart). Seen:
+    # both kept, the node count is not in their env, so NCCL env forced no replacement.
+    after = _ray(d.snapshot())
+    for node in (HEAD, WORKER):
+        kept = {n: after[node].get(n) == v for n, v in before[node].items()}
+        res = "ray-head" if node == HEAD else f"ray-worker-{node}"
+        print(f"{node}: containers kept {kept}; engine op {ops.get(res, 'same')}")
+    d.run("preview", expect_no_changes=True)
+
+    t0 = time.monotonic()
+    d.run("destroy")
+    print(f"WALL destroy 3-node stack: {time.monotonic() - t0:.1f} s")
+    for node in (HEAD, WORKER, NEW):
+        assert d.containers(node) == {}, f"{node}: managed containers left after destroy"
+
+
+def test_three_nodes_from_empty_serves(new_deployment):
+    d = new_deployment(3)
+    _timed_up(d, "3-node up from empty")
+    ops = d.ops()
+    assert {"ray-head", f"ray-worker-{WORKER}", f"ray-worker-{NEW}", "vllm-serve"} <= set(ops), ops
+    assert all(op == "create" for op in ops.values()), ops
+    status = _ray_status(d)
+    assert len(re.findall(r"node_", status)) >= 3, status
+    assert re.search(r"/3(\.0)? GPU", status), status
+    _, body = http(d.endpoint() + "/models")
+    assert "tiny-moe" in [m["id"] for m in json.loads(body)["data"]]
+    assert _complete(d)
