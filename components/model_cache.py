@@ -239,6 +239,9 @@ class ModelCache(pulumi.ComponentResource):
             )
         self.register_outputs(
             {
+                # repo/revision too: stack-level policies (prod-pinned) read outputs
+                "repo": args.repo,
+                "revision": args.revision,
                 "commit": self.commit,
                 "modelBytes": self.model_bytes,
                 "files": manifest.apply(lambda m: len(m.files)),

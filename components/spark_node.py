@@ -160,6 +160,7 @@ class SparkNode(pulumi.ComponentResource):
                 "name": node.name,
                 "role": args.role,
                 "host": node.host,
+                "hostKey": node.host_key,  # stack-level policies (prod-pinned) read outputs
                 "fabricIp": self.fabric_ip,
                 "facts": self.summary,
                 "stoppedContainers": self.stopped_names,

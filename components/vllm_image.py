@@ -119,4 +119,7 @@ class VllmImage(pulumi.ComponentResource):
         self.image_ids = {n: img.image_id for n, img in self.images.items()}
         all_ids = pulumi.Output.all(**self.image_ids)
         self.image_id = all_ids.apply(_same_id)
-        self.register_outputs({"imageIds": all_ids, "imageId": self.image_id})
+        # ref/source are outputs too: stack-level policies (prod-pinned) read outputs.
+        self.register_outputs(
+            {"ref": args.ref, "source": args.source, "imageIds": all_ids, "imageId": self.image_id}
+        )

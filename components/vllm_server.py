@@ -136,8 +136,11 @@ class VllmServer(pulumi.ComponentResource):
         )
         public = args.head.node.host if cfg.vllm.host == "0.0.0.0" else cfg.vllm.host
         self.endpoint = pulumi.Output.from_input(f"http://{public}:{cfg.vllm.port}/v1")
+        # The reviewable props are outputs too: stack-level policies (vllm-api-key) see a
+        # component's registered outputs, not the inputs that resource-level policies see.
         self.register_outputs(
             {
+                **props,
                 "endpoint": self.endpoint,
                 "servedModelName": cfg.vllm.served_model_name,
                 "health": self.serve.stdout,

@@ -115,6 +115,7 @@ def ok(cmd) -> bool:
 
 
 def write(path: str, text, mode: int | None = None) -> None:
+    path = os.path.abspath(path)  # `config --write-stack Pulumi.dev.yaml` passes a bare name
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = text.encode() if isinstance(text, str) else text
     tmp = path + ".tmp"

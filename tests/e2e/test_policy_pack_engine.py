@@ -120,8 +120,6 @@ def test_dev_stack_previews_with_the_pack(deployment, pack_venv):
     assert d.snapshot() == before
 
 
-# Rule 8 does not fire through the engine yet (see the xfail below); rules 1 and 7 must.
-NOT_YET = {"vllm-api-key"}
 _BREAKING: dict = {}
 
 
@@ -141,8 +139,8 @@ def test_config_breaking_rules_1_7_8_fails_naming_them(deployment, pack_venv, tm
     # the program's own validation and preflight accepted the config: the pack refused it
     assert "preflight failed" not in text and "reconnaissance failed" not in text, text[-3000:]
     assert not re.search(r"spark-vllm:[\w.\[\]]+: got ", text), text[-3000:]
-    expected = set(data["expectViolations"]) - NOT_YET
-    assert set(violations) - NOT_YET == expected, violations
+    expected = set(data["expectViolations"])
+    assert set(violations) == expected, violations
     for name in expected:
         fragment = data["expectViolations"][name]
         assert name in text, f"{name} not named in the output"
@@ -150,11 +148,6 @@ def test_config_breaking_rules_1_7_8_fails_naming_them(deployment, pack_venv, tm
     assert d.snapshot() == before
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "vllm-api-key is a stack policy: in AnalyzeStack during preview the VllmServer component's "
-    "props hold an unknown value (reading them raises UnknownValueError in the analyzer), so the "
-    "rule finds no environment/apiKey to judge and reports nothing; its unit tests pass on "
-    "hand-built props. Needs a fix in policies/rules.py (see the report)."))
 def test_rule_8_vllm_api_key_is_named_too():
     assert _BREAKING, "the breaking preview did not run"
     fragment = _BREAKING["data"]["expectViolations"]["vllm-api-key"]

@@ -59,3 +59,17 @@ def test_write_stack_touches_only_host_keys_and_image_ref(lab, tmp_path):
     assert new[8] == f'      hostKey: "{lab.nodes["spark-1"]["hostKey"]}"'
     assert new[15] == f'      hostKey: "{lab.nodes["spark-2"]["hostKey"]}"'
     assert new[19] == f"    ref: {lab.image}"
+
+
+def test_write_stack_accepts_a_bare_file_name(lab, tmp_path):
+    """`make lab-up` / `make demo` run `config --write-stack Pulumi.dev.yaml` from the repo root."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "Pulumi.dev.yaml").write_text(SAMPLE)
+    lab_py = Path(__file__).resolve().parents[2] / "lab" / "lab.py"
+    r = subprocess.run([sys.executable, str(lab_py), "config", "--write-stack", "Pulumi.dev.yaml"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert lab.image in (tmp_path / "Pulumi.dev.yaml").read_text()
