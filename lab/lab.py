@@ -306,8 +306,10 @@ def spawn(argv: list, logfile: str, cg_sub: str, env=None) -> int:
     os.makedirs(os.path.dirname(logfile), exist_ok=True)
     wrapper = ["/bin/sh", "-c", f'echo $$ > {shlex.quote(procs)} && exec "$@"', "lab-spawn", *argv]
     with open(logfile, "ab") as lf:
+        # cwd: the log's folder, never the caller's (olah writes ./logs wherever it starts)
         p = subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, stdout=lf, stderr=subprocess.STDOUT,
-                             start_new_session=True, env=env, close_fds=True)
+                             start_new_session=True, env=env, close_fds=True,
+                             cwd=os.path.dirname(logfile))
     return p.pid
 
 
