@@ -99,7 +99,13 @@ def lab():
         reason = _lab_is_up()
     if reason:
         pytest.skip(f"the lab is not up ({reason}); run `python3 lab/lab.py up` or set LAB_AUTO=1")
-    yield Lab()
+    lab = Lab()
+    # A stack left running on the lab (`make demo`) holds Ray's host ports: clear it first.
+    for node in lab.nodes:
+        lab_cli("ssh", node, "sh", "-c",
+                "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f",
+                check=False)
+    yield lab
     held.close()
 
 
