@@ -52,7 +52,11 @@ def deployment(lab_cfg, tmp_path_factory) -> Deployment:
 
     work = tmp_path_factory.mktemp("e2e")
     shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
-    shutil.copy(ROOT / "Pulumi.dev.yaml", work / "Pulumi.dev.yaml")
+    # Without the encryptionsalt a `make demo` may have added for its own passphrase.
+    stack_file = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
+    (work / "Pulumi.dev.yaml").write_text(
+        "".join(line for line in stack_file if not line.startswith("encryptionsalt:"))
+    )
     lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
     state = work / "state"
     state.mkdir()
