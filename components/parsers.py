@@ -166,7 +166,7 @@ def parse_nvidia_smi_query(text: str, fields: tuple[str, ...] = QUERY_GPU_FIELDS
         if raw_memory not in {"[N/A]", "N/A", "[Not Supported]"}:
             m = re.fullmatch(r"(\d+)(?:\s*MiB)?", raw_memory)
             if not m:
-                raise ParseError(kind, f"memory.total is neither a MiB value nor [N/A]", row)
+                raise ParseError(kind, "memory.total is neither a MiB value nor [N/A]", row)
             memory = int(m.group(1))
         compute_cap = values.get("compute_cap", "")
         if compute_cap and not re.fullmatch(r"\d+\.\d+", compute_cap):

@@ -35,7 +35,7 @@ from typing import Any, Callable, Mapping
 
 from components.scripts import STOPPED_DIR, VLLM_PID
 from components import parsers as p
-from components.facts import DockerFacts, InterfaceFacts, MemoryFacts, NodeFacts, OsFacts
+from components.facts import DockerFacts, MemoryFacts, NodeFacts, OsFacts
 from components.parsers import ParseError
 
 try:  # ConfigError's base: the Pulumi CLI prints the message of a RunError without a traceback

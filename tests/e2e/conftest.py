@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.e2e.labkit import LAB_CACHE, ROOT, Deployment, _plugin_installed, lab, lock_lab, stackctl
+from tests.e2e.labkit import LAB_CACHE, _plugin_installed, lab, lock_lab, new_deployment
 
 
 @pytest.fixture(scope="session")
@@ -46,33 +46,12 @@ def lab_cfg():
 
 
 @pytest.fixture(scope="module")
-def deployment(lab_cfg, tmp_path_factory) -> Deployment:
+def deployment(lab_cfg, tmp_path_factory):
     """A fresh dev stack on a file backend in a temporary folder; destroyed at the end."""
     import pulumi.automation as auto
 
-    work = tmp_path_factory.mktemp("e2e")
-    shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
-    # Without the encryptionsalt a `make demo` may have added for its own passphrase.
-    stack_file = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
-    (work / "Pulumi.dev.yaml").write_text(
-        "".join(line for line in stack_file if not line.startswith("encryptionsalt:"))
-    )
-    lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
-    state = work / "state"
-    state.mkdir()
-    env = {
-        "PULUMI_BACKEND_URL": f"file://{state}",
-        "PULUMI_CONFIG_PASSPHRASE": "spark-vllm-e2e",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-    }
-    stack = auto.create_or_select_stack(
-        stack_name="dev",
-        project_name="spark-vllm",
-        program=stackctl._program,
-        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
-    )
-    d = Deployment(stack=stack, workdir=work, cfg=lab_cfg)
+    d = new_deployment(tmp_path_factory.mktemp("e2e"), lab_cfg)
+    stack = d.stack
     yield d
     if os.environ.get("E2E_KEEP") != "1":
         try:

@@ -151,3 +151,32 @@ def http(url: str, body: dict | None = None, timeout: int = 30) -> tuple[int, st
         return r.status, r.read().decode()
 
 
+
+
+def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e") -> Deployment:
+    """A fresh `dev` stack on the lab: the project's stack files in `work` (the repository's
+    Pulumi.dev.yaml is never touched), the lab's host keys and image digest written in, a file
+    backend in `work/state`. The stack file is copied without the secrets-provider lines a
+    `make demo` may have left for its own passphrase."""
+    import pulumi.automation as auto
+
+    (work / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    text = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
+    drop = ("encryptionsalt:", "secretsprovider:", "encryptedkey:")
+    (work / "Pulumi.dev.yaml").write_text("".join(l for l in text if not l.startswith(drop)))
+    lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
+    state = work / "state"
+    state.mkdir()
+    env = {
+        "PULUMI_BACKEND_URL": f"file://{state}",
+        "PULUMI_CONFIG_PASSPHRASE": passphrase,
+        "PULUMI_SKIP_UPDATE_CHECK": "true",
+        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
+    }
+    stack = auto.create_or_select_stack(
+        stack_name="dev",
+        project_name="spark-vllm",
+        program=stackctl._program,
+        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
+    )
+    return Deployment(stack=stack, workdir=work, cfg=cfg)

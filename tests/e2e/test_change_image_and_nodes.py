@@ -24,13 +24,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import time
 
 import pytest
 import yaml
 
-from tests.e2e.labkit import LAB_CACHE, ROOT, Deployment, hf_file_bytes, http, lab, stackctl
+from tests.e2e.labkit import LAB_CACHE, Deployment, hf_file_bytes, http, lab
+from tests.e2e.labkit import new_deployment as lab_deployment
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -69,25 +69,8 @@ def new_deployment(lab3, tmp_path_factory):
     made: list[Deployment] = []
 
     def make(n_nodes: int) -> Deployment:
-        work = tmp_path_factory.mktemp("e2e-nodes")
-        shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
-        shutil.copy(ROOT / "Pulumi.dev.yaml", work / "Pulumi.dev.yaml")
-        lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
-        state = work / "state"
-        state.mkdir()
-        env = {
-            "PULUMI_BACKEND_URL": f"file://{state}",
-            "PULUMI_CONFIG_PASSPHRASE": "spark-vllm-e2e",
-            "PULUMI_SKIP_UPDATE_CHECK": "true",
-            "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-        }
-        stack = auto.create_or_select_stack(
-            stack_name="dev",
-            project_name="spark-vllm",
-            program=stackctl._program,
-            opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
-        )
-        d = Deployment(stack=stack, workdir=work, cfg={**lab3, "nodes": lab3["nodes"][:n_nodes]})
+        cfg = {**lab3, "nodes": lab3["nodes"][:n_nodes]}
+        d = lab_deployment(tmp_path_factory.mktemp("e2e-nodes"), cfg)
         _set_nodes(d, lab3["nodes"][:n_nodes])
         made.append(d)
         return d

@@ -54,40 +54,14 @@ TIMES: dict[str, float] = {}
 
 @pytest.fixture(scope="module")
 def deployment(lab_cfg, tmp_path_factory):
-    """conftest's `deployment`, but the copied stack file starts without an `encryptionsalt`.
-
-    The repository's Pulumi.dev.yaml may carry a salt from someone's run with another passphrase
-    (it is a working copy that `make lab-up` rewrites); a new stack under this module's
-    passphrase must not inherit it. Also clears a lock left by an interrupted case before the
-    final destroy.
-    """
-    import shutil
-
+    """conftest's `deployment` with its own passphrase; also clears a lock left by an
+    interrupted case before the final destroy."""
     import pulumi.automation as auto
 
-    from tests.e2e.labkit import ROOT, Deployment, stackctl
+    from tests.e2e.labkit import new_deployment
 
-    work = tmp_path_factory.mktemp("faults")
-    shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
-    text = (ROOT / "Pulumi.dev.yaml").read_text()
-    text = "".join(line for line in text.splitlines(keepends=True)
-                   if not line.startswith(("encryptionsalt:", "secretsprovider:",
-                                           "encryptedkey:")))
-    (work / "Pulumi.dev.yaml").write_text(text)
-    lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
-    state = work / "state"
-    state.mkdir()
-    env = {
-        "PULUMI_BACKEND_URL": f"file://{state}",
-        "PULUMI_CONFIG_PASSPHRASE": "spark-vllm-e2e-faults",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-    }
-    stack = auto.create_or_select_stack(
-        stack_name="dev", project_name="spark-vllm", program=stackctl._program,
-        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
-    )
-    d = Deployment(stack=stack, workdir=work, cfg=lab_cfg)
+    d = new_deployment(tmp_path_factory.mktemp("faults"), lab_cfg, "spark-vllm-e2e-faults")
+    stack, state = d.stack, d.workdir / "state"
     yield d
     if os.environ.get("E2E_KEEP") != "1":
         if list((state / ".pulumi").glob("locks/**/*.json")):

@@ -1,5 +1,4 @@
 """`lab.py seed` reproduces the reference machine on spark-1."""
-import json
 
 import pytest
 

@@ -8,7 +8,7 @@ import pytest
 from components import preflight, recon
 from components.preflight import Plan, PreflightError
 
-from recon_helpers import (GIB, MODEL_BYTES, assemble, config, raw_config, sample, spark_output,
+from recon_helpers import (GIB, MODEL_BYTES, assemble, config, sample, spark_output,
                            spark_sections)
 
 

@@ -16,10 +16,8 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
