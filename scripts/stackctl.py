@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import runpy
+import signal
 import sys
 from pathlib import Path
 
@@ -40,6 +41,27 @@ def select_stack(stack: str, env: dict[str, str] | None = None):
         program=_program,
         opts=auto.LocalWorkspaceOptions(work_dir=str(ROOT), env_vars=env or {}),
     )
+
+
+def keep_alive_on_interrupt() -> None:
+    """Let Ctrl-C cancel an operation cleanly instead of leaving the stack locked.
+
+    Ctrl-C reaches the whole foreground process group. The Pulumi CLI then cancels: it waits
+    for the steps in flight, writes the state and releases the stack's lock. It can only do so
+    while this process lives, because the inline program's language runtime runs here; dying
+    at once (Python's default) leaves the lock behind (docs/faults.md). So this process only
+    says what is happening, and the CLI's exit ends the operation with an error as usual.
+    """
+
+    def waiting(_signum, _frame) -> None:
+        print(
+            "\nstackctl: interrupted; the engine is cancelling (steps in flight finish, the "
+            "lock is released). Ctrl-C again interrupts the engine harder.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    signal.signal(signal.SIGINT, waiting)
 
 
 def policy_args(stack: str, enabled: bool) -> dict:
@@ -66,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
 
     stack = select_stack(a.stack)
+    keep_alive_on_interrupt()
     out = {"on_output": lambda line: print(line, flush=True)}
     try:
         if a.op == "preview":
