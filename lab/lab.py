@@ -63,6 +63,10 @@ def log(msg: str) -> None:
     print(f"[lab {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def warn(msg: str) -> None:
+    print(f"[lab {time.strftime('%H:%M:%S')}] warning: {msg}", file=sys.stderr, flush=True)
+
+
 def die(msg: str, code: int = 1) -> None:
     print(f"lab: error: {msg}", file=sys.stderr, flush=True)
     sys.exit(code)
@@ -244,7 +248,8 @@ def host_pip() -> list:
 def cg_dirs(sub: str) -> list:
     """cgroup directories for a lab sub-path in every mounted v1 hierarchy we use."""
     res = []
-    for ctrl in ("pids", "memory", "cpu", "cpuacct", "blkio", "devices", "freezer", "cpuset", "systemd"):
+    for ctrl in ("pids", "memory", "cpu", "cpuacct", "blkio", "devices", "freezer", "cpuset", "systemd",
+                 "unified"):
         base = f"/sys/fs/cgroup/{ctrl}"
         if os.path.isdir(base):
             res.append(os.path.join(base, CG_ROOT, sub))
@@ -270,10 +275,12 @@ def cg_pids(sub: str) -> list:
     return sorted(pids)
 
 
-def cg_kill_remove(sub: str, timeout: float = 10) -> None:
-    """SIGTERM then SIGKILL every process in the lab cgroup sub-tree, then remove the cgroups."""
-    pids = cg_pids(sub)
-    for p in pids:
+def cg_kill_remove(sub: str, timeout: float = 10, settle: float = 30) -> list:
+    """SIGTERM every process in the lab cgroup sub-tree, SIGKILL what is left after `timeout`,
+    then remove the cgroups, retrying for up to `settle` seconds: a process may still be exiting
+    or a daemon may fork one more child while it dies, and rmdir refuses a cgroup with tasks.
+    Returns what could not be removed (empty when the sub-tree is gone)."""
+    for p in cg_pids(sub):
         try:
             os.kill(p, signal.SIGTERM)
         except ProcessLookupError:
@@ -281,23 +288,50 @@ def cg_kill_remove(sub: str, timeout: float = 10) -> None:
     end = time.time() + timeout
     while time.time() < end and any(pid_alive(p) for p in cg_pids(sub)):
         time.sleep(0.2)
-    for _ in range(20):
-        left = [p for p in cg_pids(sub) if pid_alive(p)]
-        if not left:
-            break
-        for p in left:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.2)
-    for d in cg_dirs(sub):
-        if os.path.isdir(d):
-            for root, dirs, _files in sorted(os.walk(d, topdown=False), key=lambda t: -len(t[0])):
+    end = time.time() + settle
+    while True:
+        for p in cg_pids(sub):
+            if pid_alive(p):
                 try:
-                    os.rmdir(root)
+                    os.kill(p, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        for d in cg_dirs(sub):
+            if os.path.isdir(d):
+                for root, _dirs, _files in sorted(os.walk(d, topdown=False), key=lambda t: -len(t[0])):
+                    try:
+                        os.rmdir(root)
+                    except OSError:
+                        pass
+        left = [d for d in cg_dirs(sub) if os.path.isdir(d)]
+        if not left or time.time() >= end:
+            break
+        time.sleep(0.3)
+    problems = []
+    for d in left:
+        pids = []
+        for root, _dirs, files in os.walk(d):
+            if "cgroup.procs" in files:
+                try:
+                    pids += open(os.path.join(root, "cgroup.procs")).read().split()
                 except OSError:
                     pass
+        what = ", ".join(f"{p} {proc_desc(int(p))}" for p in pids) or "no tasks listed"
+        problems.append(f"cgroup {d} not removable after {settle:.0f}s ({what})")
+    for msg in problems:
+        warn(msg)
+    return problems
+
+
+def proc_desc(pid: int) -> str:
+    """State and command line of a process, for messages about processes that will not die."""
+    try:
+        state = next((l.split(":", 1)[1].strip() for l in open(f"/proc/{pid}/status")
+                      if l.startswith("State:")), "?")
+        cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+        return f"[{state}] {cmd[:100].strip()}"
+    except OSError:
+        return "[gone]"
 
 
 def spawn(argv: list, logfile: str, cg_sub: str, env=None) -> int:
@@ -419,8 +453,9 @@ def node_docker(name: str) -> list:
     return ["docker", "-H", f"unix://{node_dir(name)}/run/docker.sock"]
 
 
-def stop_host(name: str, i: int, keep_data: bool = True) -> None:
-    cg_kill_remove(name)
+def stop_host(name: str, i: int, keep_data: bool = True) -> list:
+    """Stop a node's processes and remove its namespace; returns cgroups that would not go."""
+    problems = cg_kill_remove(name)
     d = node_dir(name)
     for f in ("holder.pid", "dockerd.pid", "sshd.pid"):
         try:
@@ -432,6 +467,7 @@ def stop_host(name: str, i: int, keep_data: bool = True) -> None:
     remove_ns_net(name, i)
     if not keep_data and os.path.isdir(d):
         rmtree_robust(d)
+    return problems
 
 
 def rmtree_robust(path: str) -> None:
@@ -1002,16 +1038,17 @@ def cmd_up(args) -> None:
 def cmd_down(args) -> None:
     require_root()
     n = max(state().get("nodes") or 0, 9)
+    problems = []
     for i in range(1, n + 1):
         name = node_name(i)
         if os.path.exists(node_dir(name)) or link_exists(host_ifs(i)["mgmt"]) or \
                 netns(name) in out(["ip", "netns", "list"], check=False):
             log(f"{name}: stopping and removing")
-        stop_host(name, i, keep_data=False)
-    stop_host("build", 0, keep_data=False)
-    cg_kill_remove("hf")
-    cg_kill_remove("registry")
-    cg_kill_remove("")
+        problems += stop_host(name, i, keep_data=False)
+    problems += stop_host("build", 0, keep_data=False)
+    problems += cg_kill_remove("hf")
+    problems += cg_kill_remove("registry")
+    problems += cg_kill_remove("")
     for br in [MGMT_BR] + [f[0] for f in FABRIC]:
         if ok(["iptables", "-S", "FORWARD"]):
             while ok(["iptables", "-C", "FORWARD", "-i", br, "-o", br, "-j", "ACCEPT"]):
@@ -1020,6 +1057,9 @@ def cmd_down(args) -> None:
             run(["ip", "link", "del", br], check=False)
     if os.path.isdir(LAB):
         rmtree_robust(LAB)
+    if problems:
+        die("lab down: everything else is removed, but " + "; ".join(problems) +
+            " -- run `lab.py down` again once those processes have exited")
     log("lab down: namespaces, bridges, processes, cgroups and " + LAB + " removed (caches kept in " + CACHE + ")")
 
 
