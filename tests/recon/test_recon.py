@@ -30,8 +30,13 @@ def test_recon_script_is_pure_and_has_every_section():
                     "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
                     "docker_info", "docker_ps", "docker_stats", "docker_images", "gpu_runtime",
                     "vllm_serve", "stopped", "hf_cache", "disk", "host_keys", "clock_end"):
-        assert f"sv_run {section} " in script
+        # the clock readings bracket the run; everything between runs concurrently
+        launcher = "sv_run" if section.startswith("clock_") else "sv_bg"
+        assert f"\n{launcher} {section} " in script, section
     assert "timeout -k 2" in script and "</dev/null" in script
+    lines = script.splitlines()
+    assert lines.index("wait") < lines.index('cat "$SV_DIR"/out.*') < next(
+        i for i, l in enumerate(lines) if l.startswith("sv_run clock_end"))
     assert script.rstrip().endswith("main\nexit 0")
 
 
@@ -49,6 +54,12 @@ def test_recon_script_runs_in_local_bash_and_parses():
     proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60)
     received = time.time()
     assert proc.returncode == 0, proc.stderr
+    # concurrent sections: each printed once, whole (its end marker after its start marker)
+    sections = recon.split_sections(proc.stdout)
+    assert len(sections) == script.count("\nsv_bg ") + 2
+    for name, section in sections.items():
+        assert proc.stdout.count(f"=== spark-vllm:section:{name} ===") == 1, name
+        assert section.rc is not None, f"{name}: no end marker"
     facts = recon.parse_recon_output("spark-1", proc.stdout, sent_at=sent, received_at=received)
     assert facts.memory.total_bytes > 0
     assert facts.os.kernel and facts.os.arch
