@@ -151,7 +151,8 @@ def test_model_fetched_once_on_head_and_fanned_out_over_fabric(build, mocks, fix
             "model-fetch"
         ]
         seed = mocks.named("model-seed").inputs["create"]
-        assert "--bind 192.168.177.11" in seed and ":ro" in seed
+        # bound to the head's fabric address only, the cache mounted read-only
+        assert "192.168.177.11 18472 /root/.cache/huggingface/hub/" in seed and ":ro" in seed
         for w in ("spark-2", "spark-3"):
             sync = mocks.named(f"model-sync-{w}").inputs
             manifest = json.loads(sync["stdin"])
