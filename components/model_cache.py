@@ -12,18 +12,25 @@ Why this shape:
 * A verify step on every node checks every file of the commit with its size.
 * Weights are expensive to move: the fetch and sync commands are `retain_on_delete`, so
   `pulumi destroy` leaves the cache in place.
+* Commands have no Read, so a cache wiped behind the stack's back would stay wiped. Recon looks
+  at every node's cache before the run; where the commit's snapshot is missing or its blobs are
+  short of the manifest (`cache_intact`), that node's fetch/sync, the seeder and its verify get a
+  fresh repair token in `triggers` and run again (only the missing files move). Where the cache is
+  intact, `ignore_changes=["triggers"]` keeps whatever token the state holds: no diff.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import pulumi
 from pulumi_command import remote
 
 from components import scripts
+from components.facts import NodeFacts
 from components.spark_node import SparkNode
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -86,6 +93,25 @@ def resolve_model(
     return ModelManifest(repo, revision, commit, tuple(sorted(files, key=lambda f: f["path"])))
 
 
+def cache_intact(facts: NodeFacts | None, manifest: ModelManifest) -> bool:
+    """Recon found the commit's snapshot on the node and at least the manifest's bytes in blobs.
+
+    Deliberately coarse (one recon round trip has no per-file sizes): a deleted snapshot folder
+    or a wiped repo is caught; a single corrupted file is the verify step's job.
+    """
+    repo = facts.hf_repo(manifest.repo) if facts is not None else None
+    return (
+        repo is not None
+        and manifest.commit in repo.snapshots
+        and repo.size_bytes >= manifest.total_bytes
+    )
+
+
+def repair_token(now: Callable[[], int] = time.time_ns) -> str:
+    """A value never seen before: set as `triggers` it makes the engine run a command again."""
+    return f"repair-{now()}"
+
+
 @dataclass
 class ModelCacheArgs:
     repo: str
@@ -99,6 +125,8 @@ class ModelCacheArgs:
     # Resolved before any resource is registered (__main__ needs its size for preflight); when
     # absent the component resolves it itself.
     manifest: ModelManifest | None = None
+    # A repair token must differ from every earlier one; None: repair_token.
+    token: Callable[[], str] | None = None
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -142,7 +170,25 @@ class ModelCache(pulumi.ComponentResource):
         head, others = args.nodes[0], args.nodes[1:]
         targets = [n.name for n in others]
         child = pulumi.ResourceOptions(parent=self)
+        # Per node: None when recon found the cache intact, else a fresh repair token.
+        self.repairs: dict[str, str | None] = {}
+        if args.manifest is not None:
+            for n in args.nodes:
+                self.repairs[n.name] = (
+                    None if cache_intact(n.facts, args.manifest) else (args.token or repair_token)()
+                )
 
+        def again_if_wiped(names: list[str]) -> dict[str, Any]:
+            """`triggers` + `ignore_changes` for a command that must re-run when any of these
+            nodes lost its copy; no-op (the state's token kept) when all are intact."""
+            if args.manifest is None:  # resolved inside: recon cannot be compared to it
+                return {"triggers": None, "ignore_changes": None}
+            tokens = [self.repairs[n] for n in names if self.repairs[n]]
+            if tokens:
+                return {"triggers": [" ".join(tokens)], "ignore_changes": None}
+            return {"triggers": ["intact"], "ignore_changes": ["triggers"]}
+
+        fetch_again = again_if_wiped([head.name])
         self.fetch = remote.Command(
             f"{name}-fetch",
             connection=head.connection,
@@ -159,10 +205,13 @@ class ModelCache(pulumi.ComponentResource):
             ),
             stdin=token,
             logging=remote.Logging.NONE,
+            triggers=fetch_again["triggers"],
             opts=pulumi.ResourceOptions.merge(
                 child,
                 pulumi.ResourceOptions(
-                    retain_on_delete=True, additional_secret_outputs=["stdout", "stderr"]
+                    retain_on_delete=True,
+                    additional_secret_outputs=["stdout", "stderr"],
+                    ignore_changes=fetch_again["ignore_changes"],
                 ),
             ),
         )
@@ -171,6 +220,7 @@ class ModelCache(pulumi.ComponentResource):
         seed_start = seed_stop = None
         if others:
             self.depends_on[f"{name}-seed"] = [self.fetch]
+            seed_again = again_if_wiped(targets)
             seed_start = remote.Command(
                 f"{name}-seed",
                 connection=head.connection,
@@ -185,12 +235,16 @@ class ModelCache(pulumi.ComponentResource):
                         a[0].commit,
                     )
                 ),
+                triggers=seed_again["triggers"],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=self.depends_on[f"{name}-seed"]
+                    parent=self,
+                    depends_on=self.depends_on[f"{name}-seed"],
+                    ignore_changes=seed_again["ignore_changes"],
                 ),
             )
             for node in others:
                 self.depends_on[f"{name}-sync-{node.name}"] = [seed_start]
+                sync_again = again_if_wiped([node.name])
                 self.syncs[node.name] = remote.Command(
                     f"{name}-sync-{node.name}",
                     connection=node.connection,
@@ -204,10 +258,12 @@ class ModelCache(pulumi.ComponentResource):
                             m.repo, m.commit, m.revision, m.files, head.fabric_ip
                         )
                     ),
+                    triggers=sync_again["triggers"],
                     opts=pulumi.ResourceOptions(
                         parent=self,
                         depends_on=self.depends_on[f"{name}-sync-{node.name}"],
                         retain_on_delete=True,
+                        ignore_changes=sync_again["ignore_changes"],
                     ),
                 )
             self.depends_on[f"{name}-seed-stop"] = list(self.syncs.values())
@@ -217,8 +273,11 @@ class ModelCache(pulumi.ComponentResource):
                 create=pulumi.Output.all(self.commit, args.image_ids[head.name]).apply(
                     lambda a: scripts.model_seeder_stop(targets, a[0], a[1])
                 ),
+                triggers=seed_again["triggers"],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=self.depends_on[f"{name}-seed-stop"]
+                    parent=self,
+                    depends_on=self.depends_on[f"{name}-seed-stop"],
+                    ignore_changes=seed_again["ignore_changes"],
                 ),
             )
         self.seeder = (seed_start, seed_stop)
@@ -227,14 +286,18 @@ class ModelCache(pulumi.ComponentResource):
         for node in args.nodes:
             landed = self.fetch if node is head else self.syncs[node.name]
             self.depends_on[f"{name}-verify-{node.name}"] = [landed]
+            verify_again = again_if_wiped([node.name])
             self.verifies[node.name] = remote.Command(
                 f"{name}-verify-{node.name}",
                 connection=node.connection,
                 create=manifest.apply(
                     lambda m: scripts.model_verify(args.cache_dir, m.repo, m.commit, m.files)
                 ),
+                triggers=verify_again["triggers"],
                 opts=pulumi.ResourceOptions(
-                    parent=self, depends_on=self.depends_on[f"{name}-verify-{node.name}"]
+                    parent=self,
+                    depends_on=self.depends_on[f"{name}-verify-{node.name}"],
+                    ignore_changes=verify_again["ignore_changes"],
                 ),
             )
         self.register_outputs(

@@ -175,6 +175,35 @@ def test_drift_worker_killed_is_found_and_repaired(deployment):
     d.run("preview", expect_no_changes=True)
 
 
+def test_model_cache_wiped_behind_the_stack_is_restored(deployment):
+    """Commands have no Read: recon finds the worker's snapshot gone and only the worker's sync
+    (with the seeder) and verify run again; the copy comes from the head, not the hub."""
+    d = deployment
+    commit = d.stack.outputs()["modelCommit"].value
+    d.ssh(WORKER, "rm -rf /root/.cache/huggingface/hub/models--spark-lab--tiny-moe")
+    ray_before = {n: {k: v for k, v in cs.items() if k.startswith("spark-vllm-ray-")}
+                  for n, cs in d.snapshot().items()}
+    bytes_before = hf_file_bytes()
+    d.run("preview")
+    planned = d.ops()
+    assert planned.get(f"model-sync-{WORKER}") == "replace", planned
+    d.run("up")
+    ops = d.ops()
+    print(f"repair ops: {ops}")
+    for name in (f"model-sync-{WORKER}", f"model-verify-{WORKER}", "model-seed", "model-seed-stop"):
+        assert ops.get(name) == "replace", (name, ops)
+    assert "model-fetch" not in ops and "model-verify-spark-1" not in ops, ops
+    assert not any(k.startswith(("image-", "ray-")) for k in ops), ops
+    snap = d.ssh(WORKER, "ls /root/.cache/huggingface/hub/models--spark-lab--tiny-moe/snapshots")
+    assert commit in snap.split(), f"{WORKER}: snapshot {commit} not restored"
+    assert hf_file_bytes() == bytes_before, "the repair downloaded from the hub"
+    ray_after = {n: {k: v for k, v in cs.items() if k.startswith("spark-vllm-ray-")}
+                 for n, cs in d.snapshot().items()}
+    assert ray_after == ray_before, "restoring the model cache restarted Ray"
+    assert _complete(d)
+    d.run("preview", expect_no_changes=True)
+
+
 def test_destroy_keeps_model_cache_and_foreign_containers(deployment):
     d = deployment
     d.run("destroy")
