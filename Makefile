@@ -65,8 +65,8 @@ lab-down: ## remove everything the lab made
 recon: venv ## survey the stack's nodes and print the side-by-side table
 	$(PY) scripts/recon_report.py --stack $(STACK) $(RECON_ARGS)
 
-bench: ## not yet: needs the engine against the lab (see README "What works today")
-	@echo "make bench: not yet implemented (issue 10 waits on the provider plugins)"; exit 1
+bench: setup ## measure change costs, fan-out and scaling on the lab -> docs/benchmarks.md (~15 min)
+	$(PY) bench/bench.py $(BENCH_ARGS)
 
 promote: venv ## promote verified artifacts: FROM=dev TO=staging [PROMOTE_ARGS="--yes|--dry-run"]
 	$(PY) scripts/promote.py --from $(FROM) --to $(TO) $(PROMOTE_ARGS)
