@@ -42,6 +42,13 @@ def up_hcas(node: NodeConfig, facts: NodeFacts) -> list[str]:
     return out
 
 
+# Values node_env derives per node that vLLM's Ray executor would otherwise copy from the head
+# to every worker (it forwards NCCL_*/UCX_* from the driver): a worker whose twin port is down
+# needs its own NCCL_IB_HCA. vLLM skips the keys listed in ray_non_carry_over_env_vars.json;
+# each worker's container already has its own values from its start-time env.
+PER_NODE_KEYS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES")
+
+
 def node_env(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> dict[str, str]:
     """The environment variables of one node's Ray container (and so of vLLM's workers)."""
     iface = node.primary.interface

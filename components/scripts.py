@@ -36,6 +36,7 @@ VLLM_LOG = "/var/log/spark-vllm/vllm-serve.log"  # inside the head Ray container
 VLLM_PID = "/run/spark-vllm/vllm-serve.pid"
 VLLM_KEY = "/run/spark-vllm/api-key"
 VLLM_ARGV = "/run/spark-vllm/vllm-serve.argv"  # hash of the argv the running vLLM was given
+VLLM_CONFIG_ROOT = "/run/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT
 
 q = shlex.quote
 
@@ -529,6 +530,7 @@ def vllm_start(
     timeout: int,
     ray_ready_stdout_marker: str,
     restart_reason: str = "none",
+    non_carry_over: Sequence[str] = (),
 ) -> str:
     """On the head: make `vllm serve` run `argv` inside the head Ray container, gate on health.
 
@@ -541,11 +543,19 @@ def vllm_start(
     stdin carries the API key (possibly empty); it is written to a root-only file inside the
     container and exported as VLLM_API_KEY by the shell that execs vLLM, so it is never on a
     command line.
+
+    `non_carry_over`: env keys vLLM's Ray executor must not copy from the head to the workers
+    (per-node values, nccl.PER_NODE_KEYS). vLLM reads them from
+    $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json; the stack keeps its own config root so
+    a file the image may carry elsewhere is left alone.
     """
     serve = " ".join(q(a) for a in argv)
-    want = hashlib.sha256(serve.encode()).hexdigest()[:16]
+    keep = json.dumps(sorted(non_carry_over))
+    want = hashlib.sha256(f"{serve}\n{keep}".encode()).hexdigest()[:16]
     launch = (
-        f"mkdir -p $(dirname {VLLM_LOG}); echo $$ > {VLLM_PID}; "
+        f"mkdir -p $(dirname {VLLM_LOG}) {VLLM_CONFIG_ROOT}; echo $$ > {VLLM_PID}; "
+        f"printf '%s\\n' {q(keep)} > {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json; "
+        f"VLLM_CONFIG_ROOT={VLLM_CONFIG_ROOT}; export VLLM_CONFIG_ROOT; "
         f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi; "
         f"exec {serve} >> {VLLM_LOG} 2>&1"
     )

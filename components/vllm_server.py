@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import pulumi
 from pulumi_command import remote
 
-from components import scripts
+from components import nccl, scripts
 from components.config import StackConfig
 from components.ray_cluster import HEAD_CONTAINER, RayCluster
 from components.spark_node import SparkNode
@@ -113,6 +113,7 @@ class VllmServer(pulumi.ComponentResource):
                 cfg.health.timeout_seconds,
                 a[1],
                 args.restart_reason,
+                nccl.PER_NODE_KEYS,
             )
         )
         deps = [args.ray.ready, *args.ray.workers.values(), args.ray.head, *args.after]

@@ -119,6 +119,13 @@ def test_nccl_env_restarts_ray_and_vllm_only(deployment):
     assert not any(k.startswith(("image-", "model-")) for k in ops), ops
     assert hf_file_bytes() == bytes_before
     assert {n: d.ssh(n, "docker images -q --no-trunc | sort") for n in (HEAD, WORKER)} == image_before
+    # vLLM (restarted in the new head container) keeps the per-node NCCL keys off the workers
+    keep = d.ssh(HEAD, "docker exec spark-vllm-ray-head cat "
+                       "/run/spark-vllm/vllm-config/ray_non_carry_over_env_vars.json")
+    assert set(json.loads(keep)) >= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES"}, keep
+    environ = d.ssh(HEAD, "docker exec spark-vllm-ray-head sh -c "
+                          "'tr \"\\000\" \"\\n\" < /proc/$(cat /run/spark-vllm/vllm-serve.pid)/environ'")
+    assert "VLLM_CONFIG_ROOT=/run/spark-vllm/vllm-config" in environ.split(), environ
     assert _complete(d)
 
 

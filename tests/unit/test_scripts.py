@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from components import scripts
+from components import nccl, scripts
 from tests.conftest import ROOT
 
 RAY_STATUS = ROOT / "tests" / "fixtures" / "gb10" / "ray-status-oshlabs.txt"
@@ -69,6 +72,27 @@ def test_vllm_start_keeps_the_key_off_every_command_line():
     text = scripts.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, "id1")
     assert "--api-key" not in text and "VLLM_API_KEY=" in text
     assert "docker exec -i head sh -c" in text  # stdin (the key) goes into the container file
+
+
+def test_vllm_start_keeps_per_node_env_on_the_workers():
+    """vLLM's Ray executor copies NCCL_*/UCX_* from the head to every worker unless they are
+    listed in $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json (field notes, sparkrun #135)."""
+    argv = ["vllm", "serve", "org/m"]
+
+    def start(keys):
+        return scripts.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, "id1",
+                                  non_carry_over=keys)
+
+    text = start(nccl.PER_NODE_KEYS)
+    assert "NCCL_IB_HCA" in nccl.PER_NODE_KEYS and "NCCL_SOCKET_IFNAME" in nccl.PER_NODE_KEYS
+    listed = json.dumps(sorted(nccl.PER_NODE_KEYS))
+    assert shlex.quote(listed) in text or listed in text
+    assert f"{scripts.VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json" in text
+    assert f"VLLM_CONFIG_ROOT={scripts.VLLM_CONFIG_ROOT}; export VLLM_CONFIG_ROOT" in text
+    # a different list is a different configuration: a running vLLM is restarted for it
+    want = re.compile(r"echo ([0-9a-f]{16}) > " + re.escape(scripts.VLLM_ARGV))
+    assert want.search(text).group(1) != want.search(start(("NCCL_IB_HCA",))).group(1)
+    assert want.search(text).group(1) == want.search(start(tuple(reversed(nccl.PER_NODE_KEYS)))).group(1)
 
 
 def test_foreign_container_stop_and_start_are_inverse():
