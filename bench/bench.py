@@ -15,7 +15,8 @@ Every figure is measured in the same run as its baseline:
 4. N-node scaling: a full converge from empty for 2 and for 3 nodes;
 5. the paper calculation for the real pair.
 
-Run as root with the toolchain set up (`make setup`); `--quick` skips the scaling reps beyond one.
+Run as root with the toolchain set up (`make setup`). Options (make bench BENCH_ARGS=...):
+--noop-reps, --scale-reps, --fanout-mb, --fanout-reps, --out.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from tests.e2e import labkit  # noqa: E402  (puts the toolchain on PATH, imports stackctl)
-from tests.e2e.labkit import Deployment, hf_file_bytes, http, lab  # noqa: E402
+from tests.e2e.labkit import (  # noqa: E402
+    Deployment, complete, hf_file_bytes, lab, second_image, set_nodes, sync_bytes_moved,
+)
 from components import config, model_cache, recon, scripts  # noqa: E402
 
 HEAD, WORKER, NEW = "spark-1", "spark-2", "spark-3"
@@ -138,17 +141,6 @@ def new_stack(cfg: dict, nodes: list[dict], work: Path) -> Deployment:
     return d
 
 
-def set_nodes(d: Deployment, nodes: list[dict]) -> None:
-    path = d.workdir / "Pulumi.dev.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["config"]["spark-vllm:nodes"] = [
-        {k: n[k] for k in ("name", "host", "port", "user", "hostKey", "fabric")} for n in nodes
-    ]
-    doc["config"]["spark-vllm:vllm"]["tensorParallelSize"] = len(nodes)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    d.cfg = {**d.cfg, "nodes": nodes}
-
-
 def quiet(_line: str) -> None:
     pass
 
@@ -194,12 +186,6 @@ def wipe(nodes: list[str], image_ref: str) -> None:
     _ = image_ref
 
 
-def complete(d: Deployment) -> str:
-    _, body = http(d.endpoint() + "/completions",
-                   {"model": "tiny-moe", "prompt": "Say hello", "max_tokens": 8})
-    return json.loads(body)["choices"][0]["text"]
-
-
 def model_files(cfg: dict, revision: str) -> dict[str, tuple[str, int]]:
     from huggingface_hub import HfApi
 
@@ -207,19 +193,6 @@ def model_files(cfg: dict, revision: str) -> dict[str, tuple[str, int]]:
     return {e.path: (getattr(e, "blob_id", ""), getattr(e, "size", 0) or 0)
             for e in api.list_repo_tree(cfg["model"]["repo"], revision=revision, recursive=True)
             if getattr(e, "size", None) is not None}
-
-
-def second_image(d: Deployment, base_ref: str) -> tuple[str, str]:
-    """The lab image plus a label, pushed under another name: another image ID, same layers."""
-    script = (
-        "set -e; docker pull -q {base} >/dev/null; "
-        "ctx=$(mktemp -d); printf 'FROM {base}\\nLABEL spark-vllm.bench=v2\\n' > $ctx/Dockerfile; "
-        "DOCKER_BUILDKIT=0 docker build -q -t {repo}:v2 $ctx >/dev/null; rm -rf $ctx; "
-        "docker push -q {repo}:v2 >/dev/null 2>&1 || docker push {repo}:v2 >/dev/null; "
-        "docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:v2"
-    ).format(base=base_ref, repo=V2_REPO)
-    ref, image_id = d.ssh(HEAD, script).split()
-    return ref, image_id
 
 
 # ------------------------------------------------------------------ 1. no-op cost
@@ -308,17 +281,6 @@ def verdict(change: str, ops: dict, cost: dict, extra: dict) -> list[str]:
     return bad
 
 
-def sync_bytes_moved(d: Deployment, node: str) -> int | None:
-    for r in d.stack.export_stack().deployment["resources"]:
-        if r["urn"].endswith(f"::model-sync-{node}"):
-            out = (r.get("outputs") or {}).get("stdout")
-            if isinstance(out, str):
-                for line in reversed(out.splitlines()):
-                    if line.startswith("{") and "bytesMoved" in line:
-                        return json.loads(line)["bytesMoved"]
-    return None
-
-
 def change(d: Deployment, name: str, nodes: list[str], apply, extra=None, after_nodes=None) -> dict:
     say(f"change: {name}")
     obs = Observation(d, after_nodes or nodes)  # a node about to join is observed before too
@@ -363,7 +325,7 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict]) -> list[dict]:
     changed = sum(sz for p, (blob, sz) in new.items() if old.get(p, ("", 0))[0] != blob)
     rows.append(change(d, "model revision", two, lambda: d.set("model.revision", first),
                        extra={"changed_bytes": changed, "model_bytes": sum(s for _, s in new.values())}))
-    ref, _id = second_image(d, cfg["image"]["ref"])
+    ref, _id = second_image(d, HEAD, cfg["image"]["ref"], V2_REPO)
     rows.append(change(d, "image", two, lambda: d.set("image.ref", ref)))
     rows.append(change(d, "add a node", two, lambda: set_nodes(d, nodes3),
                        after_nodes=[n["name"] for n in nodes3]))
@@ -689,7 +651,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.md"))
     ap.add_argument("--noop-reps", type=int, default=5)
-    ap.add_argument("--scale-reps", type=int, default=1)
+    ap.add_argument("--scale-reps", type=int, default=2)
     ap.add_argument("--fanout-mb", type=int, default=2048)
     ap.add_argument("--fanout-reps", type=int, default=3)
     args = ap.parse_args()

@@ -153,6 +153,59 @@ def http(url: str, body: dict | None = None, timeout: int = 30) -> tuple[int, st
 
 
 
+def complete(d: Deployment, prompt: str = "Say hello") -> str:
+    """One completion from the served model (the lab's tiny-moe)."""
+    _, body = http(
+        d.endpoint() + "/completions",
+        {"model": "tiny-moe", "prompt": prompt, "max_tokens": 8},
+    )
+    return json.loads(body)["choices"][0]["text"]
+
+
+def set_nodes(d: Deployment, nodes: list[dict]) -> None:
+    """Write the node list (and TP = node count) into the stack file; d.cfg follows."""
+    import yaml
+
+    path = d.workdir / "Pulumi.dev.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["config"]["spark-vllm:nodes"] = [
+        {k: n[k] for k in ("name", "host", "port", "user", "hostKey", "fabric")} for n in nodes
+    ]
+    doc["config"]["spark-vllm:vllm"]["tensorParallelSize"] = len(nodes)
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    d.cfg = {**d.cfg, "nodes": nodes}
+
+
+def sync_bytes_moved(d: Deployment, node: str) -> int | None:
+    """`bytesMoved` printed by the last run of model-sync-<node> (from the stack's state)."""
+    for r in d.stack.export_stack().deployment["resources"]:
+        if r["urn"].endswith(f"::model-sync-{node}"):
+            out = (r.get("outputs") or {}).get("stdout")
+            if isinstance(out, str):
+                for line in reversed(out.splitlines()):
+                    if line.startswith("{") and "bytesMoved" in line:
+                        return json.loads(line)["bytesMoved"]
+    return None
+
+
+def second_image(d: Deployment, node: str, base_ref: str, repo: str) -> tuple[str, str]:
+    """The lab image plus a label, pushed as `repo`:v2: (ref by digest, image ID).
+
+    Another image ID with the same layers. Built on `node`'s dockerd with the legacy builder:
+    FROM a local image needs no network.
+    """
+    script = (
+        "set -e; docker pull -q {base} >/dev/null; "
+        "ctx=$(mktemp -d); printf 'FROM {base}\\nLABEL spark-vllm.test=v2\\n' > $ctx/Dockerfile; "
+        "DOCKER_BUILDKIT=0 docker build -q -t {repo}:v2 $ctx >/dev/null; rm -rf $ctx; "
+        "docker push -q {repo}:v2 >/dev/null 2>&1 || docker push {repo}:v2 >/dev/null; "
+        "docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:v2"
+    ).format(base=base_ref, repo=repo)
+    ref, image_id = d.ssh(node, script).split()
+    assert ref.startswith(repo + "@sha256:"), ref
+    return ref, image_id
+
+
 def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e") -> Deployment:
     """A fresh `dev` stack on the lab: the project's stack files in `work` (the repository's
     Pulumi.dev.yaml is never touched), the lab's host keys and image digest written in, a file

@@ -27,9 +27,18 @@ import re
 import time
 
 import pytest
-import yaml
 
-from tests.e2e.labkit import LAB_CACHE, Deployment, hf_file_bytes, http, lab
+from tests.e2e.labkit import (
+    LAB_CACHE,
+    Deployment,
+    complete,
+    hf_file_bytes,
+    http,
+    lab,
+    second_image,
+    set_nodes,
+    sync_bytes_moved,
+)
 from tests.e2e.labkit import new_deployment as lab_deployment
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
@@ -71,7 +80,7 @@ def new_deployment(lab3, tmp_path_factory):
     def make(n_nodes: int) -> Deployment:
         cfg = {**lab3, "nodes": lab3["nodes"][:n_nodes]}
         d = lab_deployment(tmp_path_factory.mktemp("e2e-nodes"), cfg)
-        _set_nodes(d, lab3["nodes"][:n_nodes])
+        set_nodes(d, lab3["nodes"][:n_nodes])
         made.append(d)
         return d
 
@@ -84,32 +93,12 @@ def new_deployment(lab3, tmp_path_factory):
                 print(f"cleanup destroy failed: {e}")
 
 
-def _set_nodes(d: Deployment, nodes: list[dict]) -> None:
-    """Write the node list (and TP = node count) into the stack file; d.cfg follows."""
-    path = d.workdir / "Pulumi.dev.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["config"]["spark-vllm:nodes"] = [
-        {k: n[k] for k in ("name", "host", "port", "user", "hostKey", "fabric")} for n in nodes
-    ]
-    doc["config"]["spark-vllm:vllm"]["tensorParallelSize"] = len(nodes)
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    d.cfg = {**d.cfg, "nodes": nodes}
-
-
 def _timed_up(d: Deployment, what: str):
     t0 = time.monotonic()
     r = d.run("up")
     print(f"WALL {what}: {time.monotonic() - t0:.1f} s")
     assert r.summary.result == "succeeded"
     return r
-
-
-def _complete(d, prompt="Say hello") -> str:
-    _, body = http(
-        d.endpoint() + "/completions",
-        {"model": "tiny-moe", "prompt": prompt, "max_tokens": 8},
-    )
-    return json.loads(body)["choices"][0]["text"]
 
 
 def _vllm_pid(d) -> str:
@@ -133,18 +122,6 @@ def _fabric_rx(d, node: str) -> int:
     raise AssertionError(f"{node}: no {FABRIC_IF} in /proc/net/dev")
 
 
-def _sync_bytes_moved(d, node: str) -> int | None:
-    """`bytesMoved` printed by the last run of model-sync-<node> (from the stack's state)."""
-    for r in d.stack.export_stack().deployment["resources"]:
-        if r["urn"].endswith(f"::model-sync-{node}"):
-            out = (r.get("outputs") or {}).get("stdout")
-            if isinstance(out, str):
-                for line in reversed(out.splitlines()):
-                    if line.startswith("{") and "bytesMoved" in line:
-                        return json.loads(line)["bytesMoved"]
-    return None
-
-
 def _ray(snapshot: dict) -> dict:
     """Only the Ray containers of a snapshot (helpers come and go)."""
     return {
@@ -158,23 +135,6 @@ def _no_seeder_left(d) -> None:
     assert not left.strip(), "the model seeder is still running on the head after the up"
 
 
-def _second_image(d, base_ref: str) -> tuple[str, str]:
-    """The lab image plus a label, pushed under another name: (ref by digest, image ID).
-
-    Built on spark-1's dockerd with the legacy builder: FROM a local image needs no network.
-    """
-    script = (
-        "set -e; docker pull -q {base} >/dev/null; "
-        "ctx=$(mktemp -d); printf 'FROM {base}\\nLABEL spark-vllm.test=v2\\n' > $ctx/Dockerfile; "
-        "DOCKER_BUILDKIT=0 docker build -q -t {repo}:v2 $ctx >/dev/null; rm -rf $ctx; "
-        "docker push -q {repo}:v2 >/dev/null 2>&1 || docker push {repo}:v2 >/dev/null; "
-        "docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:v2"
-    ).format(base=base_ref, repo=V2_REPO)
-    ref, image_id = d.ssh(HEAD, script).split()
-    assert ref.startswith(V2_REPO + "@sha256:"), ref
-    return ref, image_id
-
-
 # ------------------------------------------------------------------ tests
 STATE: dict = {}
 
@@ -183,10 +143,10 @@ def test_image_change_restarts_everything_moves_no_model(new_deployment, lab3):
     d = new_deployment(2)
     STATE["d"] = d
     _timed_up(d, "2-node up from empty (3-node lab)")
-    assert _complete(d)
+    assert complete(d)
 
     base = lab3["image"]["ref"]
-    v2_ref, v2_id = _second_image(d, base)
+    v2_ref, v2_id = second_image(d, HEAD, base, V2_REPO)
     old_id = d.stack.outputs()["imageIds"].value[HEAD]
     assert v2_id != old_id, "the second image must have another ID"
     print(f"second image: {v2_ref} ({v2_id})")
@@ -221,12 +181,12 @@ def test_image_change_restarts_everything_moves_no_model(new_deployment, lab3):
     reran = sorted(k for k in ops if k.startswith("model-"))
     print(f"model steps re-run by the image change: {reran or 'none'}")
     if f"model-sync-{WORKER}" in ops:
-        moved = _sync_bytes_moved(d, WORKER)
+        moved = sync_bytes_moved(d, WORKER)
         print(f"model-sync-{WORKER} re-ran and moved {moved} bytes")
         assert moved == 0, f"the re-run sync moved {moved} bytes over the fabric"
     _no_seeder_left(d)  # the re-run seeder must be stopped again (fixed in 48a1327)
     assert "model-verify-spark-1" not in ops and f"model-verify-{WORKER}" not in ops, ops
-    assert _complete(d)
+    assert complete(d)
     d.run("preview", expect_no_changes=True)
 
 
@@ -242,7 +202,7 @@ def test_add_node_prepares_it_and_serves_with_tp3(lab3):
     )
     image_id = d.stack.outputs()["imageIds"].value[HEAD]
 
-    _set_nodes(d, lab3["nodes"][:3])
+    set_nodes(d, lab3["nodes"][:3])
     _timed_up(d, "add spark-3 (TP 2 -> 3)")
     ops = d.ops()
     print(f"add-node ops: {ops}")
@@ -270,10 +230,10 @@ def test_add_node_prepares_it_and_serves_with_tp3(lab3):
     flags = ("--tensor-parallel-size", "-tp")
     tp = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in flags), None)
     assert tp == "3", argv
-    assert _complete(d)
+    assert complete(d)
 
     _no_seeder_left(d)
-    moved = _sync_bytes_moved(d, NEW)
+    moved = sync_bytes_moved(d, NEW)
     print(f"model-sync-{NEW} moved {moved} bytes")
     assert moved and moved >= 530_000, moved
     # What happened to the existing Ray containers (reported; the table allows a restart). Seen:
@@ -303,4 +263,4 @@ def test_three_nodes_from_empty_serves(new_deployment):
     assert re.search(r"/3(\.0)? GPU", status), status
     _, body = http(d.endpoint() + "/models")
     assert "tiny-moe" in [m["id"] for m in json.loads(body)["data"]]
-    assert _complete(d)
+    assert complete(d)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.e2e.labkit import hf_file_bytes, http, lab
+from tests.e2e.labkit import complete, hf_file_bytes, http, lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -24,14 +24,6 @@ HEAD, WORKER = "spark-1", "spark-2"
 def _models(d) -> list[str]:
     _, body = http(d.endpoint() + "/models")
     return [m["id"] for m in json.loads(body)["data"]]
-
-
-def _complete(d, prompt="Say hello") -> str:
-    _, body = http(
-        d.endpoint() + "/completions",
-        {"model": "tiny-moe", "prompt": prompt, "max_tokens": 8},
-    )
-    return json.loads(body)["choices"][0]["text"]
 
 
 def _rx_bytes(d, node: str, iface: str) -> int:
@@ -67,7 +59,7 @@ def test_up_from_empty_serves(deployment, lab_cfg):
     assert all(op == "create" for op in ops.values()), ops
 
     assert "tiny-moe" in _models(d)
-    assert _complete(d)
+    assert complete(d)
     # streamed chat completion: SSE lines ending with [DONE]
     _, body = http(
         d.endpoint() + "/chat/completions",
@@ -126,7 +118,7 @@ def test_nccl_env_restarts_ray_and_vllm_only(deployment):
     environ = d.ssh(HEAD, "docker exec spark-vllm-ray-head sh -c "
                           "'tr \"\\000\" \"\\n\" < /proc/$(cat /run/spark-vllm/vllm-serve.pid)/environ'")
     assert "VLLM_CONFIG_ROOT=/run/spark-vllm/vllm-config" in environ.split(), environ
-    assert _complete(d)
+    assert complete(d)
 
 
 def test_model_revision_moves_files_and_restarts_vllm(deployment, lab_cfg):
@@ -171,7 +163,7 @@ def test_drift_worker_killed_is_found_and_repaired(deployment):
     assert f"ray-worker-{WORKER}" in ops and "vllm-serve" in ops, ops
     assert "ray-head" not in ops and not any(k.startswith(("image-", "model-")) for k in ops), ops
     assert d.containers(HEAD)["spark-vllm-ray-head"] == before_head["spark-vllm-ray-head"]
-    assert _complete(d)
+    assert complete(d)
 
     # The next up re-checks vLLM (recon's restart reason is gone again) without restarting
     # anything; after that the stack is quiet.
@@ -207,7 +199,7 @@ def test_model_cache_wiped_behind_the_stack_is_restored(deployment):
     ray_after = {n: {k: v for k, v in cs.items() if k.startswith("spark-vllm-ray-")}
                  for n, cs in d.snapshot().items()}
     assert ray_after == ray_before, "restoring the model cache restarted Ray"
-    assert _complete(d)
+    assert complete(d)
     d.run("preview", expect_no_changes=True)
 
 

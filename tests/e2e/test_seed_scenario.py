@@ -16,14 +16,13 @@ the lab as before.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 
 import pulumi.automation as auto
 import pytest
 
-from tests.e2e.labkit import http, lab
+from tests.e2e.labkit import complete, lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -56,14 +55,6 @@ def _state(d, node: str = HEAD) -> dict[str, str]:
     out = d.ssh(node, "docker ps -a --format '{{.Names}} {{.State}}'")
     rows = dict(line.split(None, 1) for line in out.splitlines() if line.strip())
     return {n: rows.get(n, "absent").strip() for n in FOREIGN}
-
-
-def _complete(d, prompt="Say hello") -> str:
-    _, body = http(
-        d.endpoint() + "/completions",
-        {"model": "tiny-moe", "prompt": prompt, "max_tokens": 8},
-    )
-    return json.loads(body)["choices"][0]["text"]
 
 
 def test_default_preview_fails_naming_foreign_containers_and_memory(seeded):
@@ -109,7 +100,7 @@ def test_stop_mode_previews_stops_then_up_serves(seeded):
     for name in FOREIGN:
         assert ops.get(f"{HEAD}-stop-{name}") == "create", ops
     assert _state(d) == {n: "exited" for n in FOREIGN}
-    assert _complete(d)
+    assert complete(d)
     stopped = d.stack.outputs()["nodes"].value[HEAD]["stoppedContainers"]
     assert sorted(stopped) == sorted(FOREIGN), stopped
     for name in FOREIGN:  # what was stopped is recorded on the host
