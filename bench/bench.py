@@ -2,12 +2,12 @@
 """`make bench`: what every change costs on the lab, measured side by side in one run.
 
 Writes docs/benchmarks.md (and the raw numbers as JSON next to it). Not part of `make test`:
-it takes the lab for ~10 minutes, grows it to 3 nodes and gives it back with 2.
+it takes the lab for ~15 minutes, grows it to 3 nodes and gives it back with 2.
 
 Every figure is measured in the same run as its baseline:
 1. no-op cost: `preview` of the converged dev stack vs `preview` of an empty program on the same
    backend, with the SSH connections each node's sshd accepted during the preview;
-2. the change table of docs/design (shared/design.md): per change, the engine steps, the
+2. the change table of the design (shared/design.md): per change, the engine steps, the
    containers restarted, the bytes moved (hub, fabric, management network), the wall time, and
    a verdict against the table's "must not happen" column;
 3. model fan-out: hub bytes per converge (one copy per revision), and the product's node-to-node
@@ -16,7 +16,8 @@ Every figure is measured in the same run as its baseline:
 5. the paper calculation for the real pair.
 
 Run as root with the toolchain set up (`make setup`). Options (make bench BENCH_ARGS=...):
---noop-reps, --scale-reps, --fanout-mb, --fanout-reps, --out.
+--noop-reps, --scale-reps, --fanout-mb, --fanout-reps, --out, --report-only (re-render the page
+from the last run's JSON).
 """
 
 from __future__ import annotations
@@ -241,44 +242,38 @@ def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
 
 
 # ------------------------------------------------------------------ 2. the change table
+def _findings(ops: dict, cost: dict, extra: dict) -> dict[str, bool]:
+    """Everything the change table can forbid, as observed for one change."""
+    image_steps = any(k.startswith("image-") for k in ops)
+    model_steps = any(k.startswith("model-") for k in ops)
+    return {
+        "something ran or restarted": bool(ops or cost["ray_restarted"] or cost["vllm_restarted"]),
+        "bytes were pulled": bool(cost["hub_bytes"] or cost["new_image_ids"]),
+        "image pull": image_steps or bool(cost["new_image_ids"]),
+        "model transfer": model_steps or bool(cost["hub_bytes"]),
+        "worker replaced": any("ray-worker" in k for k in cost["ray_restarted"]),
+        "Ray restart": bool(cost["ray_restarted"]),
+        "hub moved more than changed": cost["hub_bytes"] > extra.get("changed_bytes", 0),
+        "model bytes moved": bool(cost["hub_bytes"] or extra.get("sync_bytes_moved")),
+        "re-download from the hub": bool(cost["hub_bytes"]),
+    }
+
+
+# The design's "must not happen" column (shared/design.md), per change.
+MUST_NOT = {
+    "nothing": ("something ran or restarted", "bytes were pulled"),
+    "vLLM serve flag": ("image pull", "model transfer", "worker replaced"),
+    "NCCL env": ("image pull", "model transfer"),
+    "model revision": ("image pull", "Ray restart", "hub moved more than changed"),
+    "image": ("model bytes moved",),
+    "add a node": ("re-download from the hub",),
+}
+
+
 def verdict(change: str, ops: dict, cost: dict, extra: dict) -> list[str]:
-    """What the design's "must not happen" column forbids, checked; [] when within the table."""
-    bad = []
-    touched = set(ops)
-    image_steps = {k for k in touched if k.startswith(("image-",))}
-    model_steps = {k for k in touched if k.startswith("model-")}
-    ray_workers = {k for k in cost["ray_restarted"] if "ray-worker" in k}
-    if change == "nothing":
-        if touched or cost["ray_restarted"] or cost["vllm_restarted"]:
-            bad.append("something ran or restarted")
-        if cost["hub_bytes"] or cost["new_image_ids"]:
-            bad.append("bytes were pulled")
-    if change == "vLLM serve flag":
-        if image_steps or cost["new_image_ids"]:
-            bad.append("image pull")
-        if model_steps or cost["hub_bytes"]:
-            bad.append("model transfer")
-        if ray_workers:
-            bad.append("worker replaced")
-    if change == "NCCL env":
-        if image_steps or cost["new_image_ids"]:
-            bad.append("image pull")
-        if model_steps or cost["hub_bytes"]:
-            bad.append("model transfer")
-    if change == "model revision":
-        if image_steps or cost["new_image_ids"]:
-            bad.append("image pull")
-        if cost["ray_restarted"]:
-            bad.append("Ray restart")
-        if cost["hub_bytes"] > extra.get("changed_bytes", 0):
-            bad.append(f"hub moved {cost['hub_bytes']} B > the {extra.get('changed_bytes')} B that changed")
-    if change == "image":
-        if cost["hub_bytes"] or extra.get("sync_bytes_moved"):
-            bad.append("model transfer")
-    if change == "add a node":
-        if cost["hub_bytes"]:
-            bad.append("re-download from the hub")
-    return bad
+    """What the change table forbids for `change` and happened anyway; [] when within it."""
+    found = _findings(ops, cost, extra)
+    return [what for what in MUST_NOT[change] if found[what]]
 
 
 def change(d: Deployment, name: str, nodes: list[str], apply, extra=None, after_nodes=None) -> dict:
@@ -654,7 +649,14 @@ def main() -> int:
     ap.add_argument("--scale-reps", type=int, default=2)
     ap.add_argument("--fanout-mb", type=int, default=2048)
     ap.add_argument("--fanout-reps", type=int, default=3)
+    ap.add_argument("--report-only", action="store_true",
+                    help="re-render the page from the JSON of the last run (no lab needed)")
     args = ap.parse_args()
+    out = Path(args.out)
+    if args.report_only:
+        report(json.loads(out.with_suffix(".json").read_text()), out)
+        print(f"wrote {out} from {out.with_suffix('.json')}")
+        return 0
     if os.geteuid() != 0:
         print("bench: the lab needs root", file=sys.stderr)
         return 2
@@ -699,7 +701,6 @@ def main() -> int:
         lab("up", "--nodes", "2", check=False)
         held.close()
     res["duration_min"] = round((time.time() - started) / 60, 1)
-    out = Path(args.out)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     report(res, out)
     say(f"wrote {out} and {out.with_suffix('.json')}")
