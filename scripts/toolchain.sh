@@ -253,7 +253,9 @@ def plugins():
     out = {}
     base = os.path.join(home, "plugins")
     for d in sorted(os.listdir(base)) if os.path.isdir(base) else []:
-        if d.startswith("resource-") and not d.endswith((".partial", ".lock")):
+        # plugin folders only: the CLI keeps .lock/.lastused/.partial files next to them
+        if d.startswith("resource-") and os.path.isdir(os.path.join(base, d)) \
+                and not os.path.exists(os.path.join(base, d + ".partial")):
             name, _, ver = d[len("resource-"):].rpartition("-v")
             out[name] = ver
     return out
