@@ -9,6 +9,7 @@ that are always present; the command-provider variant runs when that plugin is i
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pulumi
@@ -111,3 +112,26 @@ def test_command_provider_local_command(engine_env, tmp_path, require_plugin):
     up = stack.up()
     assert up.outputs["stdout"].value == "spark-vllm-smoke"
     stack.destroy()
+
+
+def test_status_lists_plugin_folders_not_the_cli_marker_files(tmp_path):
+    """status.json names each installed plugin with its version; the CLI's .lock/.lastused
+    files next to a plugin folder, and a half-installed (.partial) plugin, are not plugins."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    home = tmp_path / "pulumi-home"
+    plugins = home / "plugins"
+    (plugins / "resource-command-v1.2.1").mkdir(parents=True)
+    for marker in (".lastused", ".lock"):
+        (plugins / f"resource-command-v1.2.1{marker}").write_text("")
+    (plugins / "resource-docker-v5.1.0").mkdir()
+    (plugins / "resource-docker-v5.1.0.partial").write_text("")
+    cache = tmp_path / "cache"
+    (cache / "toolchain").mkdir(parents=True)
+    env = {**os.environ, "PULUMI_HOME": str(home), "SPARK_VLLM_CACHE": str(cache)}
+    r = subprocess.run([str(root / "scripts" / "toolchain.sh"), "status"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    status = json.loads((cache / "toolchain" / "status.json").read_text())
+    assert status["plugins"] == {"command": "1.2.1"}
