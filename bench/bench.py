@@ -472,20 +472,27 @@ def fmt_bytes(n: int | None) -> str:
     return f"{n} B"
 
 
+# (what, bytes per second, where the figure comes from)
+PAPER_ROWS = (
+    ("both CX-7 twins in parallel, RDMA", 190e9 / 8,
+     "measured by the community: 92.57 + 97.28 Gb/s (field notes, NV-PERF)"),
+    ("one CX-7 twin, RDMA", 111.7e9 / 8, "ib_write_bw on one twin (field notes, E-NET)"),
+    ("the stack's copy: one TCP stream on one twin, if it reaches 25 Gb/s", 25e9 / 8,
+     "an assumption: bench/bench.py's fan-out section measures it, but on the lab only"),
+    ("local NVMe read, if ~6 GB/s", 6e9, "an assumption (no measured figure in the field notes)"),
+    ("loading into vLLM: fastsafetensors ~3 s per shard, 42 shards", 119e9 / (3 * 42),
+     "eugr PR #200 log (field notes)"),
+    ("hub download on a 1 Gb/s uplink", 1e9 / 8, "line rate; a second node doing it again doubles it"),
+)
+
+
 def paper() -> str:
     size = 119e9
-    rows = [
-        ("ConnectX-7, 200 Gb/s line rate", 200e9 / 8),
-        ("ConnectX-7 at a realistic 0.7 of line rate (the fan-out goal)", 0.7 * 200e9 / 8),
-        ("ConnectX-7 over TCP, one stream at ~25 Gb/s (what a single Python stream gets)", 25e9 / 8),
-        ("local NVMe read, ~6 GB/s (PCIe 4 x4 class)", 6e9),
-        ("hub download on a 1 Gb/s uplink", 1e9 / 8),
-    ]
-    out = ["| path | throughput | 119 GB takes |", "|---|---:|---:|"]
-    for name, bps in rows:
+    out = ["| path | throughput | 119 GB takes | figure from |", "|---|---:|---:|---|"]
+    for name, bps, src in PAPER_ROWS:
         secs = size / bps
         t = f"{secs / 60:.1f} min" if secs >= 120 else f"{secs:.0f} s"
-        out.append(f"| {name} | {bps / 1e9:.2f} GB/s | {t} |")
+        out.append(f"| {name} | {bps / 1e9:.2f} GB/s | {t} | {src} |")
     return "\n".join(out)
 
 
@@ -535,7 +542,12 @@ def report(res: dict, path: Path) -> None:
         f"parallel), the hub lookup {noop['hub_median_s']} s, and the remaining "
         f"{round(noop['stack_median_s'] - noop['recon_median_s'] - noop['hub_median_s'], 2)} s is "
         "the engine: the program's imports, three provider plugins (a docker provider per node, "
-        "command) and the diff of every resource. An empty program pays none of these.",
+        "command) and the diff of every resource. An empty program pays none of these. Without "
+        f"the reconnaissance the preview would be {round((noop['stack_median_s'] - noop['recon_median_s']) / noop['empty_median_s'], 1)}x "
+        "the empty program; recon on every preview is the design (nothing changes before every "
+        "node was looked at), and on this 2-core machine its ~20 concurrent read-only commands per "
+        "node (lab stand-ins for nvidia-smi among them, each a Python start) and `docker stats` "
+        "(which samples for about a second) are what the goal misses by.",
         "",
         "SSH connections each node's sshd accepted during one stack preview (its log): "
         + ", ".join(f"{n}: {'/'.join(map(str, v))}" for n, v in noop["ssh_per_node"].items())
@@ -621,16 +633,19 @@ def report(res: dict, path: Path) -> None:
         "",
         paper(),
         "",
-        "What the design does about it: the hub is read once per revision (by the head, into the "
-        "HF cache, resumable, only changed files on a new revision); the worker copies from the "
-        "head over the 200 Gb/s fabric instead of a second hub download, so on a 1 Gb/s uplink "
-        "the second node costs about a minute instead of 16 more. On a node that already has the "
-        "snapshot nothing moves: the sync compares size per blob and skips it, and a no-op `up` "
-        "runs no model step at all. An image or flag change never moves model bytes (table above).",
+        "What the design does about it: the hub is read once per revision, by the head, into "
+        "the HF cache (resumable; a new revision moves only its changed files). Every other node "
+        "copies from the head over the fabric instead of downloading again: on a 1 Gb/s uplink "
+        "that turns a second 16-minute download into well under a minute even for a single TCP "
+        "stream, and below the ~2 minutes vLLM then spends loading the weights anyway. A node "
+        "that has the snapshot moves nothing (the sync compares each blob's size), a no-op `up` "
+        "runs no model step, and an image or flag change moves no model bytes (table above). "
+        "The copy is one stream on the head's primary fabric address, so it uses one twin; "
+        "splitting files across both twins is the next step if the hardware measurement shows "
+        "the stream, not the disk, as the limit.",
         "",
-        "Not measured here: RDMA (the lab has none), real disks at 119 GB, and a single Python "
-        "HTTP stream's ceiling on a real ConnectX-7 (the 25 Gb/s row is an assumption to check on "
-        "hardware with the same `make bench` fan-out section).",
+        "Not measured here: RDMA (the lab has none), disks at 119 GB, and a single TCP stream "
+        "on a real ConnectX-7.",
         "",
     ]
     path.write_text("\n".join(L))
@@ -638,7 +653,10 @@ def report(res: dict, path: Path) -> None:
 
 
 def fan_hub_text(res: dict) -> str:
-    return ", ".join(f"{x['nodes']} nodes: {fmt_bytes(x['hub_bytes'])}" for x in res["scaling"])
+    per = {}
+    for x in res["scaling"]:
+        per.setdefault(x["nodes"], []).append(fmt_bytes(x["hub_bytes"]))
+    return "; ".join(f"{n} nodes: {', '.join(v)}" for n, v in sorted(per.items()))
 
 
 # ------------------------------------------------------------------ main
