@@ -125,8 +125,6 @@ class ModelCacheArgs:
     # Resolved before any resource is registered (__main__ needs its size for preflight); when
     # absent the component resolves it itself.
     manifest: ModelManifest | None = None
-    # A repair token must differ from every earlier one; None: repair_token.
-    token: Callable[[], str] | None = None
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -174,9 +172,8 @@ class ModelCache(pulumi.ComponentResource):
         self.repairs: dict[str, str | None] = {}
         if args.manifest is not None:
             for n in args.nodes:
-                self.repairs[n.name] = (
-                    None if cache_intact(n.facts, args.manifest) else (args.token or repair_token)()
-                )
+                intact = cache_intact(n.facts, args.manifest)
+                self.repairs[n.name] = None if intact else repair_token()
 
         def again_if_wiped(names: list[str]) -> dict[str, Any]:
             """`triggers` + `ignore_changes` for a command that must re-run when any of these
