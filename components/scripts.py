@@ -529,16 +529,14 @@ def vllm_start(
     smoke_prompt: str,
     timeout: int,
     ray_ready_stdout_marker: str,
-    restart_reason: str = "none",
     non_carry_over: Sequence[str] = (),
 ) -> str:
     """On the head: make `vllm serve` run `argv` inside the head Ray container, gate on health.
 
     Idempotent: a vLLM that is alive with the same argv and the same API key is left running and
     only re-checked, so running the command again never costs a restart. It runs again when its
-    text changes: new flags, a replaced Ray container (`ray_ready_stdout_marker` holds their
-    IDs), or `restart_reason` (recon saw a Ray container or vLLM itself down; a dead TP worker
-    takes vLLM with it).
+    text changes (new flags, a replaced Ray container: `ray_ready_stdout_marker` holds their IDs)
+    or when recon found the cluster under vLLM broken (VllmServer's restart marker).
 
     stdin carries the API key (possibly empty); it is written to a root-only file inside the
     container and exported as VLLM_API_KEY by the shell that execs vLLM, so it is never on a
@@ -569,7 +567,6 @@ def vllm_start(
         [
             "set -eu",
             f"# ray containers: {ray_ready_stdout_marker}",
-            f"# restart requested by recon: {restart_reason}",
             f"docker exec -i {q(container)} sh -c {q(store_key)}",
             f"if docker exec {q(container)} sh -c {q(same)}; then",
             f"  docker exec {q(container)} rm -f {VLLM_KEY}.new",

@@ -16,6 +16,7 @@ Consequences that are the point of the design:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import pulumi
@@ -25,6 +26,8 @@ from components import nccl, scripts
 from components.config import StackConfig
 from components.ray_cluster import HEAD_CONTAINER, RayCluster
 from components.spark_node import SparkNode
+
+RESTART_ENV = "LC_SPARK_VLLM_RESTART"  # recon's restart marker on vllm-serve (see below)
 
 
 def serve_argv(cfg: StackConfig, commit: str) -> list[str]:
@@ -112,10 +115,18 @@ class VllmServer(pulumi.ComponentResource):
                 cfg.health.smoke_prompt,
                 cfg.health.timeout_seconds,
                 a[1],
-                args.restart_reason,
                 nccl.PER_NODE_KEYS,
             )
         )
+        # Recon's reason to start vLLM again with unchanged flags travels in an environment
+        # variable, not in the script: the script would change back once vLLM runs again and
+        # cost one more (idempotent) run. When there is no reason, ignore_changes keeps whatever
+        # marker the state holds, so nothing diffs. LC_* passes Ubuntu's default sshd AcceptEnv;
+        # the script never reads it.
+        if args.restart_reason == "none":
+            marker, ignore = "none", ["environment"]
+        else:
+            marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
         deps = [args.ray.ready, *args.ray.workers.values(), args.ray.head, *args.after]
         self.depends_on = {f"{name}-serve": deps}
         api_key = args.api_key if args.api_key is not None else pulumi.Output.secret("")
@@ -125,9 +136,11 @@ class VllmServer(pulumi.ComponentResource):
             create=create,
             delete=scripts.vllm_stop(HEAD_CONTAINER),
             stdin=api_key,
+            environment={RESTART_ENV: marker},
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=deps,
+                ignore_changes=ignore,
                 additional_secret_outputs=["stdin"],
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{cfg.health.timeout_seconds + 300}s",

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import pulumi
+import pytest
+
 from components import scripts
 from components.facts import ContainerFacts
 from components.stack import vllm_restart_reason
+from components.vllm_server import RESTART_ENV
 from tests.conftest import gb10_facts
+from tests.unit.conftest import settled
 
 STACK = "spark-vllm/dev"
 
@@ -42,12 +47,63 @@ def test_other_stacks_containers_do_not_count():
     assert vllm_restart_reason({"spark-2": other}, STACK) == "none"
 
 
-def test_reason_is_part_of_the_start_script_and_the_script_is_idempotent():
+def test_start_script_is_idempotent_and_carries_no_recon_state():
+    """The reason is not in the script: the script would change back once vLLM runs again."""
     text = scripts.vllm_start("c", ["vllm", "serve", "m"], "http://127.0.0.1:8000", "m", "hi",
-                              60, "ids", "spark-2: w is exited")
-    assert "# restart requested by recon: spark-2: w is exited" in text
+                              60, "ids")
     # a running vLLM with the same argv hash and API key is kept, not restarted
     assert "not restarted" in text and "kill -0" in text and "cmp -s" in text
-    same = scripts.vllm_start("c", ["vllm", "serve", "m"], "http://127.0.0.1:8000", "m", "hi",
-                              60, "ids")
-    assert "# restart requested by recon: none" in same
+    assert "restart" not in text.split("docker exec")[0]
+
+
+@pytest.fixture
+def serve_registration(mocks, monkeypatch, build):
+    """build the 2-node stack with the given head/worker facts -> (vllm-serve inputs, ignore)."""
+    ignored: dict[str, list[str]] = {}
+    original = mocks.monitor.RegisterResource
+
+    def record(request):
+        ignored[request.name] = list(request.ignoreChanges)
+        return original(request)
+
+    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+
+    def run(head, worker):
+        h = build(2, facts={"spark-1": head, "spark-2": worker})
+        return h, ignored
+
+    return run
+
+
+def _cluster(vllm_alive: bool, worker_state: str):
+    head = gb10_facts("spark-1", containers=[ray("spark-vllm-ray-head", "ray-head", "running")])
+    head = head.model_copy(update={"vllm_serve": {"spark-vllm-ray-head": vllm_alive}})
+    worker = gb10_facts("spark-2", index=2,
+                        containers=[ray("spark-vllm-ray-worker", "ray-worker", worker_state)])
+    return head, worker
+
+
+@pulumi.runtime.test
+def test_healthy_cluster_keeps_the_state_marker(serve_registration, mocks):
+    h, ignored = serve_registration(*_cluster(True, "running"))
+
+    def check(_):
+        serve = mocks.named("vllm-serve").inputs
+        assert serve["environment"] == {RESTART_ENV: "none"}
+        assert ignored["vllm-serve"] == ["environment"], "a healthy cluster must not diff"
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_broken_cluster_sets_a_new_marker_so_vllm_starts_again(serve_registration, mocks):
+    h, ignored = serve_registration(*_cluster(False, "exited"))
+
+    def check(_):
+        marker = mocks.named("vllm-serve").inputs["environment"][RESTART_ENV]
+        assert "spark-2: spark-vllm-ray-worker is exited" in marker and " @" in marker
+        assert ignored["vllm-serve"] == []
+        # and the start script is the healthy one: only the marker differs
+        assert "restart" not in mocks.named("vllm-serve").inputs["create"].split("docker exec")[0]
+
+    return settled(h).apply(check)
