@@ -395,6 +395,49 @@ stack.up(on_output=lambda line: print(line, flush=True))
 """
 
 
+def test_worker_lost_mid_up_then_next_up_converges(deployment):
+    """The worker becomes unreachable after recon passed, while the engine replaces the Ray
+    containers (an NCCL change): the up fails on the worker's steps and says why; once the
+    worker is back, the next up converges with no operator step in between."""
+    import pulumi.automation as auto
+
+    d = deployment
+    d.set("nccl.debug", "INFO")  # replaces ray-head, then ray-worker-spark-2, restarts vLLM
+    cut = threading.Event()
+    lines: list[str] = []
+
+    def watch(line: str) -> None:
+        lines.append(line)
+        print(f"[mid-up] {line}", flush=True)
+        if not cut.is_set() and "ray-head" in line and re.search(r"(replacing|creating)", line):
+            lab("sshd-stop", WORKER)  # new SSH connections to spark-2 are refused from now on
+            cut.set()
+
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(auto.CommandError) as info:
+            d.run("up", on_output=watch)
+    finally:
+        if cut.is_set():
+            lab("sshd-start", WORKER)
+    assert cut.is_set(), "the ray-head step never started:\n" + "\n".join(lines[-30:])
+    text = str(info.value)
+    assert "10.77.0.12" in text or WORKER in text, text[-3000:]
+    print(f"[observed] up failed {time.monotonic() - t0:.1f} s after start; "
+          f"error mentions: {[l.strip() for l in text.splitlines() if '10.77.0.12' in l][:3]}")
+    pending, locks = _pending_and_locks(d)
+    print(f"[observed] after the failed up: pending_operations={len(pending)} lock files={locks}")
+    assert locks == [], locks  # a failed up releases its lock: no operator step needed
+    with timed("up after worker came back"):
+        r = d.run("up")
+    assert r.summary.result == "succeeded"
+    assert "spark-vllm-ray-worker" in d.containers(WORKER)
+    d.run("preview", expect_no_changes=True)
+    status, _ = complete(d)
+    assert status == 200
+    TIMES["worker lost mid-up case"] = round(time.monotonic() - t0, 1)
+
+
 def _pending_and_locks(d) -> tuple[list, list[str]]:
     files = raw_state_files(d.workdir / "state")
     checkpoint = json.loads(next(t for n, t in files.items()
