@@ -189,6 +189,7 @@ class ModelCache(pulumi.ComponentResource):
         self.fetch = remote.Command(
             f"{name}-fetch",
             connection=head.connection,
+            add_previous_output_in_env=False,  # see scripts.py
             create=pulumi.Output.all(manifest, args.image_ids[head.name]).apply(
                 lambda a: scripts.model_fetch(
                     a[1],
@@ -221,6 +222,7 @@ class ModelCache(pulumi.ComponentResource):
             seed_start = remote.Command(
                 f"{name}-seed",
                 connection=head.connection,
+                add_previous_output_in_env=False,  # see scripts.py
                 create=pulumi.Output.all(manifest, args.image_ids[head.name]).apply(
                     lambda a: scripts.model_seeder_start(
                         a[1],
@@ -245,6 +247,7 @@ class ModelCache(pulumi.ComponentResource):
                 self.syncs[node.name] = remote.Command(
                     f"{name}-sync-{node.name}",
                     connection=node.connection,
+                    add_previous_output_in_env=False,  # see scripts.py
                     create=pulumi.Output.from_input(args.image_ids[node.name]).apply(
                         lambda image: scripts.model_sync(
                             image, args.cache_dir, {**args.labels, "spark-vllm.role": "model-sync"}
@@ -267,6 +270,7 @@ class ModelCache(pulumi.ComponentResource):
             seed_stop = remote.Command(
                 f"{name}-seed-stop",
                 connection=head.connection,
+                add_previous_output_in_env=False,  # see scripts.py
                 create=pulumi.Output.all(self.commit, args.image_ids[head.name]).apply(
                     lambda a: scripts.model_seeder_stop(targets, a[0], a[1])
                 ),
@@ -287,6 +291,7 @@ class ModelCache(pulumi.ComponentResource):
             self.verifies[node.name] = remote.Command(
                 f"{name}-verify-{node.name}",
                 connection=node.connection,
+                add_previous_output_in_env=False,  # see scripts.py
                 create=manifest.apply(
                     lambda m: scripts.model_verify(args.cache_dir, m.repo, m.commit, m.files)
                 ),

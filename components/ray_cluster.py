@@ -111,6 +111,7 @@ class RayCluster(pulumi.ComponentResource):
         self.ready = remote.Command(
             f"{name}-ready",
             connection=head_node.connection,
+            add_previous_output_in_env=False,  # see scripts.py
             create=self.container_ids.apply(
                 lambda ids: scripts.ray_ready(
                     HEAD_CONTAINER,

@@ -10,6 +10,9 @@ the very same scripts against the simulated Sparks. Rules every script follows:
   straight into the process that needs them.
 * Helper containers the scripts start carry the ownership labels, so recon never reports them
   as foreign containers.
+* No script reads the provider's PULUMI_COMMAND_STDOUT/STDERR, so every Command sets
+  `add_previous_output_in_env=False`: sshd refuses variables outside its AcceptEnv (Ubuntu's
+  default is LANG LC_*) and the provider would warn on every update.
 
 Moving bytes between nodes without node-to-node SSH trust: the head runs a short-lived HTTP
 seeder bound to its fabric address (the model cache served read-only by the serving image's

@@ -147,6 +147,7 @@ class SparkNode(pulumi.ComponentResource):
             remote.Command(
                 f"{name}-stop-{c.name}",
                 connection=self.connection,
+                add_previous_output_in_env=False,  # see scripts.py
                 create=scripts.stop_foreign_container(c.name, args.stack_label),
                 delete=scripts.start_foreign_container(c.name),
                 opts=pulumi.ResourceOptions(parent=self),

@@ -85,6 +85,7 @@ class VllmImage(pulumi.ComponentResource):
             seeder_start = remote.Command(
                 f"{name}-seed",
                 connection=head.connection,
+                add_previous_output_in_env=False,  # see scripts.py
                 create=scripts.image_seeder_start(args.ref, head.fabric_ip, targets),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=[self.images[head.name]]),
             )
@@ -94,6 +95,7 @@ class VllmImage(pulumi.ComponentResource):
                 copy = remote.Command(
                     f"{name}-copy-{node.name}",
                     connection=node.connection,
+                    add_previous_output_in_env=False,  # see scripts.py
                     create=self.images[head.name].image_id.apply(
                         lambda i: scripts.image_pull_from_head(args.ref, head.fabric_ip, i or "")
                     ),
@@ -111,6 +113,7 @@ class VllmImage(pulumi.ComponentResource):
             seeder_stop = remote.Command(
                 f"{name}-seed-stop",
                 connection=head.connection,
+                add_previous_output_in_env=False,  # see scripts.py
                 create=scripts.image_seeder_stop(targets, args.ref),
                 opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.copies.values())),
             )

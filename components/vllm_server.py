@@ -133,6 +133,7 @@ class VllmServer(pulumi.ComponentResource):
         self.serve = remote.Command(
             f"{name}-serve",
             connection=args.head.connection,
+            add_previous_output_in_env=False,  # see scripts.py
             create=create,
             delete=scripts.vllm_stop(HEAD_CONTAINER),
             stdin=api_key,

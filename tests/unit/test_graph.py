@@ -161,3 +161,21 @@ def test_image_source_head_copies_over_the_fabric(build, mocks):
         assert conn["host"] == "10.77.0.13"
 
     return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_no_command_asks_sshd_for_variables_it_refuses(build, mocks):
+    """sshd accepts only its AcceptEnv names (Ubuntu: LANG LC_*); the provider's
+    PULUMI_COMMAND_STDOUT/STDERR would be refused with a warning on every update, and no script
+    reads them. The only variable a command sets is vllm-serve's LC_ restart marker."""
+    h = build(3)
+
+    def check(_):
+        commands = [r for r in mocks.resources if r.typ == "command:remote:Command"]
+        assert len(commands) >= 10
+        for r in commands:
+            assert r.inputs.get("addPreviousOutputInEnv") is False, r.name
+            for name in (r.inputs.get("environment") or {}):
+                assert name.startswith("LC_"), (r.name, name)
+
+    return settled(h).apply(check)
