@@ -177,14 +177,28 @@ def empty_stack(work: Path):
     )
 
 
-def wipe(nodes: list[str], image_ref: str) -> None:
-    """From empty: no stack containers, no model cache, no serving image on any node."""
+def wipe(nodes: list[str], keep_images: bool = False) -> None:
+    """From empty: no stack containers, no model cache, and (unless keep_images) no image."""
+    images = "" if keep_images else (
+        "docker images -q | xargs -r docker rmi -f >/dev/null 2>&1; "
+        "docker image prune -af >/dev/null 2>&1; ")
     for n in nodes:
         lab("ssh", n, "sh", "-c",
             "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f >/dev/null; "
-            f"rm -rf {MODEL_DIR}; docker images -q | xargs -r docker rmi -f >/dev/null 2>&1; "
-            "docker image prune -af >/dev/null 2>&1; true", timeout=300)
-    _ = image_ref
+            f"rm -rf {MODEL_DIR}; {images}true", timeout=300)
+
+
+def step_spans(d: Deployment) -> dict[str, tuple[int, int]]:
+    """Resource name -> (start, end) in whole seconds since the run's first event."""
+    starts, ends, t0 = {}, {}, None
+    for e in d.events:
+        t0 = e.timestamp if t0 is None else t0
+        pre, out = getattr(e, "resource_pre_event", None), getattr(e, "res_outputs_event", None)
+        if pre is not None and pre.metadata is not None:
+            starts.setdefault(pre.metadata.urn.split("::")[-1], e.timestamp - t0)
+        if out is not None and out.metadata is not None:
+            ends[out.metadata.urn.split("::")[-1]] = e.timestamp - t0
+    return {k: (v, ends[k]) for k, v in starts.items() if k in ends}
 
 
 def model_files(cfg: dict, revision: str) -> dict[str, tuple[str, int]]:
@@ -442,9 +456,9 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
 
 
 # ------------------------------------------------------------------ 4. scaling
-def converge_from_empty(cfg: dict, nodes: list[dict], work: Path) -> dict:
+def converge_from_empty(cfg: dict, nodes: list[dict], work: Path, keep_images: bool) -> dict:
     names = [n["name"] for n in nodes]
-    wipe([n["name"] for n in cfg["nodes"]], cfg["image"]["ref"])
+    wipe([n["name"] for n in cfg["nodes"]], keep_images)
     d = new_stack(cfg, nodes, work)
     hub0 = hf_file_bytes()
     t0 = time.monotonic()
@@ -452,13 +466,16 @@ def converge_from_empty(cfg: dict, nodes: list[dict], work: Path) -> dict:
     wall = time.monotonic() - t0
     if r.summary.result != "succeeded":
         raise SystemExit(f"{len(nodes)}-node up ended {r.summary.result}")
-    res = {"nodes": len(nodes), "wall_s": round(wall, 1), "steps": len(d.ops()),
-           "hub_bytes": hf_file_bytes() - hub0, "serves": bool(complete(d))}
+    spans = step_spans(d)
+    res = {"nodes": len(nodes), "keep_images": keep_images, "wall_s": round(wall, 1),
+           "steps": len(d.ops()), "hub_bytes": hf_file_bytes() - hub0, "serves": bool(complete(d)),
+           "per_node_spans": {k: v for k, v in spans.items()
+                              if k.startswith(("image-spark", "model-sync-", "ray-worker-"))}}
     t0 = time.monotonic()
     run_op(d, "destroy")
     res["destroy_s"] = round(time.monotonic() - t0, 1)
-    say(f"{len(nodes)}-node converge from empty: {res['wall_s']} s, {res['steps']} steps, "
-        f"hub {res['hub_bytes']} B ({','.join(names)})")
+    say(f"{len(nodes)}-node converge from empty{' (images kept)' if keep_images else ''}: "
+        f"{res['wall_s']} s, {res['steps']} steps, hub {res['hub_bytes']} B ({','.join(names)})")
     return res
 
 
@@ -498,9 +515,13 @@ def paper() -> str:
 
 def report(res: dict, path: Path) -> None:
     noop, fan, scale, rows = res["noop"], res["fanout"], res["scaling"], res["changes"]
-    two = {s["nodes"]: s for s in scale}
-    s2 = statistics.median(x["wall_s"] for x in scale if x["nodes"] == 2)
-    s3 = statistics.median(x["wall_s"] for x in scale if x["nodes"] == 3)
+    def median_wall(n: int, keep: bool) -> float:
+        return statistics.median(x["wall_s"] for x in scale
+                                 if x["nodes"] == n and bool(x.get("keep_images")) == keep)
+
+    cold = (median_wall(2, False), median_wall(3, False))
+    warm = (median_wall(2, True), median_wall(3, True)) \
+        if any(x.get("keep_images") for x in scale) else None
     ok = lambda b: "met" if b else "**missed**"  # noqa: E731
     env = res["env"]
     L = [
@@ -524,8 +545,13 @@ def report(res: dict, path: Path) -> None:
         f"{ok(all(x['hub_bytes'] == res['model_bytes'] for x in scale))} |",
         f"| fan-out copy at least 0.7 of a raw stream | {fan['ratio']} end to end, "
         f"{fan['ratio_steady']} without the fixed start cost | {ok(fan['ratio'] >= 0.7)} |",
-        f"| 3-node converge at most 1.3x the 2-node | {round(s3 / s2, 2)}x ({s3} s vs {s2} s) | "
-        f"{ok(s3 / s2 <= 1.3)} |",
+        f"| 3-node converge at most 1.3x the 2-node, from empty | {round(cold[1] / cold[0], 2)}x "
+        f"({cold[1]} s vs {cold[0]} s) | {ok(cold[1] / cold[0] <= 1.3)} |",
+    ]
+    if warm:
+        L.append(f"| the same, with the image already on every node | {round(warm[1] / warm[0], 2)}x "
+                 f"({warm[1]} s vs {warm[0]} s) | {ok(warm[1] / warm[0] <= 1.3)} |")
+    L += [
         "",
         "## 1. No-op cost",
         "",
@@ -615,19 +641,27 @@ def report(res: dict, path: Path) -> None:
         "",
         "## 4. N-node scaling",
         "",
-        "A full converge from empty (no stack containers, no model cache, no serving image on any "
-        "node) for 2 and for 3 nodes, each a fresh stack, destroyed afterwards.",
+        "A full converge from empty (no stack containers and no model cache on any node; first "
+        "also no serving image, then with the image kept) for 2 and for 3 nodes, each a fresh "
+        "stack, destroyed afterwards. Per-node spans: when each node's image pull, model sync "
+        "and Ray worker ran, in seconds from the start of the run (engine events, 1 s "
+        "resolution).",
         "",
-        "| nodes | up from empty | steps | hub bytes | destroy |",
-        "|---:|---:|---:|---:|---:|",
+        "| nodes | image on nodes | up from empty | steps | hub bytes | destroy | per-node spans |",
+        "|---:|---|---:|---:|---:|---:|---|",
     ]
     for x in scale:
-        L.append(f"| {x['nodes']} | {x['wall_s']} s | {x['steps']} | {fmt_bytes(x['hub_bytes'])} | {x['destroy_s']} s |")
+        spans = ", ".join(f"{k} {a}-{b}" for k, (a, b) in sorted(x.get("per_node_spans", {}).items()))
+        L.append(f"| {x['nodes']} | {'kept' if x.get('keep_images') else 'pulled'} | {x['wall_s']} s | "
+                 f"{x['steps']} | {fmt_bytes(x['hub_bytes'])} | {x['destroy_s']} s | {spans or '-'} |")
     L += [
         "",
-        f"3-node / 2-node: {round(s3 / s2, 2)}x. Per-node steps (image, model sync, Ray worker) run in "
-        "parallel; what grows with N is the head's serving of the image and model to N-1 peers "
-        "and the Ray cluster waiting for one more node.",
+        f"3-node / 2-node from empty: {round(cold[1] / cold[0], 2)}x"
+        + (f"; with the image on the nodes: {round(warm[1] / warm[0], 2)}x. " if warm else ". ")
+        + "The per-node steps start together (the spans above), so the stack does run them in "
+        "parallel; what grows with N here is this machine: three simulated nodes unpack a "
+        "~550 MB image each on the same 2 cores, where real Sparks each have their own 20. "
+        "The head also serves the model to N-1 peers and Ray waits for one more node.",
         "",
         "## 5. On paper: 119 GB for the real pair",
         "",
@@ -649,7 +683,6 @@ def report(res: dict, path: Path) -> None:
         "",
     ]
     path.write_text("\n".join(L))
-    _ = two
 
 
 def fan_hub_text(res: dict) -> str:
@@ -697,11 +730,13 @@ def main() -> int:
         res["model_bytes"] = sum(s for _, s in model_files(cfg, "main").values())
         # 4. scaling first: each from empty on a fresh stack (the reps alternate 2 and 3)
         res["scaling"] = []
-        for i in range(args.scale_reps):
-            for n in (2, 3):
-                res["scaling"].append(converge_from_empty(cfg, nodes3[:n], work / f"scale-{n}-{i}"))
+        for keep in (False, True):
+            for i in range(args.scale_reps):
+                for n in (2, 3):
+                    res["scaling"].append(converge_from_empty(
+                        cfg, nodes3[:n], work / f"scale-{n}-{i}-{int(keep)}", keep_images=keep))
         # 1 + 2 on one converged 2-node stack
-        wipe([n["name"] for n in nodes3], cfg["image"]["ref"])
+        wipe([n["name"] for n in nodes3])
         d = new_stack(cfg, nodes3[:2], work / "changes")
         say("converging the 2-node stack for the no-op and change measurements")
         if run_op(d, "up").summary.result != "succeeded":
