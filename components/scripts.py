@@ -91,8 +91,19 @@ def start_foreign_container(name: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Image copy from the head (image.source = head)
 
+# Both seeders bind with _NO_FQDN: http.server's HTTPServer.server_bind looks the bind address
+# up with socket.getfqdn (reverse DNS). For a fabric address no resolver knows, that lookup
+# times out: measured 10 s on the lab before the seeder listened, on every converge.
+_NO_FQDN = """
+class Server(http.server.ThreadingHTTPServer):
+    def server_bind(self):
+        socketserver.TCPServer.server_bind(self)
+        self.server_name, self.server_port = self.server_address[:2]
+"""
+
 _IMAGE_SEEDER_PY = r"""
-import http.server, subprocess, sys
+import http.server, socketserver, subprocess, sys
+""" + _NO_FQDN + r"""
 ref = sys.argv[3]
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
@@ -106,7 +117,7 @@ class H(http.server.BaseHTTPRequestHandler):
                 break
             self.wfile.write(b)
         p.wait()
-http.server.ThreadingHTTPServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+Server((sys.argv[1], int(sys.argv[2])), H).serve_forever()
 """
 
 
@@ -227,14 +238,15 @@ def model_fetch(
 # The model seeder: http.server's file handler, with the body sent by the kernel (sendfile)
 # instead of 64 KiB Python copies; on a 200 Gb/s link the copy loop, not the wire, is the limit.
 _MODEL_SEEDER_PY = r"""
-import functools, http.server, sys
+import functools, http.server, socketserver, sys
+""" + _NO_FQDN + r"""
 class H(http.server.SimpleHTTPRequestHandler):
     def copyfile(self, source, outputfile):
         outputfile.flush()
         self.connection.sendfile(source)
 bind, port, root = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 handler = functools.partial(H, directory=root)
-http.server.ThreadingHTTPServer((bind, port), handler).serve_forever()
+Server((bind, port), handler).serve_forever()
 """
 
 
