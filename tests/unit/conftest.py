@@ -82,6 +82,20 @@ def build(mocks, gb10_facts, config_raw):
     return _build
 
 
+@pytest.fixture
+def ignored_changes(mocks, monkeypatch) -> dict[str, list[str]]:
+    """Resource name -> the ignore_changes it was registered with (mocks do not show options)."""
+    ignored: dict[str, list[str]] = {}
+    original = mocks.monitor.RegisterResource
+
+    def record(request):
+        ignored[request.name] = list(request.ignoreChanges)
+        return original(request)
+
+    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+    return ignored
+
+
 def settled(h, *outputs):
     """An Output that resolves once every leaf resource of the stack has registered.
 

@@ -52,16 +52,9 @@ def test_repair_tokens_never_repeat():
 
 
 @pytest.fixture
-def registered(mocks, monkeypatch, gb10_facts, config_raw):
-    """build(wiped=set of node names) -> handles; records each registration's ignoreChanges."""
-    ignored: dict[str, list[str]] = {}
-    original = mocks.monitor.RegisterResource
-
-    def record(request):
-        ignored[request.name] = list(request.ignoreChanges)
-        return original(request)
-
-    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+def registered(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes):
+    """build(nodes, wiped=set of node names) -> (handles, ignore_changes per resource name)."""
+    ignored = ignored_changes
     tokens = iter(f"repair-{i}" for i in range(100))
     monkeypatch.setattr(model_cache, "repair_token", lambda: next(tokens))
 

@@ -57,20 +57,12 @@ def test_start_script_is_idempotent_and_carries_no_recon_state():
 
 
 @pytest.fixture
-def serve_registration(mocks, monkeypatch, build):
-    """build the 2-node stack with the given head/worker facts -> (vllm-serve inputs, ignore)."""
-    ignored: dict[str, list[str]] = {}
-    original = mocks.monitor.RegisterResource
-
-    def record(request):
-        ignored[request.name] = list(request.ignoreChanges)
-        return original(request)
-
-    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+def serve_registration(build, ignored_changes):
+    """build the 2-node stack with the given head/worker facts -> (handles, ignore_changes)."""
 
     def run(head, worker):
         h = build(2, facts={"spark-1": head, "spark-2": worker})
-        return h, ignored
+        return h, ignored_changes
 
     return run
 
