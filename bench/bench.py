@@ -27,6 +27,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -753,6 +754,7 @@ def main() -> int:
         say("lab back to 2 nodes")
         lab("up", "--nodes", "2", check=False)
         held.close()
+        shutil.rmtree(work, ignore_errors=True)  # the bench stacks' file backends
     res["duration_min"] = round((time.time() - started) / 60, 1)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     report(res, out)
