@@ -65,7 +65,7 @@ lab-down: ## remove everything the lab made
 recon: venv ## survey the stack's nodes and print the side-by-side table
 	$(PY) scripts/recon_report.py --stack $(STACK) $(RECON_ARGS)
 
-bench: setup ## measure change costs, fan-out and scaling on the lab -> docs/benchmarks.md (~15 min)
+bench: setup ## measure change costs, fan-out and scaling on the lab -> docs/benchmarks.md (~18 min)
 	$(PY) bench/bench.py $(BENCH_ARGS)
 
 promote: venv ## promote verified artifacts: FROM=dev TO=staging [PROMOTE_ARGS="--yes|--dry-run"]

@@ -2,7 +2,7 @@
 """`make bench`: what every change costs on the lab, measured side by side in one run.
 
 Writes docs/benchmarks.md (and the raw numbers as JSON next to it). Not part of `make test`:
-it takes the lab for ~15 minutes, grows it to 3 nodes and gives it back with 2.
+it takes the lab for ~18 minutes, grows it to 3 nodes and gives it back with 2.
 
 Every figure is measured in the same run as its baseline:
 1. no-op cost: `preview` of the converged dev stack vs `preview` of an empty program on the same
@@ -95,6 +95,11 @@ def image_ids(d: Deployment, node: str) -> set[str]:
     return set(d.ssh(node, "docker images -q --no-trunc").split())
 
 
+def fabric_bytes(counters: dict[str, int]) -> int:
+    """The fabric interfaces' share of a node's rx counters (Spark names; not the mgmt NIC)."""
+    return sum(v for i, v in counters.items() if i.startswith(("enp", "enP")) and i != MGMT_IF)
+
+
 class Observation:
     """Host state before a change; `diff()` after it says what the change cost."""
 
@@ -105,33 +110,18 @@ class Observation:
         self.hub = hf_file_bytes()
         self.rx = {n: nic_rx(d, n) for n in nodes}
         self.images = {n: image_ids(d, n) for n in nodes}
-        self.t0 = time.monotonic()
 
-    def stop_clock(self) -> None:
-        self.wall = time.monotonic() - self.t0
-
-    def diff(self, nodes: list[str] | None = None) -> dict:
-        d = self.d
-        nodes = nodes or self.nodes
+    def diff(self) -> dict:
+        d, nodes = self.d, self.nodes
         ray = ray_containers(d, nodes)
-        restarted = sorted(k for k, v in self.ray.items() if ray.get(k) != v)
-        pid = vllm_pid(d)
-        fabric = mgmt = 0
-        for n in nodes:
-            now = nic_rx(d, n)
-            before = self.rx.get(n, {})
-            fabric += sum(now[i] - before.get(i, 0) for i in now
-                          if i.startswith(("enp", "enP")) and i != MGMT_IF)
-            mgmt += now.get(MGMT_IF, 0) - before.get(MGMT_IF, 0)
-        new_images = sum(len(image_ids(d, n) - self.images.get(n, set())) for n in nodes)
+        now = {n: nic_rx(d, n) for n in nodes}
         return {
-            "ray_restarted": restarted,
-            "vllm_restarted": bool(self.pid) and pid != self.pid,
+            "ray_restarted": sorted(k for k, v in self.ray.items() if ray.get(k) != v),
+            "vllm_restarted": bool(self.pid) and vllm_pid(d) != self.pid,
             "hub_bytes": hf_file_bytes() - self.hub,
-            "fabric_rx_bytes": fabric,
-            "mgmt_rx_bytes": mgmt,
-            "new_image_ids": new_images,
-            "wall_s": round(self.wall, 1),
+            "fabric_rx_bytes": sum(fabric_bytes(now[n]) - fabric_bytes(self.rx[n]) for n in nodes),
+            "mgmt_rx_bytes": sum(now[n].get(MGMT_IF, 0) - self.rx[n].get(MGMT_IF, 0) for n in nodes),
+            "new_image_ids": sum(len(image_ids(d, n) - self.images[n]) for n in nodes),
         }
 
 
@@ -291,18 +281,20 @@ def verdict(change: str, ops: dict, cost: dict, extra: dict) -> list[str]:
     return [what for what in MUST_NOT[change] if found[what]]
 
 
-def change(d: Deployment, name: str, nodes: list[str], apply, extra=None, after_nodes=None) -> dict:
+def change(d: Deployment, name: str, nodes: list[str], apply, extra: dict | None = None) -> dict:
+    """Apply one change and `up`; `nodes` are observed before and after (with a node about to
+    join among them)."""
     say(f"change: {name}")
-    obs = Observation(d, after_nodes or nodes)  # a node about to join is observed before too
+    obs = Observation(d, nodes)
     apply()
-    obs.t0 = time.monotonic()
+    t0 = time.monotonic()
     r = run_op(d, "up")
-    obs.stop_clock()
+    wall = time.monotonic() - t0
     if r.summary.result != "succeeded":
         raise SystemExit(f"up for '{name}' ended {r.summary.result}")
     ops = d.ops()
-    cost = obs.diff(after_nodes or nodes)
-    extra = extra() if callable(extra) else (extra or {})
+    cost = {**obs.diff(), "wall_s": round(wall, 1)}
+    extra = dict(extra or {})
     if name == "image":
         extra["sync_bytes_moved"] = sync_bytes_moved(d, WORKER) if f"model-sync-{WORKER}" in ops else 0
     row = {"change": name, "ops": ops, **cost, **extra}
@@ -317,8 +309,7 @@ def change(d: Deployment, name: str, nodes: list[str], apply, extra=None, after_
 def idle_fabric_rate(d: Deployment, nodes: list[str], secs: float = 10) -> float:
     """Bytes/s the nodes receive on the fabric with nothing happening (Ray's own heartbeats)."""
     def total() -> int:
-        return sum(v for n in nodes for i, v in nic_rx(d, n).items() if i.startswith(("enp", "enP"))
-                   and i != MGMT_IF)
+        return sum(fabric_bytes(nic_rx(d, n)) for n in nodes)
     before = total()
     time.sleep(secs)
     return (total() - before) / secs
@@ -337,8 +328,7 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict]) -> list[dict]:
                        extra={"changed_bytes": changed, "model_bytes": sum(s for _, s in new.values())}))
     ref, _id = second_image(d, HEAD, cfg["image"]["ref"], V2_REPO)
     rows.append(change(d, "image", two, lambda: d.set("image.ref", ref)))
-    rows.append(change(d, "add a node", two, lambda: set_nodes(d, nodes3),
-                       after_nodes=[n["name"] for n in nodes3]))
+    rows.append(change(d, "add a node", [n["name"] for n in nodes3], lambda: set_nodes(d, nodes3)))
     return rows
 
 
