@@ -7,15 +7,21 @@ VENV    ?= venv
 PY      := $(VENV)/bin/python
 STACK   ?= dev
 # Local state, no Pulumi Cloud: a file backend outside the checkout, a passphrase file for secrets.
+# The dev stack (the lab) is encrypted with the lab's passphrase (lab/dev.passphrase: not a
+# secret; Pulumi.dev.yaml carries its salt); every other stack with yours.
 STATE_DIR ?= $(HOME)/.spark-vllm/state
 export PULUMI_BACKEND_URL ?= file://$(STATE_DIR)
+ifeq ($(STACK),dev)
+export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(CURDIR)/lab/dev.passphrase
+else
 export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(HOME)/.spark-vllm/passphrase
+endif
 export PULUMI_SKIP_UPDATE_CHECK := true
 export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION := true
 export PATH := $(CACHE)/toolchain/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_CACHE_DIR ?= $(CACHE)/pip
 
-.PHONY: help setup venv toolchain test test-unit demo lab-up lab-down lab-seed recon bench promote
+.PHONY: help setup venv toolchain toolchain-bundle test test-unit demo lab-up lab-down lab-seed recon bench promote
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -30,10 +36,14 @@ $(VENV)/.installed: requirements.txt policies/requirements.txt
 
 venv: $(VENV)/.installed ## the project and policy-pack virtualenvs (pip wheels cached in $(CACHE)/pip)
 
-toolchain: venv ## the Pulumi CLI, language host and plugins (cached in $(CACHE)/toolchain)
-	VENV=$(VENV) scripts/toolchain.sh all
+toolchain: venv ## Pulumi's CLI, language host and plugins (TOOLCHAIN_BUNDLE=DIR / TOOLCHAIN_SOURCES=DIR offline)
+	VENV=$(CURDIR)/$(VENV) TOOLCHAIN_BUNDLE="$(TOOLCHAIN_BUNDLE)" TOOLCHAIN_SOURCES="$(TOOLCHAIN_SOURCES)" scripts/toolchain.sh all
 	@mkdir -p $(STATE_DIR) && chmod 700 $(dir $(STATE_DIR))
-	@test -s $(PULUMI_CONFIG_PASSPHRASE_FILE) || { umask 077; head -c 24 /dev/urandom | base64 > $(PULUMI_CONFIG_PASSPHRASE_FILE); echo "created a passphrase in $(PULUMI_CONFIG_PASSPHRASE_FILE)"; }
+	@f=$(HOME)/.spark-vllm/passphrase; test -s $$f || { umask 077; head -c 24 /dev/urandom | base64 > $$f; echo "created a passphrase for your stacks in $$f"; }
+
+toolchain-bundle: ## on a machine with internet: Pulumi's release archives + SHA256SUMS into DIR
+	@test -n "$(DIR)" || { echo "usage: make toolchain-bundle DIR=/path/to/bundle" >&2; exit 2; }
+	scripts/toolchain.sh bundle "$(DIR)"
 
 setup: venv toolchain ## everything a fresh machine needs (idempotent; seconds when warm)
 
@@ -52,9 +62,8 @@ test: setup ## the whole suite: fast tier, engine smoke tests, lab and end-to-en
 demo: setup ## bring up the lab, `pulumi up` the dev stack, show a completion
 	scripts/demo.sh $(STACK)
 
-lab-up: ## start the simulated Sparks (root; NODES=3 for three) and pin them in Pulumi.dev.yaml
+lab-up: ## start the simulated Sparks (root; NODES=3 for three)
 	python3 lab/lab.py up --nodes $${NODES:-2}
-	python3 lab/lab.py config --write-stack Pulumi.dev.yaml >/dev/null
 
 lab-seed: ## reproduce the reference machine on spark-1 (foreign vLLM containers, partial HF cache)
 	python3 lab/lab.py seed

@@ -27,7 +27,6 @@ from components.config import StackConfig
 from components.ray_cluster import HEAD_CONTAINER, RayCluster
 from components.spark_node import SparkNode
 
-RESTART_ENV = "LC_SPARK_VLLM_RESTART"  # recon's restart marker on vllm-serve (see below)
 
 
 def serve_argv(cfg: StackConfig, commit: str) -> list[str]:
@@ -118,13 +117,15 @@ class VllmServer(pulumi.ComponentResource):
                 nccl.PER_NODE_KEYS,
             )
         )
-        # Recon's reason to start vLLM again with unchanged flags travels in an environment
-        # variable, not in the script: the script would change back once vLLM runs again and
-        # cost one more (idempotent) run. When there is no reason, ignore_changes keeps whatever
-        # marker the state holds, so nothing diffs. LC_* passes Ubuntu's default sshd AcceptEnv;
-        # the script never reads it.
+        # Recon's reason to start vLLM again with unchanged flags travels in `triggers`, not in
+        # the script: the script would change back once vLLM runs again and cost one more
+        # (idempotent) run. When there is no reason, ignore_changes keeps whatever marker the
+        # state holds, so nothing diffs. (Not `environment`: pulumi-command fails a command
+        # whose variables the node's sshd does not AcceptEnv.) A new marker replaces the
+        # command: its delete stops vLLM, then its create starts it (delete_before_replace, so
+        # the old command's delete cannot stop the new vLLM).
         if args.restart_reason == "none":
-            marker, ignore = "none", ["environment"]
+            marker, ignore = "none", ["triggers"]
         else:
             marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
         deps = [args.ray.ready, *args.ray.workers.values(), args.ray.head, *args.after]
@@ -137,11 +138,12 @@ class VllmServer(pulumi.ComponentResource):
             create=create,
             delete=scripts.vllm_stop(HEAD_CONTAINER),
             stdin=api_key,
-            environment={RESTART_ENV: marker},
+            triggers=[marker],
             opts=pulumi.ResourceOptions(
                 parent=self,
                 depends_on=deps,
                 ignore_changes=ignore,
+                delete_before_replace=True,
                 additional_secret_outputs=["stdin"],
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=f"{cfg.health.timeout_seconds + 300}s",

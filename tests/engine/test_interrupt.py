@@ -1,10 +1,9 @@
-"""Ctrl-C during an Automation API `up` cancels cleanly when the driver keeps itself alive.
+"""Ctrl-C during `pulumi up` (the plain CLI, program through the language host) cancels cleanly.
 
-The driver here is a tiny inline program run the way scripts/stackctl.py runs the real one,
-with stackctl.keep_alive_on_interrupt() installed; its resource takes long enough to be
-interrupted mid-apply. SIGINT goes to the driver's whole process group, as a terminal's Ctrl-C
-does. Expected: the operation fails, the stack's lock is released, and the next up works
-without `pulumi cancel`.
+A tiny local project: one `local.Command` of Pulumi's own command plugin that sleeps long enough
+to be interrupted mid-apply. SIGINT goes to the CLI's whole process group, as a terminal's
+Ctrl-C does. Expected: the up fails, the stack's lock is released (no `pulumi cancel` needed),
+and the next up converges.
 """
 
 from __future__ import annotations
@@ -20,57 +19,40 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.engine
-ROOT = Path(__file__).resolve().parents[2]
 
-DRIVER = textwrap.dedent(
+PROGRAM = textwrap.dedent(
     """
-    import sys, time
-    from pathlib import Path
-    sys.path.insert(0, {scripts!r})
-    import pulumi, pulumi.automation as auto, pulumi.dynamic as dyn
-    import stackctl
+    import pulumi
+    from pulumi_command import local
 
-    work = Path({work!r})
-
-    class Slow(dyn.ResourceProvider):
-        def create(self, props):
-            (work / "started").write_text("yes")
-            time.sleep(float(props["seconds"]))
-            return dyn.CreateResult(id_="slow", outs=dict(props))
-
-    class SlowResource(dyn.Resource):
-        def __init__(self, name, seconds):
-            super().__init__(Slow(), name, {{"seconds": seconds}})
-
-    def program():
-        SlowResource("slow", sys.argv[1])
-
-    stack = auto.create_or_select_stack(
-        stack_name="interrupt", project_name="spark-vllm-interrupt", program=program,
-        opts=auto.LocalWorkspaceOptions(work_dir=str(work)),
-    )
-    stackctl.keep_alive_on_interrupt()
-    try:
-        stack.up(on_output=print)
-    except auto.CommandError as e:
-        print("UP-FAILED", type(e).__name__, flush=True)
-        sys.exit(3)
-    print("UP-OK", flush=True)
+    seconds = pulumi.Config().require("seconds")
+    local.Command("slow", create=f"touch started; sleep {seconds}; echo done",
+                  triggers=[seconds])
     """
 )
 
 
-def _run(work: Path, env: dict, seconds: str, interrupt_after_start: bool):
-    script = work / "driver.py"
-    script.write_text(DRIVER.format(scripts=str(ROOT / "scripts"), work=str(work)))
-    p = subprocess.Popen([sys.executable, str(script), seconds], cwd=work, env=env,
+def _project(work: Path) -> None:
+    work.mkdir(parents=True, exist_ok=True)
+    venv = Path(sys.executable).parent.parent
+    (work / "Pulumi.yaml").write_text(
+        f"name: spark-vllm-interrupt\nruntime:\n  name: python\n  options:\n"
+        f"    virtualenv: {venv}\n"
+    )
+    (work / "__main__.py").write_text(PROGRAM)
+
+
+def _up(work: Path, env: dict, seconds: str, interrupt: bool) -> tuple[int, str]:
+    subprocess.run(["pulumi", "config", "set", "seconds", seconds, "-s", "interrupt"],
+                   cwd=work, env=env, check=True, capture_output=True)
+    p = subprocess.Popen(["pulumi", "up", "--yes", "-s", "interrupt"], cwd=work, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                          start_new_session=True)
-    if interrupt_after_start:
+    if interrupt:
         deadline = time.monotonic() + 120
         while not (work / "started").exists():
-            assert p.poll() is None, p.stdout.read()
-            assert time.monotonic() < deadline, "the slow resource never started"
+            assert p.poll() is None, p.stdout.read() if p.stdout else ""
+            assert time.monotonic() < deadline, "the slow command never started"
             time.sleep(0.2)
         time.sleep(1)
         os.killpg(p.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
@@ -78,13 +60,21 @@ def _run(work: Path, env: dict, seconds: str, interrupt_after_start: bool):
     return p.returncode, out
 
 
-def test_ctrl_c_mid_up_releases_the_lock_and_the_next_up_converges(engine_env, tmp_path):
+def test_ctrl_c_mid_up_releases_the_lock_and_the_next_up_converges(engine_env, require_plugin,
+                                                                    tmp_path):
+    require_plugin("command", "1.2.1")
+    work = tmp_path / "project"
+    _project(work)
     env = {**os.environ, **engine_env}
-    code, out = _run(tmp_path, env, "30", interrupt_after_start=True)
-    assert code != 0 and "UP-OK" not in out, out
+    subprocess.run(["pulumi", "stack", "init", "interrupt"], cwd=work, env=env, check=True,
+                   capture_output=True)
+    code, out = _up(work, env, "60", interrupt=True)
+    assert code != 0, out
     state = Path(engine_env["PULUMI_BACKEND_URL"].removeprefix("file://"))
-    locks = [p for p in (state / ".pulumi" / "locks").rglob("*.json")] if (state / ".pulumi" / "locks").exists() else []
+    lock_dir = state / ".pulumi" / "locks"
+    locks = list(lock_dir.rglob("*.json")) if lock_dir.exists() else []
     assert locks == [], f"the interrupted up left the stack locked: {locks}\n{out}"
-    (tmp_path / "started").unlink()
-    code, out = _run(tmp_path, env, "1", interrupt_after_start=False)
-    assert code == 0 and "UP-OK" in out, out
+    (work / "started").unlink()
+    code, out = _up(work, env, "1", interrupt=False)
+    assert code == 0, out
+    assert (work / "started").exists(), "the next up did not run the command"

@@ -179,3 +179,18 @@ def test_no_command_asks_sshd_for_variables_it_refuses(build, mocks):
                 assert name.startswith("LC_"), (r.name, name)
 
     return settled(h).apply(check)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pulumi.runtime.test
+def test_no_remote_command_passes_environment_over_ssh(build, mocks, n):
+    """pulumi-command fails a remote command whose variables sshd's AcceptEnv does not list
+    (tests/engine/test_command_plugin.py), and a node's sshd config is not the stack's to set."""
+    h = build(n)
+
+    def check(_):
+        commands = mocks.of_type(COMMAND)
+        assert commands
+        assert [c.name for c in commands if c.inputs.get("environment")] == []
+
+    return settled(h).apply(check)

@@ -1,19 +1,15 @@
-"""The LAB STAND-IN docker plugin (lab/providers/docker) against a real Docker daemon.
+"""Pulumi's own docker plugin (pulumi-resource-docker 5.1.0, as `make setup` installed it)
+against a real Docker daemon: what the program relies on.
 
-Not Pulumi's released pulumi-resource-docker: a bridge build of the same upstream Terraform
-provider, made because this machine cannot download plugins (see lab/providers/docker/README.md).
-The test installs that binary into a PULUMI_HOME in tmp_path under the version the pulumi_docker
-SDK asks for, then drives an inline Automation API program on a file backend:
+An inline Automation API program on a file backend drives the plugin in the ambient
+PULUMI_HOME: up creates an image reference and a container that `docker ps` shows; a second
+preview with expect_no_changes passes (no perpetual diff); changing an env var replaces the
+container; destroy removes it and keeps the image (keep_locally).
 
-- the schema the binary serves carries every property name the SDK sends (check_mapping.py);
-- up creates an image reference and a container that `docker ps` shows;
-- a second preview with expect_no_changes passes (no perpetual diff);
-- changing an env var replaces the container;
-- destroy removes it.
-
-Needs, and never installs: the Pulumi CLI (toolchain), the plugin binary (build.sh), a dockerd on
-SVL_PROVTEST_DOCKER_HOST (default unix:///run/svl-provtest/docker.sock), the docker CLI, and the
-local image svl-provtest:1 (no registry is reachable). Each missing piece skips with the reason.
+Needs: a dockerd on SVL_PROVTEST_DOCKER_HOST (default unix:///run/svl-provtest/docker.sock,
+started here as root when absent, with no bridge and no iptables so it cannot clash with the
+lab's daemons) and the local image svl-provtest:1 (made here from busybox: no registry is
+reachable). A missing piece skips with the reason.
 """
 
 from __future__ import annotations
@@ -22,7 +18,6 @@ import importlib.resources
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -32,18 +27,9 @@ import pytest
 
 pytestmark = pytest.mark.engine
 
-REPO = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("SPARK_VLLM_CACHE", Path.home() / ".cache" / "spark-vllm"))  # as conftest.py
-LAB_DIR = REPO / "lab" / "providers" / "docker"
 SDK_VERSION = json.loads(
     (importlib.resources.files("pulumi_docker") / "pulumi-plugin.json").read_text()
 )["version"]
-PLUGIN = Path(
-    os.environ.get(
-        "SVL_LAB_DOCKER_PLUGIN",
-        CACHE / "toolchain" / "lab-plugins" / f"docker-{SDK_VERSION}" / "pulumi-resource-docker",
-    )
-)
 DEFAULT_HOST = "unix:///run/svl-provtest/docker.sock"
 DOCKER_HOST = os.environ.get("SVL_PROVTEST_DOCKER_HOST", DEFAULT_HOST)
 IMAGE = "svl-provtest:1"
@@ -122,73 +108,35 @@ def daemon():
         started.wait(timeout=60)
 
 
-@pytest.fixture
-def lab_home(tmp_path: Path, pulumi_bin: Path) -> Path:
-    """A PULUMI_HOME in tmp_path holding the lab plugin as docker <SDK version>."""
-    if not PLUGIN.exists():
-        pytest.skip(f"lab docker plugin not built at {PLUGIN}: run lab/providers/docker/build.sh")
-    home = tmp_path / "pulumi-home"
-    home.mkdir()
-    env = {**os.environ, "PULUMI_HOME": str(home), "PULUMI_SKIP_UPDATE_CHECK": "true"}
-    subprocess.run(
-        [str(pulumi_bin), "plugin", "install", "resource", "docker", SDK_VERSION, "--file", str(PLUGIN)],
-        env=env, check=True, capture_output=True, text=True, timeout=120,
-    )
-    installed = home / "plugins" / f"resource-docker-v{SDK_VERSION}" / "pulumi-resource-docker"
-    assert installed.exists(), f"plugin install did not produce {installed}"
-    return home
-
-
-def _stack(engine_env: dict, tmp_path: Path, home: Path, pulumi_bin: Path, program, name: str):
-    env = {**engine_env, "PULUMI_HOME": str(home)}
+def _stack(engine_env: dict, tmp_path: Path, program, name: str):
     settings = auto.ProjectSettings(
-        name="spark-vllm-labdocker",
+        name="spark-vllm-docker",
         runtime="python",
-        backend=auto.ProjectBackend(url=env["PULUMI_BACKEND_URL"]),
+        backend=auto.ProjectBackend(url=engine_env["PULUMI_BACKEND_URL"]),
     )
     return auto.create_or_select_stack(
         stack_name=name,
-        project_name="spark-vllm-labdocker",
+        project_name="spark-vllm-docker",
         program=program,
         opts=auto.LocalWorkspaceOptions(
             work_dir=str(tmp_path),
             project_settings=settings,
-            env_vars=env,
+            env_vars=engine_env,
             secrets_provider="passphrase",
-            # The toolchain CLI itself, not whatever `pulumi` is (or is not) on this process's PATH.
-            pulumi_command=auto.PulumiCommand(root=str(pulumi_bin.parent.parent)),
         ),
     )
 
 
-def test_served_schema_has_every_sdk_name(lab_home, pulumi_bin, tmp_path):
-    """The schema the binary itself serves (GetSchema) matches the SDK's names and shapes."""
-    env = {**os.environ, "PULUMI_HOME": str(lab_home), "PULUMI_SKIP_UPDATE_CHECK": "true",
-           "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true"}
-    got = subprocess.run(
-        [str(pulumi_bin), "package", "get-schema", str(PLUGIN)],
-        env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-    )
-    assert got.returncode == 0, got.stderr
-    schema_file = tmp_path / "served-schema.json"
-    schema_file.write_text(got.stdout)
-    assert json.loads(got.stdout)["version"] == SDK_VERSION
-    check = subprocess.run(
-        [sys.executable, str(LAB_DIR / "check_mapping.py"), str(schema_file)],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert check.returncode == 0, check.stdout + check.stderr
-
-
-def test_container_lifecycle_on_real_daemon(daemon, lab_home, engine_env, pulumi_bin, tmp_path):
+def test_container_lifecycle_on_real_daemon(daemon, engine_env, require_plugin, tmp_path):
     import pulumi_docker as docker
 
+    require_plugin("docker", SDK_VERSION)
     run = uuid.uuid4().hex[:8]
     cname = f"svl-provtest-{run}"
     mode = {"value": "one"}
 
     def program():
-        prov = docker.Provider("labdocker", host=daemon)
+        prov = docker.Provider("testdocker", host=daemon)
         opts = pulumi.ResourceOptions(provider=prov)
         image = docker.RemoteImage("image", name=IMAGE, keep_locally=True, opts=opts)
         container = docker.Container(
@@ -209,7 +157,7 @@ def test_container_lifecycle_on_real_daemon(daemon, lab_home, engine_env, pulumi
     def running() -> list[str]:
         return _docker("ps", "-q", "--no-trunc", "--filter", f"label=svl-provtest={run}").stdout.split()
 
-    stack = _stack(engine_env, tmp_path, lab_home, pulumi_bin, program, f"labdocker-{run}")
+    stack = _stack(engine_env, tmp_path, program, f"docker-{run}")
     try:
         up = stack.up()
         assert up.summary.result == "succeeded"
@@ -243,4 +191,4 @@ def test_container_lifecycle_on_real_daemon(daemon, lab_home, engine_env, pulumi
         leftovers = _docker("ps", "-aq", "--filter", f"label=svl-provtest={run}", check=False).stdout.split()
         if leftovers:
             _docker("rm", "-f", *leftovers, check=False)
-        stack.workspace.remove_stack(f"labdocker-{run}", force=True)
+        stack.workspace.remove_stack(f"docker-{run}", force=True)
