@@ -35,6 +35,10 @@ _IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
 _HOST_KEY = re.compile(
     r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,2}$"
 )
+# pulumi-command 1.2.1 verifies a pinned RSA host key with the SHA-1 `ssh-rsa` algorithm only,
+# which OpenSSH 8.8+ servers (Ubuntu 24.04 on the Sparks) no longer accept, so such a pin can
+# never connect (tests/engine/test_command_plugin.py). Pin the ed25519 or ECDSA key instead.
+_PINNABLE = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -101,13 +105,18 @@ class FabricInterface(_Model):
 
 
 class NodeConfig(_Model):
-    """One Spark. The first node in the list is the Ray head."""
+    """One Spark. The first node in the list is the Ray head.
+
+    `host_key` pins the node's SSH host key. When it is left out, the key is read from the file
+    in `ssh.knownHostsFile` (pin_host_keys) before anything else runs, so every component sees
+    the node with its key pinned either way.
+    """
 
     name: str
     host: str
     port: int = 22
     user: str = "root"
-    host_key: str
+    host_key: str | None = None
     fabric: list[FabricInterface] = Field(min_length=1)
 
     @field_validator("name")
@@ -144,12 +153,20 @@ class NodeConfig(_Model):
 
     @field_validator("host_key")
     @classmethod
-    def _host_key(cls, v: str) -> str:
+    def _host_key(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
         v = v.strip()
         if not _HOST_KEY.match(v):
             raise ValueError(
-                "expected '<type> <base64>' with type ssh-ed25519, ssh-rsa or "
+                "expected '<type> <base64>' with type ssh-ed25519 or "
                 "ecdsa-sha2-nistp256/384/521 (the line from ssh-keyscan without the host)"
+            )
+        if v.split()[0] not in _PINNABLE:
+            raise ValueError(
+                "expected an ssh-ed25519 or ECDSA host key: an ssh-rsa pin cannot be verified "
+                "(pulumi-command offers only SHA-1 ssh-rsa, which OpenSSH 8.8+ refuses); "
+                "ssh-keyscan -t ed25519 <host>"
             )
         return v
 
@@ -159,12 +176,29 @@ class NodeConfig(_Model):
 
     @property
     def host_key_is_placeholder(self) -> bool:
-        return PLACEHOLDER in self.host_key
+        return self.host_key is not None and PLACEHOLDER in self.host_key
+
+    @property
+    def pinned_host_key(self) -> str:
+        """The pinned key; pin_host_keys has filled it in from the known_hosts file if needed."""
+        if self.host_key is None:
+            raise ValueError(f"node {self.name}: no host key pinned (config.pin_host_keys not run)")
+        return self.host_key
 
 
 class SshConfig(_Model):
     private_key_path: str = "~/.ssh/id_ed25519"
     connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
+    # An OpenSSH known_hosts file with the nodes' keys, for nodes whose hostKey is not in the
+    # stack file (the lab writes one for its generated keys). Hashed entries are understood.
+    known_hosts_file: str | None = None
+
+    @field_validator("known_hosts_file")
+    @classmethod
+    def _known_hosts(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(c in v for c in "\n\r\0")):
+            raise ValueError("expected the path of an OpenSSH known_hosts file")
+        return v
 
     @property
     def private_key_file(self) -> Path:
@@ -172,8 +206,14 @@ class SshConfig(_Model):
 
 
 class ImageConfig(_Model):
+    """`ref` by digest, or by tag outside prod: a tag is resolved to its digest at the registry
+    on every run (VllmImage), so the nodes pull the digest and a moved tag shows as a diff."""
+
     ref: str
     source: Literal["registry", "head"] = "registry"
+    # The registry of `ref` speaks plain HTTP (a lab or local mirror); the nodes' Docker daemons
+    # must list it under insecure-registries too.
+    plain_http_registry: bool = False
 
     @field_validator("ref")
     @classmethod
@@ -534,6 +574,87 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
     return problems
 
 
+_KEY_PREFERENCE = ("ssh-ed25519", "ecdsa-sha2-nistp521", "ecdsa-sha2-nistp384",
+                   "ecdsa-sha2-nistp256")
+
+
+def known_host_keys(text: str, host: str, port: int) -> list[str]:
+    """The keys an OpenSSH known_hosts text holds for host:port, as '<type> <base64>'.
+
+    Plain (`host`, `[host]:port`, comma lists) and hashed (`|1|salt|hmac`) host fields;
+    @revoked lines and @cert-authority lines are never taken as a pin.
+    """
+    import base64
+    import hashlib
+    import hmac
+
+    names = {host} if port == 22 else set()
+    names.add(f"[{host}]:{port}")
+    keys = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 3 or parts[0].startswith("#") or parts[0].startswith("@"):
+            continue
+        hosts, kind, blob = parts[0], parts[1], parts[2]
+        matched = False
+        if hosts.startswith("|1|"):
+            try:
+                _, _, salt, digest = hosts.split("|", 3)
+                key = base64.b64decode(salt)
+                for name in names:
+                    mac = hmac.new(key, name.encode(), hashlib.sha1).digest()
+                    if hmac.compare_digest(base64.b64encode(mac).decode(), digest):
+                        matched = True
+            except ValueError:
+                continue
+        else:
+            matched = bool(names & set(hosts.split(",")))
+        candidate = f"{kind} {blob}"
+        if matched and kind in _PINNABLE and _HOST_KEY.match(candidate) and candidate not in keys:
+            keys.append(candidate)
+    keys.sort(key=lambda k: _KEY_PREFERENCE.index(k.split()[0]))
+    return keys
+
+
+def pin_host_keys(cfg: StackConfig) -> StackConfig:
+    """Every node with its host key: from the stack file, else from `ssh.knownHostsFile`.
+
+    Raises ConfigError naming the node when neither pins a key (an unpinned node is never
+    contacted). When the file holds several keys for a host, the strongest type is pinned.
+    """
+    if all(n.host_key is not None for n in cfg.nodes):
+        return cfg
+    path = cfg.ssh.known_hosts_file
+    text = None
+    if path is not None:
+        try:
+            text = Path(os.path.expanduser(path)).read_text()
+        except OSError as exc:
+            raise ConfigError([
+                f"{_key(('ssh', 'knownHostsFile'))}: got {path!r}; expected a readable known_hosts "
+                f"file ({exc.strerror})"
+            ]) from None
+    problems, nodes = [], []
+    for i, node in enumerate(cfg.nodes):
+        if node.host_key is not None:
+            nodes.append(node)
+            continue
+        found = known_host_keys(text, node.host, node.port) if text is not None else []
+        if not found:
+            where = (f"no entry for {node.host} port {node.port} in {path}" if path
+                     else "and spark-vllm:ssh.knownHostsFile is not set")
+            problems.append(
+                f"{_key(('nodes', i, 'hostKey'))}: missing ({where}); expected the node's SSH host "
+                "key ('ssh-keyscan -t ed25519 <host>' without the host name) or a known_hosts file "
+                "that lists it"
+            )
+            continue
+        nodes.append(node.model_copy(update={"host_key": found[0]}))
+    if problems:
+        raise ConfigError(problems)
+    return cfg.model_copy(update={"nodes": nodes})
+
+
 def validate_config(raw: dict[str, Any]) -> StackConfig:
     """Validate a raw mapping of top-level keys; raise ConfigError listing every problem."""
     try:
@@ -576,7 +697,7 @@ def load_config(pulumi_config: pulumi.Config | None = None) -> StackConfig:
         )
     if problems:
         raise ConfigError(problems)
-    return validate_config(raw)
+    return pin_host_keys(validate_config(raw))
 
 
 # ---------------------------------------------------------------------------------------------

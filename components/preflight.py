@@ -385,7 +385,7 @@ def notes(cfg: Any, node_cfg: Any, f: NodeFacts) -> list[Finding]:
         out.append(Finding(node=f.node, check="clock",
                            fact=f"clock is {f.clock_offset_seconds:+.1f} s off the control machine",
                            fix="enable time sync on every node (timedatectl set-ntp true)"))
-    pinned = node_cfg.host_key.strip()
+    pinned = node_cfg.pinned_host_key
     if f.host_keys and pinned not in f.host_keys:
         out.append(Finding(node=f.node, check="host_key",
                            fact="the pinned hostKey is not among /etc/ssh/ssh_host_*_key.pub "

@@ -452,7 +452,7 @@ def host_key_alias(node: Any) -> str:
 
 def known_hosts_line(node: Any) -> str:
     """The temporary known_hosts entry holding only the node's pinned key."""
-    return f"{host_key_alias(node)} {node.host_key.strip()}\n"
+    return f"{host_key_alias(node)} {node.pinned_host_key}\n"
 
 
 @dataclass
@@ -526,7 +526,7 @@ def survey_node(cfg: Any, node: Any, *, key_path: str | os.PathLike[str] | None 
                 runner: Runner = ssh_round_trip, timeout: float | None = None) -> NodeFacts:
     """One node: one ssh round trip, parsed. Raises ReconError with a fix."""
     key = _key_file(cfg, key_path)
-    if "PLACEHOLDER" in node.host_key:
+    if "PLACEHOLDER" in node.pinned_host_key:
         return _raise(ReconError(
             node.name, "hostKey is still a placeholder, so the node cannot be authenticated",
             f"put the node's real key in spark-vllm:nodes[].hostKey for {node.name} (ssh-keyscan "
@@ -559,7 +559,7 @@ def survey_node(cfg: Any, node: Any, *, key_path: str | os.PathLike[str] | None 
         raise ReconError(node.name, f"the recon script did not run on {_where(node)} ({detail})",
                          "check that bash and coreutils (timeout) exist on the node", kind="output")
     return parse_recon_output(node.name, result.stdout, sent_at=result.sent_at,
-                              received_at=result.received_at, pinned_host_key=node.host_key)
+                              received_at=result.received_at, pinned_host_key=node.pinned_host_key)
 
 
 def _raise(exc: ReconError) -> NodeFacts:

@@ -39,7 +39,7 @@ def write_known_hosts(cfg: StackConfig, project: str, stack: str) -> Path:
     """
     path = state_dir() / "known_hosts" / f"{project}.{stack}"
     text = "".join(
-        scripts.known_hosts_line(n.host, n.port, n.host_key) + "\n" for n in cfg.nodes
+        scripts.known_hosts_line(n.host, n.port, n.pinned_host_key) + "\n" for n in cfg.nodes
     )
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
@@ -89,6 +89,9 @@ class SparkNodeArgs:
     ssh_private_key: pulumi.Input[str]  # secret
     stack_label: str  # <project>/<stack>, recorded with containers the stack stops
     stop_containers: list[ContainerFacts] = field(default_factory=list)
+    # A registry that speaks plain HTTP (image.plainHttpRegistry): the provider's registry
+    # client must use http:// for it when resolving a tag (it has no credentials to send).
+    plain_http_registry: str | None = None
 
 
 class SparkNode(pulumi.ComponentResource):
@@ -105,7 +108,7 @@ class SparkNode(pulumi.ComponentResource):
         super().__init__(
             "spark-vllm:spark_node:SparkNode",
             name,
-            {"name": node.name, "host": node.host, "hostKey": node.host_key, "role": args.role},
+            {"name": node.name, "host": node.host, "hostKey": node.pinned_host_key, "role": args.role},
             opts,
         )
         self.name = node.name
@@ -126,17 +129,25 @@ class SparkNode(pulumi.ComponentResource):
             "-o",
             f"ConnectTimeout={args.connect_timeout_seconds}",
         ]
+        registry_auth = None
+        if args.plain_http_registry:
+            registry_auth = [
+                docker.ProviderRegistryAuthArgs(
+                    address=f"http://{args.plain_http_registry}", auth_disabled=True
+                )
+            ]
         self.provider = docker.Provider(
             f"{name}-docker",
             host=f"ssh://{node.user}@{node.host}:{node.port}",
             ssh_opts=self.ssh_opts,
+            registry_auth=registry_auth,
             opts=pulumi.ResourceOptions(parent=self),
         )
         self.connection = remote.ConnectionArgs(
             host=node.host,
             port=node.port,
             user=node.user,
-            host_key=node.host_key,
+            host_key=node.pinned_host_key,
             private_key=pulumi.Output.secret(args.ssh_private_key),
             per_dial_timeout=args.connect_timeout_seconds,
             dial_error_limit=3,
@@ -161,7 +172,7 @@ class SparkNode(pulumi.ComponentResource):
                 "name": node.name,
                 "role": args.role,
                 "host": node.host,
-                "hostKey": node.host_key,  # stack-level policies (prod-pinned) read outputs
+                "hostKey": node.pinned_host_key,  # stack-level policies (prod-pinned) read outputs
                 "fabricIp": self.fabric_ip,
                 "facts": self.summary,
                 "stoppedContainers": self.stopped_names,

@@ -19,7 +19,7 @@ from components.model_cache import ModelCache, ModelCacheArgs, ModelManifest
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.spark_node import SparkNode, SparkNodeArgs, write_known_hosts
-from components.vllm_image import VllmImage, VllmImageArgs
+from components.vllm_image import VllmImage, VllmImageArgs, registry_host
 from components.vllm_server import VllmServer, VllmServerArgs
 
 
@@ -121,6 +121,9 @@ def build_stack(
                 ssh_private_key=secrets.ssh_private_key,
                 stack_label=labels["spark-vllm.stack"],
                 stop_containers=stop.get(n.name, []),
+                plain_http_registry=(
+                    registry_host(cfg.image.ref) if cfg.image.plain_http_registry else None
+                ),
             ),
         )
     ordered = [nodes[n.name] for n in cfg.nodes]

@@ -6,7 +6,10 @@ change what runs). `keep_locally=True`: destroying the stack must not delete a 2
 operator may still want.
 
 Sources:
-* `registry`: every node pulls `image.ref` (by digest outside dev).
+* `registry`: every node pulls `image.ref` by digest. A ref given by tag (dev, staging) is
+  resolved to its digest at the registry first (the docker provider's getRegistryImage, through
+  the head's provider), like a model revision is resolved to a commit: the nodes pull
+  `<repo>@<digest>`, and a tag moved to another image shows in the preview as an image change.
 * `head`: the image was built on the head; the other nodes get it over the fabric. Nodes do not
   trust each other over SSH, so the head runs a short-lived HTTP seeder on its fabric address that
   streams `docker save`, each other node pipes it into `docker load`, and the seeder is stopped
@@ -18,6 +21,7 @@ different builds fail in ways that are much harder to read later.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pulumi
@@ -41,6 +45,35 @@ def _same_id(ids: dict[str, str]) -> str:
             "same image: pin spark-vllm:image.ref by digest"
         )
     return distinct[0] if distinct else ""
+
+
+_DIGEST_REF = re.compile(r"@sha256:[0-9a-f]{64}\Z")
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def repository(ref: str) -> str:
+    """`registry:5000/org/name:tag` -> `registry:5000/org/name` (a port is not a tag)."""
+    ref = ref.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    return ref[: len(ref) - len(last)] + last.split(":", 1)[0]
+
+
+def registry_host(ref: str) -> str:
+    """The registry part of an image ref, as Docker reads it (`docker.io` when there is none)."""
+    first = ref.split("/", 1)[0]
+    if "/" in ref and ("." in first or ":" in first or first == "localhost"):
+        return first
+    return "docker.io"
+
+
+def pinned_ref(ref: str, digest: str) -> str:
+    """The ref the nodes pull: the repository at the digest the registry reported for the tag."""
+    if not _DIGEST.fullmatch(digest or ""):
+        raise ImageMismatchError(
+            f"spark-vllm:image.ref: the registry reported {digest!r} for {ref!r}; expected "
+            "sha256:<64 hex>"
+        )
+    return f"{repository(ref)}@{digest}"
 
 
 @dataclass
@@ -73,9 +106,19 @@ class VllmImage(pulumi.ComponentResource):
         self.images = {}
         self.copies = {}
 
+        # What every node pulls: the ref itself when pinned (or built on the head), else the
+        # repository at the digest its tag points to now.
+        pull: pulumi.Input[str] = args.ref
+        if args.source == "registry" and not _DIGEST_REF.search(args.ref):
+            pull = docker.get_registry_image_output(
+                name=args.ref,
+                opts=pulumi.InvokeOutputOptions(parent=self, provider=head.provider),
+            ).apply(lambda r: pinned_ref(args.ref, r.sha256_digest))
+        self.pull_ref = pulumi.Output.from_input(pull)
+
         self.images[head.name] = docker.RemoteImage(
             f"{name}-{head.name}",
-            name=args.ref,
+            name=self.pull_ref,
             keep_locally=True,
             opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
         )
@@ -105,7 +148,7 @@ class VllmImage(pulumi.ComponentResource):
                 deps.append(copy)
             self.images[node.name] = docker.RemoteImage(
                 f"{name}-{node.name}",
-                name=args.ref,
+                name=self.pull_ref,
                 keep_locally=True,
                 opts=pulumi.ResourceOptions(parent=self, provider=node.provider, depends_on=deps),
             )
@@ -124,5 +167,11 @@ class VllmImage(pulumi.ComponentResource):
         self.image_id = all_ids.apply(_same_id)
         # ref/source are outputs too: stack-level policies (prod-pinned) read outputs.
         self.register_outputs(
-            {"ref": args.ref, "source": args.source, "imageIds": all_ids, "imageId": self.image_id}
+            {
+                "ref": args.ref,
+                "source": args.source,
+                "pulledRef": self.pull_ref,
+                "imageIds": all_ids,
+                "imageId": self.image_id,
+            }
         )

@@ -2,7 +2,7 @@
 """spark-vllm lab: simulated DGX Spark (GB10) hosts on one Linux machine.
 
 Stdlib only (runs before any venv exists). Must run as root.
-    python3 lab/lab.py up [--nodes N] | down | status | config [--write-stack PATH]
+    python3 lab/lab.py up [--nodes N] | down | status | config
     python3 lab/lab.py seed | hf-bytes [--json] | ssh NODE [CMD...]
     python3 lab/lab.py sshd-stop|sshd-start|fabric-cut|fabric-restore NODE | kill NODE CONTAINER
 See lab/README.md for what is real and what is simulated.
@@ -43,6 +43,7 @@ HF_ENDPOINT = f"http://{MGMT_IP}:{HF_PORT}"
 HF_REPO = "spark-lab/tiny-moe"
 LAB_KEY = os.path.join(CACHE, "id_ed25519")
 STACK_JSON = os.path.join(CACHE, "stack.json")
+KNOWN_HOSTS = os.path.join(CACHE, "known_hosts")
 
 SUITE = "bookworm"
 DEB_MIRROR = "http://deb.debian.org/debian"
@@ -119,7 +120,7 @@ def ok(cmd) -> bool:
 
 
 def write(path: str, text, mode: int | None = None) -> None:
-    path = os.path.abspath(path)  # `config --write-stack Pulumi.dev.yaml` passes a bare name
+    path = os.path.abspath(path)
     os.makedirs(os.path.dirname(path), exist_ok=True)
     data = text.encode() if isinstance(text, str) else text
     tmp = path + ".tmp"
@@ -708,6 +709,21 @@ def registry_digest(tag: str) -> str | None:
         return None
 
 
+STACK_TAG = "lab"   # the tag Pulumi.dev.yaml names; the program resolves it to the digest
+
+
+def registry_retag(src_tag: str, dst_tag: str) -> None:
+    """Point `dst_tag` at the manifest `src_tag` names (the registry API; no image moves)."""
+    mtype = "application/vnd.docker.distribution.manifest.v2+json"
+    url = f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests"
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/{src_tag}", headers={"Accept": mtype}),
+                                timeout=30) as r:
+        body, ctype = r.read(), r.headers.get("Content-Type", mtype)
+    req = urllib.request.Request(f"{url}/{dst_tag}", data=body, method="PUT", headers={"Content-Type": ctype})
+    with urllib.request.urlopen(req, timeout=30):
+        pass
+
+
 # --------------------------------------------------------------------------- image build
 def standin_wheel(dest_dir: str) -> str:
     """Build the vLLM stand-in wheel (deterministic zip, stdlib only)."""
@@ -836,7 +852,17 @@ python3 -m venv /opt/venv
 
 
 def ensure_image() -> str:
-    """Make sure the registry holds the lab image; return its reference WITH digest."""
+    """Make sure the registry holds the lab image under its key and under the tag the dev stack
+    names (STACK_TAG); return its reference WITH digest."""
+    ref = push_image()
+    digest = ref.split("@", 1)[1]
+    if registry_digest(STACK_TAG) != digest:
+        registry_retag(ref.split("@", 1)[1], STACK_TAG)
+        log(f"image: {REGISTRY}/{IMAGE_REPO}:{STACK_TAG} -> {digest}")
+    return ref
+
+
+def push_image() -> str:
     key, rootfs, wheels, whl = image_key()
     tag = key
     dg = registry_digest(tag)
@@ -973,34 +999,18 @@ def stack_config() -> dict:
         commits = json.load(open(os.path.join(LAB, "hf", "commits.json")))
     except (FileNotFoundError, ValueError):
         pass
-    return {"nodes": nodes, "sshKeyPath": LAB_KEY, "image": {"ref": st.get("image"), "source": "registry"},
+    return {"nodes": nodes, "sshKeyPath": LAB_KEY, "knownHostsFile": KNOWN_HOSTS,
+            "image": {"ref": st.get("image"), "tag": f"{REGISTRY}/{IMAGE_REPO}:{STACK_TAG}",
+                      "source": "registry"},
             "registry": REGISTRY, "hfEndpoint": HF_ENDPOINT,
             "model": {"repo": HF_REPO, "commits": commits},
             "fabricSubnets": [f"{pfx}.0/24" for _b, _n, pfx, _h in FABRIC], "mtu": FAB_MTU, "rdma": False}
 
 
-def write_stack_yaml(path: str, cfg: dict) -> None:
-    """Touch only nodes[*].hostKey (matched by node name) and image.ref; keep the rest verbatim."""
-    lines = open(path).read().split("\n")
-    keys = {n["name"]: n["hostKey"] for n in cfg["nodes"]}
-    current, section, changed = None, None, 0
-    for idx, line in enumerate(lines):
-        m = re.match(r"^  (\S+):\s*(.*)$", line)
-        if m:
-            section = m.group(1)
-        m = re.match(r"^(\s*-\s*)name:\s*['\"]?([\w.-]+)['\"]?\s*$", line)
-        if m and section and section.endswith(":nodes"):
-            current = m.group(2)
-        m = re.match(r"^(\s+)hostKey:\s*.*$", line)
-        if m and current in keys and section and section.endswith(":nodes"):
-            lines[idx] = f'{m.group(1)}hostKey: "{keys[current]}"'
-            changed += 1
-        m = re.match(r"^(\s+)ref:\s*.*$", line)
-        if m and section and section.endswith(":image") and cfg["image"]["ref"]:
-            lines[idx] = f"{m.group(1)}ref: {cfg['image']['ref']}"
-            changed += 1
-    write(path, "\n".join(lines))
-    log(f"{path}: updated {changed} value(s) (node hostKey, image.ref)")
+def write_known_hosts() -> None:
+    """The nodes' host keys in OpenSSH form: what Pulumi.dev.yaml pins (ssh.knownHostsFile)."""
+    n = state().get("nodes") or 0
+    write(KNOWN_HOSTS, "".join(f"{mgmt_ip(j)} {host_key(node_name(j))}\n" for j in range(1, n + 1)))
 
 
 # --------------------------------------------------------------------------- verbs
@@ -1029,9 +1039,10 @@ def cmd_up(args) -> None:
     for i in range(1, n + 1):
         ensure_host(node_name(i), i, n)
         log(f"{node_name(i)} up: ssh root@{mgmt_ip(i)} (fabric {', '.join(fab_ip(p, i) for _b, _n, p, _h in FABRIC)})")
+    write_known_hosts()
     cfg = stack_config()
     write(STACK_JSON, json.dumps(cfg, indent=1))
-    log(f"stack config -> {STACK_JSON}")
+    log(f"stack config -> {STACK_JSON}; host keys -> {KNOWN_HOSTS}")
     log(f"lab up with {n} node(s) in {time.time() - t0:.1f}s")
 
 
@@ -1087,21 +1098,19 @@ def cmd_status(args) -> None:
 
 def cmd_config(args) -> None:
     require_root()
+    write_known_hosts()
     cfg = stack_config()
     write(STACK_JSON, json.dumps(cfg, indent=1))
     print(json.dumps(cfg, indent=1))
-    if args.write_stack:
-        write_stack_yaml(args.write_stack, cfg)
 
 
 def ssh_argv(name: str, cmd: list | None = None, tty: bool = False) -> list:
     i = node_index(name)
-    kh = os.path.join(CACHE, "known_hosts")
     try:
-        write(kh, "".join(f"{mgmt_ip(j)} {host_key(node_name(j))}\n" for j in range(1, (state().get('nodes') or 0) + 1)))
+        write_known_hosts()
     except FileNotFoundError:
         pass
-    argv = ["ssh", "-i", LAB_KEY, "-o", f"UserKnownHostsFile={kh}", "-o", "StrictHostKeyChecking=yes",
+    argv = ["ssh", "-i", LAB_KEY, "-o", f"UserKnownHostsFile={KNOWN_HOSTS}", "-o", "StrictHostKeyChecking=yes",
             "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-o", "LogLevel=ERROR"]
     if tty:
         argv.append("-t")
@@ -1205,7 +1214,6 @@ def main(argv=None) -> None:
     sp.add_parser("down")
     sp.add_parser("status")
     s = sp.add_parser("config")
-    s.add_argument("--write-stack", metavar="PATH")
     sp.add_parser("seed")
     s = sp.add_parser("hf-bytes")
     s.add_argument("--json", action="store_true")

@@ -22,7 +22,9 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 
 from components import preflight, recon, report  # noqa: E402
-from components.config import NAMESPACE, SECRET_KEYS, ConfigError, validate_config  # noqa: E402
+from components.config import (  # noqa: E402
+    NAMESPACE, SECRET_KEYS, ConfigError, pin_host_keys, validate_config,
+)
 
 
 def load_stack_config(stack: str, root: Path = ROOT):
@@ -42,7 +44,7 @@ def load_stack_config(stack: str, root: Path = ROOT):
         if name in SECRET_KEYS:
             continue
         raw[name] = value
-    return validate_config(raw)
+    return pin_host_keys(validate_config(raw))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -231,6 +231,9 @@ class RecordingMocks(pulumi.runtime.Mocks):
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs):
+        if args.token == "docker:index/getRegistryImage:getRegistryImage":
+            # the registry's answer for a tag: a digest derived from the ref
+            return {"name": args.args["name"], "sha256Digest": fake_image_id(args.args["name"])}
         return {}
 
     # helpers for assertions

@@ -1,36 +1,21 @@
-"""`lab.py config` exports what the dev stack needs; --write-stack edits only hostKey and image.ref."""
+"""What the lab generates reaches the dev stack without editing a tracked file.
+
+`lab.py up` writes the nodes' host keys into its known_hosts file (Pulumi.dev.yaml points
+ssh.knownHostsFile at it) and tags the image it pushed with the tag Pulumi.dev.yaml names (the
+program resolves it to a digest at the registry). stack.json describes the live lab.
+"""
 import json
 import os
+import sys
+import urllib.request
+from pathlib import Path
 
 import pytest
+import yaml
 
 pytestmark = pytest.mark.lab
 
-SAMPLE = """# comment kept
-config:
-  spark-vllm:environment: dev
-  spark-vllm:nodes:
-    - name: spark-1
-      host: 10.77.0.11
-      port: 22
-      user: root
-      hostKey: "ssh-ed25519 PLACEHOLDER1"
-      fabric:
-        - {interface: enp1s0f1np1, ip: 192.168.177.11, hca: rocep1s0f1}
-    - name: spark-2
-      host: 10.77.0.12
-      port: 22
-      user: root
-      hostKey: "ssh-ed25519 PLACEHOLDER2"
-  spark-vllm:ssh:
-    privateKeyPath: /root/.cache/spark-vllm/lab/id_ed25519
-  spark-vllm:image:
-    ref: 10.77.0.1:5000/old:latest
-    source: registry
-  spark-vllm:model:
-    repo: spark-lab/tiny-moe
-    revision: main
-"""
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_stack_json_matches_the_live_nodes(lab):
@@ -47,29 +32,31 @@ def test_stack_json_matches_the_live_nodes(lab):
         assert scanned.returncode == 0
 
 
-def test_write_stack_touches_only_host_keys_and_image_ref(lab, tmp_path):
-    p = tmp_path / "Pulumi.dev.yaml"
-    p.write_text(SAMPLE)
-    lab.cli("config", "--write-stack", str(p))
-    new = p.read_text().split("\n")
-    old = SAMPLE.split("\n")
-    assert len(new) == len(old)
-    changed = [(a, b) for a, b in zip(old, new) if a != b]
-    assert len(changed) == 3, changed
-    assert new[8] == f'      hostKey: "{lab.nodes["spark-1"]["hostKey"]}"'
-    assert new[15] == f'      hostKey: "{lab.nodes["spark-2"]["hostKey"]}"'
-    assert new[19] == f"    ref: {lab.image}"
+def _dev_config() -> dict:
+    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
+    return {k.split(":", 1)[1]: v for k, v in data.items()}
 
 
-def test_write_stack_accepts_a_bare_file_name(lab, tmp_path):
-    """`make lab-up` / `make demo` run `config --write-stack Pulumi.dev.yaml` from the repo root."""
-    import subprocess
-    import sys
-    from pathlib import Path
+def test_dev_stack_pins_the_lab_host_keys_through_the_known_hosts_file(lab):
+    sys.path.insert(0, str(ROOT))
+    from components.config import pin_host_keys, validate_config
 
-    (tmp_path / "Pulumi.dev.yaml").write_text(SAMPLE)
-    lab_py = Path(__file__).resolve().parents[2] / "lab" / "lab.py"
-    r = subprocess.run([sys.executable, str(lab_py), "config", "--write-stack", "Pulumi.dev.yaml"],
-                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert lab.image in (tmp_path / "Pulumi.dev.yaml").read_text()
+    raw = _dev_config()
+    assert all("hostKey" not in n for n in raw["nodes"]), "Pulumi.dev.yaml must not carry lab keys"
+    assert raw["ssh"]["knownHostsFile"] == lab.cfg["knownHostsFile"]
+    cfg = pin_host_keys(validate_config(raw))
+    for node in cfg.nodes:
+        assert node.host_key == lab.nodes[node.name]["hostKey"], node.name
+
+
+def test_dev_stack_image_tag_points_at_the_lab_image(lab):
+    ref = _dev_config()["image"]["ref"]
+    assert ref == lab.cfg["image"]["tag"] and "@" not in ref
+    registry, rest = ref.split("/", 1)
+    repo, tag = rest.rsplit(":", 1)
+    req = urllib.request.Request(
+        f"http://{registry}/v2/{repo}/manifests/{tag}", method="HEAD",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        digest = r.headers["Docker-Content-Digest"]
+    assert lab.image.endswith("@" + digest), (lab.image, digest)

@@ -43,6 +43,8 @@ BAD = [
     ("no-nodes", "dev", {"nodes": []}, "spark-vllm:nodes", "expected at least 1 item"),
     ("host-key-form", "dev", {"nodes.0.hostKey": "AAAAC3Nza"},
      "spark-vllm:nodes[0].hostKey", "expected '<type> <base64>'"),
+    ("host-key-rsa", "dev", {"nodes.0.hostKey": "ssh-rsa AAAAB3NzaC1yc2E"},
+     "spark-vllm:nodes[0].hostKey", "an ssh-rsa pin cannot be verified"),
     ("unknown-node-key", "dev", {"nodes.0.hostkey": "x"},
      "spark-vllm:nodes[0].hostkey",
      "unknown key; expected one of: name, host, port, user, hostKey"),

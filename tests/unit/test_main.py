@@ -54,7 +54,9 @@ def test_main_exports(program):
     assert exports["servedModelName"] == "tiny-moe"
     assert exports["recon"]["spark-2"]["gpu"] == "NVIDIA GB10"
     assert exports["recon"]["spark-2"]["memTotalBytes"] == 125513720 * 1024
-    image_id = fake_image_id("10.77.0.1:5000/spark-vllm-lab:latest")
+    # the dev stack names a tag: the nodes pull the repository at the digest the registry gave
+    tag = "10.77.0.1:5000/spark-lab/vllm-spark:lab"
+    image_id = fake_image_id(f"10.77.0.1:5000/spark-lab/vllm-spark@{fake_image_id(tag)}")
 
     def check(values):
         endpoint, commit, ids, nodes = values

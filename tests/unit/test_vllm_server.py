@@ -121,14 +121,14 @@ def test_policy_props_on_vllm_server(build, mocks):
         assert props["environment"] == "dev"
         assert props["tensorParallelSize"] == 3 and props["pipelineParallelSize"] == 1
         assert props["clusterGpus"] == 3
-        assert props["gpuMemoryUtilization"] == 0.8
+        assert props["gpuMemoryUtilization"] == 0.25  # as Pulumi.dev.yaml sets it for the lab
         assert props["enforceEager"] is True  # as Pulumi.dev.yaml sets it; read by enforce-eager-advisory
         assert props["modelBytes"] == 1234 + 5_000_000 + 4_000_000 + 777
         assert props["nodes"][0] == {
             "name": "spark-1", "memTotalBytes": 125513720 * 1024, "unifiedMemory": True
         }
         assert "apiKey" not in props  # absent, not an empty string, when dev has no key
-        assert mocks.named("image").inputs["ref"] == "10.77.0.1:5000/spark-vllm-lab:latest"
+        assert mocks.named("image").inputs["ref"] == "10.77.0.1:5000/spark-lab/vllm-spark:lab"
         node = mocks.named("spark-2").inputs
         assert node == {"name": "spark-2", "host": "10.77.0.12", "role": "worker",
                         "hostKey": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests"}
