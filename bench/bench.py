@@ -39,7 +39,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.e2e import labkit  # noqa: E402  (puts the toolchain on PATH, imports stackctl)
+from tests.e2e import labkit  # noqa: E402  (puts the toolchain on PATH)
 from tests.e2e.labkit import (  # noqa: E402
     Deployment, complete, hf_file_bytes, lab, second_image, set_nodes, sync_bytes_moved,
 )

@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
-# make demo: the lab up, the dev stack converged with the policy pack, a completion shown.
-# Runs the program inline through the Automation API (scripts/stackctl.py), so it works with
-# only the Pulumi CLI and the plugins `make setup` provided.
+# make demo: the lab up, the dev stack converged with the plain Pulumi CLI and the policy pack,
+# a completion from the served model. Leaves the stack serving; touches no tracked file.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stack="${1:-dev}"
 say() { printf '\n== %s\n' "$*"; }
 
 [ "$(id -u)" = 0 ] || { echo "make demo: the lab needs root (network namespaces, dockerd per node)" >&2; exit 1; }
-status="$HOME/.cache/spark-vllm/toolchain/status.json"
-for p in command docker; do
-  if ! venv/bin/python -c "import json,sys; sys.exit(0 if '$p' in json.load(open('$status'))['plugins'] else 1)" 2>/dev/null; then
-    echo "make demo: resource plugin '$p' is not installed; see $status and docs/toolchain.md" >&2
-    exit 1
-  fi
-done
+command -v pulumi >/dev/null || { echo "make demo: pulumi is not on PATH (make setup; docs/toolchain.md)" >&2; exit 1; }
 
 # One user of the lab at a time: the test suites take the same lock.
 exec 9>>/run/spark-vllm-lab.lock
@@ -22,14 +15,13 @@ flock -n 9 || { echo "make demo: waiting for the lab (a test run holds /run/spar
 
 say "lab: bringing up the simulated Sparks (python3 lab/lab.py up)"
 python3 lab/lab.py up --nodes "${NODES:-2}"
-say "lab: writing host keys and the image digest into Pulumi.$stack.yaml"
-python3 lab/lab.py config --write-stack "Pulumi.$stack.yaml" >/dev/null
 
-say "pulumi up -s $stack --refresh (inline program, policy pack policies/run-pack)"
-venv/bin/python scripts/stackctl.py up --stack "$stack" --policy --refresh
+say "pulumi up -s $stack (policy pack policies/, config policies/config.$stack.json)"
+pulumi stack select "$stack" --create >/dev/null
+pulumi up -s "$stack" --yes --refresh --policy-pack policies --policy-pack-config "policies/config.$stack.json"
 
-endpoint=$(venv/bin/python scripts/stackctl.py outputs --stack "$stack" --json | venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["endpoint"])')
-model=$(venv/bin/python scripts/stackctl.py outputs --stack "$stack" --json | venv/bin/python -c 'import json,sys; print(json.load(sys.stdin)["servedModelName"])')
+endpoint=$(pulumi stack output -s "$stack" endpoint)
+model=$(pulumi stack output -s "$stack" servedModelName)
 say "endpoint: $endpoint (model $model)"
 curl -fsS "$endpoint/models"; echo
 say "a completion through the OpenAI API"

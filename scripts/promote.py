@@ -7,7 +7,7 @@
    PULUMI_CONFIG_PASSPHRASE / PULUMI_CONFIG_PASSPHRASE_FILE): its latest operation succeeded and
    its latest `update` succeeded (`stack.history`); nothing drifted (`refresh --preview-only`
    shows no change); the program with the source's config changes nothing (`preview`, the same
-   inline program stackctl.py runs; skipped with --refresh-only); the promoted keys in
+   project's program, run by the CLI; skipped with --refresh-only); the promoted keys in
    Pulumi.<from>.yaml equal the config the last update ran with.
 2. Take the artifacts of that last update: `image.ref` pinned by digest (a tag is pinned with the
    repo digest recorded in the state), `model.repo` + the resolved commit (output `modelCommit`)
@@ -110,7 +110,9 @@ class Options:
     dry_run: bool = False
     refresh_only: bool = False
     work_dir: Path = ROOT
-    program: Callable[[], None] | None = None  # default: stackctl's inline __main__.py
+    # An inline program (tests); default: the project's own, run by the CLI through the
+    # language host from work_dir's Pulumi.yaml, as `pulumi preview` would.
+    program: Callable[[], None] | None = None
     env: dict[str, str] = field(default_factory=dict)  # extra env for the workspaces
     out: Callable[[str], None] = print
     confirm: Callable[[str], bool] | None = None  # default: ask on a TTY, refuse otherwise
@@ -278,13 +280,6 @@ def check_environment(env: dict[str, str]) -> None:
                       "~/.cache/spark-vllm/toolchain/bin)")
 
 
-def _default_program() -> Callable[[], None]:
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import stackctl
-
-    return stackctl._program
-
-
 def _stack(name: str, o: Options, *, create: bool, work_dir: Path | None = None,
            env: dict[str, str] | None = None):
     import pulumi.automation as auto
@@ -292,12 +287,20 @@ def _stack(name: str, o: Options, *, create: bool, work_dir: Path | None = None,
     ws = auto.LocalWorkspaceOptions(
         work_dir=str(work_dir or o.work_dir), env_vars=_workspace_env(env or o.env)
     )
-    program = o.program or _default_program()
+    if o.program is None:  # the project's own program, from work_dir
+        if create:
+            return auto.create_or_select_stack(stack_name=name, work_dir=ws.work_dir, opts=ws)
+        try:
+            return auto.select_stack(stack_name=name, work_dir=ws.work_dir, opts=ws)
+        except auto.StackNotFoundError:
+            raise Refusal(EXIT_UNVERIFIED, f"source stack {name!r} does not exist on the backend "
+                          f"({os.environ.get('PULUMI_BACKEND_URL') or o.env.get('PULUMI_BACKEND_URL')}):"
+                          " nothing was verified there") from None
     if create:
         return auto.create_or_select_stack(stack_name=name, project_name=PROJECT,
-                                           program=program, opts=ws)
+                                           program=o.program, opts=ws)
     try:
-        return auto.select_stack(stack_name=name, project_name=PROJECT, program=program, opts=ws)
+        return auto.select_stack(stack_name=name, project_name=PROJECT, program=o.program, opts=ws)
     except auto.StackNotFoundError:
         raise Refusal(EXIT_UNVERIFIED, f"source stack {name!r} does not exist on the backend "
                       f"({os.environ.get('PULUMI_BACKEND_URL') or o.env.get('PULUMI_BACKEND_URL')}):"
@@ -362,7 +365,7 @@ def verify_no_drift(stack, o: Options) -> None:
     if changes:
         listing = "; ".join(_changed(events)) or str(changes)
         raise Refusal(EXIT_DRIFT, f"source stack {stack.name!r} has drifted from its state "
-                      f"({listing}); run `stackctl.py refresh` and `up`, verify, then promote")
+                      f"({listing}); run `pulumi refresh` and `pulumi up`, verify, then promote")
     if o.refresh_only:
         return
     events = []
@@ -533,7 +536,8 @@ def promote(o: Options) -> int:
     written = target_file.read_text()
     out(f"wrote Pulumi.{o.target}.yaml:")
     out(unified(before, written, target_file.name).rstrip("\n") or "(no change)")
-    out(f"next: venv/bin/python scripts/stackctl.py preview --stack {o.target} --policy --diff, "
+    out(f"next: pulumi preview -s {o.target} --diff --policy-pack policies "
+        f"--policy-pack-config policies/config.{o.target}.json, "
         f"then up --stack {o.target} --policy")
     return EXIT_OK
 

@@ -14,11 +14,10 @@ ROOT = Path(__file__).resolve().parents[2]
 LAB = [sys.executable, str(ROOT / "lab" / "lab.py")]
 LAB_CACHE = Path("/root/.cache/spark-vllm/lab")
 TOOLCHAIN_BIN = Path.home() / ".cache" / "spark-vllm" / "toolchain" / "bin"
-# The Automation API looks `pulumi` up on this process's PATH (not the workspace env_vars).
+# The Automation API looks `pulumi` up on this process's PATH (not the workspace env_vars), and
+# the CLI finds the language host beside itself.
 if (TOOLCHAIN_BIN / "pulumi").exists():
     os.environ["PATH"] = f"{TOOLCHAIN_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-sys.path.insert(0, str(ROOT / "scripts"))
-import stackctl  # noqa: E402
 
 
 def lab(*args: str, check: bool = True, timeout: int = 1800) -> subprocess.CompletedProcess:
@@ -206,18 +205,31 @@ def second_image(d: Deployment, node: str, base_ref: str, repo: str) -> tuple[st
     return ref, image_id
 
 
+def project_dir(work: Path) -> Path:
+    """A project folder for this checkout's program: Pulumi.yaml in `work` whose `main` is the
+    checkout and whose virtualenv is the checkout's, so the CLI runs `__main__.py` through the
+    Python language host exactly as `pulumi up` in the checkout does, with stack files in `work`."""
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    doc["main"] = str(ROOT)
+    doc["runtime"]["options"]["virtualenv"] = str(ROOT / "venv")
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "Pulumi.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return work
+
+
 def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e") -> Deployment:
-    """A fresh `dev` stack on the lab: the project's stack files in `work` (the repository's
-    Pulumi.dev.yaml is never touched), the lab's host keys and image digest written in, a file
-    backend in `work/state`. The stack file is copied without the secrets-provider lines a
-    `make demo` may have left for its own passphrase."""
+    """A fresh `dev` stack on the lab: the project's stack file copied into `work` (the
+    repository's Pulumi.dev.yaml is never touched), a file backend in `work/state`, the program
+    run by the CLI through the language host. The copy keeps everything but the committed
+    encryption salt: this stack has its own passphrase and state."""
     import pulumi.automation as auto
 
-    (work / "Pulumi.yaml").write_text((ROOT / "Pulumi.yaml").read_text())
+    project_dir(work)
     text = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
     drop = ("encryptionsalt:", "secretsprovider:", "encryptedkey:")
     (work / "Pulumi.dev.yaml").write_text("".join(l for l in text if not l.startswith(drop)))
-    lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
     state = work / "state"
     state.mkdir()
     env = {
@@ -227,9 +239,6 @@ def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e") ->
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
     }
     stack = auto.create_or_select_stack(
-        stack_name="dev",
-        project_name="spark-vllm",
-        program=stackctl._program,
-        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
+        stack_name="dev", work_dir=str(work), opts=auto.LocalWorkspaceOptions(env_vars=env)
     )
     return Deployment(stack=stack, workdir=work, cfg=cfg)

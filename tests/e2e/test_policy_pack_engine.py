@@ -1,7 +1,8 @@
 """Issue 7 through the real engine: the CrossGuard pack reviews the dev stack's preview on the lab.
 
-The pack runs as the engine starts it (policies/run-pack, an executable analyzer in the pack's own
-virtualenv), against the resources the project's program registers after a live recon of the lab.
+The pack is a standard CrossGuard pack (policies/PulumiPolicy.yaml, `runtime: python` with its own
+virtualenv) given as `--policy-pack policies`: the CLI runs it through the Python language host,
+against the resources the project's program registers after a live recon of the lab.
 
   (a) the dev stack, with the dev pack config, previews with no mandatory violation;
   (b) the stack config of tests/policies/stack_breaking_rules_1_7_8.yaml, applied with
@@ -28,11 +29,12 @@ from tests.e2e.labkit import ROOT
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD, WORKER = "spark-1", "spark-2"
-PACK = ROOT / "policies" / "run-pack"
+PACK = ROOT / "policies"
 DEV_PACK_CONFIG = ROOT / "policies" / "config.dev.json"
 BREAKING = ROOT / "tests" / "policies" / "stack_breaking_rules_1_7_8.yaml"
-# keys the lab rewrites in the stack file (its host keys and image digest): never taken from data
-LAB_OWNED = {"nodes[0].hostKey", "nodes[1].hostKey", "image.ref"}
+# keys the lab owns (its host keys and image): never taken from the data file
+LAB_OWNED = {"nodes[0].hostKey", "nodes[1].hostKey", "image.ref", "image.plainHttpRegistry",
+             "ssh.knownHostsFile"}
 MANDATORY = {"memory-fit", "same-image-everywhere", "parallelism-matches-gpus",
              "nccl-rdma-interfaces", "fabric-mtu", "no-privileged-containers", "ray-not-exposed",
              "vllm-api-key", "hf-token-secret", "prod-pinned"}

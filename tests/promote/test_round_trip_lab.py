@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 import promote
-from tests.e2e.labkit import ROOT, _plugin_installed, lab, lock_lab, stackctl
+from tests.e2e.labkit import LAB_CACHE, ROOT, _plugin_installed, lab, lock_lab, project_dir
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -41,8 +41,7 @@ def _stack(name, work, env):
     import pulumi.automation as auto
 
     return auto.create_or_select_stack(
-        stack_name=name, project_name="spark-vllm", program=stackctl._program,
-        opts=auto.LocalWorkspaceOptions(work_dir=str(work), env_vars=env),
+        stack_name=name, work_dir=str(work), opts=auto.LocalWorkspaceOptions(env_vars=env)
     )
 
 
@@ -67,10 +66,11 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         lab("up", "--nodes", "2")
         t["lab up"] = time.monotonic() - t0
 
-        work = tmp_path
-        shutil.copy(ROOT / "Pulumi.yaml", work / "Pulumi.yaml")
-        shutil.copy(ROOT / "Pulumi.dev.yaml", work / "Pulumi.dev.yaml")
-        lab("config", "--write-stack", str(work / "Pulumi.dev.yaml"))
+        work = project_dir(tmp_path)  # the checkout's program, stack files here
+        dev_text = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
+        (work / "Pulumi.dev.yaml").write_text(  # its own passphrase: not the committed salt
+            "".join(line for line in dev_text if not line.startswith("encryptionsalt:")))
+        lab_ref = json.loads((LAB_CACHE / "stack.json").read_text())["image"]["ref"]
         (work / "state").mkdir()
         env = {
             "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
@@ -84,10 +84,10 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         dev_doc = yaml.safe_load((work / "Pulumi.dev.yaml").read_text())
         conf = dev_doc["config"]
         dev_ref = conf["spark-vllm:image"]["ref"]
-        assert "@sha256:" in dev_ref, dev_ref
+        assert "@" not in dev_ref, "dev names the lab's tag; promotion must pin its digest"
         conf = json.loads(json.dumps(conf))
         conf["spark-vllm:environment"] = "staging"
-        conf["spark-vllm:image"]["ref"] = dev_ref.split("@")[0] + ":stale-tag"
+        conf["spark-vllm:image"]["ref"] = dev_ref.rsplit(":", 1)[0] + ":stale-tag"
         conf["spark-vllm:model"]["revision"] = "main"
         conf["spark-vllm:vllm"]["maxNumSeqs"] = 8
         (work / "Pulumi.staging.yaml").write_text(
@@ -109,14 +109,13 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         lines: list[str] = []
         t0 = time.monotonic()
         code = promote.run(promote.Options(
-            source="dev", target="staging", yes=True, work_dir=work,
-            program=stackctl._program, env=env, out=lines.append,
+            source="dev", target="staging", yes=True, work_dir=work, env=env, out=lines.append,
         ))
         t["promote"] = time.monotonic() - t0
         print("\n".join(lines))
         assert code == 0, capsys.readouterr().err
         written = yaml.safe_load((work / "Pulumi.staging.yaml").read_text())["config"]
-        assert written["spark-vllm:image"]["ref"] == dev_ref
+        assert written["spark-vllm:image"]["ref"] == lab_ref  # the tag's digest, pinned
         assert written["spark-vllm:model"]["revision"] == commit
         assert written["spark-vllm:vllm"]["maxNumSeqs"] == 4
         assert written["spark-vllm:environment"] == "staging"
