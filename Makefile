@@ -11,7 +11,8 @@ STACK   ?= dev
 # secret; Pulumi.dev.yaml carries its salt); every other stack with yours.
 STATE_DIR ?= $(HOME)/.spark-vllm/state
 export PULUMI_BACKEND_URL ?= file://$(STATE_DIR)
-ifeq ($(STACK),dev)
+# (promote opens each stack with its own: FROM=dev with the lab's, the target with yours)
+ifeq ($(STACK)$(FROM),dev)
 export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(CURDIR)/lab/dev.passphrase
 else
 export PULUMI_CONFIG_PASSPHRASE_FILE ?= $(HOME)/.spark-vllm/passphrase
@@ -21,15 +22,16 @@ export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION := true
 export PATH := $(CACHE)/toolchain/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_CACHE_DIR ?= $(CACHE)/pip
 
-.PHONY: help setup venv toolchain toolchain-bundle test test-unit demo lab-up lab-down lab-seed recon bench promote
+.PHONY: help setup venv toolchain toolchain-bundle lint test test-unit demo lab-up lab-down lab-seed recon bench promote
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: requirements.txt policies/requirements.txt
+$(VENV)/.installed: requirements.txt policies/requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@test -x policies/venv/bin/python || python3 -m venv policies/venv
 	policies/venv/bin/python -m pip install -q -r policies/requirements.txt
 	@touch $@
@@ -47,13 +49,17 @@ toolchain-bundle: ## on a machine with internet: Pulumi's release archives + SHA
 
 setup: venv toolchain ## everything a fresh machine needs (idempotent; seconds when warm)
 
+lint: venv ## ruff and mypy (strict on the program's packages)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
 test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hosts)
-	$(PY) -m pytest -q tests/unit tests/policies tests/recon
+	$(PY) -m pytest -q tests/unit tests/policies
 
 # Tiers run as separate pytest processes: the mock tests install Pulumi's global mock monitor,
 # which the engine tests (Automation API, inline programs) must not inherit.
-test: setup ## the whole suite: fast tier, engine smoke tests, lab and end-to-end tests (CI)
-	$(PY) -m pytest -q -rs tests/unit tests/policies tests/recon
+test: setup lint ## the whole suite: lint, fast tier, engine, lab and end-to-end tests (CI)
+	$(PY) -m pytest -q -rs tests/unit tests/policies
 	$(PY) -m pytest -q -rs tests/engine
 	LAB_AUTO=1 $(PY) -m pytest -q -rs tests/lab
 	$(PY) -m pytest -q -rs tests/e2e
@@ -72,10 +78,10 @@ lab-down: ## remove everything the lab made
 	python3 lab/lab.py down
 
 recon: venv ## survey the stack's nodes and print the side-by-side table
-	$(PY) scripts/recon_report.py --stack $(STACK) $(RECON_ARGS)
+	$(VENV)/bin/spark-vllm-recon --stack $(STACK) $(RECON_ARGS)
 
 bench: setup ## measure change costs, fan-out and scaling on the lab -> docs/benchmarks.md (~18 min)
 	$(PY) bench/bench.py $(BENCH_ARGS)
 
 promote: venv ## promote verified artifacts: FROM=dev TO=staging [PROMOTE_ARGS="--yes|--dry-run"]
-	$(PY) scripts/promote.py --from $(FROM) --to $(TO) $(PROMOTE_ARGS)
+	$(VENV)/bin/spark-vllm-promote --from $(FROM) --to $(TO) $(PROMOTE_ARGS)

@@ -1,19 +1,21 @@
 """spark-vllm: a multi-node vLLM serving stack on DGX Spark, as one Pulumi program.
 
-Thin on purpose: validate config, ask the hub which commit and how many bytes the model is,
-look at every node before touching any (recon) and refuse on a failed preflight check, then
-build the components (components/stack.py) and export what an operator needs. recon, preflight
-and the hub lookup are reached through their modules so tests can replace them.
+Thin on purpose, and in the order the design reads: the config (validated, host keys pinned),
+the model resolved at the hub (its commit and size), a look at every node before touching any
+(recon + preflight, which stops here on a failed check), then the components, then the outputs.
+recon, preflight and the hub lookup are reached through their modules so tests can replace them.
 """
 
 import pulumi
 
-from components import config, model_cache, preflight, stack
+import config
+from components import stack
+from inspection import hub, preflight
 
 cfg = config.load_config()
 secrets = config.load_secrets(cfg)
 key_path = config.ssh_key_path(cfg)
-manifest = model_cache.resolve_model(
+manifest = hub.resolve_model(
     cfg.model.repo, cfg.model.revision, cfg.model.endpoint, config.secret_plaintext("hfToken")
 )
 facts, plan = preflight.run(cfg, key_path=key_path, model_bytes=manifest.total_bytes)

@@ -1,14 +1,15 @@
 """ModelCache: the model snapshot at one commit, in every node's Hugging Face cache.
 
 Why this shape:
-* The revision (a branch or tag) is resolved to a 40-hex commit with huggingface_hub at deploy
-  time, together with the file list and sizes. Everything downstream names the commit, so a moved
-  branch is a visible diff, never a silent change, and vLLM loads exactly that commit offline.
+* The revision (a branch or tag) was resolved to a 40-hex commit with huggingface_hub before
+  any resource was registered (inspection/hub.py), together with the file list and sizes.
+  Everything downstream names the commit, so a moved branch is a visible diff, never a silent
+  change, and vLLM loads exactly that commit offline.
 * The hub (or the `HF_ENDPOINT` mirror) is contacted ONCE, from the head, by the serving image's
   own python (`snapshot_download`, incremental). The token goes through stdin.
 * The other nodes get the files over the fabric from a short-lived, read-only seeder on the
-  head, and only the files whose blob they do not have (scripts.model_sync), so a new revision
-  moves just the changed files and a new node never causes a second hub download.
+  head, and only the files whose blob they do not have (hostscripts/models.py), so a new
+  revision moves just the changed files and a new node never causes a second hub download.
 * A verify step on every node checks every file of the commit with its size.
 * Weights are expensive to move: the fetch and sync commands are `retain_on_delete`, so
   `pulumi destroy` leaves the cache in place.
@@ -21,90 +22,24 @@ Why this shape:
 
 from __future__ import annotations
 
-import re
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
 
 import pulumi
 from pulumi_command import remote
 
-from components import scripts
-from components.facts import NodeFacts
-from components.spark_node import SparkNode
-
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
-
-
-class ModelResolutionError(pulumi.RunError):
-    pass
-
-
-@dataclass(frozen=True)
-class ModelManifest:
-    repo: str
-    revision: str
-    commit: str
-    files: tuple[dict[str, Any], ...]  # {"path", "size", "etag"} sorted by path
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(f["size"] for f in self.files)
-
-
-def resolve_model(
-    repo: str, revision: str, endpoint: str | None, token: str | None
-) -> ModelManifest:
-    """Ask the hub which commit `revision` is and which files (with sizes) it holds.
-
-    The only network call the program makes itself; unit tests replace this function. When the
-    revision already is a commit the file list is still fetched (sizes are what verify checks).
-    """
-    from huggingface_hub import HfApi
-    from huggingface_hub.hf_api import RepoFile
-
-    api = HfApi(endpoint=endpoint, token=token or None)
-    try:
-        if _COMMIT.match(revision):
-            commit = revision
-        else:
-            commit = api.model_info(repo, revision=revision).sha
-        files = [
-            {
-                "path": e.path,
-                "size": int(e.size),
-                # The HF cache names blobs by etag: the LFS sha256, else the git blob id.
-                "etag": e.lfs.sha256 if e.lfs else e.blob_id,
-            }
-            for e in api.list_repo_tree(repo, revision=commit, recursive=True)
-            if isinstance(e, RepoFile)
-        ]
-    except Exception as exc:  # network, auth, unknown repo/revision
-        where = endpoint or "https://huggingface.co"
-        raise ModelResolutionError(
-            f"spark-vllm:model: cannot resolve {repo}@{revision} at {where}: {exc}"
-        ) from None
-    if not commit or not _COMMIT.match(commit):
-        raise ModelResolutionError(
-            f"spark-vllm:model: hub returned no commit for {repo}@{revision}"
-        )
-    if not files:
-        raise ModelResolutionError(f"spark-vllm:model: {repo}@{commit} lists no files")
-    return ModelManifest(repo, revision, commit, tuple(sorted(files, key=lambda f: f["path"])))
-
-
-def cache_intact(facts: NodeFacts | None, manifest: ModelManifest) -> bool:
-    """Recon found the commit's snapshot on the node and at least the manifest's bytes in blobs.
-
-    Deliberately coarse (one recon round trip has no per-file sizes): a deleted snapshot folder
-    or a wiped repo is caught; a single corrupted file is the verify step's job.
-    """
-    repo = facts.hf_repo(manifest.repo) if facts is not None else None
-    return (
-        repo is not None
-        and manifest.commit in repo.snapshots
-        and repo.size_bytes >= manifest.total_bytes
-    )
+from components.spark_node import Cluster, SparkNode
+from config import ModelConfig
+from hostscripts.models import (
+    model_fetch,
+    model_manifest_json,
+    model_seeder_start,
+    model_seeder_stop,
+    model_sync,
+    model_verify,
+)
+from inspection.hub import ModelManifest, cache_intact
 
 
 def repair_token(now: Callable[[], int] = time.time_ns) -> str:
@@ -112,19 +47,29 @@ def repair_token(now: Callable[[], int] = time.time_ns) -> str:
     return f"repair-{now()}"
 
 
+@dataclass(frozen=True)
+class Again:
+    """`triggers` + `ignore_changes` for a command that must run again when a node lost its copy
+    (a fresh token), and must not diff when every node is intact (the state's token is kept)."""
+
+    triggers: list[str]
+    ignore_changes: list[str] | None
+
+    @staticmethod
+    def when_wiped(tokens: Sequence[str]) -> Again:
+        if tokens:
+            return Again([" ".join(tokens)], None)
+        return Again(["intact"], ["triggers"])
+
+
 @dataclass
 class ModelCacheArgs:
-    repo: str
-    revision: str
-    cache_dir: str
-    endpoint: str | None
-    nodes: list[SparkNode]  # the head first
-    image_ids: dict[str, pulumi.Input[str]]  # per node: the serving image (has huggingface_hub)
-    labels: dict[str, str]  # ownership labels for helper containers
+    model: ModelConfig
+    manifest: ModelManifest  # resolved at the hub before any resource (inspection/hub.py)
+    cluster: Cluster
+    image_ids: Mapping[str, pulumi.Input[str]]  # per node: the serving image (huggingface_hub)
+    labels: Mapping[str, str]  # ownership labels for helper containers
     hf_token: pulumi.Output[str] | None = None
-    # Resolved before any resource is registered (__main__ needs its size for preflight); when
-    # absent the component resolves it itself.
-    manifest: ModelManifest | None = None
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -134,182 +79,139 @@ class ModelCache(pulumi.ComponentResource):
     syncs: dict[str, remote.Command]
     verifies: dict[str, remote.Command]
 
-    def __init__(self, name: str, args: ModelCacheArgs, opts: pulumi.ResourceOptions | None = None):
-        token = args.hf_token if args.hf_token is not None else pulumi.Output.secret("")
-        # Resolution reads the (secret) token, so its result is secret by contagion; the commit
-        # and the file list are not secret, so unwrap them deliberately.
-        if args.manifest is not None:
-            manifest: pulumi.Output[ModelManifest] = pulumi.Output.from_input(args.manifest)
-        else:
-            manifest = pulumi.Output.unsecret(
-                token.apply(
-                    lambda t: resolve_model(args.repo, args.revision, args.endpoint, t or None)
-                )
-            )
-        commit = manifest.apply(lambda m: m.commit)
-        model_bytes = manifest.apply(lambda m: m.total_bytes)
+    def __init__(
+        self, name: str, args: ModelCacheArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        m = args.manifest
         super().__init__(
             "spark-vllm:model_cache:ModelCache",
             name,
             {
-                "repo": args.repo,
-                "revision": args.revision,
-                "commit": commit,
-                "modelBytes": model_bytes,
-                "cacheDir": args.cache_dir,
+                "repo": args.model.repo,
+                "revision": args.model.revision,
+                "commit": m.commit,
+                "modelBytes": m.total_bytes,
+                "cacheDir": args.model.cache_dir,
             },
             opts,
         )
         # Assigned after super().__init__, which sets an attribute per prop key (`commit`) to an
         # Output that depends on this component; children using that one would depend on their
         # own parent (a cycle).
-        self.commit = commit
-        self.model_bytes = model_bytes
-        head, others = args.nodes[0], args.nodes[1:]
-        targets = [n.name for n in others]
-        child = pulumi.ResourceOptions(parent=self)
+        self.commit = pulumi.Output.from_input(m.commit)
+        self.model_bytes = pulumi.Output.from_input(m.total_bytes)
+        self._args = args
         # Per node: None when recon found the cache intact, else a fresh repair token.
-        self.repairs: dict[str, str | None] = {}
-        if args.manifest is not None:
-            for n in args.nodes:
-                intact = cache_intact(n.facts, args.manifest)
-                self.repairs[n.name] = None if intact else repair_token()
+        self.repairs: dict[str, str | None] = {
+            n.name: None if cache_intact(n.facts, m) else repair_token() for n in args.cluster.nodes
+        }
+        self.fetch = self._fetch(name)
+        self.syncs = {}
+        self.seeder: tuple[remote.Command | None, remote.Command | None] = (None, None)
+        if args.cluster.workers:
+            self._fan_out(name)
+        self.verifies = {n.name: self._verify(name, n) for n in args.cluster.nodes}
+        self.register_outputs(
+            {
+                # repo/revision too: stack-level policies (prod-pinned) read outputs
+                "repo": args.model.repo,
+                "revision": args.model.revision,
+                "commit": self.commit,
+                "modelBytes": self.model_bytes,
+                "files": len(m.files),
+                "verified": {n: c.stdout for n, c in self.verifies.items()},
+            }
+        )
 
-        def again_if_wiped(names: list[str]) -> dict[str, Any]:
-            """`triggers` + `ignore_changes` for a command that must re-run when any of these
-            nodes lost its copy; no-op (the state's token kept) when all are intact."""
-            if args.manifest is None:  # resolved inside: recon cannot be compared to it
-                return {"triggers": None, "ignore_changes": None}
-            tokens = [self.repairs[n] for n in names if self.repairs[n]]
-            if tokens:
-                return {"triggers": [" ".join(tokens)], "ignore_changes": None}
-            return {"triggers": ["intact"], "ignore_changes": ["triggers"]}
+    def _again(self, nodes: Sequence[SparkNode]) -> Again:
+        return Again.when_wiped([t for n in nodes if (t := self.repairs[n.name])])
 
-        fetch_again = again_if_wiped([head.name])
-        self.fetch = remote.Command(
+    def _image(self, node: SparkNode) -> pulumi.Output[str]:
+        return pulumi.Output.from_input(self._args.image_ids[node.name])
+
+    def _labels(self, role: str) -> dict[str, str]:
+        return {**self._args.labels, "spark-vllm.role": role}
+
+    def _fetch(self, name: str) -> remote.Command:
+        """Once, on the head: the snapshot from the hub (the token on stdin, never logged)."""
+        a, head = self._args, self._args.cluster.head
+        again = self._again([head])
+        token = a.hf_token if a.hf_token is not None else pulumi.Output.secret("")
+        return head.command(
             f"{name}-fetch",
-            connection=head.connection,
-            add_previous_output_in_env=False,  # see scripts.py
-            create=pulumi.Output.all(manifest, args.image_ids[head.name]).apply(
-                lambda a: scripts.model_fetch(
-                    a[1],
-                    args.cache_dir,
-                    args.repo,
-                    a[0].commit,
-                    args.revision,
-                    args.endpoint,
-                    {**args.labels, "spark-vllm.role": "model-fetch"},
+            self,
+            create=self._image(head).apply(
+                lambda image: model_fetch(
+                    image, a.model.cache_dir, a.model.repo, a.manifest.commit, a.model.revision,
+                    a.model.endpoint, self._labels("model-fetch"),
                 )
             ),
             stdin=token,
             logging=remote.Logging.NONE,
-            triggers=fetch_again["triggers"],
-            opts=pulumi.ResourceOptions.merge(
-                child,
-                pulumi.ResourceOptions(
-                    retain_on_delete=True,
-                    additional_secret_outputs=["stdout", "stderr"],
-                    ignore_changes=fetch_again["ignore_changes"],
-                ),
-            ),
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            retain_on_delete=True,
+            secret_outputs=["stdout", "stderr"],
         )
-        self.syncs = {}
-        self.depends_on: dict[str, list[pulumi.Resource]] = {}
-        seed_start = seed_stop = None
-        if others:
-            self.depends_on[f"{name}-seed"] = [self.fetch]
-            seed_again = again_if_wiped(targets)
-            seed_start = remote.Command(
-                f"{name}-seed",
-                connection=head.connection,
-                add_previous_output_in_env=False,  # see scripts.py
-                create=pulumi.Output.all(manifest, args.image_ids[head.name]).apply(
-                    lambda a: scripts.model_seeder_start(
-                        a[1],
-                        args.cache_dir,
-                        args.repo,
-                        head.fabric_ip,
-                        {**args.labels, "spark-vllm.role": "model-seeder"},
-                        targets,
-                        a[0].commit,
-                    )
-                ),
-                triggers=seed_again["triggers"],
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    depends_on=self.depends_on[f"{name}-seed"],
-                    ignore_changes=seed_again["ignore_changes"],
-                ),
-            )
-            for node in others:
-                self.depends_on[f"{name}-sync-{node.name}"] = [seed_start]
-                sync_again = again_if_wiped([node.name])
-                self.syncs[node.name] = remote.Command(
-                    f"{name}-sync-{node.name}",
-                    connection=node.connection,
-                    add_previous_output_in_env=False,  # see scripts.py
-                    create=pulumi.Output.from_input(args.image_ids[node.name]).apply(
-                        lambda image: scripts.model_sync(
-                            image, args.cache_dir, {**args.labels, "spark-vllm.role": "model-sync"}
-                        )
-                    ),
-                    stdin=manifest.apply(
-                        lambda m: scripts.model_manifest_json(
-                            m.repo, m.commit, m.revision, m.files, head.fabric_ip
-                        )
-                    ),
-                    triggers=sync_again["triggers"],
-                    opts=pulumi.ResourceOptions(
-                        parent=self,
-                        depends_on=self.depends_on[f"{name}-sync-{node.name}"],
-                        retain_on_delete=True,
-                        ignore_changes=sync_again["ignore_changes"],
-                    ),
-                )
-            self.depends_on[f"{name}-seed-stop"] = list(self.syncs.values())
-            seed_stop = remote.Command(
-                f"{name}-seed-stop",
-                connection=head.connection,
-                add_previous_output_in_env=False,  # see scripts.py
-                create=pulumi.Output.all(self.commit, args.image_ids[head.name]).apply(
-                    lambda a: scripts.model_seeder_stop(targets, a[0], a[1])
-                ),
-                triggers=seed_again["triggers"],
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    depends_on=self.depends_on[f"{name}-seed-stop"],
-                    ignore_changes=seed_again["ignore_changes"],
-                ),
-            )
-        self.seeder = (seed_start, seed_stop)
 
-        self.verifies = {}
-        for node in args.nodes:
-            landed = self.fetch if node is head else self.syncs[node.name]
-            self.depends_on[f"{name}-verify-{node.name}"] = [landed]
-            verify_again = again_if_wiped([node.name])
-            self.verifies[node.name] = remote.Command(
-                f"{name}-verify-{node.name}",
-                connection=node.connection,
-                add_previous_output_in_env=False,  # see scripts.py
-                create=manifest.apply(
-                    lambda m: scripts.model_verify(args.cache_dir, m.repo, m.commit, m.files)
+    def _fan_out(self, name: str) -> None:
+        """The seeder on the head, a sync on every worker, and the seeder's stop after them."""
+        a, head, workers = self._args, self._args.cluster.head, self._args.cluster.workers
+        targets = [n.name for n in workers]
+        again = self._again(workers)
+        start = head.command(
+            f"{name}-seed",
+            self,
+            create=self._image(head).apply(
+                lambda image: model_seeder_start(
+                    image, a.model.cache_dir, a.model.repo, head.fabric_ip,
+                    self._labels("model-seeder"), targets, a.manifest.commit,
+                )
+            ),
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            depends_on=[self.fetch],
+        )
+        manifest = model_manifest_json(
+            a.model.repo, a.manifest.commit, a.model.revision, a.manifest.files, head.fabric_ip
+        )
+        for node in workers:
+            node_again = self._again([node])
+            self.syncs[node.name] = node.command(
+                f"{name}-sync-{node.name}",
+                self,
+                create=self._image(node).apply(
+                    lambda image: model_sync(image, a.model.cache_dir, self._labels("model-sync"))
                 ),
-                triggers=verify_again["triggers"],
-                opts=pulumi.ResourceOptions(
-                    parent=self,
-                    depends_on=self.depends_on[f"{name}-verify-{node.name}"],
-                    ignore_changes=verify_again["ignore_changes"],
-                ),
+                stdin=manifest,
+                triggers=node_again.triggers,
+                ignore_changes=node_again.ignore_changes,
+                depends_on=[start],
+                retain_on_delete=True,
             )
-        self.register_outputs(
-            {
-                # repo/revision too: stack-level policies (prod-pinned) read outputs
-                "repo": args.repo,
-                "revision": args.revision,
-                "commit": self.commit,
-                "modelBytes": self.model_bytes,
-                "files": manifest.apply(lambda m: len(m.files)),
-                "verified": {n: c.stdout for n, c in self.verifies.items()},
-            }
+        stop = head.command(
+            f"{name}-seed-stop",
+            self,
+            create=self._image(head).apply(
+                lambda image: model_seeder_stop(targets, a.manifest.commit, image)
+            ),
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            depends_on=list(self.syncs.values()),
+        )
+        self.seeder = (start, stop)
+
+    def _verify(self, name: str, node: SparkNode) -> remote.Command:
+        """On every node, after its own fetch or sync: every file of the commit, with its size."""
+        a = self._args
+        landed = self.fetch if node is a.cluster.head else self.syncs[node.name]
+        again = self._again([node])
+        return node.command(
+            f"{name}-verify-{node.name}",
+            self,
+            create=model_verify(a.model.cache_dir, a.model.repo, a.manifest.commit,
+                                a.manifest.files),
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            depends_on=[landed],
         )

@@ -1,7 +1,9 @@
 """NcclEnvironment: the NCCL/Gloo/UCX/Ray environment of every node, derived, never typed in.
 
-Pure derivation from config and recon facts (field notes 2.5-2.6): every socket-based library is
-pinned to the node's primary fabric interface, Ray and vLLM advertise the node's fabric address,
+Pure derivation from config and recon facts: every socket-based library is pinned to the node's
+primary fabric interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME; NCCL's environment variables:
+https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html), Ray and vLLM advertise
+the node's fabric address,
 and with RDMA on NCCL gets exactly the RoCE HCAs whose link is up (a carrier-down twin in
 NCCL_IB_HCA makes NCCL fail or hang at init). The component creates no resources; it exists so
 policies can review the environment (`rdma`, per node `env` and fabric facts) as props.
@@ -13,8 +15,9 @@ from dataclasses import dataclass, field
 
 import pulumi
 
-from components.config import NodeConfig, StackConfig
-from components.facts import NodeFacts
+from components.spark_node import Cluster
+from config import NcclConfig, NodeConfig
+from inspection.facts import NodeFacts
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,9 @@ def up_hcas(node: NodeConfig, facts: NodeFacts) -> list[str]:
 PER_NODE_KEYS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES")
 
 
-def node_env(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> dict[str, str]:
-    """The environment variables of one node's Ray container (and so of vLLM's workers)."""
+def node_env(nccl: NcclConfig, node: NodeConfig, facts: NodeFacts, head_ip: str) -> dict[str, str]:
+    """The environment variables of one node's Ray container (and so of vLLM's workers);
+    `head_ip` is the head's primary fabric address."""
     iface = node.primary.interface
     ip = node.primary.ip
     env = {
@@ -60,12 +64,13 @@ def node_env(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> dict[str, 
         "UCX_NET_DEVICES": iface,
         "VLLM_HOST_IP": ip,
         "RAY_NODE_IP_ADDRESS": ip,
-        "MASTER_ADDR": cfg.head.primary.ip,
-        # Ray's OOM killer reads unified memory as host RAM and kills vLLM workers (field notes).
+        "MASTER_ADDR": head_ip,
+        # Ray's memory monitor reads unified memory as host RAM and kills vLLM workers; 0 turns
+        # it off (https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html).
         "RAY_memory_monitor_refresh_ms": "0",
-        "NCCL_DEBUG": cfg.nccl.debug,
+        "NCCL_DEBUG": nccl.debug,
     }
-    if cfg.nccl.rdma:
+    if nccl.rdma:
         hcas = up_hcas(node, facts)
         if not hcas:
             raise ValueError(
@@ -77,20 +82,20 @@ def node_env(cfg: StackConfig, node: NodeConfig, facts: NodeFacts) -> dict[str, 
         env["NCCL_IB_DISABLE"] = "0"
     else:
         env["NCCL_IB_DISABLE"] = "1"
-    env.update(cfg.nccl.extra_env)
+    env.update(nccl.extra_env)
     return env
 
 
-def docker_extras(cfg: StackConfig) -> DockerExtras:
-    if not cfg.nccl.rdma:
+def docker_extras(nccl: NcclConfig) -> DockerExtras:
+    if not nccl.rdma:
         return DockerExtras()
     return DockerExtras(devices=["/dev/infiniband"], cap_add=["IPC_LOCK"], memlock_unlimited=True)
 
 
 @dataclass
 class NcclEnvironmentArgs:
-    cfg: StackConfig
-    facts: dict[str, NodeFacts]
+    nccl: NcclConfig
+    cluster: Cluster  # each node's config and recon facts
 
 
 class NcclEnvironment(pulumi.ComponentResource):
@@ -101,20 +106,17 @@ class NcclEnvironment(pulumi.ComponentResource):
 
     def __init__(
         self, name: str, args: NcclEnvironmentArgs, opts: pulumi.ResourceOptions | None = None
-    ):
-        cfg = args.cfg
-        missing = [n.name for n in cfg.nodes if n.name not in args.facts]
-        if missing:
-            raise ValueError(f"NcclEnvironment {name}: no recon facts for nodes {missing}")
-        self.env = {n.name: node_env(cfg, n, args.facts[n.name]) for n in cfg.nodes}
-        self.extras = docker_extras(cfg)
+    ) -> None:
+        nccl, cluster = args.nccl, args.cluster
+        head_ip = cluster.head.fabric_ip
+        self.env = {n.name: node_env(nccl, n.node, n.facts, head_ip) for n in cluster.nodes}
+        self.extras = docker_extras(nccl)
         props_nodes = []
-        for n in cfg.nodes:
-            facts = args.facts[n.name]
+        for n in cluster.nodes:
             fabric = []
-            for f in n.fabric:
-                iface = facts.interface(f.interface)
-                hca = facts.roce_device(f.hca) if f.hca else None
+            for f in n.node.fabric:
+                iface = n.facts.interface(f.interface)
+                hca = n.facts.roce_device(f.hca) if f.hca else None
                 fabric.append(
                     {
                         "interface": f.interface,
@@ -129,7 +131,7 @@ class NcclEnvironment(pulumi.ComponentResource):
         super().__init__(
             "spark-vllm:nccl:NcclEnvironment",
             name,
-            {"rdma": cfg.nccl.rdma, "minMtu": cfg.nccl.min_mtu, "nodes": props_nodes},
+            {"rdma": nccl.rdma, "minMtu": nccl.min_mtu, "nodes": props_nodes},
             opts,
         )
         self.register_outputs({"env": self.env})

@@ -6,6 +6,9 @@ host key from config: the SSH transport of the docker provider via a known_hosts
 the pinned keys with `StrictHostKeyChecking=yes`, pulumi-command via `host_key`. A node that
 presents another key is refused before anything runs.
 
+`SparkNode.command(...)` is how every component runs a script on a node: the connection, no
+previous output in the environment (hostscripts/__init__.py says why) and the component as parent.
+
 Foreign containers the preflight plan says to stop are stopped here, one `remote.Command` each,
 whose delete starts them again, so `pulumi destroy` gives the machine back as it was found.
 """
@@ -13,22 +16,22 @@ whose delete starts them again, so `pulumi destroy` gives the machine back as it
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components import scripts
-from components.config import NodeConfig, StackConfig
-from components.facts import ContainerFacts, NodeFacts
+from config import NodeConfig, SshConfig, StackConfig
+from config.paths import local_state_dir
+from hostscripts.common import known_hosts_line
+from hostscripts.foreign import start_foreign_container, stop_foreign_container
+from inspection.facts import ContainerFacts, NodeFacts
 
-
-def state_dir() -> Path:
-    """Local per-user directory for files the SSH transport needs (known_hosts)."""
-    return Path(os.environ.get("SPARK_VLLM_HOME", os.path.expanduser("~/.cache/spark-vllm")))
+Role = Literal["head", "worker"]
 
 
 def write_known_hosts(cfg: StackConfig, project: str, stack: str) -> Path:
@@ -37,10 +40,8 @@ def write_known_hosts(cfg: StackConfig, project: str, stack: str) -> Path:
     Written on every run (preview included): the docker provider dials the nodes at configure
     time, before any resource exists, so the file must be there already.
     """
-    path = state_dir() / "known_hosts" / f"{project}.{stack}"
-    text = "".join(
-        scripts.known_hosts_line(n.host, n.port, n.pinned_host_key) + "\n" for n in cfg.nodes
-    )
+    path = local_state_dir() / "known_hosts" / f"{project}.{stack}"
+    text = "".join(known_hosts_line(n.host, n.port, n.pinned_host_key) + "\n" for n in cfg.nodes)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         tmp = path.with_suffix(".tmp")
@@ -80,11 +81,11 @@ def facts_summary(facts: NodeFacts) -> dict[str, Any]:
 
 @dataclass
 class SparkNodeArgs:
-    node: NodeConfig
+    node: NodeConfig  # its host key pinned (config.pin_host_keys)
+    ssh: SshConfig
     facts: NodeFacts
-    role: str  # "head" | "worker"
-    private_key_path: str
-    connect_timeout_seconds: int
+    role: Role
+    private_key_path: str  # the file ssh uses (config.ssh_key_path)
     known_hosts_path: str
     ssh_private_key: pulumi.Input[str]  # secret
     stack_label: str  # <project>/<stack>, recorded with containers the stack stops
@@ -101,18 +102,19 @@ class SparkNode(pulumi.ComponentResource):
     connection: remote.ConnectionArgs
     stopped: list[remote.Command]
 
-    def __init__(self, name: str, args: SparkNodeArgs, opts: pulumi.ResourceOptions | None = None):
-        if args.role not in ("head", "worker"):
-            raise ValueError(f"SparkNode {name}: role must be head or worker, got {args.role!r}")
+    def __init__(
+        self, name: str, args: SparkNodeArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
         node = args.node
         super().__init__(
             "spark-vllm:spark_node:SparkNode",
             name,
-            {"name": node.name, "host": node.host, "hostKey": node.pinned_host_key, "role": args.role},
+            {"name": node.name, "host": node.host, "hostKey": node.pinned_host_key,
+             "role": args.role},
             opts,
         )
         self.name = node.name
-        self.role = args.role
+        self.role: Role = args.role
         self.node = node
         self.facts = args.facts
         self.fabric_ip = node.primary.ip
@@ -127,7 +129,7 @@ class SparkNode(pulumi.ComponentResource):
             "-o",
             "BatchMode=yes",
             "-o",
-            f"ConnectTimeout={args.connect_timeout_seconds}",
+            f"ConnectTimeout={args.ssh.connect_timeout_seconds}",
         ]
         registry_auth = None
         if args.plain_http_registry:
@@ -149,19 +151,17 @@ class SparkNode(pulumi.ComponentResource):
             user=node.user,
             host_key=node.pinned_host_key,
             private_key=pulumi.Output.secret(args.ssh_private_key),
-            per_dial_timeout=args.connect_timeout_seconds,
+            per_dial_timeout=args.ssh.connect_timeout_seconds,
             dial_error_limit=3,
         )
 
         self.stopped_names = [c.name for c in args.stop_containers]
         self.stopped = [
-            remote.Command(
+            self.command(
                 f"{name}-stop-{c.name}",
-                connection=self.connection,
-                add_previous_output_in_env=False,  # see scripts.py
-                create=scripts.stop_foreign_container(c.name, args.stack_label),
-                delete=scripts.start_foreign_container(c.name),
-                opts=pulumi.ResourceOptions(parent=self),
+                self,
+                create=stop_foreign_container(c.name, args.stack_label),
+                delete=start_foreign_container(c.name),
             )
             for c in args.stop_containers
         ]
@@ -178,3 +178,62 @@ class SparkNode(pulumi.ComponentResource):
                 "stoppedContainers": self.stopped_names,
             }
         )
+
+    def command(
+        self,
+        name: str,
+        parent: pulumi.Resource,
+        *,
+        create: pulumi.Input[str],
+        delete: pulumi.Input[str] | None = None,
+        stdin: pulumi.Input[str] | None = None,
+        triggers: Sequence[Any] | None = None,
+        logging: remote.Logging | None = None,
+        depends_on: Sequence[pulumi.Resource] = (),
+        ignore_changes: list[str] | None = None,
+        retain_on_delete: bool | None = None,
+        secret_outputs: list[str] | None = None,
+        delete_before_replace: bool | None = None,
+        timeout_seconds: int | None = None,
+    ) -> remote.Command:
+        """A `remote.Command` that runs on this node, as a child of `parent`."""
+        timeouts = None
+        if timeout_seconds is not None:
+            timeouts = pulumi.CustomTimeouts(
+                create=f"{timeout_seconds}s", update=f"{timeout_seconds}s"
+            )
+        return remote.Command(
+            name,
+            connection=self.connection,
+            add_previous_output_in_env=False,
+            create=create,
+            delete=delete,
+            stdin=stdin,
+            triggers=list(triggers) if triggers is not None else None,
+            logging=logging,
+            opts=pulumi.ResourceOptions(
+                parent=parent,
+                depends_on=list(depends_on) or None,
+                ignore_changes=ignore_changes,
+                retain_on_delete=retain_on_delete,
+                additional_secret_outputs=secret_outputs,
+                delete_before_replace=delete_before_replace,
+                custom_timeouts=timeouts,
+            ),
+        )
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """The nodes of a stack: the Ray head (the first node of the config) and the workers."""
+
+    head: SparkNode
+    workers: tuple[SparkNode, ...]
+
+    @property
+    def nodes(self) -> tuple[SparkNode, ...]:
+        return (self.head, *self.workers)
+
+    @property
+    def names(self) -> list[str]:
+        return [n.name for n in self.nodes]

@@ -8,19 +8,22 @@ out and verified on every node -> Ray head -> Ray workers -> `ray status` shows 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 
-from components.config import Secrets, StackConfig
-from components.facts import ContainerFacts, NodeFacts
-from components.model_cache import ModelCache, ModelCacheArgs, ModelManifest
+from components.model_cache import ModelCache, ModelCacheArgs
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
-from components.spark_node import SparkNode, SparkNodeArgs, write_known_hosts
+from components.spark_node import Cluster, SparkNode, SparkNodeArgs, write_known_hosts
 from components.vllm_image import VllmImage, VllmImageArgs, registry_host
 from components.vllm_server import VllmServer, VllmServerArgs
+from config import Secrets, StackConfig
+from inspection.facts import NodeFacts
+from inspection.hub import ModelManifest
+from inspection.preflight import Plan
 
 
 def ownership_labels(project: str, stack: str) -> dict[str, str]:
@@ -28,12 +31,12 @@ def ownership_labels(project: str, stack: str) -> dict[str, str]:
     return {"spark-vllm.managed": "true", "spark-vllm.stack": f"{project}/{stack}"}
 
 
-def vllm_restart_reason(facts: dict[str, NodeFacts], stack_label: str) -> str:
+def vllm_restart_reason(facts: Mapping[str, NodeFacts], stack_label: str) -> str | None:
     """Why `vllm serve` must start again although nothing in its configuration changed.
 
     A stack Ray container that recon finds stopped (this up will start it again) or a dead
     `vllm serve` in the head container: vLLM does not survive losing a tensor-parallel worker,
-    and starting the container again does not bring vLLM back. "none" when all is well.
+    and starting the container again does not bring vLLM back. None when all is well.
     """
     reasons = []
     for name, f in sorted(facts.items()):
@@ -47,18 +50,22 @@ def vllm_restart_reason(facts: dict[str, NodeFacts], stack_label: str) -> str:
             for c, alive in sorted(f.vllm_serve.items())
             if not alive
         ]
-    return "; ".join(reasons) or "none"
+    return "; ".join(reasons) or None
 
 
 @dataclass
 class StackHandles:
     cfg: StackConfig
-    nodes: dict[str, SparkNode]
+    cluster: Cluster
     nccl: NcclEnvironment
     image: VllmImage
     model: ModelCache
     ray: RayCluster
     vllm: VllmServer
+
+    @property
+    def nodes(self) -> dict[str, SparkNode]:
+        return {n.name: n for n in self.cluster.nodes}
 
     def exports(self) -> dict[str, Any]:
         """What `pulumi stack output` shows (the names are part of the contract)."""
@@ -83,76 +90,51 @@ class StackHandles:
 
 def build_stack(
     cfg: StackConfig,
-    facts: dict[str, NodeFacts],
-    plan: Any,
+    facts: Mapping[str, NodeFacts],
+    plan: Plan,
     secrets: Secrets,
+    *,
+    manifest: ModelManifest,
+    key_path: str | None = None,
     project: str | None = None,
     stack: str | None = None,
-    *,
-    manifest: ModelManifest | None = None,
-    key_path: str | None = None,
 ) -> StackHandles:
-    """Create every component. `plan` is preflight's Plan (`stop_containers` per node).
+    """Create every component, in the order of the module docstring.
 
-    `manifest` is the model resolved on the hub before recon (its size feeds preflight);
-    `key_path` the SSH key file the docker provider's ssh transport uses (config.ssh_key_path).
+    `facts` and `plan` come from recon and preflight; `manifest` is the model resolved at the
+    hub before recon (its size fed preflight); `key_path` the SSH key file the docker
+    provider's ssh transport uses (config.ssh_key_path).
     """
     project = project or pulumi.get_project()
     stack = stack or pulumi.get_stack()
     labels = ownership_labels(project, stack)
-    known_hosts = write_known_hosts(cfg, project, stack)
-    stop: dict[str, list[ContainerFacts]] = dict(getattr(plan, "stop_containers", None) or {})
-
     missing = [n.name for n in cfg.nodes if n.name not in facts]
     if missing:
         raise ValueError(f"build_stack: recon returned no facts for {missing}")
 
-    nodes: dict[str, SparkNode] = {}
-    for i, n in enumerate(cfg.nodes):
-        nodes[n.name] = SparkNode(
-            n.name,
-            SparkNodeArgs(
-                node=n,
-                facts=facts[n.name],
-                role="head" if i == 0 else "worker",
-                private_key_path=key_path or cfg.ssh.private_key_path,
-                connect_timeout_seconds=cfg.ssh.connect_timeout_seconds,
-                known_hosts_path=str(known_hosts),
-                ssh_private_key=secrets.ssh_private_key,
-                stack_label=labels["spark-vllm.stack"],
-                stop_containers=stop.get(n.name, []),
-                plain_http_registry=(
-                    registry_host(cfg.image.ref) if cfg.image.plain_http_registry else None
-                ),
-            ),
-        )
-    ordered = [nodes[n.name] for n in cfg.nodes]
-
-    nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(cfg=cfg, facts=facts))
-    image = VllmImage(
-        "image", VllmImageArgs(ref=cfg.image.ref, source=cfg.image.source, nodes=ordered)
-    )
+    cluster = _nodes(cfg, facts, plan, secrets, labels, key_path, project, stack)
+    nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(nccl=cfg.nccl, cluster=cluster))
+    image = VllmImage("image", VllmImageArgs(image=cfg.image, cluster=cluster))
     model = ModelCache(
         "model",
         ModelCacheArgs(
-            repo=cfg.model.repo,
-            revision=cfg.model.revision,
-            cache_dir=cfg.model.cache_dir,
-            endpoint=cfg.model.endpoint,
-            nodes=ordered,
+            model=cfg.model,
+            manifest=manifest,
+            cluster=cluster,
             image_ids=image.image_ids,
             labels=labels,
             hf_token=secrets.hf_token,
-            manifest=manifest,
         ),
         opts=pulumi.ResourceOptions(depends_on=[image]),
     )
-    stopped = [c for n in ordered for c in n.stopped]
+    stopped = [c for n in cluster.nodes for c in n.stopped]
     ray = RayCluster(
         "ray",
         RayClusterArgs(
-            cfg=cfg,
-            nodes=ordered,
+            ray=cfg.ray,
+            cache_dir=cfg.model.cache_dir,
+            ready_timeout_seconds=min(cfg.health.timeout_seconds, 600),
+            cluster=cluster,
             image_ids=image.image_ids,
             nccl=nccl,
             labels=labels,
@@ -162,9 +144,13 @@ def build_stack(
     vllm = VllmServer(
         "vllm",
         VllmServerArgs(
-            cfg=cfg,
-            head=ordered[0],
-            nodes=ordered,
+            vllm=cfg.vllm,
+            health=cfg.health,
+            environment=cfg.environment,
+            model=cfg.model.repo,
+            tensor_parallel_size=cfg.tensor_parallel_size,
+            cluster_gpus=cfg.cluster_gpus,
+            cluster=cluster,
             ray=ray,
             commit=model.commit,
             model_bytes=model.model_bytes,
@@ -172,4 +158,39 @@ def build_stack(
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
         ),
     )
-    return StackHandles(cfg, nodes, nccl, image, model, ray, vllm)
+    return StackHandles(cfg, cluster, nccl, image, model, ray, vllm)
+
+
+def _nodes(
+    cfg: StackConfig,
+    facts: Mapping[str, NodeFacts],
+    plan: Plan,
+    secrets: Secrets,
+    labels: Mapping[str, str],
+    key_path: str | None,
+    project: str,
+    stack: str,
+) -> Cluster:
+    """A SparkNode per configured node (the first is the Ray head), with the known_hosts file
+    the docker providers' ssh transport reads already written."""
+    known_hosts = write_known_hosts(cfg, project, stack)
+    registry = registry_host(cfg.image.ref) if cfg.image.plain_http_registry else None
+    nodes = [
+        SparkNode(
+            n.name,
+            SparkNodeArgs(
+                node=n,
+                ssh=cfg.ssh,
+                facts=facts[n.name],
+                role="head" if i == 0 else "worker",
+                private_key_path=key_path or cfg.ssh.private_key_path,
+                known_hosts_path=str(known_hosts),
+                ssh_private_key=secrets.ssh_private_key,
+                stack_label=labels["spark-vllm.stack"],
+                stop_containers=plan.stop_containers.get(n.name, []),
+                plain_http_registry=registry,
+            ),
+        )
+        for i, n in enumerate(cfg.nodes)
+    ]
+    return Cluster(head=nodes[0], workers=tuple(nodes[1:]))

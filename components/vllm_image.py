@@ -10,10 +10,9 @@ Sources:
   resolved to its digest at the registry first (the docker provider's getRegistryImage, through
   the head's provider), like a model revision is resolved to a commit: the nodes pull
   `<repo>@<digest>`, and a tag moved to another image shows in the preview as an image change.
-* `head`: the image was built on the head; the other nodes get it over the fabric. Nodes do not
-  trust each other over SSH, so the head runs a short-lived HTTP seeder on its fabric address that
-  streams `docker save`, each other node pipes it into `docker load`, and the seeder is stopped
-  (see components/scripts.py). Then the RemoteImage on that node finds the image locally.
+* `head`: the image was built on the head; the other nodes get it over the fabric
+  (hostscripts/images.py: a short-lived seeder on the head, a pull on each other node, a stop).
+  Then the RemoteImage on that node finds the image locally.
 
 The component fails the update if the nodes end up with different image IDs: TP ranks running
 different builds fail in ways that are much harder to read later.
@@ -21,15 +20,16 @@ different builds fail in ways that are much harder to read later.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components import scripts
-from components.spark_node import SparkNode
+from components.spark_node import Cluster, SparkNode
+from config import ImageConfig
+from config.forms import is_digest_ref, is_image_id
+from hostscripts.images import image_pull_from_head, image_seeder_start, image_seeder_stop
 
 
 class ImageMismatchError(pulumi.RunError):
@@ -45,10 +45,6 @@ def _same_id(ids: dict[str, str]) -> str:
             "same image: pin spark-vllm:image.ref by digest"
         )
     return distinct[0] if distinct else ""
-
-
-_DIGEST_REF = re.compile(r"@sha256:[0-9a-f]{64}\Z")
-_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
 
 
 def repository(ref: str) -> str:
@@ -68,7 +64,7 @@ def registry_host(ref: str) -> str:
 
 def pinned_ref(ref: str, digest: str) -> str:
     """The ref the nodes pull: the repository at the digest the registry reported for the tag."""
-    if not _DIGEST.fullmatch(digest or ""):
+    if not is_image_id(digest):
         raise ImageMismatchError(
             f"spark-vllm:image.ref: the registry reported {digest!r} for {ref!r}; expected "
             "sha256:<64 hex>"
@@ -78,9 +74,8 @@ def pinned_ref(ref: str, digest: str) -> str:
 
 @dataclass
 class VllmImageArgs:
-    ref: str
-    source: str  # "registry" | "head"
-    nodes: list[SparkNode]  # the head first
+    image: ImageConfig
+    cluster: Cluster
 
 
 class VllmImage(pulumi.ComponentResource):
@@ -91,76 +86,31 @@ class VllmImage(pulumi.ComponentResource):
     image_id: pulumi.Output[str]
     copies: dict[str, remote.Command]
 
-    def __init__(self, name: str, args: VllmImageArgs, opts: pulumi.ResourceOptions | None = None):
-        if args.source not in ("registry", "head"):
-            raise ValueError(f"VllmImage {name}: source must be registry or head")
+    def __init__(
+        self, name: str, args: VllmImageArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        image, cluster = args.image, args.cluster
         # Props can only hold values known before the children exist (a component registers
         # before its children, which need its URN); the image IDs are outputs (register_outputs).
         super().__init__(
             "spark-vllm:vllm_image:VllmImage",
             name,
-            {"ref": args.ref, "source": args.source, "nodes": [n.name for n in args.nodes]},
+            {"ref": image.ref, "source": image.source, "nodes": cluster.names},
             opts,
         )
-        head, others = args.nodes[0], args.nodes[1:]
         self.images = {}
         self.copies = {}
+        self.pull_ref = self._pull_ref(image, cluster.head)
 
-        # What every node pulls: the ref itself when pinned (or built on the head), else the
-        # repository at the digest its tag points to now.
-        pull: pulumi.Input[str] = args.ref
-        if args.source == "registry" and not _DIGEST_REF.search(args.ref):
-            pull = docker.get_registry_image_output(
-                name=args.ref,
-                opts=pulumi.InvokeOutputOptions(parent=self, provider=head.provider),
-            ).apply(lambda r: pinned_ref(args.ref, r.sha256_digest))
-        self.pull_ref = pulumi.Output.from_input(pull)
-
-        self.images[head.name] = docker.RemoteImage(
-            f"{name}-{head.name}",
-            name=self.pull_ref,
-            keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
-        )
-        targets = [n.name for n in others]
-        seeder_start = seeder_stop = None
-        if args.source == "head" and others:
-            seeder_start = remote.Command(
-                f"{name}-seed",
-                connection=head.connection,
-                add_previous_output_in_env=False,  # see scripts.py
-                create=scripts.image_seeder_start(args.ref, head.fabric_ip, targets),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=[self.images[head.name]]),
-            )
-        for node in others:
-            deps: list[pulumi.Resource] = []
-            if seeder_start is not None:
-                copy = remote.Command(
-                    f"{name}-copy-{node.name}",
-                    connection=node.connection,
-                    add_previous_output_in_env=False,  # see scripts.py
-                    create=self.images[head.name].image_id.apply(
-                        lambda i: scripts.image_pull_from_head(args.ref, head.fabric_ip, i or "")
-                    ),
-                    opts=pulumi.ResourceOptions(parent=self, depends_on=[seeder_start]),
-                )
-                self.copies[node.name] = copy
-                deps.append(copy)
-            self.images[node.name] = docker.RemoteImage(
-                f"{name}-{node.name}",
-                name=self.pull_ref,
-                keep_locally=True,
-                opts=pulumi.ResourceOptions(parent=self, provider=node.provider, depends_on=deps),
-            )
-        if self.copies:
-            seeder_stop = remote.Command(
-                f"{name}-seed-stop",
-                connection=head.connection,
-                add_previous_output_in_env=False,  # see scripts.py
-                create=scripts.image_seeder_stop(targets, args.ref),
-                opts=pulumi.ResourceOptions(parent=self, depends_on=list(self.copies.values())),
-            )
-        self.seeder = (seeder_start, seeder_stop)
+        self.images[cluster.head.name] = self._remote_image(name, cluster.head, [])
+        self.seeder: tuple[remote.Command | None, remote.Command | None] = (None, None)
+        if image.source == "head" and cluster.workers:
+            self._copy_from_head(name, image.ref, cluster)
+        for node in cluster.workers:
+            after: list[pulumi.Resource] = []
+            if node.name in self.copies:
+                after.append(self.copies[node.name])
+            self.images[node.name] = self._remote_image(name, node, after)
 
         self.image_ids = {n: img.image_id for n, img in self.images.items()}
         all_ids = pulumi.Output.all(**self.image_ids)
@@ -168,10 +118,59 @@ class VllmImage(pulumi.ComponentResource):
         # ref/source are outputs too: stack-level policies (prod-pinned) read outputs.
         self.register_outputs(
             {
-                "ref": args.ref,
-                "source": args.source,
+                "ref": image.ref,
+                "source": image.source,
                 "pulledRef": self.pull_ref,
                 "imageIds": all_ids,
                 "imageId": self.image_id,
             }
         )
+
+    def _pull_ref(self, image: ImageConfig, head: SparkNode) -> pulumi.Output[str]:
+        """What every node pulls: the ref itself when pinned (or built on the head), else the
+        repository at the digest its tag points to now."""
+        if image.source != "registry" or is_digest_ref(image.ref):
+            return pulumi.Output.from_input(image.ref)
+        return docker.get_registry_image_output(
+            name=image.ref,
+            opts=pulumi.InvokeOutputOptions(parent=self, provider=head.provider),
+        ).apply(lambda r: pinned_ref(image.ref, r.sha256_digest))
+
+    def _remote_image(
+        self, name: str, node: SparkNode, after: list[pulumi.Resource]
+    ) -> docker.RemoteImage:
+        return docker.RemoteImage(
+            f"{name}-{node.name}",
+            name=self.pull_ref,
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=node.provider, depends_on=after or None
+            ),
+        )
+
+    def _copy_from_head(self, name: str, ref: str, cluster: Cluster) -> None:
+        """A seeder on the head, a pull on each worker, and a stop once every pull is done."""
+        head = cluster.head
+        targets = [n.name for n in cluster.workers]
+        start = head.command(
+            f"{name}-seed",
+            self,
+            create=image_seeder_start(ref, head.fabric_ip, targets),
+            depends_on=[self.images[head.name]],
+        )
+        for node in cluster.workers:
+            self.copies[node.name] = node.command(
+                f"{name}-copy-{node.name}",
+                self,
+                create=self.images[head.name].image_id.apply(
+                    lambda i: image_pull_from_head(ref, head.fabric_ip, i or "")
+                ),
+                depends_on=[start],
+            )
+        stop = head.command(
+            f"{name}-seed-stop",
+            self,
+            create=image_seeder_stop(targets, ref),
+            depends_on=list(self.copies.values()),
+        )
+        self.seeder = (start, stop)

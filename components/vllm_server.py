@@ -1,10 +1,10 @@
 """VllmServer: `vllm serve` inside the head Ray container, gated on health.
 
-vLLM with the Ray executor must run inside the head Ray container (field notes 2.7: a separate
-container joining via `ray://` does not work for TP). So this is a `remote.Command` on the head,
-not a container: its create script stops a previous `vllm serve` in the head container, starts
-the new one detached with its output in a log file, and waits for `/health`, `/v1/models`
-listing the served name, and one smoke completion; on failure it prints the log tail.
+vLLM with the Ray executor runs as a Ray driver on the head, inside the head Ray container. So
+this is a `remote.Command` on the head, not a container: its create script stops a previous
+`vllm serve` in the head container, starts the new one detached with its output in a log file,
+and waits for `/health`, `/v1/models` listing the served name, and one smoke completion; on
+failure it prints the log tail (hostscripts/vllm.py).
 
 Consequences that are the point of the design:
 * A vLLM flag change updates only this command (the Ray containers do not see vLLM flags).
@@ -18,103 +18,86 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 from pulumi_command import remote
 
-from components import nccl, scripts
-from components.config import StackConfig
+from components.nccl import PER_NODE_KEYS
 from components.ray_cluster import HEAD_CONTAINER, RayCluster
-from components.spark_node import SparkNode
+from components.spark_node import Cluster
+from config import HealthConfig, VllmConfig
+from hostscripts.vllm import vllm_argv, vllm_start, vllm_stop
 
 
-
-def serve_argv(cfg: StackConfig, commit: str) -> list[str]:
-    v = cfg.vllm
-    return scripts.vllm_argv(
-        model=cfg.model.repo,
-        served_model_name=v.served_model_name,
+def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int) -> list[str]:
+    return vllm_argv(
+        model=model,
+        served_model_name=vllm.served_model_name,
         revision=commit,
-        tensor_parallel_size=cfg.tensor_parallel_size,
-        pipeline_parallel_size=v.pipeline_parallel_size,
-        gpu_memory_utilization=v.gpu_memory_utilization,
-        max_model_len=v.max_model_len,
-        max_num_seqs=v.max_num_seqs,
-        kv_cache_dtype=v.kv_cache_dtype,
-        enable_prefix_caching=v.enable_prefix_caching,
-        load_format=v.load_format,
-        speculative_config=v.speculative_config,
-        enforce_eager=v.enforce_eager,
-        host=v.host,
-        port=v.port,
-        extra_args=v.extra_args,
+        tensor_parallel_size=tensor_parallel_size,
+        pipeline_parallel_size=vllm.pipeline_parallel_size,
+        gpu_memory_utilization=vllm.gpu_memory_utilization,
+        max_model_len=vllm.max_model_len,
+        max_num_seqs=vllm.max_num_seqs,
+        kv_cache_dtype=vllm.kv_cache_dtype,
+        enable_prefix_caching=vllm.enable_prefix_caching,
+        load_format=vllm.load_format,
+        speculative_config=vllm.speculative_config,
+        enforce_eager=vllm.enforce_eager,
+        host=vllm.host,
+        port=vllm.port,
+        extra_args=vllm.extra_args,
     )
 
 
-def local_url(cfg: StackConfig) -> str:
-    host = "127.0.0.1" if cfg.vllm.host == "0.0.0.0" else cfg.vllm.host
-    return f"http://{host}:{cfg.vllm.port}"
+def local_url(vllm: VllmConfig) -> str:
+    host = "127.0.0.1" if vllm.host == "0.0.0.0" else vllm.host
+    return f"http://{host}:{vllm.port}"
 
 
 @dataclass
 class VllmServerArgs:
-    cfg: StackConfig
-    head: SparkNode
-    nodes: list[SparkNode]
+    vllm: VllmConfig
+    health: HealthConfig
+    environment: str
+    model: str  # the HF repo id vLLM serves
+    tensor_parallel_size: int
+    cluster_gpus: int
+    cluster: Cluster
     ray: RayCluster
     commit: pulumi.Input[str]
     model_bytes: pulumi.Input[int]
     api_key: pulumi.Output[str] | None = None
     after: list[pulumi.Resource] = field(default_factory=list)
     # recon's reason to start vLLM again with unchanged flags (stack.vllm_restart_reason)
-    restart_reason: str = "none"
+    restart_reason: str | None = None
 
 
 class VllmServer(pulumi.ComponentResource):
     serve: remote.Command
     endpoint: pulumi.Output[str]
     argv: pulumi.Output[list[str]]
-    depends_on: dict[str, list[pulumi.Resource]]
 
-    def __init__(self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None):
-        cfg = args.cfg
-        props = {
-            "environment": cfg.environment,
-            "tensorParallelSize": cfg.tensor_parallel_size,
-            "pipelineParallelSize": cfg.vllm.pipeline_parallel_size,
-            "clusterGpus": cfg.cluster_gpus,
-            "gpuMemoryUtilization": cfg.vllm.gpu_memory_utilization,
-            "maxModelLen": cfg.vllm.max_model_len,
-            "kvCacheDtype": cfg.vllm.kv_cache_dtype,
-            "enforceEager": cfg.vllm.enforce_eager,
-            "modelBytes": args.model_bytes,
-            "servedModelName": cfg.vllm.served_model_name,
-            "host": cfg.vllm.host,
-            "port": cfg.vllm.port,
-            "nodes": [
-                {
-                    "name": n.name,
-                    "memTotalBytes": n.facts.memory.total_bytes,
-                    "unifiedMemory": n.facts.memory.unified,
-                }
-                for n in args.nodes
-            ],
-        }
-        if args.api_key is not None:
-            props["apiKey"] = pulumi.Output.secret(args.api_key)
+    def __init__(
+        self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        props = self._props(args)
         super().__init__("spark-vllm:vllm_server:VllmServer", name, props, opts)
-
-        self.argv = pulumi.Output.from_input(args.commit).apply(lambda c: serve_argv(cfg, c))
+        v = args.vllm
+        self.argv = pulumi.Output.from_input(args.commit).apply(
+            lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size)
+        )
         create = pulumi.Output.all(self.argv, args.ray.container_ids).apply(
-            lambda a: scripts.vllm_start(
+            lambda a: vllm_start(
                 HEAD_CONTAINER,
                 a[0],
-                local_url(cfg),
-                cfg.vllm.served_model_name,
-                cfg.health.smoke_prompt,
-                cfg.health.timeout_seconds,
+                local_url(v),
+                v.served_model_name,
+                args.health.smoke_prompt,
+                args.health.timeout_seconds,
                 a[1],
-                nccl.PER_NODE_KEYS,
+                PER_NODE_KEYS,
             )
         )
         # Recon's reason to start vLLM again with unchanged flags travels in `triggers`, not in
@@ -124,42 +107,63 @@ class VllmServer(pulumi.ComponentResource):
         # whose variables the node's sshd does not AcceptEnv.) A new marker replaces the
         # command: its delete stops vLLM, then its create starts it (delete_before_replace, so
         # the old command's delete cannot stop the new vLLM).
-        if args.restart_reason == "none":
+        if args.restart_reason is None:
             marker, ignore = "none", ["triggers"]
         else:
             marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
-        deps = [args.ray.ready, *args.ray.workers.values(), args.ray.head, *args.after]
-        self.depends_on = {f"{name}-serve": deps}
         api_key = args.api_key if args.api_key is not None else pulumi.Output.secret("")
-        self.serve = remote.Command(
+        self.serve = args.cluster.head.command(
             f"{name}-serve",
-            connection=args.head.connection,
-            add_previous_output_in_env=False,  # see scripts.py
+            self,
             create=create,
-            delete=scripts.vllm_stop(HEAD_CONTAINER),
+            delete=vllm_stop(HEAD_CONTAINER),
             stdin=api_key,
             triggers=[marker],
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                depends_on=deps,
-                ignore_changes=ignore,
-                delete_before_replace=True,
-                additional_secret_outputs=["stdin"],
-                custom_timeouts=pulumi.CustomTimeouts(
-                    create=f"{cfg.health.timeout_seconds + 300}s",
-                    update=f"{cfg.health.timeout_seconds + 300}s",
-                ),
-            ),
+            depends_on=[args.ray.ready, *args.ray.workers.values(), args.ray.head, *args.after],
+            ignore_changes=ignore,
+            delete_before_replace=True,
+            secret_outputs=["stdin"],
+            timeout_seconds=args.health.timeout_seconds + 300,
         )
-        public = args.head.node.host if cfg.vllm.host == "0.0.0.0" else cfg.vllm.host
-        self.endpoint = pulumi.Output.from_input(f"http://{public}:{cfg.vllm.port}/v1")
+        public = args.cluster.head.node.host if v.host == "0.0.0.0" else v.host
+        self.endpoint = pulumi.Output.from_input(f"http://{public}:{v.port}/v1")
         # The reviewable props are outputs too: stack-level policies (vllm-api-key) see a
         # component's registered outputs, not the inputs that resource-level policies see.
         self.register_outputs(
             {
                 **props,
                 "endpoint": self.endpoint,
-                "servedModelName": cfg.vllm.served_model_name,
+                "servedModelName": v.served_model_name,
                 "health": self.serve.stdout,
             }
         )
+
+    @staticmethod
+    def _props(args: VllmServerArgs) -> dict[str, Any]:
+        """What the policy pack reviews (memory fit, parallelism, API key, ...)."""
+        v = args.vllm
+        props: dict[str, Any] = {
+            "environment": args.environment,
+            "tensorParallelSize": args.tensor_parallel_size,
+            "pipelineParallelSize": v.pipeline_parallel_size,
+            "clusterGpus": args.cluster_gpus,
+            "gpuMemoryUtilization": v.gpu_memory_utilization,
+            "maxModelLen": v.max_model_len,
+            "kvCacheDtype": v.kv_cache_dtype,
+            "enforceEager": v.enforce_eager,
+            "modelBytes": args.model_bytes,
+            "servedModelName": v.served_model_name,
+            "host": v.host,
+            "port": v.port,
+            "nodes": [
+                {
+                    "name": n.name,
+                    "memTotalBytes": n.facts.memory.total_bytes,
+                    "unifiedMemory": n.facts.memory.unified,
+                }
+                for n in args.cluster.nodes
+            ],
+        }
+        if args.api_key is not None:
+            props["apiKey"] = pulumi.Output.secret(args.api_key)
+        return props

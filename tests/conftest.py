@@ -25,7 +25,7 @@ import pulumi
 import pytest
 import yaml
 
-from components.facts import (
+from inspection.facts import (
     ContainerFacts,
     DockerFacts,
     GpuFacts,
@@ -260,7 +260,7 @@ class _SyncExecutor(concurrent.futures.ThreadPoolExecutor):
         fut: concurrent.futures.Future = concurrent.futures.Future()
         try:
             fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+        except BaseException as exc:  # handed to the awaiting coroutine
             fut.set_exception(exc)
         return fut
 

@@ -279,7 +279,7 @@ def test_remote_command_with_pinned_host_key(cmd_env, tmp_path, sshd, pinned):
 def test_remote_command_fails_when_sshd_refuses_an_environment_variable(cmd_env, tmp_path, sshd):
     """pulumi-command 1.2.1 fails the command (it does not warn and go on) when the server's
     AcceptEnv does not list a variable: the program must never pass `environment` to a remote
-    command (tests/unit/test_graph.py checks that it does not)."""
+    command (tests/unit/components/test_graph.py checks that it does not)."""
     from pulumi_command import remote
 
     ran = tmp_path / "must-not-exist"
@@ -299,7 +299,7 @@ def test_remote_command_fails_when_sshd_refuses_an_environment_variable(cmd_env,
 def test_remote_command_cannot_verify_a_pinned_rsa_host_key(cmd_env, tmp_path, sshd):
     """pulumi-command 1.2.1 offers only the SHA-1 `ssh-rsa` algorithm for a pinned RSA key,
     which OpenSSH >= 8.8 refuses: the config refuses ssh-rsa host keys for this reason
-    (components/config.py, tests/unit/test_config.py)."""
+    (config/models.py, tests/unit/config/test_config.py)."""
     from pulumi_command import remote
 
     def program():

@@ -268,7 +268,7 @@ def test_source_tarball_with_another_digest_is_refused(tmp_path, release_bundle)
     cli = f"pulumi-v{PINS['cli']}-linux-x64.tar.gz"
     shutil.copy(release_bundle / cli, only_cli / cli)
     (only_cli / "SHA256SUMS").write_text(
-        next(l for l in (release_bundle / "SHA256SUMS").read_text().splitlines() if cli in l) + "\n")
+        next(ln for ln in (release_bundle / "SHA256SUMS").read_text().splitlines() if cli in ln) + "\n")
     done = _fresh_setup(tmp_path, TOOLCHAIN_BUNDLE=str(only_cli), TOOLCHAIN_SOURCES=str(sources))
     assert done.returncode == 1
     assert "FAILED: source bundle" in done.stderr and "expected 9ee4036a" in done.stderr, done.stderr

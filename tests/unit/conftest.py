@@ -12,16 +12,17 @@ from typing import Any
 import pulumi
 import pytest
 
-from components import model_cache
-from components.config import Secrets, validate_config
-from components.model_cache import ModelManifest
+from config import Secrets, validate_config
+from inspection import hub
+from inspection.hub import ModelFile, ModelManifest
+from inspection.preflight import Plan
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 MODEL_FILES = (
-    {"path": "config.json", "size": 1234, "etag": "a" * 40},
-    {"path": "model-00001-of-00002.safetensors", "size": 5_000_000, "etag": "b" * 64},
-    {"path": "model-00002-of-00002.safetensors", "size": 4_000_000, "etag": "c" * 64},
-    {"path": "tokenizer/tokenizer.json", "size": 777, "etag": "d" * 40},
+    ModelFile(path="config.json", size=1234, etag="a" * 40),
+    ModelFile(path="model-00001-of-00002.safetensors", size=5_000_000, etag="b" * 64),
+    ModelFile(path="model-00002-of-00002.safetensors", size=4_000_000, etag="c" * 64),
+    ModelFile(path="tokenizer/tokenizer.json", size=777, etag="d" * 40),
 )
 API_KEY = "sk-unit-test-api-key-0001"
 # fake; the header is split so the repository's secret scan does not flag test data
@@ -48,7 +49,7 @@ def fixed_model(monkeypatch):
         calls.append((repo, revision, endpoint, token))
         return ModelManifest(repo, revision, COMMIT, MODEL_FILES)
 
-    monkeypatch.setattr(model_cache, "resolve_model", resolve)
+    monkeypatch.setattr(hub, "resolve_model", resolve)
     return calls
 
 
@@ -77,7 +78,9 @@ def build(mocks, gb10_facts, config_raw):
         cfg = validate_config(raw if raw is not None else config_raw(nodes, **overrides))
         if facts is None:
             facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
-        return stack.build_stack(cfg, facts, plan, secrets(api_key, hf_token))
+        manifest = ModelManifest(cfg.model.repo, cfg.model.revision, COMMIT, MODEL_FILES)
+        return stack.build_stack(cfg, facts, plan or Plan(), secrets(api_key, hf_token),
+                                 manifest=manifest)
 
     return _build
 
@@ -96,6 +99,22 @@ def ignored_changes(mocks, monkeypatch) -> dict[str, list[str]]:
     return ignored
 
 
+@pytest.fixture
+def dependencies(mocks, monkeypatch) -> dict[str, set[str]]:
+    """Resource name -> the names of what the engine is told it depends on, read from the
+    RegisterResource requests the mock monitor receives (the components keep no such list).
+    A component in depends_on reaches the engine as the component's children."""
+    deps: dict[str, set[str]] = {}
+    original = mocks.monitor.RegisterResource
+
+    def record(request):
+        deps[request.name] = {urn.split("::")[-1] for urn in request.dependencies}
+        return original(request)
+
+    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+    return deps
+
+
 def settled(h, *outputs):
     """An Output that resolves once every leaf resource of the stack has registered.
 
@@ -103,7 +122,7 @@ def settled(h, *outputs):
     this (or applying on it) guarantees that, whatever order the SDK registers in.
     """
     leaves = []
-    for n in h.nodes.values():
+    for n in h.cluster.nodes:
         leaves += [n.provider, *n.stopped]
     leaves += [*h.image.images.values(), *h.image.copies.values()]
     leaves += [r for r in (*h.image.seeder, *h.model.seeder) if r is not None]

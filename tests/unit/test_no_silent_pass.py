@@ -1,4 +1,7 @@
-"""The harness must fail when an assertion inside an apply fails (pulumi-notes 2.4).
+"""The harness must fail when an assertion inside an apply fails.
+
+(Pulumi's unit-testing guide: https://www.pulumi.com/docs/using-pulumi/testing/unit/ ; an
+undecorated test or unknown outputs let an apply's assertion never run.)
 
 A test that forgets `@pulumi.runtime.test`, or lets outputs stay unknown, passes whatever its
 applies assert. These tests run deliberately failing test bodies through the same decorator and

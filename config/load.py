@@ -1,0 +1,136 @@
+"""Reading the stack config and its secrets from the Pulumi runtime.
+
+Every value the program acts on comes from `Pulumi.<stack>.yaml` under the `spark-vllm`
+namespace. Secrets (`hfToken`, `vllmApiKey`, `sshPrivateKey`) never enter the config models:
+`load_secrets` returns them as secret Outputs that components pass straight to resources.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+
+from config.errors import ConfigError, key_path
+from config.known_hosts import pin_host_keys
+from config.models import NAMESPACE, SECRET_KEYS, StackConfig
+from config.paths import local_state_dir
+from config.validate import validate_config
+
+
+def _present_keys() -> set[str]:
+    """Every key set under the namespace, read from the SDK's config store (for unknown keys)."""
+    from pulumi.runtime import config as rc
+
+    keys = set(rc.CONFIG.get()) | set(rc.get_config_env())
+    prefix = f"{NAMESPACE}:"
+    return {k[len(prefix) :] for k in keys if k.startswith(prefix)}
+
+
+def load_config(pulumi_config: pulumi.Config | None = None) -> StackConfig:
+    """Read every top-level key of the `spark-vllm` namespace and validate the whole config."""
+    conf = pulumi_config or pulumi.Config(NAMESPACE)
+    raw: dict[str, Any] = {}
+    problems: list[str] = []
+    for name, field in StackConfig.model_fields.items():
+        key = field.alias or name
+        try:
+            value = conf.get(key) if key == "environment" else conf.get_object(key)
+        except Exception:  # ConfigTypeError: not JSON where a mapping/list is expected
+            problems.append(
+                f"{key_path((key,))}: got {conf.get(key)!r}; expected a YAML mapping/list"
+            )
+            continue
+        if value is not None:
+            raw[key] = value
+    known = {f.alias or n for n, f in StackConfig.model_fields.items()} | set(SECRET_KEYS)
+    for extra in sorted(_present_keys() - known):
+        problems.append(
+            f"{key_path((extra,))}: unknown key; expected one of: {', '.join(sorted(known))}"
+        )
+    if problems:
+        raise ConfigError(problems)
+    return pin_host_keys(validate_config(raw))
+
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """Secret Outputs. Never plaintext in Python: they flow only into resource inputs."""
+
+    ssh_private_key: pulumi.Output[str]
+    hf_token: pulumi.Output[str] | None = None
+    vllm_api_key: pulumi.Output[str] | None = None
+
+
+def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -> Secrets:
+    """Read the secret keys. Outside dev an API key for vLLM is required.
+
+    `sshPrivateKey` falls back to the file at `ssh.privateKeyPath` (the docker provider's ssh
+    transport needs that file anyway), read once and wrapped as a secret.
+    """
+    from pulumi.runtime import config as rc
+
+    conf = pulumi_config or pulumi.Config(NAMESPACE)
+    problems = [
+        f"{key_path((k,))}: set in plaintext; expected a secret (pulumi config set --secret "
+        f"{k} ...)"
+        for k in SECRET_KEYS
+        if k in _present_keys() and not rc.is_config_secret(f"{NAMESPACE}:{k}")
+    ]
+    api_key = conf.get_secret("vllmApiKey")
+    if api_key is None and cfg.environment != "dev":
+        problems.append(
+            f"{key_path(('vllmApiKey',))}: missing; expected a secret API key for vLLM outside dev "
+            "(pulumi config set --secret vllmApiKey ...)"
+        )
+    ssh_key = conf.get_secret("sshPrivateKey")
+    if ssh_key is None:
+        path = cfg.ssh.private_key_file
+        if path.is_file():
+            ssh_key = pulumi.Output.secret(path.read_text())
+        else:
+            problems.append(
+                f"{key_path(('sshPrivateKey',))}: missing and "
+                f"{key_path(('ssh', 'privateKeyPath'))} "
+                f"{str(path)!r} is not a file; expected a secret private key or a readable key file"
+            )
+    if problems or ssh_key is None:
+        raise ConfigError(problems)
+    return Secrets(
+        ssh_private_key=ssh_key, hf_token=conf.get_secret("hfToken"), vllm_api_key=api_key
+    )
+
+
+def secret_plaintext(key: str) -> str | None:
+    """The decrypted value of a secret key, for the few in-process uses that cannot wait for an
+    Output: the hub lookup (HF token) and the SSH key file. Never log or export what it returns.
+    """
+    from pulumi.runtime import config as rc
+
+    value = rc.get_config(f"{NAMESPACE}:{key}")
+    return value or None
+
+
+def ssh_key_path(cfg: StackConfig) -> str:
+    """The private key file recon and the docker provider's ssh transport use.
+
+    The ssh binary needs a file: when the stack holds the key in the secret `sshPrivateKey`, it
+    is written (mode 0600, only when changed) to a path that depends only on the project and
+    stack, so the docker providers' ssh options do not change from run to run.
+    """
+    key = secret_plaintext("sshPrivateKey")
+    if key is None:
+        return str(cfg.ssh.private_key_file)
+    folder = local_state_dir() / "keys"
+    folder.mkdir(parents=True, exist_ok=True)
+    os.chmod(folder, 0o700)
+    path = folder / f"{pulumi.get_project()}.{pulumi.get_stack()}"
+    text = key if key.endswith("\n") else key + "\n"
+    if not path.exists() or path.read_text() != text:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+    return str(path)

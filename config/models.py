@@ -1,0 +1,403 @@
+"""The stack configuration as typed, frozen pydantic models: the single source of truth for the
+keys, forms and defaults of `Pulumi.<stack>.yaml` (camelCase in the file, snake_case here;
+docs/contract.md mirrors them). Validation of single values lives here; rules that span keys
+are in config/validate.py, and the error messages that name key paths in config/errors.py.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+from config.forms import GIB, check_port, is_commit, is_digest_ref
+
+NAMESPACE = "spark-vllm"
+SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
+PLACEHOLDER = "PLACEHOLDER"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
+_IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+HOST_KEY = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,2}$"
+)
+# pulumi-command 1.2.1 verifies a pinned RSA host key with the SHA-1 `ssh-rsa` algorithm only,
+# which OpenSSH 8.8+ servers (Ubuntu 24.04 on the Sparks) no longer accept, so such a pin can
+# never connect (tests/engine/test_command_plugin.py). Pin the ed25519 or ECDSA key instead.
+PINNABLE = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+    )
+
+
+def _ipv4(v: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(v))
+    except (ipaddress.AddressValueError, ValueError):
+        raise ValueError("expected an IPv4 address such as 192.168.177.11") from None
+
+
+class FabricInterface(_Model):
+    """One ConnectX-7 netdev used for NCCL/Ray/fan-out traffic; the first one is primary."""
+
+    interface: str
+    ip: str
+    hca: str | None = None  # the RoCE device behind the netdev, e.g. rocep1s0f1
+
+    @field_validator("interface")
+    @classmethod
+    def _ifname(cls, v: str) -> str:
+        if not _IFNAME.match(v):
+            raise ValueError("expected a Linux interface name (1-15 chars), e.g. enp1s0f1np1")
+        return v
+
+    @field_validator("ip")
+    @classmethod
+    def _ip(cls, v: str) -> str:
+        return _ipv4(v)
+
+    @field_validator("hca")
+    @classmethod
+    def _hca(cls, v: str | None) -> str | None:
+        if v is not None and not _IFNAME.match(v):
+            raise ValueError("expected an RDMA device name, e.g. rocep1s0f1")
+        return v
+
+
+class NodeConfig(_Model):
+    """One Spark. The first node in the list is the Ray head.
+
+    `host_key` pins the node's SSH host key. When it is left out, the key is read from the file
+    in `ssh.knownHostsFile` (pin_host_keys) before anything else runs, so every component sees
+    the node with its key pinned either way.
+    """
+
+    name: str
+    host: str
+    port: int = 22
+    user: str = "root"
+    host_key: str | None = None
+    fabric: list[FabricInterface] = Field(min_length=1)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _DNS_LABEL.match(v):
+            raise ValueError("expected a DNS-safe name: lowercase letters, digits and '-'")
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        if re.fullmatch(r"[0-9.]+", v):
+            return _ipv4(v)
+        try:
+            return str(ipaddress.IPv6Address(v))
+        except ValueError:
+            pass
+        if not _HOSTNAME.match(v):
+            raise ValueError("expected an IPv4/IPv6 address or a DNS hostname")
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port_range(cls, v: int) -> int:
+        return check_port(v)
+
+    @field_validator("user")
+    @classmethod
+    def _user(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", v):
+            raise ValueError("expected a POSIX user name, e.g. root")
+        return v
+
+    @field_validator("host_key")
+    @classmethod
+    def _host_key(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        v = v.strip()
+        if not HOST_KEY.match(v):
+            raise ValueError(
+                "expected '<type> <base64>' with type ssh-ed25519 or "
+                "ecdsa-sha2-nistp256/384/521 (the line from ssh-keyscan without the host)"
+            )
+        if v.split()[0] not in PINNABLE:
+            raise ValueError(
+                "expected an ssh-ed25519 or ECDSA host key: an ssh-rsa pin cannot be verified "
+                "(pulumi-command offers only SHA-1 ssh-rsa, which OpenSSH 8.8+ refuses); "
+                "ssh-keyscan -t ed25519 <host>"
+            )
+        return v
+
+    @property
+    def primary(self) -> FabricInterface:
+        return self.fabric[0]
+
+    @property
+    def host_key_is_placeholder(self) -> bool:
+        return self.host_key is not None and PLACEHOLDER in self.host_key
+
+    @property
+    def pinned_host_key(self) -> str:
+        """The pinned key; pin_host_keys has filled it in from the known_hosts file if needed."""
+        if self.host_key is None:
+            raise ValueError(f"node {self.name}: no host key pinned (config.pin_host_keys not run)")
+        return self.host_key
+
+
+class SshConfig(_Model):
+    private_key_path: str = "~/.ssh/id_ed25519"
+    connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
+    # An OpenSSH known_hosts file with the nodes' keys, for nodes whose hostKey is not in the
+    # stack file (the lab writes one for its generated keys). Hashed entries are understood.
+    known_hosts_file: str | None = None
+
+    @field_validator("known_hosts_file")
+    @classmethod
+    def _known_hosts(cls, v: str | None) -> str | None:
+        if v is not None and (not v.strip() or any(c in v for c in "\n\r\0")):
+            raise ValueError("expected the path of an OpenSSH known_hosts file")
+        return v
+
+    @property
+    def private_key_file(self) -> Path:
+        return Path(os.path.expanduser(self.private_key_path))
+
+
+class ImageConfig(_Model):
+    """`ref` by digest, or by tag outside prod: a tag is resolved to its digest at the registry
+    on every run (VllmImage), so the nodes pull the digest and a moved tag shows as a diff."""
+
+    ref: str
+    source: Literal["registry", "head"] = "registry"
+    # The registry of `ref` speaks plain HTTP (a lab or local mirror); the nodes' Docker daemons
+    # must list it under insecure-registries too.
+    plain_http_registry: bool = False
+
+    @field_validator("ref")
+    @classmethod
+    def _ref(cls, v: str) -> str:
+        if not v or any(c.isspace() for c in v):
+            raise ValueError(
+                "expected an image reference such as registry:5000/name@sha256:<64 hex>"
+            )
+        return v
+
+    @property
+    def by_digest(self) -> bool:
+        return is_digest_ref(self.ref)
+
+
+class ModelConfig(_Model):
+    repo: str
+    revision: str = "main"
+    cache_dir: str = "/root/.cache/huggingface"
+    endpoint: str | None = None
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not _REPO_ID.match(v):
+            raise ValueError("expected a Hugging Face repo id '<org>/<name>'")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str) -> str:
+        if not v or any(c.isspace() for c in v):
+            raise ValueError("expected a branch, tag or 40-hex commit")
+        return v
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _cache_dir(cls, v: str) -> str:
+        if not v.startswith("/") or any(c.isspace() for c in v):
+            raise ValueError("expected an absolute path without spaces on the nodes")
+        return v.rstrip("/") or "/"
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^https?://[^\s/]+", v):
+            raise ValueError("expected an http(s) URL such as http://10.77.0.1:8090, or null")
+        return v.rstrip("/") if v else v
+
+    @property
+    def pinned(self) -> bool:
+        return is_commit(self.revision)
+
+
+class NcclConfig(_Model):
+    rdma: bool = True
+    fabric_subnets: list[str] = Field(
+        default_factory=lambda: ["192.168.177.0/24", "192.168.178.0/24"], min_length=1
+    )
+    min_mtu: int = Field(default=9000, ge=576, le=9978)
+    debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = "WARN"
+    extra_env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("fabric_subnets")
+    @classmethod
+    def _subnets(cls, v: list[str]) -> list[str]:
+        out = []
+        for s in v:
+            try:
+                out.append(str(ipaddress.IPv4Network(s, strict=True)))
+            except ValueError:
+                raise ValueError(f"expected IPv4 networks in CIDR form, got {s!r}") from None
+        return out
+
+    @field_validator("extra_env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in v if not _ENV_NAME.match(k)]
+        if bad:
+            raise ValueError(f"expected environment variable names, got {bad}")
+        return v
+
+    def networks(self) -> list[ipaddress.IPv4Network]:
+        return [ipaddress.IPv4Network(s) for s in self.fabric_subnets]
+
+
+class RayConfig(_Model):
+    port: int = 6379
+    # Ray's default object store is ~30% of RAM; on 128 GB unified memory that is GPU memory
+    # (eugr/spark-vllm-docker caps it at 1 GiB: https://github.com/eugr/spark-vllm-docker).
+    # vLLM moves tensors through NCCL, so 1 GiB is plenty.
+    object_store_bytes: int = Field(default=1 * GIB, ge=75 * 1024 * 1024)
+    dashboard: bool = False
+    shm_bytes: int = Field(default=16 * GIB, ge=64 * 1024 * 1024)
+    gpus_per_node: int = Field(default=1, ge=1, le=8)  # one GB10 per Spark
+    # Open files per container: sharded checkpoints under Ray need many (eugr/spark-vllm-docker
+    # runs its containers with --ulimit nofile=1048576). Docker cannot raise it above the
+    # daemon's own hard limit, so hosts with a lower limit (the lab's sandbox allows 20000)
+    # set this key.
+    nofile: int = Field(default=1048576, ge=1024, le=1048576)
+
+    @field_validator("port")
+    @classmethod
+    def _port_range(cls, v: int) -> int:
+        return check_port(v)
+
+
+class VllmConfig(_Model):
+    served_model_name: str
+    tensor_parallel_size: int | None = Field(default=None, ge=1)  # None: every GPU / pp
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    # 0.80 leaves the OS, Ray and CUDA graphs room on 128 GB unified memory (the community's
+    # two-Spark recipes use 0.7-0.85; docs/design.md).
+    gpu_memory_utilization: float = 0.80
+    max_model_len: int | None = Field(default=None, ge=16)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    kv_cache_dtype: str = "auto"
+    enable_prefix_caching: bool = True
+    load_format: str = "auto"
+    speculative_config: dict[str, Any] | None = None
+    enforce_eager: bool = False
+    host: str = "0.0.0.0"
+    port: int = 8000
+    extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("port")
+    @classmethod
+    def _port_range(cls, v: int) -> int:
+        return check_port(v)
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v):
+            raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
+        return v
+
+    @field_validator("gpu_memory_utilization")
+    @classmethod
+    def _util(cls, v: float) -> float:
+        if not 0 < v < 1:
+            raise ValueError("expected a fraction strictly between 0 and 1, e.g. 0.80")
+        return v
+
+    @field_validator("host")
+    @classmethod
+    def _host(cls, v: str) -> str:
+        return _ipv4(v)
+
+    @field_validator("kv_cache_dtype", "load_format")
+    @classmethod
+    def _word(cls, v: str) -> str:
+        if not re.fullmatch(r"[a-z0-9_]+", v):
+            raise ValueError("expected a vLLM value of lowercase letters, digits and '_'")
+        return v
+
+
+class PreflightConfig(_Model):
+    foreign_containers: Literal["fail", "stop", "ignore"] = "fail"
+    allow_containers: list[str] = Field(default_factory=list)
+    require_gb10: bool = True
+    min_docker_version: str = "20.10"
+    recon_timeout_seconds: int = Field(default=30, ge=1, le=600)
+    os_reserve_bytes: int = Field(default=8 * GIB, ge=0)
+
+    @field_validator("min_docker_version")
+    @classmethod
+    def _version(cls, v: str) -> str:
+        if not re.fullmatch(r"\d+(\.\d+){0,2}", v):
+            raise ValueError("expected a version such as 20.10")
+        return v
+
+
+class HealthConfig(_Model):
+    timeout_seconds: int = Field(default=900, ge=10, le=7200)
+    smoke_prompt: str = "Say hello"
+
+
+class StackConfig(_Model):
+    environment: Literal["dev", "staging", "prod"] = "dev"
+    nodes: list[NodeConfig] = Field(min_length=1)
+    ssh: SshConfig = Field(default_factory=SshConfig)
+    image: ImageConfig
+    model: ModelConfig
+    nccl: NcclConfig = Field(default_factory=NcclConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
+    vllm: VllmConfig
+    preflight: PreflightConfig = Field(default_factory=PreflightConfig)
+    health: HealthConfig = Field(default_factory=HealthConfig)
+
+    @property
+    def head(self) -> NodeConfig:
+        return self.nodes[0]
+
+    @property
+    def workers(self) -> list[NodeConfig]:
+        return self.nodes[1:]
+
+    @property
+    def cluster_gpus(self) -> int:
+        return len(self.nodes) * self.ray.gpus_per_node
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        """The configured TP size, or every GPU divided by the pipeline stages."""
+        tp = self.vllm.tensor_parallel_size
+        if tp is not None:
+            return tp
+        return max(1, self.cluster_gpus // self.vllm.pipeline_parallel_size)
+
+    def node(self, name: str) -> NodeConfig:
+        return next(n for n in self.nodes if n.name == name)

@@ -1,0 +1,96 @@
+"""validate_config: the whole config, single values (config/models.py) and the rules that span
+keys (uniqueness, subnets, parallelism, what prod demands), every problem listed at once."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from pydantic import ValidationError
+
+from config.errors import ConfigError, describe, key_path
+from config.models import StackConfig
+
+
+def _cross_checks(cfg: StackConfig) -> list[str]:
+    """Rules that span keys: uniqueness, subnets, parallelism, what prod demands."""
+    problems: list[str] = []
+    seen: dict[str, int] = {}
+    for i, node in enumerate(cfg.nodes):
+        if node.name in seen:
+            problems.append(
+                f"{key_path(('nodes', i, 'name'))}: got {node.name!r}; expected a unique node name "
+                f"(also used by nodes[{seen[node.name]}])"
+            )
+        seen.setdefault(node.name, i)
+
+    nets = cfg.nccl.networks()
+    fabric_ips: dict[str, str] = {}
+    for i, node in enumerate(cfg.nodes):
+        for j, fab in enumerate(node.fabric):
+            ip = ipaddress.IPv4Address(fab.ip)
+            if not any(ip in n for n in nets):
+                problems.append(
+                    f"{key_path(('nodes', i, 'fabric', j, 'ip'))}: got {fab.ip!r}; expected "
+                    "an address "
+                    f"inside spark-vllm:nccl.fabricSubnets {cfg.nccl.fabric_subnets}"
+                )
+            if fab.ip in fabric_ips:
+                problems.append(
+                    f"{key_path(('nodes', i, 'fabric', j, 'ip'))}: got {fab.ip!r}; expected "
+                    "a fabric "
+                    f"address not already used by {fabric_ips[fab.ip]}"
+                )
+            fabric_ips.setdefault(fab.ip, node.name)
+
+    pp = cfg.vllm.pipeline_parallel_size
+    tp = cfg.tensor_parallel_size
+    if tp * pp != cfg.cluster_gpus:
+        problems.append(
+            f"{key_path(('vllm', 'tensorParallelSize'))}: got tensorParallelSize={tp} x "
+            f"pipelineParallelSize={pp} = {tp * pp}; expected the product to equal the GPUs in the "
+            f"cluster: {len(cfg.nodes)} node(s) x ray.gpusPerNode {cfg.ray.gpus_per_node} = "
+            f"{cfg.cluster_gpus}"
+        )
+    if cfg.vllm.port == cfg.ray.port:
+        problems.append(
+            f"{key_path(('vllm', 'port'))}: got {cfg.vllm.port}; expected a port other than "
+            "spark-vllm:ray.port (both bind on the head's host network)"
+        )
+
+    if cfg.environment == "prod":
+        if not cfg.image.by_digest:
+            problems.append(
+                f"{key_path(('image', 'ref'))}: got {cfg.image.ref!r}; expected an image pinned by "
+                "digest (<name>@sha256:<64 hex>) in prod"
+            )
+        if not cfg.model.pinned:
+            problems.append(
+                f"{key_path(('model', 'revision'))}: got {cfg.model.revision!r}; expected a 40-hex "
+                "commit in prod (promote the commit resolved in staging)"
+            )
+        for i, node in enumerate(cfg.nodes):
+            if node.host_key_is_placeholder:
+                problems.append(
+                    f"{key_path(('nodes', i, 'hostKey'))}: got {node.host_key!r}; expected "
+                    "the real "
+                    "host key (ssh-keyscan -t ed25519 <host>) in prod, not a placeholder"
+                )
+        if not cfg.nccl.rdma:
+            problems.append(
+                f"{key_path(('nccl', 'rdma'))}: got False; expected true in prod (NCCL over RoCE; "
+                "TCP sockets cost most of the interconnect bandwidth)"
+            )
+    return problems
+
+
+def validate_config(raw: dict[str, Any]) -> StackConfig:
+    """Validate a raw mapping of top-level keys; raise ConfigError listing every problem."""
+    try:
+        cfg = StackConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError([describe(dict(e)) for e in exc.errors()]) from None
+    problems = _cross_checks(cfg)
+    if problems:
+        raise ConfigError(problems)
+    return cfg

@@ -1,0 +1,72 @@
+"""Copying the serving image from the head to the other nodes (image.source = head).
+
+Nodes do not trust each other over SSH: the head runs a short-lived HTTP seeder on its fabric
+address that streams `docker save` (payloads/image_seeder.py), each other node pipes it into
+`docker load` (payloads/fetch_url.py), and a last command on the head stops the seeder. The
+seeder also stops on its own after SEED_TIMEOUT_SECONDS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hostscripts.common import payload, q
+from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS
+
+_IMAGE_SEEDER_PY = payload("image_seeder.py")
+_FETCH_PY = payload("fetch_url.py")
+
+
+def image_seeder_start(ref: str, bind_ip: str, targets: Sequence[str]) -> str:
+    """On the head: serve `docker save <ref>` over HTTP on the fabric address, in the background.
+
+    `targets` is part of the text on purpose: adding a node changes it, so the seeder runs again
+    for the new node's pull.
+    """
+    pidfile = "/run/spark-vllm-image-seeder.pid"
+    return "\n".join(
+        [
+            "set -eu",
+            f"# targets: {' '.join(targets)}",
+            f"docker image inspect {q(ref)} >/dev/null",
+            f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; fi",
+            f"setsid nohup timeout {SEED_TIMEOUT_SECONDS} python3 -c {q(_IMAGE_SEEDER_PY)} "
+            f"{q(bind_ip)} {IMAGE_SEED_PORT} {q(ref)} </dev/null "
+            ">/var/log/spark-vllm-image-seeder.log 2>&1 &",
+            f"echo $! > {pidfile}",
+            f"echo image seeder on {bind_ip}:{IMAGE_SEED_PORT}",
+        ]
+    )
+
+
+def image_seeder_stop(targets: Sequence[str], ref: str) -> str:
+    """Stops what image_seeder_start started. Carries `ref` as well as the targets: whatever
+    makes the seeder run again must make the stop run again, or the seeder stays up."""
+    pidfile = "/run/spark-vllm-image-seeder.pid"
+    return "\n".join(
+        [
+            "set -eu",
+            f"# targets: {' '.join(targets)} ref: {ref}",
+            f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; "
+            f"rm -f {pidfile}; fi",
+            "echo image seeder stopped",
+        ]
+    )
+
+
+def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
+    """On another node: load the head's image from its seeder unless the same ID is present."""
+    url = f"http://{seed_ip}:{IMAGE_SEED_PORT}/image.tar"
+    return "\n".join(
+        [
+            "set -eu",
+            f"have=$(docker image inspect --format '{{{{.Id}}}}' {q(ref)} 2>/dev/null || true)",
+            f"if [ \"$have\" = {q(expect_id)} ]; then echo image present; exit 0; fi",
+            f"python3 -c {q(_FETCH_PY)} {q(url)} | docker load",
+            f"have=$(docker image inspect --format '{{{{.Id}}}}' {q(ref)})",
+            f"if [ \"$have\" != {q(expect_id)} ]; then",
+            f"  echo \"image {ref} has ID $have after load, head has {expect_id}\" >&2; exit 1",
+            "fi",
+            "echo image loaded",
+        ]
+    )

@@ -1,0 +1,33 @@
+"""Ray readiness: the head waits until `ray status` shows every node and every GPU."""
+
+from __future__ import annotations
+
+from hostscripts.common import q
+
+
+def ray_ready(container: str, nodes: int, gpus: int, timeout: int, container_ids: str) -> str:
+    """On the head: poll `ray status` until every node and GPU has joined, or fail loudly."""
+    return "\n".join(
+        [
+            "set -eu",
+            f"# ray containers: {container_ids}",
+            f"end=$(( $(date +%s) + {int(timeout)} ))",
+            "while :; do",
+            f"  out=$(docker exec {q(container)} ray status 2>&1) || true",
+            "  n=$(printf '%s\\n' \"$out\" | awk '/^Active:/{a=1;next} /^[A-Za-z]/{a=0} "
+            "a && /node_/{n++} END{print n+0}')",
+            "  g=$(printf '%s\\n' \"$out\" | awk '$2==\"GPU\"{split($1,p,\"/\"); "
+            "print int(p[2]); exit}')",
+            "  g=${g:-0}",
+            f"  if [ \"$n\" -ge {nodes} ] && [ \"$g\" -ge {gpus} ]; then",
+            "    echo \"ray ready: $n nodes, $g GPUs\"; exit 0",
+            "  fi",
+            "  if [ \"$(date +%s)\" -ge \"$end\" ]; then",
+            f"    echo \"ray cluster not ready after {int(timeout)}s: want {nodes} nodes and "
+            f"{gpus} GPUs, have $n nodes and $g GPUs. ray status:\" >&2",
+            "    printf '%s\\n' \"$out\" >&2; exit 1",
+            "  fi",
+            "  sleep 2",
+            "done",
+        ]
+    )

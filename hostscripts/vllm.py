@@ -1,0 +1,148 @@
+"""`vllm serve` inside the head Ray container: its argv, its start (idempotent, health-gated by
+payloads/vllm_health.py) and its stop."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hostscripts.common import payload, q
+from hostscripts.paths import VLLM_ARGV, VLLM_CONFIG_ROOT, VLLM_KEY, VLLM_LOG, VLLM_PID
+
+_HEALTH_PY = payload("vllm_health.py")
+
+
+def vllm_argv(
+    *,
+    model: str,
+    served_model_name: str,
+    revision: str,
+    tensor_parallel_size: int,
+    pipeline_parallel_size: int,
+    gpu_memory_utilization: float,
+    max_model_len: int | None,
+    max_num_seqs: int | None,
+    kv_cache_dtype: str,
+    enable_prefix_caching: bool,
+    load_format: str,
+    speculative_config: Mapping[str, Any] | None,
+    enforce_eager: bool,
+    host: str,
+    port: int,
+    extra_args: Sequence[str],
+) -> list[str]:
+    """The `vllm serve` command line. The API key is not here: it comes from VLLM_API_KEY."""
+    argv = [
+        "vllm",
+        "serve",
+        model,
+        "--served-model-name",
+        served_model_name,
+        "--revision",
+        revision,
+        "--tensor-parallel-size",
+        str(tensor_parallel_size),
+        "--pipeline-parallel-size",
+        str(pipeline_parallel_size),
+        "--distributed-executor-backend",
+        "ray",
+        "--gpu-memory-utilization",
+        f"{gpu_memory_utilization:g}",
+    ]
+    if max_model_len is not None:
+        argv += ["--max-model-len", str(max_model_len)]
+    if max_num_seqs is not None:
+        argv += ["--max-num-seqs", str(max_num_seqs)]
+    argv += ["--kv-cache-dtype", kv_cache_dtype]
+    argv += ["--enable-prefix-caching" if enable_prefix_caching else "--no-enable-prefix-caching"]
+    argv += ["--load-format", load_format]
+    if speculative_config:
+        argv += [
+            "--speculative-config",
+            json.dumps(dict(speculative_config), sort_keys=True, separators=(",", ":")),
+        ]
+    if enforce_eager:
+        argv += ["--enforce-eager"]
+    argv += ["--host", host, "--port", str(port)]
+    argv += list(extra_args)
+    return argv
+
+
+def _stop_vllm_in(container: str) -> str:
+    inner = (
+        f"if [ -f {VLLM_PID} ]; then p=$(cat {VLLM_PID}); kill $p 2>/dev/null || true; "
+        "i=0; while kill -0 $p 2>/dev/null && [ $i -lt 60 ]; do sleep 1; i=$((i+1)); done; "
+        f"kill -9 $p 2>/dev/null || true; rm -f {VLLM_PID}; fi"
+    )
+    return f"docker exec {q(container)} sh -c {q(inner)} || true"
+
+
+def vllm_start(
+    container: str,
+    argv: Sequence[str],
+    health_url: str,
+    served_model_name: str,
+    smoke_prompt: str,
+    timeout: int,
+    ray_ready_stdout_marker: str,
+    non_carry_over: Sequence[str] = (),
+) -> str:
+    """On the head: make `vllm serve` run `argv` inside the head Ray container, gate on health.
+
+    Idempotent: a vLLM that is alive with the same argv and the same API key is left running and
+    only re-checked, so running the command again never costs a restart. It runs again when its
+    text changes (new flags, a replaced Ray container: `ray_ready_stdout_marker` holds their IDs)
+    or when recon found the cluster under vLLM broken (VllmServer's restart marker).
+
+    stdin carries the API key (possibly empty); it is written to a root-only file inside the
+    container and exported as VLLM_API_KEY by the shell that execs vLLM, so it is never on a
+    command line.
+
+    `non_carry_over`: env keys vLLM's Ray executor must not copy from the head to the workers
+    (per-node values, nccl.PER_NODE_KEYS). vLLM reads them from
+    $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json; the stack keeps its own config root so
+    a file the image may carry elsewhere is left alone.
+    """
+    serve = " ".join(q(a) for a in argv)
+    keep = json.dumps(sorted(non_carry_over))
+    want = hashlib.sha256(f"{serve}\n{keep}".encode()).hexdigest()[:16]
+    launch = (
+        f"mkdir -p $(dirname {VLLM_LOG}) {VLLM_CONFIG_ROOT}; echo $$ > {VLLM_PID}; "
+        f"printf '%s\\n' {q(keep)} > {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json; "
+        f"VLLM_CONFIG_ROOT={VLLM_CONFIG_ROOT}; export VLLM_CONFIG_ROOT; "
+        f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi; "
+        f"exec {serve} >> {VLLM_LOG} 2>&1"
+    )
+    store_key = f"umask 077; mkdir -p $(dirname {VLLM_KEY}); cat > {VLLM_KEY}.new"
+    same = (
+        f"test -s {VLLM_PID} && kill -0 $(cat {VLLM_PID}) 2>/dev/null && "
+        f"[ \"$(cat {VLLM_ARGV} 2>/dev/null)\" = {want} ] && cmp -s {VLLM_KEY}.new {VLLM_KEY}"
+    )
+    adopt = f"mv {VLLM_KEY}.new {VLLM_KEY} && echo {want} > {VLLM_ARGV}"
+    return "\n".join(
+        [
+            "set -eu",
+            f"# ray containers: {ray_ready_stdout_marker}",
+            f"docker exec -i {q(container)} sh -c {q(store_key)}",
+            f"if docker exec {q(container)} sh -c {q(same)}; then",
+            f"  docker exec {q(container)} rm -f {VLLM_KEY}.new",
+            "  echo 'vllm serve already runs this configuration: not restarted'",
+            "else",
+            "  " + _stop_vllm_in(container).replace("\n", "\n  "),
+            f"  docker exec {q(container)} sh -c {q(adopt)}",
+            f"  docker exec -d {q(container)} sh -c {q(launch)}",
+            "fi",
+            f"if ! docker exec {q(container)} python3 -c {q(_HEALTH_PY)} {q(health_url)} "
+            f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)} {VLLM_KEY} {VLLM_PID}; then",
+            f"  echo '--- last 50 lines of {VLLM_LOG} in {container} ---' >&2",
+            f"  docker exec {q(container)} tail -n 50 {VLLM_LOG} >&2 || true",
+            "  exit 1",
+            "fi",
+        ]
+    )
+
+
+def vllm_stop(container: str) -> str:
+    return "\n".join(["set -eu", _stop_vllm_in(container), "echo vllm serve stopped"])

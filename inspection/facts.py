@@ -1,0 +1,137 @@
+"""Typed facts about one node, gathered by reconnaissance before any resource is registered.
+
+Everything the plan and the preflight checks decide on is a field here; parsers in
+`inspection/parsers.py` build these objects from real command output (see tests/fixtures/gb10).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Facts(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class OsFacts(_Facts):
+    id: str = ""  # e.g. "ubuntu"
+    version_id: str = ""  # e.g. "24.04"
+    pretty_name: str = ""
+    kernel: str = ""  # uname -r
+    arch: str = ""  # uname -m: aarch64 on a Spark
+    dgx_release: dict[str, str] = Field(default_factory=dict)  # /etc/dgx-release key=value
+
+    @property
+    def is_dgx_spark(self) -> bool:
+        return "spark" in self.dgx_release.get("DGX_NAME", "").lower()
+
+
+class GpuFacts(_Facts):
+    name: str  # "NVIDIA GB10"
+    compute_capability: str = ""  # "12.1"
+    driver_version: str = ""  # "580.95.05"
+    cuda_version: str = ""  # "13.0" (nvidia-smi header)
+    memory_total_mib: int | None = None  # None on GB10: nvidia-smi reports [N/A]
+    uuid: str = ""  # "GPU-b0ec33a0-..." from nvidia-smi -L (added by recon)
+
+
+class MemoryFacts(_Facts):
+    total_bytes: int  # /proc/meminfo MemTotal
+    available_bytes: int  # /proc/meminfo MemAvailable
+    unified: bool = False  # True when the GPU has no memory of its own (GB10)
+
+
+class ContainerFacts(_Facts):
+    id: str
+    name: str
+    image: str
+    image_id: str = ""
+    state: str = ""  # running, exited, ...
+    memory_bytes: int = 0  # from docker stats (0 when not running)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def managed(self) -> bool:
+        return self.labels.get("spark-vllm.managed") == "true"
+
+
+class ImageFacts(_Facts):
+    id: str  # sha256:...
+    repo_tags: list[str] = Field(default_factory=list)
+    repo_digests: list[str] = Field(default_factory=list)
+    size_bytes: int = 0
+
+
+class DockerFacts(_Facts):
+    version: str  # server version
+    runtimes: list[str] = Field(default_factory=list)
+    gpu_support: bool = False  # nvidia runtime or CDI/hook registered
+    cgroup_driver: str = ""
+    containers: list[ContainerFacts] = Field(default_factory=list)
+    images: list[ImageFacts] = Field(default_factory=list)
+
+
+class HfRepoFacts(_Facts):
+    repo_id: str  # "Qwen/Qwen3.5-122B-A10B-FP8"
+    refs: dict[str, str] = Field(default_factory=dict)  # "main" -> commit
+    snapshots: list[str] = Field(default_factory=list)  # commits present under snapshots/
+    size_bytes: int = 0  # bytes in blobs/
+
+
+class InterfaceFacts(_Facts):
+    name: str
+    ipv4: list[str] = Field(default_factory=list)  # CIDR form, e.g. "192.168.177.11/24"
+    mtu: int = 0
+    carrier: bool = False  # operstate UP and carrier present
+    speed_mbps: int | None = None  # ethtool / sysfs speed, None when unknown
+
+
+class RoceFacts(_Facts):
+    device: str  # rocep1s0f1
+    port: int = 1
+    netdev: str = ""  # enp1s0f1np1
+    state: str = ""  # "Up"/"Down" from ibdev2netdev, or ACTIVE/DOWN from sysfs
+
+    @property
+    def up(self) -> bool:
+        return self.state.lower() in {"up", "active"}
+
+
+class NodeFacts(_Facts):
+    node: str  # the config name of the node
+    hostname: str = ""
+    host_key: str = ""  # the key the node presented ("ssh-ed25519 AAAA...")
+    os: OsFacts = Field(default_factory=OsFacts)
+    gpus: list[GpuFacts] = Field(default_factory=list)
+    memory: MemoryFacts
+    docker: DockerFacts | None = None  # None when docker is missing
+    hf_cache: list[HfRepoFacts] = Field(default_factory=list)
+    interfaces: list[InterfaceFacts] = Field(default_factory=list)
+    roce: list[RoceFacts] = Field(default_factory=list)
+    disk_free_bytes: int = 0  # free bytes on the filesystem holding the HF cache dir
+    # the stack's `vllm serve` inside each running Ray head container: {container name: alive}
+    vllm_serve: dict[str, bool] = Field(default_factory=dict)
+    # foreign containers a stack stopped (marker files): {container name: "<project>/<stack>"}
+    stopped_by: dict[str, str] = Field(default_factory=dict)
+    clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
+    # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
+    # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output
+    # could not be read or timed out: {section: readable reason}. Preflight reports these.
+    host_keys: list[str] = Field(default_factory=list)
+    missing_tools: list[str] = Field(default_factory=list)
+    unreadable: dict[str, str] = Field(default_factory=dict)
+
+    def interface(self, name: str) -> InterfaceFacts | None:
+        return next((i for i in self.interfaces if i.name == name), None)
+
+    def roce_device(self, name: str) -> RoceFacts | None:
+        return next((r for r in self.roce if r.device == name), None)
+
+    def hf_repo(self, repo_id: str) -> HfRepoFacts | None:
+        return next((r for r in self.hf_cache if r.repo_id == repo_id), None)
+
+    def foreign_containers(self) -> list[ContainerFacts]:
+        """Running containers the stack did not create."""
+        if self.docker is None:
+            return []
+        return [c for c in self.docker.containers if c.state == "running" and not c.managed]

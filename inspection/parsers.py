@@ -1,0 +1,658 @@
+"""Pure parsers of command output, one function per output kind.
+
+Every parser takes the raw text a command printed and returns facts objects (or plain values
+for the small ones). Anything it cannot read raises `ParseError(kind, reason, excerpt)`, whose
+message names the command, says what was wrong and quotes the offending text: never an
+IndexError/KeyError traceback. The recorded real outputs these parsers are tested on live in
+tests/fixtures/gb10/ (see INDEX.md there for their sources and quirks).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from inspection.facts import (
+    ContainerFacts,
+    DockerFacts,
+    GpuFacts,
+    HfRepoFacts,
+    ImageFacts,
+    InterfaceFacts,
+    MemoryFacts,
+    RoceFacts,
+)
+
+
+class ParseError(ValueError):
+    """Output of `kind` could not be read; `reason` says why, `excerpt` shows the text."""
+
+    def __init__(self, kind: str, reason: str, excerpt: str = "") -> None:
+        self.kind = kind
+        self.reason = reason
+        self.excerpt = _excerpt(excerpt)
+        message = f"cannot read the output of {kind}: {reason}"
+        if self.excerpt:
+            message += f" (got: {self.excerpt!r})"
+        super().__init__(message)
+
+
+def _excerpt(text: str, limit: int = 160) -> str:
+    text = (text or "").strip()
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in (text or "").splitlines()]
+
+
+def _nonblank(text: str) -> list[str]:
+    return [line for line in _lines(text) if line.strip()]
+
+
+# --------------------------------------------------------------------------- units
+
+_BINARY = {"": 1, "b": 1, "k": 1024, "ki": 1024, "kib": 1024, "m": 1024**2, "mi": 1024**2,
+           "mib": 1024**2, "g": 1024**3, "gi": 1024**3, "gib": 1024**3, "t": 1024**4,
+           "ti": 1024**4, "tib": 1024**4, "p": 1024**5, "pi": 1024**5, "pib": 1024**5}
+_DECIMAL = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+_SIZE = re.compile(r"^\s*(-?[0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*$")
+
+
+def parse_size(text: str, *, kind: str = "size", decimal_units: bool = False) -> int:
+    """'121Gi', '5.3Mi', '0B', '45.2GiB', '26.1GB' -> bytes.
+
+    `free -h` and `docker stats` use binary units (Ki/KiB = 1024); `docker images` prints
+    decimal units (kB/MB/GB = 1000). With decimal_units=True, 'KB/MB/GB' are powers of 1000.
+    """
+    m = _SIZE.match(text or "")
+    if not m:
+        raise ParseError(kind, "expected a size such as '121Gi' or '26.1GB'", text)
+    number, unit = float(m.group(1)), m.group(2).lower()
+    if decimal_units and unit in _DECIMAL:
+        factor = _DECIMAL[unit]
+    elif unit in _BINARY:
+        factor = _BINARY[unit]
+    elif unit in _DECIMAL:
+        factor = _DECIMAL[unit]
+    else:
+        raise ParseError(kind, f"unknown size unit {m.group(2)!r}", text)
+    return round(number * factor)
+
+
+# --------------------------------------------------------------------------- nvidia-smi
+
+_SMI_HEADER = re.compile(
+    r"NVIDIA-SMI\s+(?P<smi>\S+)\s+Driver Version:\s*(?P<driver>\S+)\s+CUDA Version:\s*(?P<cuda>\S+)"
+)
+# "|   0  NVIDIA GB10                    On  |   0000000F:01:00.0 Off |                  N/A |"
+_SMI_GPU_ROW = re.compile(
+    r"^\|\s+(?P<index>\d+)\s+(?P<name>.+?)\s+(?P<persistence>On|Off)\s+\|"
+    r"\s+(?P<bus>[0-9A-Fa-f]+:[0-9A-Fa-f]+:[0-9A-Fa-f]+\.[0-9A-Fa-f])\s+(?P<disp>On|Off)\s+\|"
+)
+_SMI_MEMORY = re.compile(r"(?P<used>\d+)MiB\s*/\s*(?P<total>\d+)MiB")
+
+
+def parse_nvidia_smi(text: str) -> list[GpuFacts]:
+    """The default `nvidia-smi` table: GPU name, driver and CUDA version, board memory.
+
+    On GB10 the Memory-Usage cell reads 'Not Supported' (no 'MiB / MiB'), so
+    memory_total_mib stays None. 'No devices were found' gives an empty list.
+    """
+    kind = "nvidia-smi"
+    if "No devices were found" in (text or ""):
+        return []
+    if "NVIDIA-SMI has failed" in (text or ""):
+        raise ParseError(kind, "nvidia-smi could not talk to the driver", text)
+    header = _SMI_HEADER.search(text or "")
+    if not header:
+        raise ParseError(kind, "no 'Driver Version: ... CUDA Version: ...' header line", text)
+    lines = _lines(text)
+    gpus: list[GpuFacts] = []
+    for i, line in enumerate(lines):
+        row = _SMI_GPU_ROW.match(line)
+        if not row:
+            continue
+        memory = None
+        if i + 1 < len(lines):
+            cells = lines[i + 1].split("|")
+            cell = cells[2].strip() if len(cells) > 3 else ""
+            mem = _SMI_MEMORY.fullmatch(cell)
+            if mem:
+                memory = int(mem.group("total"))
+            elif cell not in {"Not Supported", "N/A"}:
+                raise ParseError(kind, f"GPU {row.group('index')}: unreadable Memory-Usage cell",
+                                 lines[i + 1])
+        else:
+            raise ParseError(kind, f"GPU {row.group('index')}: table ends after the name row", line)
+        gpus.append(GpuFacts(
+            name=row.group("name").strip(),
+            driver_version=header.group("driver"),
+            cuda_version=header.group("cuda"),
+            memory_total_mib=memory,
+        ))
+    if not gpus:
+        raise ParseError(kind, "header found but no GPU row (the table looks truncated)", text)
+    return gpus
+
+
+QUERY_GPU_FIELDS = ("name", "compute_cap", "driver_version", "memory.total")
+
+
+def parse_nvidia_smi_query(text: str, fields: tuple[str, ...] = QUERY_GPU_FIELDS) -> list[GpuFacts]:
+    """`nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader`.
+
+    memory.total is '[N/A]' on GB10 (memory_total_mib None); '122880 MiB' or, with nounits,
+    '122880' elsewhere.
+    """
+    kind = "nvidia-smi --query-gpu"
+    if "No devices were found" in (text or ""):
+        return []
+    rows = _nonblank(text)
+    if not rows:
+        raise ParseError(kind, "empty output", text)
+    gpus = []
+    for row in rows:
+        cells = [c.strip() for c in row.split(",")]
+        if len(cells) != len(fields):
+            raise ParseError(kind, f"expected {len(fields)} comma-separated values "
+                                   f"({', '.join(fields)}), got {len(cells)}", row)
+        values = dict(zip(fields, cells, strict=False))
+        if not values.get("name") or values["name"].startswith("["):
+            raise ParseError(kind, "GPU name missing", row)
+        memory = None
+        raw_memory = values.get("memory.total", "[N/A]")
+        if raw_memory not in {"[N/A]", "N/A", "[Not Supported]"}:
+            m = re.fullmatch(r"(\d+)(?:\s*MiB)?", raw_memory)
+            if not m:
+                raise ParseError(kind, "memory.total is neither a MiB value nor [N/A]", row)
+            memory = int(m.group(1))
+        compute_cap = values.get("compute_cap", "")
+        if compute_cap and not re.fullmatch(r"\d+\.\d+", compute_cap):
+            raise ParseError(kind, f"compute_cap {compute_cap!r} is not like '12.1'", row)
+        driver = values.get("driver_version", "")
+        if driver and not re.fullmatch(r"\d+(?:\.\d+)+", driver):
+            raise ParseError(kind, f"driver_version {driver!r} is not like '580.95.05'", row)
+        gpus.append(GpuFacts(name=values["name"], compute_capability=compute_cap,
+                             driver_version=driver, memory_total_mib=memory))
+    return gpus
+
+
+_SMI_L = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>[^)]+)\)\s*$")
+
+
+def parse_nvidia_smi_list(text: str) -> list[GpuFacts]:
+    """`nvidia-smi -L`: 'GPU 0: NVIDIA GB10 (UUID: GPU-...)' per GPU."""
+    kind = "nvidia-smi -L"
+    if "No devices were found" in (text or ""):
+        return []
+    rows = _nonblank(text)
+    if not rows:
+        raise ParseError(kind, "empty output", text)
+    gpus = []
+    for row in rows:
+        m = _SMI_L.match(row)
+        if not m:
+            raise ParseError(kind, "line is not 'GPU <n>: <name> (UUID: <uuid>)'", row)
+        gpus.append(GpuFacts(name=m.group("name"), uuid=m.group("uuid")))
+    return gpus
+
+
+def merge_gpu_facts(query: list[GpuFacts], table: list[GpuFacts]) -> list[GpuFacts]:
+    """Combine --query-gpu (compute capability) with the table (CUDA version), by position."""
+    if not query:
+        return list(table)
+    merged = []
+    for i, gpu in enumerate(query):
+        other = table[i] if i < len(table) else None
+        update: dict[str, Any] = {}
+        if other is not None:
+            if not gpu.cuda_version:
+                update["cuda_version"] = other.cuda_version
+            if not gpu.driver_version:
+                update["driver_version"] = other.driver_version
+            if gpu.memory_total_mib is None and other.memory_total_mib is not None:
+                update["memory_total_mib"] = other.memory_total_mib
+        merged.append(gpu.model_copy(update=update) if update else gpu)
+    return merged
+
+
+# --------------------------------------------------------------------------- memory
+
+def parse_meminfo(text: str) -> MemoryFacts:
+    """/proc/meminfo: MemTotal and MemAvailable (kB) -> bytes."""
+    kind = "/proc/meminfo"
+    values: dict[str, int] = {}
+    for line in _nonblank(text):
+        m = re.match(r"^(\w[\w()]*):\s+(\d+)(?:\s+kB)?\s*$", line)
+        if m:
+            values[m.group(1)] = int(m.group(2))
+    missing = [k for k in ("MemTotal", "MemAvailable") if k not in values]
+    if missing:
+        raise ParseError(kind, f"no {' and no '.join(missing)} line", text)
+    if values["MemTotal"] <= 0:
+        raise ParseError(kind, "MemTotal is 0", text)
+    return MemoryFacts(total_bytes=values["MemTotal"] * 1024,
+                       available_bytes=values["MemAvailable"] * 1024)
+
+
+
+# --------------------------------------------------------------------------- OS identity
+
+def parse_key_value_file(text: str, kind: str) -> dict[str, str]:
+    """KEY=value / KEY="value" lines (os-release, dgx-release, lsb-release).
+
+    Blank lines and '#' comments are skipped; a repeated key keeps its last value (dgx-release
+    appends a DGX_OTA_VERSION/DGX_OTA_DATE block after each OTA).
+    """
+    values: dict[str, str] = {}
+    for line in _lines(text):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)=(.*)$", stripped)
+        if not m:
+            raise ParseError(kind, "line is not KEY=value", line)
+        value = m.group(2).strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+            value = value[1:-1]
+        elif value[:1] in "\"'":
+            raise ParseError(kind, f"unterminated quote in {m.group(1)}", line)
+        values[m.group(1)] = value
+    return values
+
+
+def parse_os_release(text: str) -> dict[str, str]:
+    """/etc/os-release -> {'ID': 'ubuntu', 'VERSION_ID': '24.04', 'PRETTY_NAME': ...}."""
+    values = parse_key_value_file(text, "/etc/os-release")
+    if "ID" not in values:
+        raise ParseError("/etc/os-release", "no ID= line", text)
+    return values
+
+
+def parse_dgx_release(text: str) -> dict[str, str]:
+    """/etc/dgx-release (absent on non-DGX GB10 boxes: empty text gives {})."""
+    return parse_key_value_file(text, "/etc/dgx-release")
+
+
+def parse_uname(text: str) -> dict[str, str]:
+    """`uname -a` (or just `uname -r` / `uname -m`) -> {'hostname', 'kernel', 'arch'}.
+
+    `uname -a` is
+    'Linux <host> <release> <version ... year> <machine> [<proc> <platform>] GNU/Linux';
+    the machine is the token after the build year that ends the version string.
+    """
+    kind = "uname"
+    rows = _nonblank(text)
+    if not rows:
+        raise ParseError(kind, "empty output", text)
+    tokens = rows[0].split()
+    if len(tokens) == 1:
+        token = tokens[0]
+        if re.fullmatch(r"(aarch64|arm64|x86_64|amd64|i[3-6]86|ppc64le|s390x|riscv64)", token):
+            return {"hostname": "", "kernel": "", "arch": token}
+        if re.match(r"^\d+\.\d+", token):
+            return {"hostname": "", "kernel": token, "arch": ""}
+        raise ParseError(
+            kind, "a single word that is neither a kernel release nor a machine", token
+        )
+    if tokens[0] != "Linux" or len(tokens) < 6:
+        raise ParseError(kind, "expected 'Linux <host> <release> <version> <machine> ...'", rows[0])
+    hostname, kernel = tokens[1], tokens[2]
+    rest = tokens[3:]
+    if rest and rest[-1] == "GNU/Linux":
+        rest = rest[:-1]
+    arch = ""
+    for i, tok in enumerate(rest):
+        if re.fullmatch(r"(19|20|21)\d\d", tok) and i + 1 < len(rest):
+            arch = rest[i + 1]
+            break
+    if not arch:
+        arch = rest[-1] if rest else ""
+    if not re.match(r"^\d+\.\d+", kernel) or not arch:
+        raise ParseError(kind, "cannot find the kernel release and machine", rows[0])
+    return {"hostname": hostname, "kernel": kernel, "arch": arch}
+
+
+# --------------------------------------------------------------------------- RoCE
+
+_IBDEV = re.compile(
+    r"^(?P<dev>\S+)\s+port\s+(?P<port>\d+)\s+==>\s+(?P<netdev>\S+)\s+\((?P<state>[^)]+)\)\s*$"
+)
+
+
+def parse_ibdev2netdev(text: str) -> list[RoceFacts]:
+    """`ibdev2netdev`: 'rocep1s0f1 port 1 ==> enp1s0f1np1 (Up)'; empty output = no devices."""
+    out = []
+    for line in _nonblank(text):
+        m = _IBDEV.match(line.strip())
+        if not m:
+            raise ParseError("ibdev2netdev", "line is not '<dev> port <n> ==> <netdev> (Up|Down)'",
+                             line)
+        out.append(RoceFacts(device=m.group("dev"), port=int(m.group("port")),
+                             netdev=m.group("netdev"), state=m.group("state")))
+    return out
+
+
+_RDMA_LINK = re.compile(r"^link\s+(?P<dev>[^/\s]+)/(?P<port>\d+)\s+(?P<rest>.*)$")
+
+
+def parse_rdma_link(text: str) -> list[RoceFacts]:
+    """`rdma link`: 'link rocep1s0f0/1 state ACTIVE physical_state LINK_UP netdev enp1s0f0np0'."""
+    out = []
+    for line in _nonblank(text):
+        m = _RDMA_LINK.match(line.strip())
+        if not m:
+            raise ParseError("rdma link", "line is not 'link <dev>/<port> state ...'", line)
+        words = m.group("rest").split()
+        attrs = dict(zip(words[0::2], words[1::2], strict=False))
+        if "state" not in attrs:
+            raise ParseError("rdma link", f"{m.group('dev')}: no state", line)
+        out.append(RoceFacts(device=m.group("dev"), port=int(m.group("port")),
+                             netdev=attrs.get("netdev", ""), state=attrs["state"]))
+    return out
+
+
+# --------------------------------------------------------------------------- interfaces
+
+def _ifname(raw: str) -> str:
+    return raw.split("@", 1)[0]  # veth5b4ba42@if2 -> veth5b4ba42
+
+
+
+_IP_LINK_HEAD = re.compile(r"^\d+:\s+(?P<name>[^:\s]+):\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
+
+
+
+def parse_ip_json_addr(text: str) -> list[InterfaceFacts]:
+    """`ip -j addr` (the live survey uses this): name, IPv4 CIDRs, MTU, carrier."""
+    kind = "ip -j addr"
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ParseError(kind, f"not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})",
+                         text) from None
+    if not isinstance(data, list):
+        raise ParseError(kind, "expected a JSON list of interfaces", text)
+    out = []
+    for entry in data:
+        if not isinstance(entry, dict) or "ifname" not in entry:
+            raise ParseError(kind, "an entry has no ifname", json.dumps(entry)[:160])
+        flags = entry.get("flags") or []
+        ipv4 = [f"{a['local']}/{a['prefixlen']}" for a in entry.get("addr_info") or []
+                if isinstance(a, dict) and a.get("family") == "inet" and "local" in a
+                and "prefixlen" in a]
+        carrier = ("LOWER_UP" in flags and "NO-CARRIER" not in flags
+                   and entry.get("operstate") != "DOWN")
+        out.append(InterfaceFacts(name=_ifname(str(entry["ifname"])), ipv4=ipv4,
+                                  mtu=int(entry.get("mtu") or 0), carrier=carrier))
+    return out
+
+
+def parse_ethtool_speed(text: str) -> int | None:
+    """`ethtool <if> | grep Speed` ('\\tSpeed: 200000Mb/s') or a bare sysfs speed ('200000').
+
+    'Speed: Unknown!' and sysfs '-1' (no link) give None.
+    """
+    kind = "ethtool speed"
+    rows = _nonblank(text)
+    if not rows:
+        raise ParseError(kind, "empty output", text)
+    for row in rows:
+        m = re.search(r"Speed:\s*(\S+)", row)
+        raw = m.group(1) if m else row.strip()
+        if raw.lower().startswith("unknown") or raw == "-1":
+            return None
+        n = re.fullmatch(r"(\d+)(?:Mb/s)?", raw)
+        if n:
+            return int(n.group(1))
+    raise ParseError(kind, "no 'Speed: <n>Mb/s' line", text)
+
+
+# --------------------------------------------------------------------------- docker
+
+def _json_lines(text: str, kind: str) -> list[dict[str, Any]]:
+    out = []
+    for line in _nonblank(text):
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ParseError(kind, f"a line is not JSON ({exc.msg})", line) from None
+        if not isinstance(value, dict):
+            raise ParseError(kind, "a line is not a JSON object", line)
+        out.append(value)
+    return out
+
+
+def _gpu_runtime(runtimes: list[str]) -> bool:
+    return any("nvidia" in r for r in runtimes)
+
+
+def parse_docker_info_json(text: str) -> DockerFacts:
+    """`docker info --format '{{json .}}'`: server version, runtimes, cgroup driver.
+
+    gpu_support here only reflects an 'nvidia' runtime; on a Spark the toolkit may work through
+    the hook/CDI without one (see parse_gpu_runtime and inspection.recon). A reply without a
+    ServerVersion means the daemon did not answer (ParseError naming the daemon's error).
+    """
+    kind = "docker info"
+    rows = _nonblank(text)
+    if not rows:
+        raise ParseError(kind, "empty output", text)
+    try:
+        info = json.loads("\n".join(rows))
+    except json.JSONDecodeError as exc:
+        raise ParseError(kind, f"not JSON ({exc.msg})", text) from None
+    if not isinstance(info, dict):
+        raise ParseError(kind, "expected a JSON object", text)
+    version = info.get("ServerVersion") or ""
+    if not version:
+        errors = info.get("ServerErrors") or []
+        detail = "; ".join(str(e) for e in errors) if errors else "no ServerVersion in the reply"
+        raise ParseError(kind, f"the Docker daemon did not answer ({detail})", "")
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    return DockerFacts(version=version, runtimes=runtimes, gpu_support=_gpu_runtime(runtimes),
+                       cgroup_driver=info.get("CgroupDriver") or "")
+
+
+
+def parse_labels(raw: str) -> dict[str, str]:
+    """docker ps's Labels column: 'a=b,c=d' (a value containing ',' cannot be told apart)."""
+    labels: dict[str, str] = {}
+    for item in (raw or "").split(","):
+        if not item:
+            continue
+        key, _, value = item.partition("=")
+        labels[key.strip()] = value
+    return labels
+
+
+def _state_from_status(status: str) -> str:
+    s = status.strip()
+    if s.startswith("Up"):
+        return "paused" if "(Paused)" in s else "running"
+    if s.startswith("Exited"):
+        return "exited"
+    if s.startswith("Created"):
+        return "created"
+    if s.startswith("Restarting"):
+        return "restarting"
+    return s.split(" ", 1)[0].lower() if s else ""
+
+
+def parse_docker_ps_json(text: str) -> list[ContainerFacts]:
+    """`docker ps [-a] [--no-trunc] --format '{{json .}}'`: one JSON object per line."""
+    kind = "docker ps"
+    out = []
+    for row in _json_lines(text, kind):
+        missing = [k for k in ("ID", "Names", "Image") if k not in row]
+        if missing:
+            raise ParseError(
+                kind, f"a container has no {', '.join(missing)}", json.dumps(row)[:160]
+            )
+        state = row.get("State") or _state_from_status(row.get("Status", ""))
+        out.append(ContainerFacts(id=row["ID"], name=row["Names"].split(",")[0],
+                                  image=row["Image"], state=state,
+                                  labels=parse_labels(row.get("Labels", ""))))
+    return out
+
+
+
+def parse_docker_stats_json(text: str) -> dict[str, int]:
+    """`docker stats --no-stream --format '{{json .}}'` -> {container name: memory bytes}.
+
+    MemUsage is '45.2GiB / 121.7GiB' (binary units). The ID is also a key, so the caller can
+    join on either.
+    """
+    kind = "docker stats"
+    usage: dict[str, int] = {}
+    for row in _json_lines(text, kind):
+        raw = row.get("MemUsage")
+        name = row.get("Name") or row.get("Container")
+        if raw is None or not name:
+            raise ParseError(kind, "a row has no Name or MemUsage", json.dumps(row)[:160])
+        used = raw.split("/")[0].strip()
+        value = 0 if used in {"--", ""} else parse_size(used, kind=kind)
+        usage[name] = value
+        if row.get("ID"):
+            usage[row["ID"]] = value
+    return usage
+
+
+def parse_docker_images_json(text: str) -> list[ImageFacts]:
+    """`docker images --no-trunc --format '{{json .}}'`; tags of one image ID are merged.
+
+    Size is in decimal units ('26.1GB').
+    """
+    kind = "docker images"
+    by_id: dict[str, dict[str, Any]] = {}
+    for row in _json_lines(text, kind):
+        if "ID" not in row or "Repository" not in row:
+            raise ParseError(kind, "a row has no ID or Repository", json.dumps(row)[:160])
+        entry = by_id.setdefault(row["ID"], {"tags": [], "digests": [], "size": 0})
+        repo, tag, digest = row.get("Repository", ""), row.get("Tag", ""), row.get("Digest", "")
+        if repo and repo != "<none>" and tag and tag != "<none>":
+            ref = f"{repo}:{tag}"
+            if ref not in entry["tags"]:
+                entry["tags"].append(ref)
+        if repo and repo != "<none>" and digest and digest != "<none>":
+            ref = f"{repo}@{digest}"
+            if ref not in entry["digests"]:
+                entry["digests"].append(ref)
+        if row.get("Size") and row["Size"] != "N/A":
+            entry["size"] = parse_size(row["Size"], kind=kind, decimal_units=True)
+    return [ImageFacts(id=i, repo_tags=e["tags"], repo_digests=e["digests"], size_bytes=e["size"])
+            for i, e in by_id.items()]
+
+
+def parse_gpu_runtime(text: str) -> list[str]:
+    """The survey's own 'gpu_runtime' section: one 'hook <path>' / 'cdi <file>' line per piece
+    of NVIDIA container support found (the hook serves `--gpus`, CDI specs serve nvidia.com/gpu)."""
+    found = []
+    for line in _nonblank(text):
+        kind, _, value = line.strip().partition(" ")
+        if kind not in {"hook", "cdi", "ctk"} or not value:
+            raise ParseError("gpu runtime probe", "line is not 'hook|cdi|ctk <path>'", line)
+        found.append(f"{kind} {value.strip()}")
+    return found
+
+
+# --------------------------------------------------------------------------- HF cache, disk
+
+def parse_hf_cache(text: str) -> list[HfRepoFacts]:
+    """The survey's own HF cache listing, tab separated, one record per line:
+
+        repo\\tmodels--Qwen--Qwen3.5-122B-A10B-FP8
+        ref\\tmain\\t<40-hex commit>
+        snapshot\\t<commit>
+        blobs\\t<bytes>
+
+    'ref', 'snapshot' and 'blobs' belong to the last 'repo' line. Only model repos are listed.
+    """
+    kind = "HF cache listing"
+    repos: list[dict[str, Any]] = []
+    for line in _nonblank(text):
+        parts = line.split("\t")
+        tag = parts[0]
+        if tag == "repo" and len(parts) == 2:
+            folder = parts[1].strip()
+            m = re.fullmatch(r"models--(.+?)--(.+)", folder)
+            if not m:
+                raise ParseError(kind, f"{folder!r} is not a 'models--<org>--<name>' folder", line)
+            repos.append({"repo_id": f"{m.group(1)}/{m.group(2)}", "refs": {}, "snapshots": [],
+                          "size": 0})
+            continue
+        if not repos:
+            raise ParseError(kind, "a record comes before any 'repo' line", line)
+        current = repos[-1]
+        if tag == "ref" and len(parts) == 3:
+            current["refs"][parts[1]] = parts[2].strip()
+        elif tag == "snapshot" and len(parts) == 2:
+            current["snapshots"].append(parts[1].strip())
+        elif tag == "blobs" and len(parts) == 2 and parts[1].strip().isdigit():
+            current["size"] = int(parts[1].strip())
+        else:
+            raise ParseError(kind, "line is not repo/ref/snapshot/blobs with tab-separated fields",
+                             line)
+    return [HfRepoFacts(repo_id=r["repo_id"], refs=r["refs"], snapshots=sorted(r["snapshots"]),
+                        size_bytes=r["size"]) for r in repos]
+
+
+def parse_df_avail(text: str) -> int:
+    """`df -B1 --output=avail <path>`: header 'Avail' then the free bytes."""
+    rows = _nonblank(text)
+    if len(rows) < 2 or rows[0].strip() != "Avail":
+        raise ParseError("df --output=avail", "expected an 'Avail' header and one number", text)
+    value = rows[1].strip()
+    if not value.isdigit():
+        raise ParseError("df --output=avail", f"{value!r} is not a byte count", text)
+    return int(value)
+
+
+# --------------------------------------------------------------------------- clock, host keys
+
+def parse_epoch(text: str) -> float:
+    """`date +%s.%N` -> seconds since the epoch."""
+    rows = _nonblank(text)
+    if not rows or not re.fullmatch(r"\d+(?:\.\d+)?", rows[0].strip()):
+        raise ParseError("date +%s.%N", "expected seconds since the epoch", text)
+    return float(rows[0].strip())
+
+
+def parse_host_keys(text: str) -> list[str]:
+    """Contents of /etc/ssh/ssh_host_*_key.pub -> ['ssh-ed25519 AAAA...', ...] (no comments)."""
+    keys = []
+    for line in _nonblank(text):
+        parts = line.split()
+        if len(parts) < 2 or not re.fullmatch(r"(ssh|ecdsa|sk)-[\w@.-]+", parts[0]) \
+                or not re.fullmatch(r"[A-Za-z0-9+/]+=*", parts[1]):
+            raise ParseError("ssh host keys", "line is not '<type> <base64> [comment]'", line)
+        keys.append(f"{parts[0]} {parts[1]}")
+    return keys
+
+
+def parse_stopped_markers(text: str) -> dict[str, str]:
+    """`<container>\t<project>/<stack>` lines (recon's stopped section) -> {container: stack}."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, sep, stack = line.partition("\t")
+        if not sep or not name.strip() or not stack.strip():
+            raise ParseError("stopped", "expected '<container>\\t<project>/<stack>'", line)
+        out[name.strip()] = stack.strip()
+    return out
+
+
+def parse_vllm_serve(text: str) -> dict[str, bool]:
+    """`<container> running|stopped` lines (recon's vllm_serve section) -> {container: alive}."""
+    out: dict[str, bool] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or parts[1] not in ("running", "stopped"):
+            raise ParseError("vllm_serve", "expected '<container> running|stopped'", line)
+        out[parts[0]] = parts[1] == "running"
+    return out

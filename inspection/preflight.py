@@ -1,0 +1,487 @@
+"""Preflight: decide from the surveyed facts whether the stack may touch the nodes at all.
+
+`check(cfg, facts, model_bytes=...)` returns a `Plan` (what the run will do about the hosts'
+current state: containers to stop, warnings, budgets) or raises `PreflightError` listing EVERY
+failed check as `node: fact — fix`. Nothing is changed before this passes.
+
+Checks (each a function below, each with a passing and a failing test in tests/unit/inspection):
+  reachability  a node that could not be surveyed (unreachable, auth refused, host key mismatch)
+  gb10          every GPU is an NVIDIA GB10 (when preflight.requireGb10)
+  driver/cuda   the same driver and CUDA version on every node (compared with the first node)
+  docker        Docker present, >= preflight.minDockerVersion, with NVIDIA GPU support
+  fabric        each configured interface exists, has carrier, MTU >= nccl.minMtu, carries the
+                configured IP in a network inside nccl.fabricSubnets
+  roce          the configured HCA of each fabric interface is Up (when nccl.rdma)
+  foreign       running containers without the label spark-vllm.managed=true, minus
+                preflight.allowContainers: fail -> error each; stop -> Plan.stop_containers
+                (plus those this stack stopped earlier, found by their markers); ignore ->
+                warning each
+  memory        see MEMORY BUDGET below
+  disk          free bytes at model.cacheDir >= model bytes not yet in that node's HF cache
+
+MEMORY BUDGET (per node; GB10 has one unified memory, so "GPU memory" is MemTotal):
+    claim   = vllm.gpuMemoryUtilization x MemTotal     vLLM takes this much up front and refuses
+                                                       to start when less is free
+    shard   = model_bytes / (tp x pp) + preflight.osReserveBytes   (only when model_bytes known)
+    budget  = max(claim, shard)
+    usable  = MemAvailable + memory of containers this run stops (foreign, mode stop)
+                           + memory of the stack's own containers (they are the workload itself)
+    fail when usable < budget.
+
+Warnings (in Plan.warnings, never fatal): clock more than 2 s off, a fabric link below
+200000 Mb/s on a Spark, a /etc/dgx-release that does not say Spark, sections the survey could not
+read, the pinned host key absent from /etc/ssh (ssh itself verified it).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from config import NodeConfig, StackConfig
+from inspection.facts import ContainerFacts, NodeFacts
+from inspection.recon import ReconError, Runner
+
+try:
+    from pulumi import RunError as _UserError
+except ImportError:  # pragma: no cover
+    _UserError = Exception  # type: ignore[misc,assignment]
+
+GB10_NAME = "NVIDIA GB10"
+SPARK_LINK_MBPS = 200000
+CLOCK_WARN_SECONDS = 2.0
+GIB = 1024**3
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    node: str
+    check: str  # reachability, gb10, driver, cuda, docker, fabric, roce, memory, disk, foreign, ...
+    fact: str  # what was observed
+    fix: str  # what to do about it
+
+    def __str__(self) -> str:
+        return f"{self.node}: {self.fact} — {self.fix}"
+
+
+class Plan(BaseModel):
+    """What the run will do about the nodes' present state; shown in preview."""
+
+    model_config = ConfigDict(frozen=True)
+
+    stop_containers: dict[str, list[ContainerFacts]] = Field(default_factory=dict)
+    warnings: list[Finding] = Field(default_factory=list)
+    memory_budget_bytes: dict[str, int] = Field(default_factory=dict)
+    usable_memory_bytes: dict[str, int] = Field(default_factory=dict)
+    model_bytes_missing: dict[str, int] = Field(default_factory=dict)
+    hcas_up: dict[str, list[str]] = Field(default_factory=dict)
+
+
+class PreflightError(_UserError):
+    """Every failed check, one per line as `node: fact — fix`. Nothing was changed."""
+
+    def __init__(self, findings: list[Finding], warnings: list[Finding] | None = None) -> None:
+        self.findings = findings
+        self.warnings = warnings or []
+        lines = "\n".join(f"  - {f}" for f in findings)
+        super().__init__(f"preflight failed with {len(findings)} problem(s); nothing was changed:"
+                         f"\n{lines}")
+
+
+def gib(n: int | float) -> str:
+    """Readable size: '68.2 GiB', '312 MiB' (lab containers hold little), '0 B'."""
+    if n >= GIB:
+        return f"{n / GIB:.1f} GiB"
+    if n >= 1024**2:
+        return f"{n / 1024**2:.0f} MiB"
+    return f"{int(n)} B" if n < 1024 else f"{n / 1024:.0f} KiB"
+
+
+def _tp_pp(cfg: StackConfig) -> tuple[int, int]:
+    return cfg.tensor_parallel_size, cfg.vllm.pipeline_parallel_size
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", text.split("-")[0])[:3])
+
+
+# --------------------------------------------------------------------------- the checks
+
+def check_reachability(node: str, result: NodeFacts | ReconError | None) -> list[Finding]:
+    if result is None:
+        return [Finding(node=node, check="reachability", fact="was not surveyed",
+                        fix="run the survey over every configured node")]
+    if isinstance(result, ReconError):
+        return [Finding(node=node, check=result.kind, fact=result.reason, fix=result.fix)]
+    return []
+
+
+def check_gb10(cfg: StackConfig, f: NodeFacts) -> tuple[list[Finding], list[Finding]]:
+    errors: list[Finding] = []
+    warnings: list[Finding] = []
+    if not cfg.preflight.require_gb10:
+        return errors, warnings
+    fix = ("use DGX Spark / GB10 nodes, or set spark-vllm:preflight.requireGb10: false for "
+           "another platform")
+    if not f.gpus:
+        why = ("nvidia-smi is not installed" if "nvidia-smi" in f.missing_tools
+               else next((f"nvidia-smi: {f.unreadable[s]}" for s in
+                          ("nvidia_smi_query", "nvidia_smi") if s in f.unreadable),
+                         "nvidia-smi listed no GPU"))
+        errors.append(Finding(node=f.node, check="gb10", fact=f"no NVIDIA GPU visible ({why})",
+                              fix="install/load the NVIDIA 580 driver so that nvidia-smi lists "
+                                  "the GB10, or set spark-vllm:preflight.requireGb10: false for "
+                                  "another platform"))
+    for gpu in f.gpus:
+        if gpu.name != GB10_NAME:
+            errors.append(Finding(node=f.node, check="gb10",
+                                  fact=f"GPU is {gpu.name!r}, not {GB10_NAME}", fix=fix))
+    if f.os.dgx_release and not f.os.is_dgx_spark:
+        warnings.append(Finding(
+            node=f.node, check="gb10",
+            fact=f"/etc/dgx-release names {f.os.dgx_release.get('DGX_NAME', '?')!r}, not DGX Spark",
+            fix="fine for other GB10 systems; otherwise check the OS image"))
+    return errors, warnings
+
+
+def check_driver_consistency(cfg: StackConfig, facts: Mapping[str, NodeFacts]) -> list[Finding]:
+    surveyed = [facts[n.name] for n in cfg.nodes if isinstance(facts.get(n.name), NodeFacts)
+                and facts[n.name].gpus]
+    if len(surveyed) < 2:
+        return []
+    ref = surveyed[0]
+    out = []
+    for f in surveyed[1:]:
+        for field, label in (("driver_version", "driver"), ("cuda_version", "CUDA")):
+            mine, theirs = getattr(f.gpus[0], field), getattr(ref.gpus[0], field)
+            if mine and theirs and mine != theirs:
+                out.append(Finding(
+                    node=f.node, check=label.lower(),
+                    fact=f"{label} {mine} differs from {ref.node}'s {theirs}",
+                    fix=f"install the same NVIDIA driver on every node (tensor parallelism across "
+                        f"nodes needs identical drivers); {ref.node} has {label} {theirs}"))
+    return out
+
+
+def check_docker(cfg: StackConfig, f: NodeFacts) -> list[Finding]:
+    if f.docker is None:
+        if "docker" in f.missing_tools:
+            fact, fix = "Docker is not installed", "install Docker Engine (docker-ce) on the node"
+        else:
+            reason = f.unreadable.get("docker_info", "docker info gave no answer")
+            fact = f"Docker did not answer ({reason})"
+            fix = "start it (systemctl start docker) and make sure the ssh user may use it"
+        return [Finding(node=f.node, check="docker", fact=fact, fix=fix)]
+    out = []
+    minimum = cfg.preflight.min_docker_version
+    if _version(f.docker.version) < _version(minimum):
+        out.append(Finding(node=f.node, check="docker",
+                           fact=f"Docker {f.docker.version} is older than {minimum}",
+                           fix=f"upgrade Docker Engine to {minimum} or newer"))
+    if not f.docker.gpu_support:
+        out.append(Finding(
+            node=f.node, check="docker",
+            fact="Docker has no NVIDIA GPU support (runtimes: "
+                 f"{', '.join(f.docker.runtimes) or 'none'};"
+                 " no nvidia-container-runtime-hook, no CDI spec for nvidia.com/gpu)",
+            fix="install nvidia-container-toolkit, then `nvidia-ctk runtime configure "
+                "--runtime=docker && systemctl restart docker` (or `nvidia-ctk cdi generate "
+                "--output=/etc/cdi/nvidia.yaml`)"))
+    return out
+
+
+def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
+                 f: NodeFacts) -> tuple[list[Finding], list[Finding]]:
+    errors: list[Finding] = []
+    warnings: list[Finding] = []
+    nets = [ipaddress.IPv4Network(s) for s in cfg.nccl.fabric_subnets]
+    min_mtu = cfg.nccl.min_mtu
+    for fab in node_cfg.fabric:
+        name = fab.interface
+        iface = f.interface(name)
+        if iface is None:
+            names = ", ".join(i.name for i in f.interfaces if i.name.startswith(("en", "ib")))
+            listed = names or "none"
+            if "ip_addr" in f.unreadable:
+                listed = f"interface list unreadable: {f.unreadable['ip_addr']}"
+            errors.append(Finding(
+                node=f.node, check="fabric", fact=f"fabric interface {name} does not exist "
+                                                  f"(present: {listed})",
+                fix="check spark-vllm:nodes[].fabric[].interface (names are case-sensitive: "
+                    "enp1s0f1np1 vs enP2p1s0f1np1) and that the ConnectX-7 driver is loaded"))
+            continue
+        if not iface.carrier:
+            errors.append(Finding(
+                node=f.node, check="fabric", fact=f"fabric interface {name} is down (no carrier)",
+                fix=f"cable the QSFP port behind {name} to the peer and bring it up "
+                    f"(ip link set {name} up); one cable brings up both twins of its port"))
+        if iface.mtu and iface.mtu < min_mtu:
+            errors.append(Finding(
+                node=f.node, check="fabric",
+                fact=f"fabric interface {name} has MTU {iface.mtu}, below nccl.minMtu {min_mtu}",
+                fix=f"set MTU {min_mtu} on {name} on every node (netplan `mtu: {min_mtu}`, or "
+                    f"ip link set {name} mtu {min_mtu})"))
+        present = {a.split("/")[0]: a for a in iface.ipv4}
+        subnet = next((n for n in nets if ipaddress.IPv4Address(fab.ip) in n), None)
+        want = f"{fab.ip}/{subnet.prefixlen}" if subnet else fab.ip
+        if fab.ip not in present:
+            has = ", ".join(iface.ipv4) or "no IPv4 address"
+            errors.append(Finding(
+                node=f.node, check="fabric",
+                fact=f"fabric interface {name} has {has}, not the configured {fab.ip}",
+                fix=f"assign {want} to {name} (netplan, persistent), or correct "
+                    f"spark-vllm:nodes[].fabric[].ip"))
+        else:
+            network = ipaddress.IPv4Interface(present[fab.ip]).network
+            if not any(network.subnet_of(n) for n in nets):
+                errors.append(Finding(
+                    node=f.node, check="fabric",
+                    fact=f"fabric interface {name} has {present[fab.ip]}, whose network {network} "
+                         f"is outside nccl.fabricSubnets {list(cfg.nccl.fabric_subnets)}",
+                    fix=f"use the prefix of the fabric subnet: {want}"))
+        if cfg.preflight.require_gb10 and iface.speed_mbps and iface.speed_mbps < SPARK_LINK_MBPS:
+            warnings.append(Finding(
+                node=f.node, check="fabric",
+                fact=f"fabric interface {name} links at {iface.speed_mbps} Mb/s, "
+                     f"below {SPARK_LINK_MBPS} on a Spark",
+                fix="use a 200G QSFP56 cable; behind a switch, force the switch port to 200G"))
+    return errors, warnings
+
+
+def check_roce(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]:
+    if not cfg.nccl.rdma:
+        return []
+    out = []
+    for fab in node_cfg.fabric:
+        if not fab.hca:
+            continue
+        dev = f.roce_device(fab.hca)
+        if dev is None:
+            why = ""
+            if "ibdev2netdev" in f.missing_tools and not f.roce:
+                why = " (neither ibdev2netdev nor `rdma link` listed any device)"
+            present = ", ".join(r.device for r in f.roce) or "none"
+            out.append(Finding(
+                node=f.node, check="roce",
+                fact=f"RoCE device {fab.hca} for {fab.interface} not found{why}; present: "
+                     f"{present}",
+                fix="check spark-vllm:nodes[].fabric[].hca (case-sensitive: rocep1s0f1 vs "
+                    "roceP2p1s0f1), or set spark-vllm:nccl.rdma: false to use TCP"))
+        elif not dev.up:
+            out.append(Finding(
+                node=f.node, check="roce",
+                fact=f"RoCE device {fab.hca} ({dev.netdev or fab.interface}) is {dev.state}",
+                fix=f"cable and bring up {dev.netdev or fab.interface}; ibdev2netdev must show "
+                    f"{fab.hca} (Up) on every node, or set spark-vllm:nccl.rdma: false"))
+    return out
+
+
+def foreign_containers(cfg: StackConfig, f: NodeFacts) -> list[ContainerFacts]:
+    allow = set(cfg.preflight.allow_containers)
+    return [c for c in f.foreign_containers() if c.name not in allow]
+
+
+def stopped_by_stack(cfg: StackConfig, f: NodeFacts,
+                     stack_label: str | None) -> list[ContainerFacts]:
+    """Foreign containers this stack stopped on an earlier run (marker holds its label; any
+    label when stack_label is None) that are still stopped: the plan keeps their stops, or the
+    engine would delete the stop commands and start the containers again."""
+    allow = set(cfg.preflight.allow_containers)
+    return [c for c in (f.docker.containers if f.docker else [])
+            if not c.managed and c.state != "running" and c.name not in allow
+            and c.name in f.stopped_by
+            and (stack_label is None or f.stopped_by[c.name] == stack_label)]
+
+
+def check_foreign(cfg: StackConfig, f: NodeFacts, stack_label: str | None = None
+                  ) -> tuple[list[Finding], list[Finding], list[ContainerFacts]]:
+    """-> (errors, warnings, containers to stop)."""
+    foreign = foreign_containers(cfg, f)
+    mode = str(cfg.preflight.foreign_containers)
+    if mode == "stop":
+        return [], [], foreign + stopped_by_stack(cfg, f, stack_label)
+    if not foreign:
+        return [], [], []
+    findings = [Finding(
+        node=f.node, check="foreign",
+        fact=f"foreign container {c.name} (image {c.image}) is running and holds "
+             f"{gib(c.memory_bytes)}",
+        fix=("stop it yourself, or set spark-vllm:preflight.foreignContainers: stop (the stack "
+             "stops it and destroy starts it again), or list it in preflight.allowContainers to "
+             "keep it")
+        if mode == "fail" else "it keeps running (preflight.foreignContainers: ignore)")
+        for c in foreign]
+    return (findings, [], []) if mode == "fail" else ([], findings, [])
+
+
+def memory_budget(cfg: StackConfig, f: NodeFacts, model_bytes: int | None) -> int:
+    tp, pp = _tp_pp(cfg)
+    claim = int(cfg.vllm.gpu_memory_utilization * f.memory.total_bytes)
+    shard = 0
+    if model_bytes:
+        shard = int(model_bytes / (tp * pp)) + int(cfg.preflight.os_reserve_bytes)
+    return max(claim, shard)
+
+
+def check_memory(cfg: StackConfig, f: NodeFacts, stopping: list[ContainerFacts],
+                 model_bytes: int | None) -> tuple[list[Finding], int, int]:
+    """-> (errors, budget, usable)."""
+    budget = memory_budget(cfg, f, model_bytes)
+    ours = sum(c.memory_bytes for c in (f.docker.containers if f.docker else [])
+               if c.managed and c.state == "running")
+    freed = sum(c.memory_bytes for c in stopping)
+    usable = f.memory.available_bytes + freed + ours
+    if usable >= budget:
+        return [], budget, usable
+    tp, pp = _tp_pp(cfg)
+    util = cfg.vllm.gpu_memory_utilization
+    how = f"max({util} x MemTotal {gib(f.memory.total_bytes)}"
+    if model_bytes:
+        how += f", model {gib(model_bytes)}/(tp {tp} x pp {pp}) + osReserve " \
+               f"{gib(cfg.preflight.os_reserve_bytes)}"
+    how += ")"
+    parts = [f"MemAvailable {gib(f.memory.available_bytes)}"]
+    if freed:
+        parts.append(f"{gib(freed)} freed by stopping {', '.join(c.name for c in stopping)}")
+    if ours:
+        parts.append(f"{gib(ours)} held by the stack's own containers")
+    holders = [c for c in foreign_containers(cfg, f) if c not in stopping and c.memory_bytes]
+    fix = "free memory on the node or lower spark-vllm:vllm.gpuMemoryUtilization"
+    if holders:
+        fix = (f"foreign containers hold {gib(sum(c.memory_bytes for c in holders))} "
+               f"({', '.join(f'{c.name} {gib(c.memory_bytes)}' for c in holders)}): stop "
+               "them or set "
+               "preflight.foreignContainers: stop; or lower spark-vllm:vllm.gpuMemoryUtilization")
+    return [Finding(node=f.node, check="memory",
+                    fact=f"memory: {' + '.join(parts)} = {gib(usable)} usable, below the budget "
+                         f"{gib(budget)} = {how}", fix=fix)], budget, usable
+
+
+def check_disk(cfg: StackConfig, f: NodeFacts,
+               model_bytes: int | None) -> tuple[list[Finding], int]:
+    """-> (errors, bytes of the model still to fetch on this node)."""
+    if not model_bytes:
+        return [], 0
+    repo = f.hf_repo(cfg.model.repo)
+    have = repo.size_bytes if repo else 0
+    need = max(0, model_bytes - have)
+    if need == 0:
+        return [], 0
+    if "disk" in f.unreadable:
+        return [Finding(node=f.node, check="disk",
+                        fact=f"free disk at {cfg.model.cache_dir} unknown ({f.unreadable['disk']})",
+                        fix=f"check that `df -B1 --output=avail {cfg.model.cache_dir}` works on "
+                            "the node")], need
+    if f.disk_free_bytes < need:
+        return [Finding(
+            node=f.node, check="disk",
+            fact=f"disk: {gib(f.disk_free_bytes)} free at {cfg.model.cache_dir}, the model needs "
+                 f"{gib(need)} more ({gib(model_bytes)} total, {gib(have)} already cached)",
+            fix=f"free space on the filesystem holding {cfg.model.cache_dir}, or point "
+                "spark-vllm:model.cacheDir at a larger disk")], need
+    return [], need
+
+
+def notes(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]:
+    out = []
+    if abs(f.clock_offset_seconds) > CLOCK_WARN_SECONDS:
+        out.append(Finding(node=f.node, check="clock",
+                           fact=f"clock is {f.clock_offset_seconds:+.1f} s off the control machine",
+                           fix="enable time sync on every node (timedatectl set-ntp true)"))
+    pinned = node_cfg.pinned_host_key
+    if f.host_keys and pinned not in f.host_keys:
+        out.append(Finding(node=f.node, check="host_key",
+                           fact="the pinned hostKey is not among /etc/ssh/ssh_host_*_key.pub "
+                                "(ssh verified it, so sshd uses a key from elsewhere)",
+                           fix="nothing to do if that is intended"))
+    for section, reason in sorted(f.unreadable.items()):
+        out.append(Finding(node=f.node, check="survey", fact=f"could not read {section}: {reason}",
+                           fix="see the node; the facts from this step are missing"))
+    return out
+
+
+# --------------------------------------------------------------------------- the entry point
+
+def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
+          model_bytes: int | None = None, stack_label: str | None = None) -> Plan:
+    """Run every check over every node; return the Plan or raise PreflightError (all findings).
+
+    stack_label (`<project>/<stack>`) picks the stopped-container markers that are this stack's.
+    """
+    errors: list[Finding] = []
+    warnings: list[Finding] = []
+    stops: dict[str, list[ContainerFacts]] = {}
+    budgets: dict[str, int] = {}
+    usable: dict[str, int] = {}
+    missing: dict[str, int] = {}
+    hcas: dict[str, list[str]] = {}
+
+    surveyed: dict[str, NodeFacts] = {}
+    for node_cfg in cfg.nodes:
+        result = facts.get(node_cfg.name)
+        problems = check_reachability(node_cfg.name, result)
+        if problems:
+            errors += problems
+            continue
+        assert isinstance(result, NodeFacts)
+        surveyed[node_cfg.name] = result
+
+    errors += check_driver_consistency(cfg, surveyed)
+
+    for node_cfg in cfg.nodes:
+        f = surveyed.get(node_cfg.name)
+        if f is None:
+            continue
+        e, w = check_gb10(cfg, f)
+        errors += e
+        warnings += w
+        errors += check_docker(cfg, f)
+        e, w = check_fabric(cfg, node_cfg, f)
+        errors += e
+        warnings += w
+        errors += check_roce(cfg, node_cfg, f)
+        hcas[f.node] = [r.device for r in f.roce if r.up]
+        e, w, stopping = check_foreign(cfg, f, stack_label)
+        errors += e
+        warnings += w
+        if stopping:
+            stops[f.node] = stopping
+        e, budgets[f.node], usable[f.node] = check_memory(cfg, f, stopping, model_bytes)
+        errors += e
+        e, missing[f.node] = check_disk(cfg, f, model_bytes)
+        errors += e
+        warnings += notes(cfg, node_cfg, f)
+
+    if errors:
+        raise PreflightError(errors, warnings)
+    return Plan(stop_containers=stops, warnings=warnings, memory_budget_bytes=budgets,
+                usable_memory_bytes=usable, model_bytes_missing=missing, hcas_up=hcas)
+
+
+def _stack_label() -> str | None:
+    """`<project>/<stack>` of the running program (the label its stop markers hold)."""
+    try:
+        import pulumi
+        return f"{pulumi.get_project()}/{pulumi.get_stack()}"
+    except Exception:
+        return None
+
+
+def run(cfg: StackConfig, *, key_path: str | None = None, model_bytes: int | None = None,
+        runner: Runner | None = None) -> tuple[dict[str, NodeFacts], Plan]:
+    """Survey every node and check it: what __main__ calls before registering any resource.
+
+    Unreachable nodes are reported together with every other failed check.
+    """
+    from inspection import recon
+
+    if runner is None:
+        results = recon.survey_all(cfg, key_path=key_path)
+    else:
+        results = recon.survey_all(cfg, key_path=key_path, runner=runner)
+    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label())
+    return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

@@ -1,0 +1,108 @@
+"""The benchmark's verdicts against the design's change table (bench/bench.py), without a lab:
+a verdict that could not fail would make docs/benchmarks.md's "within" column worthless."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.bench import paper, verdict
+
+CLEAN = {"ray_restarted": [], "vllm_restarted": False, "hub_bytes": 0, "new_image_ids": 0}
+
+
+def cost(**kw):
+    return {**CLEAN, **kw}
+
+
+def test_nothing_is_within_only_when_nothing_happened():
+    assert verdict("nothing", {}, cost(), {}) == []
+    assert verdict("nothing", {"vllm-serve": "update"}, cost(), {}) == ["something ran or restarted"]
+    assert verdict("nothing", {}, cost(vllm_restarted=True), {}) == ["something ran or restarted"]
+    assert verdict("nothing", {}, cost(hub_bytes=1), {}) == ["bytes were pulled"]
+
+
+def test_vllm_flag_may_restart_vllm_but_not_workers_image_or_model():
+    ok = verdict("vLLM serve flag", {"vllm-serve": "update"}, cost(vllm_restarted=True), {})
+    assert ok == []
+    bad = verdict("vLLM serve flag", {"image-spark-2": "update", "model-sync-spark-2": "update"},
+                  cost(ray_restarted=["spark-2/spark-vllm-ray-worker"]), {})
+    assert bad == ["image pull", "model transfer", "worker replaced"]
+
+
+def test_nccl_env_may_restart_ray_but_not_pull():
+    c = cost(ray_restarted=["spark-1/spark-vllm-ray-head", "spark-2/spark-vllm-ray-worker"],
+             vllm_restarted=True)
+    assert verdict("NCCL env", {"ray-head": "replace"}, c, {}) == []
+    assert verdict("NCCL env", {}, cost(new_image_ids=1), {}) == ["image pull"]
+
+
+def test_model_revision_may_move_only_the_changed_bytes_and_never_restart_ray():
+    assert verdict("model revision", {"model-fetch": "update"}, cost(hub_bytes=500),
+                   {"changed_bytes": 500}) == []
+    bad = verdict("model revision", {}, cost(hub_bytes=501, ray_restarted=["x/spark-vllm-ray-head"]),
+                  {"changed_bytes": 500})
+    assert bad == ["Ray restart", "hub moved more than changed"]
+
+
+def test_image_and_add_node_must_not_move_the_model_from_the_hub():
+    assert verdict("image", {"image-spark-1": "update"}, cost(new_image_ids=2), {"sync_bytes_moved": 0}) == []
+    assert verdict("image", {}, cost(), {"sync_bytes_moved": 10}) == ["model bytes moved"]
+    assert verdict("add a node", {}, cost(hub_bytes=1), {}) == ["re-download from the hub"]
+
+
+@pytest.mark.parametrize("row,takes", [
+    ("hub download on a 1 Gb/s uplink", "15.9 min"),        # 119e9 B * 8 / 1e9 b/s = 952 s
+    ("one CX-7 twin, RDMA", "9 s"),                          # 119e9 * 8 / 111.7e9 = 8.5 s
+    ("loading into vLLM", "2.1 min"),                        # 3 s x 42 shards = 126 s
+])
+def test_paper_numbers(row, takes):
+    line = next(ln for ln in paper().splitlines() if row in ln)
+    assert f"| {takes} |" in line, line
+
+
+def _result(no_op_ratio=2.0, violations=()):
+    row = {"ops": {}, "ray_restarted": [], "vllm_restarted": False, "new_image_ids": 0,
+           "hub_bytes": 0, "fabric_rx_bytes": 10, "mgmt_rx_bytes": 20, "wall_s": 1.0,
+           "violations": list(violations)}
+    changes = [{**row, "change": c} for c in
+               ("nothing", "vLLM serve flag", "NCCL env", "model revision", "image", "add a node")]
+    changes[3].update(changed_bytes=668, model_bytes=536184)
+    changes[4].update(sync_bytes_moved=0)
+    return {
+        "started": "2026-11-30 06:37 UTC", "duration_min": 10.0, "model_bytes": 536184,
+        "env": {"cpus": 2, "mem_gib": 23.5, "kernel": "6.x", "pulumi": "v3.274.1"},
+        "noop": {"ratio": no_op_ratio, "stack_median_s": 2.0 * no_op_ratio, "empty_median_s": 2.0,
+                 "reps": 3, "empty_s": [2.0], "stack_s": [4.0], "recon_median_s": 1.0,
+                 "hub_median_s": 0.1, "ssh_per_node": {"spark-1": [1], "spark-2": [1]}},
+        "idle_fabric_bps": 14000,
+        "changes": changes,
+        "fanout": {"size_bytes": 2 << 30, "reps": 3, "product_s": [4.0], "raw_s": [3.0],
+                   "fixed_s": [1.0], "product_gbit": 4.3, "raw_gbit": 5.7,
+                   "product_steady_gbit": 5.7, "ratio": 0.75, "ratio_steady": 1.0},
+        "scaling": [{"nodes": 2, "wall_s": 80.0, "steps": 23, "hub_bytes": 536184, "serves": True,
+                     "destroy_s": 6.0, "keep_images": False,
+                     "per_node_spans": {"image-spark-1": [0, 30], "image-spark-2": [0, 31]}},
+                    {"nodes": 3, "wall_s": 88.0, "steps": 29, "hub_bytes": 536184, "serves": True,
+                     "destroy_s": 6.0, "keep_images": False},
+                    {"nodes": 2, "wall_s": 40.0, "steps": 23, "hub_bytes": 536184, "serves": True,
+                     "destroy_s": 6.0, "keep_images": True},
+                    {"nodes": 3, "wall_s": 60.0, "steps": 29, "hub_bytes": 536184, "serves": True,
+                     "destroy_s": 6.0, "keep_images": True}],
+    }
+
+
+def test_report_states_every_goal_and_marks_misses(tmp_path):
+    from bench.bench import report
+
+    out = tmp_path / "b.md"
+    report(_result(), out)
+    text = out.read_text()
+    goals = [ln for ln in text.splitlines() if ln.startswith("| ") and ln.endswith(("| met |", "| **missed** |"))]
+    assert len(goals) == 6 and all(ln.endswith("| met |") for ln in goals[:5]), goals
+    assert "| 3-node converge at most 1.3x the 2-node, from empty | 1.1x (88.0 s vs 80.0 s) | met |" in text
+    assert "| the same, with the image already on every node | 1.5x (60.0 s vs 40.0 s) | **missed** |" in text
+    assert "image-spark-1 0-30, image-spark-2 0-31" in text
+    report(_result(no_op_ratio=3.5, violations=["image pull"]), out)
+    text = out.read_text()
+    assert "| no-op preview at most 3x an empty program's | 3.5x" in text
+    assert text.count("**missed**") == 3 and "| image pull |" in text

@@ -1,0 +1,161 @@
+"""Ray containers per role, and the NCCL/Ray environment each node gets."""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+
+from components.nccl import node_env, up_hcas
+from config import validate_config
+from tests.conftest import config_raw, gb10_facts
+from tests.unit.conftest import settled
+
+GIB = 1024**3
+LABELS = {"spark-vllm.managed": "true", "spark-vllm.stack": "spark-vllm/dev"}
+
+
+def envs(inputs) -> dict[str, str]:
+    return dict(e.split("=", 1) for e in inputs["envs"])
+
+
+def labels(inputs) -> dict[str, str]:
+    return {lbl["label"]: lbl["value"] for lbl in inputs["labels"]}
+
+
+@pytest.mark.parametrize("rdma", [False, True])
+@pulumi.runtime.test
+def test_container_runtime_settings_per_role(build, mocks, rdma):
+    h = build(3, nccl={"rdma": rdma}, ray={"shmBytes": 16 * GIB})
+    image_ids = h.image.image_ids
+
+    def check(ids):
+        for i, node in enumerate(["spark-1", "spark-2", "spark-3"], start=1):
+            role = "ray-head" if i == 1 else "ray-worker"
+            c = mocks.named("ray-head" if i == 1 else f"ray-worker-{node}").inputs
+            assert c["name"] == ("spark-vllm-ray-head" if i == 1 else "spark-vllm-ray-worker")
+            assert c["image"] == ids[node] and c["image"].startswith("sha256:")  # ID, not name
+            assert c["networkMode"] == "host"
+            assert c["gpus"] == "all"
+            assert c["ipcMode"] == "host"
+            assert c["shmSize"] == 16384  # MB
+            assert c["restart"] == "unless-stopped"
+            assert c["privileged"] is False
+            assert c["entrypoints"] == ["/usr/bin/env"]
+            ulimits = {u["name"]: (u["soft"], u["hard"]) for u in c["ulimits"]}
+            assert ulimits["nofile"] == (16384, 16384)  # ray.nofile from Pulumi.dev.yaml
+            assert labels(c) == {**LABELS, "spark-vllm.role": role, "spark-vllm.node": node}
+            assert c["mounts"] == [
+                {"target": "/root/.cache/huggingface", "type": "bind",
+                 "source": "/root/.cache/huggingface"}
+            ]
+            env = envs(c)
+            assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/root/.cache/huggingface"
+            assert env["VLLM_HOST_IP"] == f"192.168.177.{10 + i}"
+            if rdma:
+                assert ulimits["memlock"] == (-1, -1)
+                assert c["devices"] == [{"hostPath": "/dev/infiniband",
+                                         "containerPath": "/dev/infiniband",
+                                         "permissions": "rwm"}]
+                assert c["capabilities"] == {"adds": ["IPC_LOCK"]}
+            else:
+                assert "memlock" not in ulimits
+                assert "devices" not in c and "capabilities" not in c
+
+    return settled(h, pulumi.Output.all(**image_ids)).apply(lambda v: check(v[0]))
+
+
+@pulumi.runtime.test
+def test_ray_start_command_lines(build, mocks):
+    h = build(2, ray={"port": 6380, "objectStoreBytes": GIB, "dashboard": False})
+
+    def check(_):
+        assert mocks.named("ray-head").inputs["command"] == [
+            "ray", "start", "--head", "--block", "--port", "6380",
+            "--node-ip-address", "192.168.177.11", "--num-gpus", "1",
+            "--object-store-memory", str(GIB), "--disable-usage-stats",
+            "--include-dashboard=false",
+        ]
+        assert mocks.named("ray-worker-spark-2").inputs["command"] == [
+            "ray", "start", "--block", "--address", "192.168.177.11:6380",
+            "--node-ip-address", "192.168.177.12", "--num-gpus", "1",
+            "--object-store-memory", str(GIB), "--disable-usage-stats",
+        ]
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_dashboard_binds_to_the_fabric_only(build, mocks):
+    h = build(2, ray={"dashboard": True})
+
+    def check(_):
+        cmd = mocks.named("ray-head").inputs["command"]
+        assert "--include-dashboard=true" in cmd
+        assert "--dashboard-host=192.168.177.11" in cmd
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_nccl_env_per_node_rdma_off(build, mocks):
+    h = build(2, nccl={"rdma": False, "debug": "INFO"})
+
+    def check(_):
+        for i, node in [(1, "ray-head"), (2, "ray-worker-spark-2")]:
+            env = envs(mocks.named(node).inputs)
+            ip = f"192.168.177.{10 + i}"
+            for k in ("NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME",
+                      "UCX_NET_DEVICES"):
+                assert env[k] == "enp1s0f1np1", k
+            assert env["VLLM_HOST_IP"] == env["RAY_NODE_IP_ADDRESS"] == ip
+            assert env["MASTER_ADDR"] == "192.168.177.11"
+            assert env["RAY_memory_monitor_refresh_ms"] == "0"
+            assert env["NCCL_DEBUG"] == "INFO"
+            assert env["NCCL_IB_DISABLE"] == "1"
+            assert "NCCL_IB_HCA" not in env
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_nccl_env_rdma_on_lists_only_carrier_up_hcas(build, mocks):
+    facts = {
+        "spark-1": gb10_facts("spark-1", index=1),
+        # spark-2's twin on PCI domain 2 has no link: it must not be handed to NCCL
+        "spark-2": gb10_facts("spark-2", index=2, roce_state={"roceP2p1s0f1": "Down"}),
+    }
+    h = build(2, facts=facts, nccl={"rdma": True, "extraEnv": {"NCCL_IB_GID_INDEX": "3"}})
+
+    def check(_):
+        head = envs(mocks.named("ray-head").inputs)
+        worker = envs(mocks.named("ray-worker-spark-2").inputs)
+        assert head["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"
+        assert worker["NCCL_IB_HCA"] == "rocep1s0f1"
+        assert head["NCCL_IB_DISABLE"] == worker["NCCL_IB_DISABLE"] == "0"
+        assert head["NCCL_IB_GID_INDEX"] == "3"  # extraEnv reaches every node
+        # policies see the same environment and the HCA state on the component
+        nccl = mocks.named("nccl").inputs
+        assert nccl["rdma"] is True
+        n2 = next(n for n in nccl["nodes"] if n["name"] == "spark-2")
+        assert n2["env"]["NCCL_IB_HCA"] == "rocep1s0f1"
+        assert [f["hcaState"] for f in n2["fabric"]] == ["Up", "Down"]
+        assert [f["mtu"] for f in n2["fabric"]] == [9000, 9000]
+
+    return settled(h).apply(check)
+
+
+def test_rdma_without_any_up_hca_is_a_clear_error():
+    cfg = validate_config(config_raw(2, nccl={"rdma": True}))
+    down = gb10_facts("spark-2", index=2, roce_state={"rocep1s0f1": "Down", "roceP2p1s0f1": "Down"})
+    assert up_hcas(cfg.nodes[1], down) == []
+    with pytest.raises(ValueError, match=r"node spark-2: nccl\.rdma is true but no RoCE HCA"):
+        node_env(cfg.nccl, cfg.nodes[1], down, cfg.head.primary.ip)
+
+
+def test_hcas_fall_back_to_every_up_device_when_config_names_none():
+    raw = config_raw(2)
+    for f in raw["nodes"][0]["fabric"]:
+        f.pop("hca")
+    cfg = validate_config(raw)
+    # connect-two-sparks capture: roceP2* rows first, port 1 Up on both twins
+    assert up_hcas(cfg.nodes[0], gb10_facts("spark-1")) == ["roceP2p1s0f1", "rocep1s0f1"]

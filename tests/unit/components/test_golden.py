@@ -1,0 +1,113 @@
+"""Golden snapshots of everything the program registers: what would run on the hosts.
+
+For a few representative stacks, every resource's type, name and inputs (the remote scripts,
+container commands and environments, provider settings) and the full set of URNs are compared
+with the JSON files in tests/unit/golden/. A byte change to a script that runs on a host, a
+renamed resource or a moved parent shows up here, in review, before it reaches a stack (where it
+would re-run that command or replace that resource once). Regenerate deliberately with
+`GOLDEN_UPDATE=1 make test-unit` and read the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pulumi
+import pytest
+
+from components import model_cache, stack
+from components.model_cache import ModelManifest
+from config import validate_config
+from inspection.facts import ContainerFacts
+from inspection.preflight import Plan
+from tests.conftest import SECRET_SIG
+from tests.unit.conftest import COMMIT, MODEL_FILES, secrets
+
+GOLDEN = Path(__file__).parent / "golden"
+DIGEST_REF = "10.77.0.1:5000/spark-lab/vllm-spark@sha256:" + "ab" * 32
+PINNED = "c" * 40
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "dev-2-nodes": {"nodes": 2},
+    "dev-3-nodes": {"nodes": 3},
+    "staging-rdma-hf-token": {
+        "nodes": 2, "hf_token": "hf_goldenTokenValue",
+        "overrides": {"environment": "staging", "nccl": {"rdma": True}},
+    },
+    "prod-pinned": {
+        "nodes": 2,
+        "overrides": {
+            "environment": "prod", "nccl": {"rdma": True},
+            "image": {"ref": DIGEST_REF, "plainHttpRegistry": False},
+            "model": {"revision": PINNED},
+        },
+    },
+    "image-from-head-stop-foreign": {
+        "nodes": 2, "stop": True,
+        "overrides": {"image": {"ref": "vllm-node:local", "source": "head",
+                                "plainHttpRegistry": False},
+                      "preflight": {"foreignContainers": "stop"}},
+    },
+}
+
+
+def _normalize(value: Any, home: str) -> Any:
+    if isinstance(value, dict):
+        if value.get(SECRET_SIG[0]) == SECRET_SIG[1]:
+            return {"<secret>": _normalize(value.get("value"), home)}
+        return {k: _normalize(v, home) for k, v in sorted(value.items())}
+    if isinstance(value, list):
+        return [_normalize(v, home) for v in value]
+    if isinstance(value, str):
+        return value.replace(home, "<home>")
+    return value
+
+
+def _scenario(name: str, mocks, gb10_facts, config_raw, monkeypatch, tmp_path):
+    spec = SCENARIOS[name]
+    monkeypatch.setattr(model_cache, "repair_token", lambda now=None: "repair-golden")
+    cfg = validate_config(config_raw(spec["nodes"], **spec.get("overrides", {})))
+    facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
+    plan = Plan()
+    if spec.get("stop"):
+        plan = Plan(stop_containers={"spark-1": [ContainerFacts(
+            id="f" * 64, name="vllm_node", image="vllm-node:local", state="running")]})
+    manifest = ModelManifest(cfg.model.repo, cfg.model.revision, COMMIT, MODEL_FILES)
+    handles = stack.build_stack(cfg, facts, plan, secrets(hf_token=spec.get("hf_token")),
+                                manifest=manifest)
+    return handles
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+@pulumi.runtime.test
+def test_registered_resources_match_the_golden_snapshot(name, mocks, gb10_facts, config_raw,
+                                                        monkeypatch, tmp_path):
+    from tests.unit.conftest import settled
+
+    handles = _scenario(name, mocks, gb10_facts, config_raw, monkeypatch, tmp_path)
+    home = os.environ["SPARK_VLLM_HOME"]
+
+    def check(_):
+        got = {
+            "urns": sorted(mocks.urns()),
+            "resources": sorted(
+                ({"type": r.typ, "name": r.name, "inputs": _normalize(dict(r.inputs), home)}
+                 for r in mocks.resources),
+                key=lambda r: (r["type"], r["name"]),
+            ),
+        }
+        path = GOLDEN / f"{name}.json"
+        text = json.dumps(got, indent=1, sort_keys=True) + "\n"
+        if os.environ.get("GOLDEN_UPDATE") == "1":
+            path.write_text(text)
+        assert path.exists(), f"{path} missing: run with GOLDEN_UPDATE=1 once and review it"
+        want = json.loads(path.read_text())
+        assert got["urns"] == want["urns"]
+        for g, w in zip(got["resources"], want["resources"], strict=True):
+            assert (g["type"], g["name"]) == (w["type"], w["name"])
+            assert g["inputs"] == w["inputs"], f"{g['type']} {g['name']}: inputs changed"
+
+    return settled(handles).apply(check)

@@ -1,0 +1,80 @@
+"""__main__.py end to end under mocks: config -> recon -> preflight -> components -> exports."""
+
+from __future__ import annotations
+
+import runpy
+
+import pulumi
+import pytest
+
+from config import ConfigError
+from inspection import preflight
+from tests.conftest import ROOT, config_raw, fake_image_id
+from tests.unit.conftest import COMMIT, MODEL_FILES
+
+
+class _Plan:
+    stop_containers: dict = {}
+
+
+@pytest.fixture
+def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
+    """Run __main__.py with recon + preflight replaced by fixture facts; returns the exports."""
+    calls = {}
+
+    def run_preflight(cfg, *, key_path=None, model_bytes=None):
+        calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model_bytes)
+        return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, _Plan()
+
+    monkeypatch.setattr(preflight, "run", run_preflight)
+    monkeypatch.setenv("HOME", str(tmp_path))  # the secret SSH key is materialized under ~/.cache
+    exports: dict = {}
+    monkeypatch.setattr(pulumi, "export", lambda k, v: exports.__setitem__(k, v))
+
+    def run(raw):
+        set_config(raw, secrets={"sshPrivateKey": "KEY", "vllmApiKey": "sk-main"})
+        runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
+        return exports, calls
+
+    return run
+
+
+@pulumi.runtime.test
+def test_main_exports(program):
+    exports, calls = program(config_raw(2))
+    nodes, key_path, model_bytes = calls["preflight"]
+    assert nodes == ["spark-1", "spark-2"]
+    # the secret key was written to a stable 0600 file for ssh, and preflight got the model size
+    assert key_path.endswith("/.cache/spark-vllm/keys/project.dev") or key_path.endswith(".dev")
+    assert oct(__import__("os").stat(key_path).st_mode & 0o777) == "0o600"
+    assert model_bytes == sum(f.size for f in MODEL_FILES)
+    assert set(exports) == {
+        "endpoint", "servedModelName", "modelCommit", "imageIds", "nodes", "recon"
+    }
+    assert exports["servedModelName"] == "tiny-moe"
+    assert exports["recon"]["spark-2"]["gpu"] == "NVIDIA GB10"
+    assert exports["recon"]["spark-2"]["memTotalBytes"] == 125513720 * 1024
+    # the dev stack names a tag: the nodes pull the repository at the digest the registry gave
+    tag = "10.77.0.1:5000/spark-lab/vllm-spark:lab"
+    image_id = fake_image_id(f"10.77.0.1:5000/spark-lab/vllm-spark@{fake_image_id(tag)}")
+
+    def check(values):
+        endpoint, commit, ids, nodes = values
+        assert endpoint == "http://10.77.0.11:8000/v1"
+        assert commit == COMMIT
+        assert ids == {"spark-1": image_id, "spark-2": image_id}
+        assert nodes["spark-1"]["role"] == "head" and nodes["spark-2"]["role"] == "worker"
+        assert nodes["spark-2"]["fabricIp"] == "192.168.177.12"
+        assert nodes["spark-2"]["imageId"] == image_id
+
+    return pulumi.Output.all(
+        exports["endpoint"], exports["modelCommit"], exports["imageIds"], exports["nodes"]
+    ).apply(check)
+
+
+@pulumi.runtime.test
+def test_main_stops_on_bad_config_before_recon(program):
+    raw = config_raw(2)
+    raw["vllm"]["gpuMemoryUtilization"] = 1.5
+    with pytest.raises(ConfigError, match="gpuMemoryUtilization"):
+        program(raw)

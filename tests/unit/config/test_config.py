@@ -1,0 +1,186 @@
+"""Config validation: every bad value is named by key path, value and expected form."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+
+import pulumi
+import pytest
+import yaml
+
+from config import ConfigError, load_config, load_secrets, validate_config
+from tests.conftest import ROOT, config_raw
+
+
+def _set(raw, path, value):
+    """Set raw[path] where path is like 'nodes.1.fabric.0.ip'; value DELETE removes the key."""
+    parts = [int(p) if p.isdigit() else p for p in path.split(".")]
+    target = raw
+    for p in parts[:-1]:
+        target = target[p]
+    if value is DELETE:
+        del target[parts[-1]]
+    else:
+        target[parts[-1]] = value
+
+
+DELETE = object()
+PLACE = "ssh-ed25519 PLACEHOLDERxREPLACEME"
+DIGEST = "reg:5000/vllm@sha256:" + "a" * 64
+COMMIT = "b" * 40
+
+BAD = [
+    # (id, environment, edits, key path in message, expected form in message)
+    ("fabric-ip", "dev", {"nodes.1.fabric.0.ip": "300.1.1.1"},
+     "spark-vllm:nodes[1].fabric[0].ip", "expected an IPv4 address"),
+    ("fabric-ip-outside-subnet", "dev", {"nodes.1.fabric.0.ip": "10.9.9.9"},
+     "spark-vllm:nodes[1].fabric[0].ip", "inside spark-vllm:nccl.fabricSubnets"),
+    ("duplicate-name", "dev", {"nodes.1.name": "spark-1"},
+     "spark-vllm:nodes[1].name", "expected a unique node name"),
+    ("name-not-dns", "dev", {"nodes.0.name": "Spark_1"},
+     "spark-vllm:nodes[0].name", "expected a DNS-safe name"),
+    ("no-nodes", "dev", {"nodes": []}, "spark-vllm:nodes", "expected at least 1 item"),
+    ("host-key-form", "dev", {"nodes.0.hostKey": "AAAAC3Nza"},
+     "spark-vllm:nodes[0].hostKey", "expected '<type> <base64>'"),
+    ("host-key-rsa", "dev", {"nodes.0.hostKey": "ssh-rsa AAAAB3NzaC1yc2E"},
+     "spark-vllm:nodes[0].hostKey", "an ssh-rsa pin cannot be verified"),
+    ("unknown-node-key", "dev", {"nodes.0.hostkey": "x"},
+     "spark-vllm:nodes[0].hostkey",
+     "unknown key; expected one of: name, host, port, user, hostKey"),
+    ("ssh-port", "dev", {"nodes.0.port": 70000}, "spark-vllm:nodes[0].port", "between 1 and 65535"),
+    ("tp-pp-mismatch", "dev", {"vllm.tensorParallelSize": 4},
+     "spark-vllm:vllm.tensorParallelSize", "expected the product to equal the GPUs in the cluster"),
+    ("util-too-high", "dev", {"vllm.gpuMemoryUtilization": 1.0},
+     "spark-vllm:vllm.gpuMemoryUtilization", "strictly between 0 and 1"),
+    ("util-zero", "dev", {"vllm.gpuMemoryUtilization": 0},
+     "spark-vllm:vllm.gpuMemoryUtilization", "strictly between 0 and 1"),
+    ("vllm-port", "dev", {"vllm.port": 0}, "spark-vllm:vllm.port", "between 1 and 65535"),
+    ("ray-port-type", "dev", {"ray.port": "six"}, "spark-vllm:ray.port", "expected an integer"),
+    ("environment", "dev", {"environment": "production"},
+     "spark-vllm:environment", "expected one of 'dev', 'staging' or 'prod'"),
+    ("foreign-containers", "dev", {"preflight.foreignContainers": "kill"},
+     "spark-vllm:preflight.foreignContainers", "expected one of 'fail', 'stop' or 'ignore'"),
+    ("subnet-form", "dev", {"nccl.fabricSubnets": ["192.168.177.1/24"]},
+     "spark-vllm:nccl.fabricSubnets", "CIDR form"),
+    ("image-source", "dev", {"image.source": "build"},
+     "spark-vllm:image.source", "expected one of 'registry' or 'head'"),
+    ("repo-form", "dev", {"model.repo": "tiny-moe"}, "spark-vllm:model.repo", "'<org>/<name>'"),
+    ("cache-dir-relative", "dev", {"model.cacheDir": "cache"},
+     "spark-vllm:model.cacheDir", "expected an absolute path"),
+    ("missing-image", "dev", {"image": DELETE}, "spark-vllm:image", "this key is required"),
+    ("nofile-too-low", "dev", {"ray.nofile": 10},
+     "spark-vllm:ray.nofile", "greater than or equal to 1024"),
+    ("unknown-section-key", "dev", {"ray.objectStore": 1},
+     "spark-vllm:ray.objectStore", "objectStoreBytes"),
+    ("prod-image-tag", "prod", {"image.ref": "reg:5000/vllm:latest"},
+     "spark-vllm:image.ref", "expected an image pinned by digest"),
+    ("prod-revision-branch", "prod", {"model.revision": "main"},
+     "spark-vllm:model.revision", "expected a 40-hex commit in prod"),
+    ("prod-placeholder-key", "prod", {"nodes.1.hostKey": PLACE},
+     "spark-vllm:nodes[1].hostKey", "expected the real host key"),
+    ("prod-rdma-off", "prod", {"nccl.rdma": False},
+     "spark-vllm:nccl.rdma", "expected true in prod"),
+]
+
+
+def prod_ready(raw):
+    raw["environment"] = "prod"
+    raw["image"]["ref"] = DIGEST
+    raw["model"]["revision"] = COMMIT
+    raw["nccl"]["rdma"] = True
+    return raw
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_config_names_key_and_expected_form(case):
+    _, env, edits, key, expected = case
+    raw = config_raw(2)
+    if env == "prod":
+        prod_ready(raw)
+    for path, value in edits.items():
+        _set(raw, path, value)
+    with pytest.raises(ConfigError) as err:
+        validate_config(raw)
+    problem = next((p for p in err.value.problems if p.startswith(key + ":")), None)
+    assert problem is not None, f"no problem names {key}: {err.value.problems}"
+    assert expected in problem
+    assert isinstance(err.value, pulumi.RunError)  # the CLI prints the message, no traceback
+
+
+def test_bad_value_is_quoted_in_the_message():
+    raw = config_raw(2)
+    raw["nodes"][1]["fabric"][0]["ip"] = "300.1.1.1"
+    with pytest.raises(ConfigError, match=r"nodes\[1\]\.fabric\[0\]\.ip: got '300\.1\.1\.1'"):
+        validate_config(raw)
+
+
+def test_prod_ready_config_passes_and_defaults_follow_gb10_notes():
+    raw = prod_ready(config_raw(2))
+    for section in ("ray", "preflight", "health"):
+        raw.pop(section)
+    raw["vllm"].pop("gpuMemoryUtilization")
+    cfg = validate_config(raw)
+    assert cfg.vllm.gpu_memory_utilization == 0.80
+    assert cfg.ray.object_store_bytes == 1024**3
+    assert cfg.ray.dashboard is False
+    assert cfg.ray.nofile == 1048576  # sharded checkpoints under Ray need many open files
+    assert cfg.preflight.foreign_containers == "fail"
+    assert cfg.tensor_parallel_size * cfg.vllm.pipeline_parallel_size == 2
+
+
+def test_gpus_per_node_overrides_the_tp_rule():
+    raw = config_raw(2)
+    raw["vllm"]["tensorParallelSize"] = 4
+    raw["ray"] = {**raw["ray"], "gpusPerNode": 2}
+    assert validate_config(raw).cluster_gpus == 4
+
+
+def test_stack_files():
+    def load(stack):
+        data = yaml.safe_load((ROOT / f"Pulumi.{stack}.yaml").read_text())["config"]
+        return {k.split(":", 1)[1]: v for k, v in data.items()}
+
+    dev = validate_config(load("dev"))
+    assert [n.name for n in dev.nodes] == ["spark-1", "spark-2"] and not dev.nccl.rdma
+    staging = validate_config(load("staging"))
+    assert staging.nccl.rdma and staging.nodes[0].host.startswith("192.0.2.")
+    with pytest.raises(ConfigError) as err:  # prod refuses its placeholders until filled in
+        validate_config(load("prod"))
+    keys = {p.split(":")[1].split(":")[0] for p in err.value.problems}
+    assert keys == {"image.ref", "model.revision", "nodes[0].hostKey", "nodes[1].hostKey"}
+
+
+@pulumi.runtime.test
+def test_load_config_reads_pulumi_config_and_rejects_unknown_top_level_keys(mocks, set_config):
+    raw = config_raw(2)
+    set_config(raw)
+    cfg = load_config()
+    assert cfg.head.name == "spark-1" and cfg.model.repo == "spark-lab/tiny-moe"
+    set_config({**raw, "vllmm": {"port": 1}})
+    with pytest.raises(ConfigError, match=r"spark-vllm:vllmm: unknown key"):
+        load_config()
+
+
+@pulumi.runtime.test
+def test_secrets_must_be_secret_and_stay_outputs(mocks, set_config):
+    raw = config_raw(2)
+    cfg = validate_config(raw)
+    set_config(raw, secrets={"vllmApiKey": "sk-x", "sshPrivateKey": "KEY"})
+    s = load_secrets(cfg)
+    assert isinstance(s.vllm_api_key, pulumi.Output) and s.hf_token is None
+    # a secret key set in plaintext is refused
+    set_config({**raw, "hfToken": "hf_plain"}, secrets={"sshPrivateKey": "KEY"})
+    with pytest.raises(ConfigError, match=r"spark-vllm:hfToken: set in plaintext"):
+        load_secrets(cfg)
+    # outside dev the vLLM API key is required
+    staging = validate_config({**copy.deepcopy(raw), "environment": "staging"})
+    set_config(raw, secrets={"sshPrivateKey": "KEY"})
+    with pytest.raises(ConfigError, match=r"spark-vllm:vllmApiKey: missing"):
+        load_secrets(staging)
+
+    async def still_secret():
+        assert await s.vllm_api_key.is_secret()
+        assert await s.ssh_private_key.is_secret()
+
+    return asyncio.ensure_future(still_secret())

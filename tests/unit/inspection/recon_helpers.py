@@ -1,0 +1,138 @@
+"""Helpers for the recon tests: recorded real outputs (tests/fixtures/gb10, line 1 = source note)
+and the labelled samples in tests/unit/inspection/samples (formats without a published GB10 capture)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+GB10 = Path(__file__).resolve().parents[2] / "fixtures" / "gb10"
+SAMPLES = Path(__file__).resolve().parent / "samples"
+
+
+def _body(path: Path) -> str:
+    text = path.read_text()
+    first, _, rest = text.partition("\n")
+    assert first.startswith("# source:"), f"{path.name}: line 1 must be the '# source:' note"
+    return rest
+
+
+def gb10(name: str) -> str:
+    """The raw output recorded in tests/fixtures/gb10/<name> (without its source line)."""
+    return _body(GB10 / name)
+
+
+def sample(name: str) -> str:
+    return _body(SAMPLES / name)
+
+
+# --------------------------------------------------------------------------- configs and outputs
+
+import copy  # noqa: E402
+
+from config import StackConfig, validate_config  # noqa: E402
+
+KEY_1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHn0deKeyOneForSpark1xxxxxxxxxxxxxxxxxxxxxx"
+KEY_2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHn0deKeyTwoForSpark2xxxxxxxxxxxxxxxxxxxxxx"
+GIB = 1024**3
+MODEL_BYTES = 119 * 10**9  # Qwen3.5-122B-A10B-FP8 is ~119 GB
+
+
+def raw_config(**sections) -> dict:
+    """The contract's reference config (two Sparks, port 1 cabled), with sections overridden."""
+    raw = {
+        "environment": "staging",
+        "nodes": [
+            {"name": f"spark-{i}", "host": f"10.77.0.1{i}", "port": 22, "user": "root",
+             "hostKey": key, "fabric": [
+                 {"interface": "enp1s0f1np1", "ip": f"192.168.177.1{i}", "hca": "rocep1s0f1"},
+                 {"interface": "enP2p1s0f1np1", "ip": f"192.168.178.1{i}", "hca": "roceP2p1s0f1"}]}
+            for i, key in ((1, KEY_1), (2, KEY_2))
+        ],
+        "ssh": {"privateKeyPath": "/tmp/spark-vllm-test-key", "connectTimeoutSeconds": 5},
+        "image": {"ref": "registry.example:5000/vllm-spark@sha256:" + "1" * 64},
+        "model": {"repo": "Qwen/Qwen3.5-122B-A10B-FP8", "cacheDir": "/root/.cache/huggingface"},
+        "nccl": {"rdma": True, "fabricSubnets": ["192.168.177.0/24", "192.168.178.0/24"]},
+        "vllm": {"servedModelName": "qwen3.5-122b", "tensorParallelSize": 2,
+                 "gpuMemoryUtilization": 0.80},
+        "preflight": {"foreignContainers": "fail"},
+    }
+    for key, value in sections.items():
+        if isinstance(value, dict) and isinstance(raw.get(key), dict):
+            raw[key] = {**raw[key], **value}
+        else:
+            raw[key] = value
+    return copy.deepcopy(raw)
+
+
+def config(**sections) -> StackConfig:
+    return validate_config(raw_config(**sections))
+
+
+def assemble(sections: dict) -> str:
+    """Recon output in the script's marker format. value: stdout | (stdout, rc) | (stdout, rc, stderr)."""
+    out = []
+    for name, value in sections.items():
+        if isinstance(value, str):
+            value = (value, 0, "")
+        stdout, rc, *rest = value
+        stderr = rest[0] if rest else ""
+        out.append(f"=== spark-vllm:section:{name} ===")
+        out.append(stdout.rstrip("\n") + "\n")
+        out.append(f"=== spark-vllm:stderr:{name} ===")
+        out.append(stderr + "\n")
+        out.append(f"=== spark-vllm:end:{name} rc={rc} ===")
+    return "\n".join(out) + "\n"
+
+
+def meminfo(total_kib: int, available_kib: int) -> str:
+    return (f"MemTotal:       {total_kib} kB\nMemFree:        {available_kib - 1000} kB\n"
+            f"MemAvailable:   {available_kib} kB\nBuffers:            1234 kB\n")
+
+
+# free-kib-obrienlabs.txt (a real Spark): total 125513720 KiB, available 120425308 KiB
+SPARK_TOTAL_KIB = 125513720
+SPARK_AVAILABLE_KIB = 120425308
+SEED_HELD_KIB = int((68.2 + 11.4 + 11.7) * 1024**2)  # docker-stats-json-seed.txt, in KiB
+
+
+def spark_sections(n: int = 1, *, seed: bool = False, **override) -> dict:
+    """One Spark's recon sections assembled from the recorded GB10 outputs (and labelled samples).
+
+    n: node number (fabric IPs 192.168.17{7,8}.1n); seed: the reference head's foreign containers
+    (vllm_node, reranker, vllm_embeddings holding ~98 GB) and the memory they take.
+    """
+    ip_json = sample("ip-j-addr-spark.txt").replace("192.168.177.11", f"192.168.177.1{n}") \
+        .replace("192.168.178.11", f"192.168.178.1{n}")
+    available = SPARK_AVAILABLE_KIB - (SEED_HELD_KIB if seed else 0)
+    key = KEY_1 if n == 1 else KEY_2
+    sections = {
+        "clock_start": "1764480000.100000000",
+        "os_release": gb10("os-release-code-monkeys-hutch.txt"),
+        "dgx_release": gb10("dgx-release-sionna-rk.txt"),
+        "uname": gb10("uname-a-code-monkeys-hutch.txt").replace("hutch", f"spark-{n}"),
+        "meminfo": meminfo(SPARK_TOTAL_KIB, available),
+        "nvidia_smi_query": gb10("nvidia-smi-query-name-cc-driver-memtotal-jethac-pgx.txt"),
+        "nvidia_smi": gb10("nvidia-smi-jethac-pgx.txt"),
+        "nvidia_smi_list": gb10("nvidia-smi-L-code-monkeys-hutch.txt"),
+        "ip_addr": ip_json,
+        "speed:enp1s0f1np1": gb10("ethtool-grep-speed-200g-playbooks-switch.txt"),
+        "speed:enP2p1s0f1np1": "200000",
+        "ibdev2netdev": gb10("ibdev2netdev-playbooks-connect-two-sparks.txt"),
+        "rdma_link": gb10("rdma-link-sean70653-gb10.txt"),
+        "docker_info": sample("docker-info-json-spark.txt"),
+        "docker_ps": sample("docker-ps-json-seed.txt") if seed else "",
+        "docker_stats": sample("docker-stats-json-seed.txt") if seed else "",
+        "docker_images": sample("docker-images-json-seed.txt"),
+        "gpu_runtime": "cdi /etc/cdi/nvidia.yaml",
+        "vllm_serve": "",  # no stack head container on the node yet
+        "hf_cache": sample("hf-cache-listing.txt"),
+        "disk": "      Avail\n500000000000",
+        "host_keys": f"{key} root@spark-{n}\necdsa-sha2-nistp256 AAAAE2VjZHNh= root@spark-{n}",
+        "clock_end": "1764480000.900000000",
+    }
+    sections.update(override)
+    return sections
+
+
+def spark_output(n: int = 1, *, seed: bool = False, **override) -> str:
+    return assemble(spark_sections(n, seed=seed, **override))

@@ -1,0 +1,399 @@
+"""Every preflight check with a passing and a failing case, on facts parsed from the recorded GB10
+outputs (recon_helpers.spark_output) and the reference head's seed containers."""
+
+from __future__ import annotations
+
+import pytest
+
+from inspection import preflight, recon
+from inspection.preflight import Plan, PreflightError
+from tests.unit.inspection.recon_helpers import (
+    GIB,
+    MODEL_BYTES,
+    assemble,
+    config,
+    sample,
+    spark_output,
+    spark_sections,
+)
+
+
+def facts_of(*outputs, names=("spark-1", "spark-2"), **pins):
+    return {name: recon.parse_recon_output(name, text) for name, text in zip(names, outputs, strict=False)}
+
+
+def good_facts(**override_2):
+    """Two healthy Sparks; override_2 replaces sections of spark-2's output."""
+    return facts_of(spark_output(1), assemble(spark_sections(2, **override_2)))
+
+
+def fail(cfg, facts, **kw) -> PreflightError:
+    with pytest.raises(PreflightError) as exc:
+        preflight.check(cfg, facts, **kw)
+    return exc.value
+
+
+def only(err: PreflightError, check: str) -> list:
+    return [f for f in err.findings if f.check == check]
+
+
+# --------------------------------------------------------------------------- the happy path
+
+def test_two_healthy_sparks_pass_with_the_model():
+    cfg = config()
+    plan = preflight.check(cfg, good_facts(), model_bytes=MODEL_BYTES)
+    assert isinstance(plan, Plan)
+    assert plan.stop_containers == {}
+    assert plan.hcas_up == {"spark-1": ["roceP2p1s0f1", "rocep1s0f1"],
+                            "spark-2": ["roceP2p1s0f1", "rocep1s0f1"]}
+    assert plan.model_bytes_missing["spark-1"] == MODEL_BYTES - 40_000_000_000
+    total = 125513720 * 1024
+    assert plan.memory_budget_bytes["spark-1"] == max(int(0.8 * total),
+                                                      MODEL_BYTES // 2 + 8 * GIB)
+    assert plan.warnings == []
+
+
+def test_error_message_lists_node_fact_and_fix():
+    err = fail(config(), good_facts(nvidia_smi_query="NVIDIA H100 80GB HBM3, 9.0, 580.159.03, 81559 MiB",
+                                    nvidia_smi=("", 127)))
+    text = str(err)
+    assert text.startswith("preflight failed with 1 problem(s); nothing was changed:")
+    assert "  - spark-2: GPU is 'NVIDIA H100 80GB HBM3', not NVIDIA GB10 — " in text
+
+
+# --------------------------------------------------------------------------- reachability
+
+@pytest.mark.parametrize("stderr,kind", [
+    ("ssh: connect to host 10.77.0.12 port 22: Connection refused", "unreachable"),
+    ("root@10.77.0.12: Permission denied (publickey).", "auth"),
+    ("@@@ WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED! @@@\nHost key verification failed.",
+     "host_key"),
+])
+def test_recon_errors_become_findings(stderr, kind):
+    cfg = config()
+    facts = good_facts()
+    facts["spark-2"] = recon.classify_ssh_failure(cfg.nodes[1], 255, stderr, "/k")
+    err = fail(cfg, facts)
+    (finding,) = err.findings
+    assert finding.node == "spark-2" and finding.check == kind and finding.fix
+
+
+def test_a_node_missing_from_the_facts_fails():
+    facts = good_facts()
+    del facts["spark-2"]
+    assert only(fail(config(), facts), "reachability")
+
+
+# --------------------------------------------------------------------------- GB10
+
+def test_gb10_fails_for_another_gpu_and_passes_when_not_required():
+    other = dict(nvidia_smi_query="NVIDIA H100 80GB HBM3, 9.0, 580.159.03, 81559 MiB",
+                 nvidia_smi=("", 127))
+    (finding,) = only(fail(config(), good_facts(**other)), "gb10")
+    assert "NVIDIA H100" in finding.fact and "requireGb10" in finding.fix
+    preflight.check(config(preflight={"requireGb10": False}), good_facts(**other))
+
+
+def test_gb10_fails_when_nvidia_smi_is_missing():
+    missing = ("", 127, "nvidia-smi: command not found")
+    (finding,) = only(fail(config(), good_facts(nvidia_smi_query=missing, nvidia_smi=missing,
+                                                nvidia_smi_list=missing)), "gb10")
+    assert finding.node == "spark-2" and "nvidia-smi is not installed" in finding.fact
+
+
+def test_dgx_release_of_another_platform_is_only_a_warning():
+    plan = preflight.check(config(), good_facts(dgx_release='DGX_NAME="DGX Station"\n'))
+    assert [w.check for w in plan.warnings] == ["gb10"]
+
+
+# --------------------------------------------------------------------------- driver / CUDA
+
+def test_driver_mismatch_names_the_other_nodes_driver():
+    table = spark_sections(1)["nvidia_smi"].replace("580.159.03", "580.95.05")
+    query = spark_sections(1)["nvidia_smi_query"].replace("580.159.03", "580.95.05")
+    err = fail(config(), good_facts(nvidia_smi=table, nvidia_smi_query=query))
+    (finding,) = only(err, "driver")
+    assert finding.node == "spark-2"
+    assert finding.fact == "driver 580.95.05 differs from spark-1's 580.159.03"
+
+
+def test_cuda_mismatch():
+    table = spark_sections(1)["nvidia_smi"].replace("CUDA Version: 13.0", "CUDA Version: 13.1")
+    (finding,) = only(fail(config(), good_facts(nvidia_smi=table)), "cuda")
+    assert "CUDA 13.1 differs from spark-1's 13.0" in finding.fact
+
+
+# --------------------------------------------------------------------------- Docker
+
+def test_docker_missing():
+    (finding,) = only(fail(config(), good_facts(docker_info=("", 127))), "docker")
+    assert finding.fact == "Docker is not installed"
+
+
+def test_docker_not_answering_quotes_the_daemon():
+    err = fail(config(), good_facts(docker_info=("", 1, "permission denied while trying to "
+                                                       "connect to the Docker daemon socket")))
+    (finding,) = only(err, "docker")
+    assert "permission denied" in finding.fact
+
+
+def test_docker_too_old_and_passes_when_new_enough():
+    old = '{"ServerVersion":"19.03.15","Runtimes":{"nvidia":{"path":"x"},"runc":{"path":"runc"}}}'
+    (finding,) = only(fail(config(), good_facts(docker_info=old)), "docker")
+    assert finding.fact == "Docker 19.03.15 is older than 20.10"
+    preflight.check(config(preflight={"minDockerVersion": "19.03"}), good_facts(docker_info=old))
+
+
+def test_docker_without_gpu_support_fails_and_hook_or_runtime_passes():
+    (finding,) = only(fail(config(), good_facts(gpu_runtime="")), "docker")
+    assert "no NVIDIA GPU support" in finding.fact and "nvidia-ctk" in finding.fix
+    preflight.check(config(), good_facts(gpu_runtime="hook /usr/bin/nvidia-container-runtime-hook"))
+    with_runtime = '{"ServerVersion":"29.2.1","Runtimes":{"nvidia":{"path":"nvidia-container-runtime"}}}'
+    preflight.check(config(), good_facts(gpu_runtime="", docker_info=with_runtime))
+
+
+# --------------------------------------------------------------------------- fabric
+
+def _ip_json(**replace):
+    text = spark_sections(2)["ip_addr"]
+    for old, new in replace.items():
+        text = text.replace(old, new)
+    return text
+
+
+def test_fabric_interface_missing():
+    err = fail(config(), good_facts(ip_addr=_ip_json(enP2p1s0f1np1="enP2p1s0f1np9")))
+    (finding,) = only(err, "fabric")
+    assert "enP2p1s0f1np1 does not exist" in finding.fact and "case-sensitive" in finding.fix
+
+
+def test_fabric_interface_down():
+    down = _ip_json(**{'"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"]':
+                       '"ifname":"enp1s0f1np1","flags":["NO-CARRIER","BROADCAST","MULTICAST","UP"]'})
+    (finding,) = only(fail(config(), good_facts(ip_addr=down)), "fabric")
+    assert finding.fact == "fabric interface enp1s0f1np1 is down (no carrier)"
+
+
+def test_fabric_mtu_below_minimum():
+    small = _ip_json(**{'"mtu":9000,"qdisc":"mq","operstate":"UP","group":"default","txqlen":1000,'
+                        '"link_type":"ether","address":"4c:bb:47:2d:f3:49"':
+                        '"mtu":1500,"qdisc":"mq","operstate":"UP","group":"default","txqlen":1000,'
+                        '"link_type":"ether","address":"4c:bb:47:2d:f3:49"'})
+    (finding,) = only(fail(config(), good_facts(ip_addr=small)), "fabric")
+    assert "MTU 1500, below nccl.minMtu 9000" in finding.fact
+    preflight.check(config(nccl={"minMtu": 1500}), good_facts(ip_addr=small))
+
+
+def test_fabric_ip_not_the_configured_one():
+    # the hutch capture: link-local 169.254.x.x instead of the fabric address
+    wrong = _ip_json(**{'"local":"192.168.177.12","prefixlen":24': '"local":"169.254.127.30","prefixlen":16'})
+    (finding,) = only(fail(config(), good_facts(ip_addr=wrong)), "fabric")
+    assert finding.fact == ("fabric interface enp1s0f1np1 has 169.254.127.30/16, "
+                            "not the configured 192.168.177.12")
+    assert "192.168.177.12/24" in finding.fix
+
+
+def test_fabric_ip_prefix_outside_the_fabric_subnets():
+    wide = _ip_json(**{'"local":"192.168.177.12","prefixlen":24': '"local":"192.168.177.12","prefixlen":16'})
+    (finding,) = only(fail(config(), good_facts(ip_addr=wide)), "fabric")
+    assert "192.168.0.0/16 is outside nccl.fabricSubnets" in finding.fact
+
+
+def test_slow_link_is_a_warning_on_a_spark():
+    sections = spark_sections(2)
+    sections["speed:enp1s0f1np1"] = spark_sections(2)["speed:enp1s0f1np1"].replace("200000", "100000")
+    plan = preflight.check(config(), facts_of(spark_output(1), assemble(sections)))
+    (warning,) = plan.warnings
+    assert warning.node == "spark-2" and "100000 Mb/s" in warning.fact
+
+
+# --------------------------------------------------------------------------- RoCE
+
+def test_roce_device_down_when_rdma():
+    # oshlabs capture: port 0 cabled, so the configured port-1 HCAs are Down
+    from tests.unit.inspection.recon_helpers import gb10
+    err = fail(config(), good_facts(ibdev2netdev=gb10("ibdev2netdev-oshlabs.txt")))
+    assert sorted(f.fact for f in only(err, "roce")) == [
+        "RoCE device roceP2p1s0f1 (enP2p1s0f1np1) is Down",
+        "RoCE device rocep1s0f1 (enp1s0f1np1) is Down"]
+
+
+def test_roce_down_is_fine_without_rdma():
+    from tests.unit.inspection.recon_helpers import gb10
+    plan = preflight.check(config(nccl={"rdma": False}),
+                           good_facts(ibdev2netdev=gb10("ibdev2netdev-oshlabs.txt")))
+    assert plan.hcas_up["spark-2"] == ["rocep1s0f0", "roceP2p1s0f0"]
+
+
+def test_roce_device_missing():
+    err = fail(config(), good_facts(ibdev2netdev=("", 127), rdma_link=("", 127)))
+    findings = only(err, "roce")
+    assert len(findings) == 2 and "not found" in findings[0].fact
+
+
+# --------------------------------------------------------------------------- foreign containers
+
+def seed_facts():
+    """The reference scenario: the head runs vllm_node, reranker, vllm_embeddings (~98 GB)."""
+    return facts_of(spark_output(1, seed=True), spark_output(2))
+
+
+def test_foreign_containers_fail_by_default_naming_each_with_image_and_memory():
+    err = fail(config(), seed_facts())
+    foreign = only(err, "foreign")
+    assert [f.fact for f in foreign] == [
+        "foreign container vllm_node (image vllm-node:latest) is running and holds 68.2 GiB",
+        "foreign container reranker (image nvcr.io/nvidia/vllm:25.10-py3) is running and holds 11.4 GiB",
+        "foreign container vllm_embeddings (image nvcr.io/nvidia/vllm:25.10-py3) is running and holds 11.7 GiB",
+    ]
+    assert all(f.node == "spark-1" and "foreignContainers: stop" in f.fix for f in foreign)
+    # the memory they hold also leaves the head short of its budget, and the fix says who holds it
+    (memory,) = only(err, "memory")
+    assert "vllm_node 68.2 GiB" in memory.fix
+    # the stack's own ray head and the exited container are not foreign
+    assert "spark-vllm-ray-head" not in str(err) and "old_bench" not in str(err)
+
+
+def test_foreign_containers_stop_puts_them_in_the_plan_and_frees_their_memory():
+    plan = preflight.check(config(preflight={"foreignContainers": "stop"}), seed_facts(),
+                           model_bytes=MODEL_BYTES)
+    assert [c.name for c in plan.stop_containers["spark-1"]] == ["vllm_node", "reranker",
+                                                                 "vllm_embeddings"]
+    assert "spark-2" not in plan.stop_containers
+    assert plan.usable_memory_bytes["spark-1"] >= plan.memory_budget_bytes["spark-1"]
+
+
+def test_allowlisted_container_is_neither_stopped_nor_reported():
+    cfg = config(preflight={"foreignContainers": "stop", "allowContainers": ["reranker"]})
+    plan = preflight.check(cfg, seed_facts())
+    assert [c.name for c in plan.stop_containers["spark-1"]] == ["vllm_node", "vllm_embeddings"]
+
+
+def test_foreign_containers_ignore_gives_warnings():
+    # ignore: the containers stay, so a low gpuMemoryUtilization must fit next to them
+    cfg = config(preflight={"foreignContainers": "ignore"}, vllm={"gpuMemoryUtilization": 0.15})
+    plan = preflight.check(cfg, seed_facts())
+    assert [w.check for w in plan.warnings] == ["foreign"] * 3 and plan.stop_containers == {}
+
+
+# --------------------------------------------------------------------------- memory
+
+def test_memory_below_budget_fails_with_the_formula():
+    cfg = config(preflight={"foreignContainers": "ignore"})
+    err = fail(cfg, seed_facts())
+    (finding,) = only(err, "memory")
+    assert finding.node == "spark-1"
+    assert "usable, below the budget" in finding.fact and "max(0.8 x MemTotal 119.7 GiB)" in finding.fact
+
+
+def test_memory_budget_from_the_model_share():
+    # a 240 GB model over tp=2 needs 120 GB + 8 GiB reserve per node: more than a Spark has
+    err = fail(config(), good_facts(disk="Avail\n900000000000"), model_bytes=240 * 10**9)
+    findings = only(err, "memory")
+    assert len(findings) == 2 and "model 223.5 GiB/(tp 2 x pp 1) + osReserve 8.0 GiB" in findings[0].fact
+
+
+def test_memory_held_by_the_stacks_own_containers_counts_as_usable():
+    from tests.unit.inspection.recon_helpers import (
+        SEED_HELD_KIB,
+        SPARK_AVAILABLE_KIB,
+        SPARK_TOTAL_KIB,
+        meminfo,
+    )
+    ours = ('{"ID":"ab12","Names":"spark-vllm-ray-worker","Image":"x","State":"running",'
+            '"Labels":"spark-vllm.managed=true,spark-vllm.role=ray-worker"}')
+    stats = '{"Name":"spark-vllm-ray-worker","ID":"ab12","MemUsage":"91.3GiB / 121.7GiB"}'
+    low = meminfo(SPARK_TOTAL_KIB, SPARK_AVAILABLE_KIB - SEED_HELD_KIB)
+    preflight.check(config(), good_facts(docker_ps=ours, docker_stats=stats, meminfo=low))
+    err = fail(config(), good_facts(meminfo=low))
+    assert only(err, "memory")
+
+
+# --------------------------------------------------------------------------- disk
+
+def test_disk_too_small_for_what_is_not_cached_yet():
+    err = fail(config(), good_facts(disk="      Avail\n50000000000"), model_bytes=MODEL_BYTES)
+    (finding,) = only(err, "disk")
+    assert finding.node == "spark-2"
+    assert finding.fact == ("disk: 46.6 GiB free at /root/.cache/huggingface, the model needs "
+                            "73.6 GiB more (110.8 GiB total, 37.3 GiB already cached)")
+
+
+def test_disk_enough_when_the_cache_already_holds_most():
+    listing = spark_sections(2)["hf_cache"].replace("blobs\t40000000000", "blobs\t118000000000")
+    plan = preflight.check(config(), good_facts(disk="Avail\n2000000000", hf_cache=listing),
+                           model_bytes=MODEL_BYTES)
+    assert plan.model_bytes_missing["spark-2"] == 1_000_000_000
+
+
+# --------------------------------------------------------------------------- warnings
+
+def test_clock_offset_warning():
+    facts = facts_of(spark_output(1), spark_output(2))
+    facts["spark-2"] = facts["spark-2"].model_copy(update={"clock_offset_seconds": -3.4})
+    plan = preflight.check(config(), facts)
+    (warning,) = plan.warnings
+    assert warning.check == "clock" and "-3.4 s" in warning.fact
+    facts["spark-2"] = facts["spark-2"].model_copy(update={"clock_offset_seconds": 1.5})
+    assert preflight.check(config(), facts).warnings == []
+
+
+def test_unreadable_sections_are_warnings():
+    plan = preflight.check(config(), good_facts(docker_images="{not json"))
+    (warning,) = plan.warnings
+    assert warning.check == "survey" and "docker_images" in warning.fact
+
+
+# --------------------------------------------------------------------------- run()
+
+def test_run_surveys_and_checks_together():
+    from tests.unit.inspection.test_recon import fake_runner
+    cfg = config()
+    runner = fake_runner({"10.77.0.11": spark_output(1, seed=True),
+                          "10.77.0.12": (255, "ssh: connect to host 10.77.0.12 port 22: "
+                                              "Connection refused")})
+    with pytest.raises(PreflightError) as exc:
+        preflight.run(cfg, runner=runner)
+    checks = {f.check for f in exc.value.findings}
+    assert {"unreachable", "foreign", "memory"} <= checks
+
+
+def test_sizes_in_findings_stay_readable_for_small_containers():
+    assert preflight.gib(68.2 * GIB) == "68.2 GiB"
+    assert preflight.gib(312 * 1024**2) == "312 MiB"
+    assert preflight.gib(0) == "0 B"
+
+
+def stopped_seed_facts(label: str = "spark-vllm/dev"):
+    """The seed scenario after an up with `stop`: the three are exited, each with its marker."""
+    ps = sample("docker-ps-json-seed.txt")
+    for name in ("vllm_node", "reranker", "vllm_embeddings"):
+        ps = "\n".join(line.replace('"State":"running"', '"State":"exited"')
+                       if f'"Names":"{name}"' in line else line for line in ps.splitlines())
+    markers = "".join(f"{n}\t{label}\n" for n in ("vllm_node", "reranker", "vllm_embeddings"))
+    return facts_of(spark_output(1, docker_ps=ps, stopped=markers), spark_output(2))
+
+
+def test_containers_this_stack_stopped_stay_in_the_plan():
+    """On the run after the stops they no longer run; without them in the plan the engine would
+    delete the stop commands and start them again. The exited old_bench has no marker."""
+    plan = preflight.check(config(preflight={"foreignContainers": "stop"}), stopped_seed_facts(),
+                           model_bytes=MODEL_BYTES, stack_label="spark-vllm/dev")
+    assert sorted(c.name for c in plan.stop_containers["spark-1"]) == [
+        "reranker", "vllm_embeddings", "vllm_node"]
+    # another stack's markers are not ours; allowlisted ones are left alone
+    plan = preflight.check(config(preflight={"foreignContainers": "stop"}),
+                           stopped_seed_facts("spark-vllm/staging"), stack_label="spark-vllm/dev")
+    assert plan.stop_containers == {}
+    plan = preflight.check(config(preflight={"foreignContainers": "stop",
+                                             "allowContainers": ["reranker"]}),
+                           stopped_seed_facts(), stack_label="spark-vllm/dev")
+    assert sorted(c.name for c in plan.stop_containers["spark-1"]) == ["vllm_embeddings",
+                                                                       "vllm_node"]
+
+
+def test_stopped_containers_are_given_back_when_no_longer_in_stop_mode():
+    """fail: stopped containers are not running, so nothing fails; they leave the plan (the
+    engine deletes the stop commands, which start them again)."""
+    plan = preflight.check(config(), stopped_seed_facts(), stack_label="spark-vllm/dev")
+    assert plan.stop_containers == {}

@@ -1,0 +1,324 @@
+"""The survey: script text, output parsing, ssh failure classification, parallelism and time
+bounds. No network, no ssh: the ssh round trip is replaced by a fake runner; one test runs the
+generated script through the local bash to prove it is valid and read-only-safe."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from inspection import recon
+from inspection.facts import NodeFacts
+from inspection.recon import ReconError, SshResult, SurveyError
+from tests.unit.inspection.recon_helpers import (
+    KEY_1,
+    SEED_HELD_KIB,
+    SPARK_AVAILABLE_KIB,
+    SPARK_TOTAL_KIB,
+    assemble,
+    config,
+    spark_output,
+    spark_sections,
+)
+
+# --------------------------------------------------------------------------- script
+
+def test_recon_script_is_pure_and_has_every_section():
+    cfg = config()
+    node = cfg.nodes[0]
+    script = recon.recon_script(cfg, node)
+    assert script == recon.recon_script(cfg, node)
+    for section in ("clock_start", "os_release", "dgx_release", "uname", "meminfo",
+                    "nvidia_smi_query", "nvidia_smi", "nvidia_smi_list", "ip_addr",
+                    "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
+                    "docker_info", "docker_ps", "docker_stats", "docker_images", "gpu_runtime",
+                    "vllm_serve", "stopped", "hf_cache", "disk", "host_keys", "clock_end"):
+        # the clock readings bracket the run; everything between runs concurrently
+        launcher = "sv_run" if section.startswith("clock_") else "sv_bg"
+        assert f"\n{launcher} {section} " in script, section
+    assert "timeout -k 2" in script and "</dev/null" in script
+    lines = script.splitlines()
+    assert lines.index("wait") < lines.index('cat "$SV_DIR"/out.*') < next(
+        i for i, ln in enumerate(lines) if ln.startswith("sv_run clock_end"))
+    assert script.rstrip().endswith("main\nexit 0")
+
+
+def test_recon_script_quotes_config_values():
+    cfg = config(model={"cacheDir": "/data/hf;rm"})
+    script = recon.recon_script(cfg, cfg.nodes[0])
+    assert "'/data/hf;rm'" in script
+
+
+def test_recon_script_runs_in_local_bash_and_parses():
+    """The generated script is valid bash: run it here (no ssh) and parse what it prints."""
+    cfg = config(model={"cacheDir": "/nonexistent/spark-vllm-test/hf"})
+    script = recon.recon_script(cfg, cfg.nodes[0])
+    sent = time.time()
+    proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60)
+    received = time.time()
+    assert proc.returncode == 0, proc.stderr
+    # concurrent sections: each printed once, whole (its end marker after its start marker)
+    sections = recon.split_sections(proc.stdout)
+    assert len(sections) == script.count("\nsv_bg ") + 2
+    for name, section in sections.items():
+        assert proc.stdout.count(f"=== spark-vllm:section:{name} ===") == 1, name
+        assert section.rc is not None, f"{name}: no end marker"
+    facts = recon.parse_recon_output("spark-1", proc.stdout, sent_at=sent, received_at=received)
+    assert facts.memory.total_bytes > 0
+    assert facts.os.kernel and facts.os.arch
+    assert facts.disk_free_bytes > 0  # df walked up to an existing parent
+    assert abs(facts.clock_offset_seconds) < 2
+    assert facts.hf_cache == []
+
+
+# --------------------------------------------------------------------------- parsing
+
+def test_parse_recon_output_from_recorded_gb10_outputs():
+    facts = recon.parse_recon_output("spark-1", spark_output(1, seed=True), pinned_host_key=KEY_1)
+    assert facts.node == "spark-1" and facts.hostname == "spark-1"
+    assert facts.os.id == "ubuntu" and facts.os.kernel == "6.17.0-1014-nvidia"
+    assert facts.os.arch == "aarch64" and facts.os.is_dgx_spark
+    (gpu,) = facts.gpus
+    assert (gpu.name, gpu.compute_capability, gpu.driver_version, gpu.cuda_version) == (
+        "NVIDIA GB10", "12.1", "580.159.03", "13.0")
+    assert gpu.uuid == "GPU-b0ec33a0-2589-53de-953c-0713d37d0794"
+    assert facts.memory.unified
+    assert facts.memory.total_bytes == SPARK_TOTAL_KIB * 1024
+    assert facts.memory.available_bytes == (SPARK_AVAILABLE_KIB - SEED_HELD_KIB) * 1024
+    fabric = facts.interface("enp1s0f1np1")
+    assert fabric.ipv4 == ["192.168.177.11/24"] and fabric.mtu == 9000 and fabric.carrier
+    assert fabric.speed_mbps == 200000
+    assert facts.interface("enP2p1s0f1np1").speed_mbps == 200000
+    assert facts.roce_device("rocep1s0f1").up and not facts.roce_device("rocep1s0f0").up
+    assert facts.docker.version == "29.2.1" and facts.docker.gpu_support  # via the CDI spec
+    names = {c.name: c for c in facts.foreign_containers()}
+    assert set(names) == {"vllm_node", "reranker", "vllm_embeddings"}
+    assert names["vllm_node"].memory_bytes == round(68.2 * 1024**3)
+    assert facts.hf_repo("Qwen/Qwen3.5-122B-A10B-FP8").size_bytes == 40_000_000_000
+    assert facts.disk_free_bytes == 500_000_000_000
+    assert facts.host_key == KEY_1 and len(facts.host_keys) == 2
+    assert facts.missing_tools == [] and facts.unreadable == {}
+
+
+def test_clock_offset_is_the_last_node_reading_against_the_receipt():
+    # node read 1764480000.9 last; the answer arrived at local 1764479997.9 -> 3 s ahead, however
+    # long the ssh handshake before the script took (sent_at is 2 s earlier here)
+    facts = recon.parse_recon_output("spark-1", spark_output(1), sent_at=1764479995.9,
+                                     received_at=1764479997.9)
+    assert facts.clock_offset_seconds == pytest.approx(3.0)
+    cut = spark_output(1).split("=== spark-vllm:section:clock_end")[0]
+    facts = recon.parse_recon_output("spark-1", cut, sent_at=1764479997.0, received_at=1764479999.0)
+    assert facts.clock_offset_seconds == pytest.approx(3.1)  # start - sent_at
+
+
+def test_missing_tools_become_empty_facts():
+    missing = ("", 127, "nvidia-smi: command not found")
+    sections = spark_sections(1, nvidia_smi_query=missing, nvidia_smi=missing,
+                              nvidia_smi_list=missing, ibdev2netdev=("", 127),
+                              rdma_link=("", 127), docker_info=("", 127), docker_ps=("", 127),
+                              docker_stats=("", 127), docker_images=("", 127))
+    facts = recon.parse_recon_output("spark-1", assemble(sections))
+    assert facts.gpus == [] and facts.roce == [] and facts.docker is None
+    assert facts.memory.unified is False
+    assert set(facts.missing_tools) == {"nvidia-smi", "ibdev2netdev", "rdma", "docker"}
+
+
+def test_rdma_link_stands_in_for_a_missing_ibdev2netdev():
+    facts = recon.parse_recon_output("spark-1", assemble(spark_sections(1, ibdev2netdev=("", 127))))
+    assert facts.roce_device("rocep1s0f0").up
+    assert "ibdev2netdev" not in facts.missing_tools
+
+
+def test_timeouts_garbage_and_daemon_errors_are_recorded_not_raised():
+    sections = spark_sections(
+        1, nvidia_smi=("", 124), ip_addr='[{"ifname": "enp1', docker_info=(
+            "", 1, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
+                   "Is the docker daemon running?"))
+    facts = recon.parse_recon_output("spark-1", assemble(sections))
+    assert "timed out" in facts.unreadable["nvidia_smi"]
+    assert "not JSON" in facts.unreadable["ip_addr"] and facts.interfaces == []
+    assert "Cannot connect to the Docker daemon" in facts.unreadable["docker_info"]
+    assert facts.docker is None
+    assert facts.gpus[0].compute_capability == "12.1"  # the query still answered
+
+
+def test_output_cut_short_keeps_what_came():
+    text = spark_output(1)
+    cut = text[: text.index("=== spark-vllm:section:docker_info ===") + 60]
+    facts = recon.parse_recon_output("spark-1", cut)
+    assert facts.gpus and facts.docker is None
+    assert "cut short" in facts.unreadable["docker_info"]
+    assert "cut short" in facts.unreadable["clock_end"]
+
+
+def test_absent_dgx_release_is_not_an_error():
+    facts = recon.parse_recon_output("spark-1", assemble(spark_sections(
+        1, dgx_release=("", 1, "cat: /etc/dgx-release: No such file or directory"))))
+    assert facts.os.dgx_release == {} and "dgx_release" not in facts.unreadable
+
+
+def test_unreadable_meminfo_is_a_recon_error():
+    with pytest.raises(ReconError) as exc:
+        recon.parse_recon_output("spark-1", assemble(spark_sections(1, meminfo="MemTotal: 1 kB\n")))
+    assert exc.value.node == "spark-1" and "/proc/meminfo" in str(exc.value)
+    with pytest.raises(ReconError):
+        recon.parse_recon_output("spark-1", "")
+
+
+# --------------------------------------------------------------------------- ssh
+
+def test_ssh_argv_pins_the_host_key_and_bounds_the_connect():
+    cfg = config()
+    argv = recon.ssh_argv(cfg, cfg.nodes[1], key_path="/k", known_hosts="/tmp/kh")
+    joined = " ".join(argv)
+    for option in ("-i /k", "-p 22", "BatchMode=yes", "StrictHostKeyChecking=yes",
+                   "UserKnownHostsFile=/tmp/kh", "ConnectTimeout=5",
+                   "HostKeyAlias=spark-vllm-spark-2"):
+        assert option in joined
+    assert argv[-2:] == ["root@10.77.0.12", "bash -s"]
+    assert recon.known_hosts_line(cfg.nodes[1]).startswith("spark-vllm-spark-2 ssh-ed25519 ")
+
+
+HOST_KEY_CHANGED = """@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+@    WARNING: REMOTE HOST IDENTIFICATION HAS CHANGED!     @
+@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@
+IT IS POSSIBLE THAT SOMEONE IS DOING SOMETHING NASTY!
+Host key for spark-vllm-spark-1 has changed and you have requested strict checking.
+Host key verification failed.
+"""
+
+
+@pytest.mark.parametrize("stderr,kind,words", [
+    ("ssh: connect to host 10.77.0.11 port 22: Connection refused\n", "unreachable",
+     ["unreachable", "Connection refused", "sshd listens on port 22"]),
+    ("ssh: connect to host 10.77.0.11 port 22: Connection timed out\n", "unreachable",
+     ["Connection timed out"]),
+    ("ssh: connect to host 10.77.0.11 port 22: No route to host\n", "unreachable", ["No route"]),
+    ("root@10.77.0.11: Permission denied (publickey).\n", "auth",
+     ["authentication refused", "authorized_keys"]),
+    (HOST_KEY_CHANGED, "host_key", ["host key mismatch", "ssh-keyscan", "hostKey"]),
+    ("No ED25519 host key is known for spark-vllm-spark-1 and you have requested strict "
+     "checking.\nHost key verification failed.\n", "host_key", ["host key mismatch"]),
+    ("kex_exchange_identification: read: Connection reset by peer\n", "unreachable",
+     ["unreachable"]),
+    ("something new\n", "ssh", ["exit code 255", "-v"]),
+])
+def test_ssh_failures_are_told_apart(stderr, kind, words):
+    cfg = config()
+    err = recon.classify_ssh_failure(cfg.nodes[0], 255, stderr, "/k")
+    assert err.kind == kind and err.node == "spark-1" and err.fix
+    for word in words:
+        assert word in str(err), f"{word!r} not in {err}"
+
+
+def fake_runner(outputs: dict, delay: float = 0.0, calls: list | None = None):
+    """A runner that answers per host: str (stdout) | (rc, stderr) | Exception."""
+
+    def run(argv, script, timeout):
+        host = argv[-2].split("@", 1)[1]
+        if calls is not None:
+            calls.append((host, argv, script, timeout))
+        time.sleep(delay)
+        answer = outputs[host]
+        if isinstance(answer, BaseException):
+            raise answer
+        now = time.time()
+        if isinstance(answer, tuple):
+            return SshResult(answer[0], "", answer[1], now - delay, now)
+        return SshResult(0, answer, "", now - delay, now)
+
+    return run
+
+
+def test_survey_runs_nodes_in_parallel_with_one_round_trip_each():
+    cfg = config()
+    calls: list = []
+    runner = fake_runner({"10.77.0.11": spark_output(1), "10.77.0.12": spark_output(2)},
+                         delay=0.5, calls=calls)
+    start = time.time()
+    facts = recon.survey(cfg, runner=runner)
+    assert time.time() - start < 0.9  # two 0.5 s round trips, concurrently
+    assert list(facts) == ["spark-1", "spark-2"] and len(calls) == 2
+    assert facts["spark-2"].interface("enp1s0f1np1").ipv4 == ["192.168.177.12/24"]
+    assert all(isinstance(f, NodeFacts) for f in facts.values())
+    assert calls[0][3] == cfg.preflight.recon_timeout_seconds
+
+
+def test_survey_collects_every_node_error_and_keeps_the_rest():
+    cfg = config()
+    runner = fake_runner({"10.77.0.11": spark_output(1),
+                          "10.77.0.12": (255, "root@10.77.0.12: Permission denied (publickey).")})
+    results = recon.survey_all(cfg, runner=runner)
+    assert isinstance(results["spark-1"], NodeFacts)
+    assert isinstance(results["spark-2"], ReconError) and results["spark-2"].kind == "auth"
+    with pytest.raises(SurveyError) as exc:
+        recon.survey(cfg, runner=runner)
+    assert "spark-2: authentication refused" in str(exc.value)
+    assert "spark-1" in exc.value.facts
+
+
+def test_survey_timeout_names_the_node():
+    cfg = config(preflight={"reconTimeoutSeconds": 7})
+    runner = fake_runner({"10.77.0.11": subprocess.TimeoutExpired("ssh", 7),
+                          "10.77.0.12": spark_output(2)})
+    results = recon.survey_all(cfg, runner=runner)
+    err = results["spark-1"]
+    assert isinstance(err, ReconError) and err.kind == "timeout"
+    assert "within 7 s" in err.reason and "reconTimeoutSeconds" in err.fix
+
+
+def test_survey_is_bounded_even_if_a_runner_hangs(monkeypatch):
+    """The overall bound (reconTimeoutSeconds + 5 s) holds even when a round trip never returns;
+    the test shrinks that bound by patching recon.wait."""
+    import concurrent.futures as cf
+
+    cfg = config(preflight={"reconTimeoutSeconds": 1})
+    release = threading.Event()
+
+    def hang(argv, script, timeout):
+        release.wait(10)
+        raise subprocess.TimeoutExpired("ssh", timeout)
+
+    monkeypatch.setattr(recon, "wait", lambda fs, timeout: cf.wait(fs, timeout=0.3))
+    start = time.time()
+    results = recon.survey_all(cfg, runner=hang)
+    release.set()
+    assert time.time() - start < 2
+    assert all(isinstance(r, ReconError) and r.kind == "timeout" for r in results.values())
+
+
+def test_placeholder_host_key_fails_before_ssh():
+    raw_nodes = config().model_dump(by_alias=True)["nodes"]
+    raw_nodes[0]["hostKey"] = "ssh-ed25519 PLACEHOLDERxLABxREWRITESxTHISxKEYx1"
+    cfg = config(nodes=raw_nodes)
+    calls: list = []
+    results = recon.survey_all(cfg, runner=fake_runner({"10.77.0.12": spark_output(2)},
+                                                       calls=calls))
+    assert results["spark-1"].kind == "host_key" and "placeholder" in results["spark-1"].reason
+    assert [c[0] for c in calls] == ["10.77.0.12"]
+
+
+def test_missing_private_key_is_an_auth_error_with_the_path():
+    cfg = config(ssh={"privateKeyPath": "/nonexistent/id_ed25519"})
+    err = recon.survey_all(cfg)["spark-1"]
+    assert err.kind == "auth" and "/nonexistent/id_ed25519" in err.reason
+
+
+def test_key_path_override_is_used(tmp_path):
+    key = tmp_path / "key"
+    key.write_text("not a real key")
+    calls: list = []
+    cfg = config()
+    recon.survey_all(cfg, key_path=key, runner=fake_runner(
+        {"10.77.0.11": spark_output(1), "10.77.0.12": spark_output(2)}, calls=calls))
+    assert all(c[1][c[1].index("-i") + 1] == str(key) for c in calls)
+
+
+def test_script_that_did_not_run_is_reported():
+    cfg = config()
+    results = recon.survey_all(cfg, runner=fake_runner(
+        {"10.77.0.11": (1, "bash: timeout: command not found"), "10.77.0.12": spark_output(2)}))
+    assert results["spark-1"].kind == "output" and "did not run" in results["spark-1"].reason

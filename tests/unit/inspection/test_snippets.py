@@ -1,0 +1,103 @@
+"""Each recon snippet of inspection/snippets/ runs here against a fake tree or fake tools, as a
+node's bash would run it (`bash -c <snippet> _ <args>`), and its output parses."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from inspection import parsers as p
+from inspection.recon import snippet
+
+
+def run(name: str, *args: str, path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, LC_ALL="C")
+    if path is not None:
+        env["PATH"] = f"{path}:/usr/bin:/bin"
+    return subprocess.run(["bash", "-c", snippet(name), "_", *args], capture_output=True,
+                          text=True, env=env, timeout=30)
+
+
+def fake_tool(bin_: Path, name: str, script: str) -> None:
+    bin_.mkdir(exist_ok=True)
+    (bin_ / name).write_text("#!/bin/sh\n" + script)
+    (bin_ / name).chmod(0o755)
+
+
+def test_hf_cache_lists_refs_snapshots_and_complete_blob_bytes(tmp_path):
+    commit = "a" * 40
+    repo = tmp_path / "hub" / "models--org--tiny"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "x").write_bytes(b"12345")
+    (repo / "blobs" / "y.incomplete").write_bytes(b"123")  # a download in progress: not counted
+    out = run("hf_cache.sh", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    [facts] = p.parse_hf_cache(out.stdout)
+    assert (facts.repo_id, facts.refs, facts.snapshots, facts.size_bytes) == (
+        "org/tiny", {"main": commit}, [commit], 5)
+    assert run("hf_cache.sh", str(tmp_path / "absent")).stdout == ""
+
+
+def test_disk_reports_the_nearest_existing_parent(tmp_path):
+    out = run("disk.sh", str(tmp_path / "not" / "yet" / "made"))
+    assert out.returncode == 0, out.stderr
+    assert p.parse_df_avail(out.stdout) > 0
+
+
+def test_speed_prefers_ethtool_then_sysfs(tmp_path):
+    fake_tool(tmp_path / "bin", "ethtool", 'echo "Settings for $1:"; echo "	Speed: 200000Mb/s"\n')
+    out = run("speed.sh", "enp1s0f1np1", path=tmp_path / "bin")
+    assert p.parse_ethtool_speed(out.stdout) == 200000
+    fake_tool(tmp_path / "nothing", "true", "exit 0\n")
+    out = run("speed.sh", "lo", path=tmp_path / "nothing")  # no ethtool: sysfs (lo has none)
+    assert "Speed" not in out.stdout
+
+
+def test_gpu_runtime_finds_the_hook_on_path(tmp_path):
+    fake_tool(tmp_path / "bin", "nvidia-container-runtime-hook", "exit 0\n")
+    out = run("gpu_runtime.sh", path=tmp_path / "bin")
+    assert out.returncode == 0
+    assert p.parse_gpu_runtime(out.stdout) == [f"hook {tmp_path / 'bin' / 'nvidia-container-runtime-hook'}"]
+
+
+def test_vllm_serve_reports_each_stack_head_container(tmp_path):
+    fake_tool(tmp_path / "bin", "docker", """
+case "$1" in
+  ps) echo spark-vllm-ray-head; echo other-head ;;
+  exec) [ "$2" = spark-vllm-ray-head ] ;;
+esac
+""")
+    out = run("vllm_serve.sh", "/run/spark-vllm/vllm-serve.pid", path=tmp_path / "bin")
+    assert out.returncode == 0, out.stderr
+    assert p.parse_vllm_serve(out.stdout) == {"spark-vllm-ray-head": True, "other-head": False}
+
+
+def test_stopped_lists_the_markers_with_their_stack(tmp_path):
+    (tmp_path / "vllm_node").write_text("spark-vllm/prod\n")
+    (tmp_path / "reranker").write_text("spark-vllm/dev\nignored second line\n")
+    out = run("stopped.sh", str(tmp_path))
+    assert out.returncode == 0
+    assert p.parse_stopped_markers(out.stdout) == {"vllm_node": "spark-vllm/prod",
+                                                   "reranker": "spark-vllm/dev"}
+    assert run("stopped.sh", str(tmp_path / "none")).stdout == ""
+
+
+def test_recon_script_matches_its_golden_copy():
+    """The whole script a node runs for recon, for the dev stack's head: a change to it shows in
+    review as a diff of tests/unit/inspection/golden/recon-dev-spark-1.sh
+    (GOLDEN_UPDATE=1 rewrites it)."""
+    from config import validate_config
+    from inspection.recon import recon_script
+    from tests.conftest import config_raw
+
+    cfg = validate_config(config_raw(2))
+    text = recon_script(cfg, cfg.nodes[0])
+    golden = Path(__file__).parent / "golden" / "recon-dev-spark-1.sh"
+    if os.environ.get("GOLDEN_UPDATE") == "1":
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text()

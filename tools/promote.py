@@ -1,0 +1,608 @@
+"""Promote what a stack verified (image digest, model commit, serve flags) into another stack.
+
+    promote.py --from dev --to staging [--yes] [--dry-run] [--refresh-only]
+
+1. Verify the source stack on the configured backend (PULUMI_BACKEND_URL, passphrase from
+   PULUMI_CONFIG_PASSPHRASE / PULUMI_CONFIG_PASSPHRASE_FILE): its latest operation succeeded and
+   its latest `update` succeeded (`stack.history`); nothing drifted (`refresh --preview-only`
+   shows no change); the program with the source's config changes nothing (`preview`, the same
+   project's program, run by the CLI; skipped with --refresh-only); the promoted keys in
+   Pulumi.<from>.yaml equal the config the last update ran with.
+2. Take the artifacts of that last update: `image.ref` pinned by digest (a tag is pinned with the
+   repo digest recorded in the state), `model.repo` + the resolved commit (output `modelCommit`)
+   as `model.revision`, and the serve flags under `vllm.*` except the environment-owned ones.
+3. Write them into the target stack's config (Pulumi.<to>.yaml) with `pulumi config set-all
+   --json` (typed `config set`: floats, objects and empty lists stay typed), after showing the
+   planned unified diff (computed on a scratch copy) and asking (unless --yes). --dry-run stops
+   after the planned diff. Secrets are never read, copied or changed.
+
+Exit codes: 0 promoted (or dry run shown), 1 engine/CLI failure, 2 usage or environment problem,
+3 source not verified (never deployed, last update failed, destroyed), 4 source drifted or its
+config changed since the last update, 5 an artifact is unpinned or missing (always fatal for a
+prod target), 6 not confirmed, 7 the promoted values make the target config invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used: `--help` and the unit tests need no engine
+    import pulumi.automation as auto
+
+PROJECT = "spark-vllm"
+NS = f"{PROJECT}:"
+
+EXIT_OK = 0
+EXIT_ENGINE = 1
+EXIT_USAGE = 2
+EXIT_UNVERIFIED = 3
+EXIT_DRIFT = 4
+EXIT_UNPINNED = 5
+EXIT_NOT_CONFIRMED = 6
+EXIT_INVALID = 7
+
+# Serve flags that travel with the verified artifacts.
+PROMOTED_VLLM_KEYS = (
+    "servedModelName",
+    "gpuMemoryUtilization",
+    "maxModelLen",
+    "maxNumSeqs",
+    "kvCacheDtype",
+    "enablePrefixCaching",
+    "loadFormat",
+    "speculativeConfig",
+    "enforceEager",
+    "extraArgs",
+)
+# Environment-owned `vllm.*` keys: where the API listens, and the parallelism, which must match
+# the target's own node count (tp x pp = nodes x gpusPerNode).
+ENV_VLLM_KEYS = ("host", "port", "tensorParallelSize", "pipelineParallelSize")
+SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
+
+_DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:[0-9a-f]{64}$")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
+
+
+class Refusal(Exception):
+    """A reason not to promote; `code` is the exit code."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class Artifacts:
+    image_ref: str
+    model_repo: str | None
+    model_commit: str
+    serve_flags: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def image_pinned(self) -> bool:
+        return bool(_DIGEST_REF.match(self.image_ref))
+
+    @property
+    def commit_pinned(self) -> bool:
+        return bool(_COMMIT.match(self.model_commit or ""))
+
+
+@dataclass
+class Options:
+    source: str
+    target: str
+    yes: bool = False
+    dry_run: bool = False
+    refresh_only: bool = False
+    work_dir: Path = field(default_factory=Path.cwd)
+    # An inline program (tests); default: the project's own, run by the CLI through the
+    # language host from work_dir's Pulumi.yaml, as `pulumi preview` would.
+    program: Callable[[], None] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # extra env for the workspaces
+    out: Callable[[str], None] = print
+    confirm: Callable[[str], bool] | None = None  # default: ask on a TTY, refuse otherwise
+    engine_output: Callable[[str], None] | None = None  # streamed engine output (None: quiet)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pure helpers (unit-tested on their own)
+
+
+def config_value(cm: Mapping[str, Any], key: str) -> Any:
+    """A top-level `spark-vllm:<key>` value from a ConfigMap (objects come as JSON text)."""
+    v = cm.get(NS + key)
+    if v is None:
+        return None
+    if getattr(v, "secret", False):
+        raise Refusal(
+            EXIT_USAGE,
+            f"{NS}{key} is a secret in the stack config; promote copies only plain values",
+        )
+    text = getattr(v, "value", v)
+    if isinstance(text, str):
+        try:
+            return json.loads(text)
+        except ValueError:
+            return text
+    return text
+
+
+def promoted_view(image: Any, model: Any, vllm: Any) -> dict[str, Any]:
+    """The promoted keys of a config, for comparing two configs."""
+    image = image if isinstance(image, dict) else {}
+    model = model if isinstance(model, dict) else {}
+    vllm = vllm if isinstance(vllm, dict) else {}
+    view = {"image.ref": image.get("ref"), "model.repo": model.get("repo"),
+            "model.revision": model.get("revision", "main")}
+    view.update({f"vllm.{k}": vllm.get(k) for k in PROMOTED_VLLM_KEYS})
+    return view
+
+
+def repo_digests(deployment: Mapping[str, Any]) -> dict[str, str]:
+    """Repo digests (`<repo>@sha256:<hex>`) the docker provider recorded per RemoteImage."""
+    found = {}
+    for r in deployment.get("resources") or []:
+        if r.get("type") != REMOTE_IMAGE:
+            continue
+        digest = (r.get("outputs") or {}).get("repoDigest")
+        if isinstance(digest, str) and digest:
+            found[r.get("urn", "?").split("::")[-1]] = digest
+    return found
+
+
+def _repository(ref: str) -> str:
+    """`registry:5000/name:tag` -> `registry:5000/name` (a port colon is not a tag)."""
+    ref = ref.split("@", 1)[0]
+    last = ref.rsplit("/", 1)[-1]
+    return ref[: -(len(last) - last.index(":"))] if ":" in last else ref
+
+
+def pin_image(ref: str, deployment: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(ref pinned by digest if possible, note). A digest ref is kept as is."""
+    if _DIGEST_REF.match(ref):
+        return ref, None
+    digests = repo_digests(deployment)
+    repo = _repository(ref)
+    values = sorted(set(digests.values()))
+    if not values:
+        return ref, (f"image.ref {ref!r} is a tag and the source state records no repo digest "
+                     "for it (RemoteImage.repoDigest)")
+    if len(values) > 1:
+        detail = ", ".join(f"{k}={v}" for k, v in sorted(digests.items()))
+        return ref, f"image.ref {ref!r}: the nodes recorded different repo digests ({detail})"
+    digest = values[0]
+    m = _DIGEST_REF.match(digest)
+    if not m:
+        return ref, f"image.ref {ref!r}: recorded repo digest {digest!r} is not <repo>@sha256:<hex>"
+    if m.group("repo") != repo:
+        digest = f"{repo}@{digest.split('@', 1)[1]}"
+    return digest, f"image.ref {ref!r} pinned to {digest} (the repo digest the nodes pulled)"
+
+
+def merge_object(current: Any, promoted: dict[str, Any], owned: tuple[str, ...]) -> dict[str, Any]:
+    """The target's object with the promoted keys replaced; a promoted key the source does not
+    set is removed (the verified flags did not have it); other keys stay as they are."""
+    out = dict(current) if isinstance(current, dict) else {}
+    for k in owned:
+        if k in promoted and promoted[k] is not None:
+            out[k] = promoted[k]
+        else:
+            out.pop(k, None)
+    return out
+
+
+def unified(before: str, after: str, name: str) -> str:
+    return "".join(
+        difflib.unified_diff(
+            before.splitlines(True), after.splitlines(True), f"a/{name}", f"b/{name}"
+        )
+    )
+
+
+def raw_config(text: str) -> dict[str, Any]:
+    """The plain (non-secret) keys of a stack file, without the namespace, for validate_config."""
+    import yaml
+
+    data = (yaml.safe_load(text) or {}).get("config") or {}
+    raw = {}
+    for k, v in data.items():
+        if not k.startswith(NS):
+            continue
+        key = k[len(NS):]
+        if key in SECRET_KEYS or (isinstance(v, dict) and set(v) == {"secure"}):
+            continue
+        raw[key] = v
+    return raw
+
+
+def promoted_problem_keys() -> tuple[str, ...]:
+    return ("image.ref", "model.repo", "model.revision",
+            *(f"vllm.{k}" for k in PROMOTED_VLLM_KEYS))
+
+
+def check_target_config(text: str) -> tuple[list[str], list[str]]:
+    """(problems caused by promoted keys, other problems) of a stack file."""
+    from config import ConfigError, validate_config
+
+    try:
+        validate_config(raw_config(text))
+    except ConfigError as e:
+        ours = tuple(f"{NS}{k}" for k in promoted_problem_keys())
+        mine = [p for p in e.problems if p.startswith(ours)]
+        return mine, [p for p in e.problems if p not in mine]
+    return [], []
+
+
+# ---------------------------------------------------------------------------------------------
+# Engine side
+
+
+LAB_PASSPHRASE = Path("lab") / "dev.passphrase"
+
+
+def _workspace_env(extra: dict[str, str], stack: str, work_dir: Path) -> dict[str, str]:
+    """The environment of one stack's workspace. Each stack is opened with its own passphrase:
+    the lab's dev stack with the project's lab/dev.passphrase (Pulumi.dev.yaml carries its
+    salt), every other stack with PULUMI_CONFIG_PASSPHRASE(_FILE) as set."""
+    env = dict(extra)
+    env.setdefault("PULUMI_SKIP_UPDATE_CHECK", "true")
+    env.setdefault("PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION", "true")
+    lab = work_dir / LAB_PASSPHRASE
+    if stack == "dev" and lab.is_file():
+        env["PULUMI_CONFIG_PASSPHRASE_FILE"] = str(lab)
+    return env
+
+
+def check_environment(env: dict[str, str]) -> None:
+    """Backend and passphrase as the Makefile sets them; the CLI on PATH."""
+    merged = {**os.environ, **env}
+    if not merged.get("PULUMI_BACKEND_URL"):
+        raise Refusal(EXIT_USAGE, "PULUMI_BACKEND_URL is not set (the Makefile sets "
+                      "file://~/.spark-vllm/state; run through `make promote` or export it)")
+    url = merged["PULUMI_BACKEND_URL"]
+    if url.startswith("file://"):
+        folder = Path(os.path.expanduser(url[len("file://"):].split("?", 1)[0]))
+        if not folder.is_dir():
+            raise Refusal(EXIT_USAGE, f"the state folder of PULUMI_BACKEND_URL={url} does not "
+                          "exist (make setup creates ~/.spark-vllm/state): no stack there to "
+                          "promote from")
+    if not (merged.get("PULUMI_CONFIG_PASSPHRASE") or merged.get("PULUMI_CONFIG_PASSPHRASE_FILE")):
+        raise Refusal(EXIT_USAGE, "neither PULUMI_CONFIG_PASSPHRASE nor "
+                      "PULUMI_CONFIG_PASSPHRASE_FILE is set (the stack files' secrets need it)")
+    if shutil.which("pulumi") is None:
+        raise Refusal(EXIT_USAGE, "the pulumi CLI is not on PATH (make setup puts it in "
+                      "~/.cache/spark-vllm/toolchain/bin)")
+
+
+def _stack(name: str, o: Options, *, create: bool, work_dir: Path | None = None,
+           env: dict[str, str] | None = None) -> auto.Stack:
+    import pulumi.automation as auto
+
+    ws = auto.LocalWorkspaceOptions(
+        work_dir=str(work_dir or o.work_dir),
+        env_vars=_workspace_env(env or o.env, name, work_dir or o.work_dir)
+    )
+    try:
+        if o.program is None:  # the project's own program, run by the CLI from work_dir
+            if create:
+                return auto.create_or_select_stack(stack_name=name, work_dir=ws.work_dir, opts=ws)
+            return auto.select_stack(stack_name=name, work_dir=ws.work_dir, opts=ws)
+        if create:
+            return auto.create_or_select_stack(stack_name=name, project_name=PROJECT,
+                                               program=o.program, opts=ws)
+        return auto.select_stack(stack_name=name, project_name=PROJECT, program=o.program,
+                                 opts=ws)
+    except auto.StackNotFoundError:
+        backend = os.environ.get("PULUMI_BACKEND_URL") or o.env.get("PULUMI_BACKEND_URL")
+        raise Refusal(EXIT_UNVERIFIED, f"source stack {name!r} does not exist on the backend "
+                      f"({backend}): nothing was verified there") from None
+
+
+def _op(entry: auto.UpdateSummary) -> str:
+    """`update #3 (2026-12-01 10:00:00)`; a failed update records no version."""
+    num = f" #{entry.version}" if entry.version else ""
+    when = entry.end_time or entry.start_time
+    return f"{entry.kind}{num}" + (f" at {when:%Y-%m-%d %H:%M:%S}" if when else "")
+
+
+def verify_history(stack: auto.Stack) -> auto.UpdateSummary:
+    """The last update's summary, if the stack's history says it is trustworthy."""
+    latest = stack.history(page_size=1)
+    if not latest:
+        raise Refusal(EXIT_UNVERIFIED, f"source stack {stack.name!r} has no recorded update")
+    last = latest[0]
+    if last.result != "succeeded":
+        raise Refusal(EXIT_UNVERIFIED, f"source stack {stack.name!r}: the last operation "
+                      f"({_op(last)}) {last.result}; fix it and `up` again")
+    if last.kind == "destroy":
+        raise Refusal(EXIT_UNVERIFIED, f"source stack {stack.name!r} was destroyed "
+                      f"({_op(last)}); nothing is deployed to promote")
+    if last.kind == "update":
+        return last
+    for entry in stack.history(page_size=20):
+        if entry.kind == "destroy":
+            raise Refusal(EXIT_UNVERIFIED, f"source stack {stack.name!r} was destroyed "
+                          f"({_op(entry)}) after its last update")
+        if entry.kind == "update":
+            if entry.result != "succeeded":
+                raise Refusal(EXIT_UNVERIFIED, f"source stack {stack.name!r}: the last update "
+                              f"({_op(entry)}) {entry.result}")
+            return entry
+    raise Refusal(EXIT_UNVERIFIED, f"source stack {stack.name!r}: no update in its last 20 "
+                  "operations")
+
+
+def _changed(events: list[auto.EngineEvent]) -> list[str]:
+    """`<op> <name>` for every resource a preview or refresh preview would change. A refresh
+    reports its verdict on the outputs event (the pre event says only `refresh`)."""
+    changed: list[str] = []
+    for e in events:
+        for attr in ("resource_pre_event", "res_outputs_event"):
+            ev = getattr(e, attr, None)
+            if ev is None or ev.metadata is None:
+                continue
+            op = str(getattr(ev.metadata.op, "value", ev.metadata.op))
+            item = f"{op} {ev.metadata.urn.split('::')[-1]}"
+            if op not in ("same", "read", "refresh") and item not in changed:
+                changed.append(item)
+    return changed
+
+
+def verify_no_drift(stack: auto.Stack, o: Options) -> None:
+    events: list[auto.EngineEvent] = []
+    o.out(f"checking {stack.name!r} for drift (refresh --preview-only) ...")
+    r = stack.preview_refresh(on_event=events.append, on_output=o.engine_output)
+    changes = {k: v for k, v in (r.change_summary or {}).items() if k != "same" and v}
+    if changes:
+        listing = "; ".join(_changed(events)) or str(changes)
+        raise Refusal(EXIT_DRIFT, f"source stack {stack.name!r} has drifted from its state "
+                      f"({listing}); run `pulumi refresh` and `pulumi up`, verify, then promote")
+    if o.refresh_only:
+        return
+    events = []
+    o.out(f"checking {stack.name!r} against its program and config (preview) ...")
+    r = stack.preview(on_event=events.append, on_output=o.engine_output)
+    changes = {k: v for k, v in (r.change_summary or {}).items() if k != "same" and v}
+    if changes:
+        listing = "; ".join(_changed(events)) or str(changes)
+        raise Refusal(EXIT_DRIFT, f"source stack {stack.name!r}: `preview` wants changes "
+                      f"({listing}); what is deployed is not what its config says: `up` and "
+                      "verify first")
+
+
+def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Artifacts:
+    ran = last_update.config or {}
+    image = config_value(ran, "image") or {}
+    model = config_value(ran, "model") or {}
+    vllm = config_value(ran, "vllm") or {}
+    now = stack.get_all_config()
+    if promoted_view(image, model, vllm) != promoted_view(
+        config_value(now, "image"), config_value(now, "model"), config_value(now, "vllm")
+    ):
+        before = promoted_view(image, model, vllm)
+        after = promoted_view(config_value(now, "image"), config_value(now, "model"),
+                              config_value(now, "vllm"))
+        diff = ", ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in before
+                         if before[k] != after[k])
+        raise Refusal(EXIT_DRIFT, f"Pulumi.{stack.name}.yaml changed since the last update "
+                      f"({diff}); `up` and verify it first")
+    ref = image.get("ref")
+    if not ref:
+        raise Refusal(EXIT_UNPINNED, "the source's last update ran without image.ref")
+    outputs = stack.outputs()
+    commit = outputs.get("modelCommit")
+    commit = commit.value if commit is not None else None
+    if not commit:
+        raise Refusal(EXIT_UNPINNED, f"source stack {stack.name!r} exports no modelCommit")
+    pinned, note = pin_image(ref, stack.export_stack().deployment or {})
+    flags = {k: vllm[k] for k in PROMOTED_VLLM_KEYS if k in vllm}
+    art = Artifacts(image_ref=pinned, model_repo=model.get("repo"), model_commit=str(commit),
+                    serve_flags=flags)
+    if note:
+        art.notes.append(note)
+    return art
+
+
+def _target_environment(cm: dict[str, Any]) -> str | None:
+    v = config_value(cm, "environment")
+    return v if isinstance(v, str) else None
+
+
+def check_pinned(art: Artifacts, target_env: str | None) -> list[str]:
+    """Problems with the artifacts' pinning (fatal for prod, warnings elsewhere)."""
+    problems = []
+    if not art.image_pinned:
+        problems.append(f"image {art.image_ref!r} is not pinned by digest (<repo>@sha256:<64 hex>)")
+    if not art.commit_pinned:
+        problems.append(f"model commit {art.model_commit!r} is not a 40-hex commit")
+    return problems
+
+
+def apply(stack: auto.Stack, art: Artifacts) -> None:
+    """Write the artifacts into `stack`'s config (merged into its image/model/vllm objects)."""
+    cm = stack.get_all_config()
+    image = merge_object(config_value(cm, "image"), {"ref": art.image_ref}, ("ref",))
+    model_promoted = {"revision": art.model_commit}
+    owned: tuple[str, ...] = ("revision",)
+    if art.model_repo:
+        model_promoted["repo"] = art.model_repo
+        owned = ("repo", "revision")
+    model = merge_object(config_value(cm, "model"), model_promoted, owned)
+    vllm = merge_object(config_value(cm, "vllm"), art.serve_flags, PROMOTED_VLLM_KEYS)
+    values = {
+        f"{NS}{k}": {"value": json.dumps(v), "objectValue": v, "secret": False}
+        for k, v in (("image", image), ("model", model), ("vllm", vllm))
+    }
+    stack.set_all_config_json(json.dumps(values))
+
+
+def _stack_file(work_dir: Path, name: str) -> Path:
+    return work_dir / f"Pulumi.{name}.yaml"
+
+
+def plan_in_scratch(o: Options, art: Artifacts) -> tuple[str, str]:
+    """(before, after) text of Pulumi.<to>.yaml, with the change made on a scratch copy."""
+    target_file = _stack_file(o.work_dir, o.target)
+    before = target_file.read_text()
+    with tempfile.TemporaryDirectory(prefix="promote-") as tmp:
+        scratch = Path(tmp)
+        shutil.copy(o.work_dir / "Pulumi.yaml", scratch / "Pulumi.yaml")
+        shutil.copy(target_file, scratch / target_file.name)
+        (scratch / "state").mkdir()
+        env = {**o.env, "PULUMI_BACKEND_URL": f"file://{scratch / 'state'}"}
+        st = _stack(o.target, o, create=True, work_dir=scratch, env=env)
+        apply(st, art)
+        after = (scratch / target_file.name).read_text()
+    return before, after
+
+
+def _ask(question: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
+def promote(o: Options) -> int:
+    out = o.out
+    if o.source == o.target:
+        raise Refusal(EXIT_USAGE, "--from and --to name the same stack")
+    target_file = _stack_file(o.work_dir, o.target)
+    if not target_file.is_file():
+        raise Refusal(EXIT_USAGE, f"{target_file} does not exist: create the target stack's file "
+                      "first (environment, nodes, secrets); promote fills in only the artifacts")
+    check_environment(o.env)
+
+    src = _stack(o.source, o, create=False)
+    last = verify_history(src)
+    out(f"source {o.source!r}: last {_op(last)} succeeded")
+    verify_no_drift(src, o)
+    art = collect_artifacts(src, last)
+    for note in art.notes:
+        out(f"note: {note}")
+
+    import yaml
+
+    target_env = (yaml.safe_load(target_file.read_text()) or {}).get("config", {}).get(
+        f"{NS}environment")
+    problems = check_pinned(art, target_env)
+    if problems and target_env == "prod":
+        raise Refusal(EXIT_UNPINNED, f"refusing to promote into prod stack {o.target!r}: "
+                      + "; ".join(problems))
+    for p in problems:
+        out(f"warning: {p} (allowed for {target_env or 'an unset environment'}, refused for prod)")
+
+    out(f"artifacts verified in {o.source!r}:")
+    out(f"  image.ref       {art.image_ref}")
+    out(f"  model           {art.model_repo} @ {art.model_commit}")
+    out(f"  serve flags     {json.dumps(art.serve_flags, sort_keys=True)}")
+
+    before, after = plan_in_scratch(o, art)
+    mine, others = check_target_config(after)
+    if mine:
+        raise Refusal(EXIT_INVALID, f"the promoted values make Pulumi.{o.target}.yaml invalid:\n"
+                      + "\n".join(f"  - {p}" for p in mine))
+    if before == after:
+        out(f"Pulumi.{o.target}.yaml already holds these artifacts: nothing to do")
+        return EXIT_OK
+    out(f"planned change to Pulumi.{o.target}.yaml:")
+    out(unified(before, after, target_file.name).rstrip("\n"))
+    for p in others:
+        out(f"warning: {target_file.name} (environment-owned keys, not touched): {p}")
+    if o.dry_run:
+        out("dry run: nothing written")
+        return EXIT_OK
+    if not o.yes:
+        confirm = o.confirm or _ask
+        if not confirm(f"write these changes to {target_file.name}?"):
+            raise Refusal(EXIT_NOT_CONFIRMED, "not confirmed (pass --yes to write without asking)")
+
+    current = target_file.read_text()
+    if current != before:
+        raise Refusal(EXIT_USAGE, f"{target_file.name} changed while promoting; run again")
+    dst = _stack(o.target, o, create=True)
+    apply(dst, art)
+    written = target_file.read_text()
+    out(f"wrote Pulumi.{o.target}.yaml:")
+    out(unified(before, written, target_file.name).rstrip("\n") or "(no change)")
+    out(f"next: pulumi preview -s {o.target} --diff --policy-pack policies "
+        f"--policy-pack-config policies/config.{o.target}.json, "
+        f"then up --stack {o.target} --policy")
+    return EXIT_OK
+
+
+def _default_env() -> dict[str, str]:
+    """The Makefile's defaults for a direct run (only what the environment does not set)."""
+    env: dict[str, str] = {}
+    home = Path.home() / ".spark-vllm"
+    if not os.environ.get("PULUMI_BACKEND_URL"):
+        env["PULUMI_BACKEND_URL"] = f"file://{home / 'state'}"
+    given = os.environ.get("PULUMI_CONFIG_PASSPHRASE") or os.environ.get(
+        "PULUMI_CONFIG_PASSPHRASE_FILE")
+    if not given and (home / "passphrase").is_file():
+        env["PULUMI_CONFIG_PASSPHRASE_FILE"] = str(home / "passphrase")
+    return env
+
+
+def main(argv: list[str] | None = None, **overrides: Any) -> int:
+    ap = argparse.ArgumentParser(
+        prog="promote.py", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    ap.add_argument("--from", dest="source", required=True, help="source stack, e.g. dev")
+    ap.add_argument("--to", dest="target", required=True, help="target stack, e.g. staging")
+    ap.add_argument("--yes", "-y", action="store_true", help="write without asking")
+    ap.add_argument("--dry-run", action="store_true", help="show the planned diff, write nothing")
+    ap.add_argument("--refresh-only", action="store_true",
+                    help="drift check by refresh only (skip the program preview)")
+    ap.add_argument("--verbose", "-v", action="store_true", help="stream the engine's output")
+    a = ap.parse_args(argv)
+    toolchain = Path.home() / ".cache" / "spark-vllm" / "toolchain" / "bin"
+    if (toolchain / "pulumi").exists() and str(toolchain) not in os.environ.get("PATH", ""):
+        os.environ["PATH"] = f"{toolchain}{os.pathsep}{os.environ.get('PATH', '')}"
+    o = Options(source=a.source, target=a.target, yes=a.yes, dry_run=a.dry_run,
+                refresh_only=a.refresh_only, env=_default_env(),
+                engine_output=(lambda line: print(line, flush=True)) if a.verbose else None)
+    for k, v in overrides.items():
+        setattr(o, k, v)
+    return run(o)
+
+
+def run(o: Options) -> int:
+    """promote() with every failure turned into a message and an exit code, never a traceback."""
+    import pulumi.automation as auto
+
+    try:
+        return promote(o)
+    except Refusal as r:
+        print(f"promote: refused: {r.message}", file=sys.stderr)
+        return r.code
+    except auto.CommandError as e:
+        tail = "\n".join(str(e).strip().splitlines()[-12:])
+        print(f"promote: the pulumi CLI failed:\n{tail}", file=sys.stderr)
+        return EXIT_ENGINE
+    except KeyboardInterrupt:
+        print("promote: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:
+        print(f"promote: failed: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_ENGINE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
