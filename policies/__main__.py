@@ -1,5 +1,5 @@
 """The spark-vllm policy pack. Only builds the PolicyPack: its constructor starts the analyzer
-gRPC server and blocks, so all logic lives in rules.py (importable, unit-tested)."""
+gRPC server and blocks, so all logic lives in the rules package (importable, unit-tested)."""
 from pulumi_policy import EnforcementLevel, PolicyPack
 
 from rules import POLICIES

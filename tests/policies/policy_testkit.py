@@ -102,7 +102,7 @@ def fabric(iface, hca, carrier=True, mtu=9000, state="ACTIVE"):
 
 
 def nccl_env(**over):
-    node = lambda n: {  # noqa: E731
+    node = lambda n: {
         "name": n,
         "env": {"NCCL_SOCKET_IFNAME": "enp1s0f1np1", "GLOO_SOCKET_IFNAME": "enp1s0f1np1",
                 "NCCL_IB_HCA": "=rocep1s0f1,roceP2p1s0f1"},

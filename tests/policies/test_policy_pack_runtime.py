@@ -13,16 +13,28 @@ from pulumi.runtime import proto
 from pulumi_policy import EnforcementLevel
 from pulumi_policy.policy import _PolicyAnalyzerServicer
 from pulumi_policy.proxy import (
-    UNKNOWN_ARRAY_VALUE, UNKNOWN_BOOLEAN_VALUE, UNKNOWN_NUMBER_VALUE, UNKNOWN_STRING_VALUE,
+    UNKNOWN_ARRAY_VALUE,
+    UNKNOWN_BOOLEAN_VALUE,
+    UNKNOWN_NUMBER_VALUE,
+    UNKNOWN_STRING_VALUE,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from policy_testkit import (  # noqa: E402
-    POLICIES_DIR, RAY_CONFIG, nccl_env, rargs, ray_head, res, run, sargs, secret, vllm_server,
+from policy_testkit import (
+    POLICIES_DIR,
+    RAY_CONFIG,
+    nccl_env,
+    rargs,
+    ray_head,
+    res,
+    run,
+    sargs,
+    secret,
+    vllm_server,
 )
 
-import rules  # noqa: E402
-from rules import CONTAINER, NCCL_ENV, VLLM_IMAGE, VLLM_SERVER  # noqa: E402
+import rules
+from rules import CONTAINER, NCCL_ENV, VLLM_IMAGE, VLLM_SERVER
 
 HERE = Path(__file__).resolve().parent
 ALL_NAMES = {p.name for p in rules.POLICIES}
@@ -125,9 +137,8 @@ def test_every_policy_survives_an_all_unknown_resource():
 
 # -------------------------------------------------------------------------- the pack module
 def test_importing_rules_starts_no_server():
-    code = ("import sys, threading; sys.path.insert(0, %r); import rules; "
-            "assert threading.active_count() == 1, threading.enumerate(); print(len(rules.POLICIES))"
-            % str(POLICIES_DIR))
+    code = (f"import sys, threading; sys.path.insert(0, {str(POLICIES_DIR)!r}); import rules; "
+            "assert threading.active_count() == 1, threading.enumerate(); print(len(rules.POLICIES))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "12"
@@ -233,8 +244,8 @@ def test_pack_serves_over_grpc_like_the_engine_starts_it():
     """`python -m pulumi.policy <engine> <packdir>` is what pulumi-analyzer-policy-python runs:
     start it, ask for the analyzer info and one analysis over gRPC, stop it."""
     import grpc
-    from pulumi.runtime.proto import analyzer_pb2_grpc
     from google.protobuf import empty_pb2
+    from pulumi.runtime.proto import analyzer_pb2_grpc
 
     proc = subprocess.Popen([sys.executable, "-m", "pulumi.policy", "127.0.0.1:1", "."],
                             cwd=POLICIES_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

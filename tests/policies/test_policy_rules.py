@@ -4,17 +4,32 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from policy_testkit import (  # noqa: E402
-    GIB, MEM, RAY_CONFIG, fabric, nccl_env, rargs, ray_head, ray_worker, res, run, sargs, secret,
-    spark_node, vllm_server,
+from policy_testkit import (
+    GIB,
+    MEM,
+    RAY_CONFIG,
+    fabric,
+    nccl_env,
+    rargs,
+    ray_head,
+    ray_worker,
+    res,
+    run,
+    sargs,
+    secret,
+    spark_node,
+    vllm_server,
 )
 
-import rules  # noqa: E402  (policy_testkit puts policies/ on sys.path, as the pack's runner does)
-from rules import (  # noqa: E402
-    CONTAINER, MODEL_CACHE, NCCL_ENV, SPARK_NODE, VLLM_IMAGE, VLLM_SERVER,
+import rules
+from rules import (
+    CONTAINER,
+    MODEL_CACHE,
+    NCCL_ENV,
+    SPARK_NODE,
+    VLLM_IMAGE,
+    VLLM_SERVER,
 )
 
 REMOTE = "command:remote:Command"
@@ -397,12 +412,11 @@ def test_nested_sh_c_scripts_are_inspected():
 
 
 def test_the_programs_vllm_start_script_passes_the_secret_rules():
-    scripts = pytest.importorskip("components.scripts")
-    try:
-        script = scripts.vllm_start("spark-vllm-ray-head", ["vllm", "serve", "m", "--port", "8000"],
-                                    "http://127.0.0.1:8000", "m", "Say hello", 60, "ids")
-    except TypeError as exc:  # the program changed the signature: nothing to compare against
-        pytest.skip(f"scripts.vllm_start changed: {exc}")
+    """The program's own start script (not a copy of it) against the secret rules."""
+    from hostscripts.vllm import vllm_start
+
+    script = vllm_start("spark-vllm-ray-head", ["vllm", "serve", "m", "--port", "8000"],
+                        "http://127.0.0.1:8000", "m", "Say hello", 60, "ids")
     serve = res(REMOTE, {"create": script, "stdin": secret("sk-live-123")}, "serve",
                 aso=["stdin"])
     assert run(rules.vllm_api_key, sargs([serve])) == []

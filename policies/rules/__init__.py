@@ -1,0 +1,191 @@
+"""The spark-vllm CrossGuard rules: the policy pack's registry, importable without side effects.
+
+`__main__.py` only builds the PolicyPack (whose constructor starts the analyzer gRPC server and
+blocks) from `POLICIES`, so tests import this package instead. Importing it starts nothing.
+
+Layout (policies/README.md): one module per rule or closely related pair, each holding its validate
+function(s), its findings helper(s) and its policy object; shared helpers in `_common` (props,
+config, environment), `_containers` (argv/shell tokens, labels, envs), `_schema` (config schemas)
+and `_secrets` (secret placements, the stack file). This module lists the policies in the pack's
+order and re-exports the helpers and constants that tests and tools use as `rules.<name>`.
+
+What the rules review (docs/contract.md "What policies see"): the components' props
+(`spark-vllm:<module>:<Class>`), docker containers (camelCase provider props), remote commands.
+
+Two facts about pulumi_policy 1.21.0 shape every rule (see policies/README.md):
+* Unknown values: props arrive wrapped in `unknown_checking_proxy`; reading an unknown value raises
+  `UnknownValueError`. The helpers (`get`, `elements`) turn that into `UNKNOWN`, and every check
+  skips what it cannot know, so a preview never crashes a rule and never fails on a guess.
+* Secrets: `Analyze`/`AnalyzeStack` deserialize with `proxy_secrets=False`, so a secret arrives as
+  its plain value, indistinguishable from a plaintext one. A rule cannot ask "is this a secret?";
+  the secret rules therefore check where a value sits (command lines, labels, inline shell are never
+  safe), whether the stack file holds the key as `secure:`, and optionally that the resource carries
+  `additionalSecretOutputs` for the property.
+"""
+from __future__ import annotations
+
+from pulumi_policy import Policy
+
+from ._common import (
+    COMMAND_TYPES,
+    CONTAINER,
+    DEFAULTS,
+    GIB,
+    MODEL_CACHE,
+    NCCL_ENV,
+    SPARK_NODE,
+    UNKNOWN,
+    VLLM_IMAGE,
+    VLLM_SERVER,
+    Report,
+    conf,
+    elements,
+    environment_of,
+    flag,
+    get,
+    gib,
+    is_unknown,
+    mapping_items,
+    num,
+    stack_config,
+    stack_environment,
+    text,
+)
+from ._containers import (
+    command_tokens,
+    envs_of,
+    flag_value,
+    has_flag,
+    is_literal,
+    is_ray_container,
+    labels_of,
+    provider_host,
+    shell_tokens,
+)
+from ._secrets import (
+    API_ENV_NAMES,
+    HF_ENV_NAMES,
+    HF_TOKEN_RE,
+    plaintext_config_keys,
+    read_stack_config_text,
+    secret_findings,
+)
+from .advisories import (
+    enforce_eager_advisory,
+    gpu_memory_utilization_advisory,
+    validate_enforce_eager_advisory,
+    validate_utilization_advisory,
+)
+from .api_key import validate_vllm_api_key, vllm_api_key
+from .fabric import fabric_mtu, nccl_findings, nccl_rdma_interfaces, validate_mtu, validate_nccl
+from .hf_token import hf_token_secret, validate_hf_token
+from .images import same_image_everywhere, validate_same_image
+from .memory import memory_fit, memory_fit_findings, validate_memory_fit
+from .parallelism import parallelism_matches_gpus, validate_parallelism
+from .pinning import (
+    COMMIT_RE,
+    DIGEST_REF_RE,
+    HOST_KEY_RE,
+    IMAGE_ID_RE,
+    prod_pinned,
+    validate_prod_pinned,
+)
+from .privileges import no_privileged_containers, validate_no_privileged
+from .ray_exposure import (
+    parse_ip,
+    ray_exposure_findings,
+    ray_not_exposed,
+    validate_ray_not_exposed,
+)
+
+POLICIES: list[Policy] = [
+    memory_fit,
+    same_image_everywhere,
+    parallelism_matches_gpus,
+    nccl_rdma_interfaces,
+    fabric_mtu,
+    no_privileged_containers,
+    ray_not_exposed,
+    vllm_api_key,
+    hf_token_secret,
+    prod_pinned,
+    gpu_memory_utilization_advisory,
+    enforce_eager_advisory,
+]
+
+BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
+
+__all__ = [
+    "API_ENV_NAMES",
+    "BY_NAME",
+    "COMMAND_TYPES",
+    "COMMIT_RE",
+    "CONTAINER",
+    "DEFAULTS",
+    "DIGEST_REF_RE",
+    "GIB",
+    "HF_ENV_NAMES",
+    "HF_TOKEN_RE",
+    "HOST_KEY_RE",
+    "IMAGE_ID_RE",
+    "MODEL_CACHE",
+    "NCCL_ENV",
+    "POLICIES",
+    "SPARK_NODE",
+    "UNKNOWN",
+    "VLLM_IMAGE",
+    "VLLM_SERVER",
+    "Report",
+    "command_tokens",
+    "conf",
+    "elements",
+    "enforce_eager_advisory",
+    "environment_of",
+    "envs_of",
+    "fabric_mtu",
+    "flag",
+    "flag_value",
+    "get",
+    "gib",
+    "gpu_memory_utilization_advisory",
+    "has_flag",
+    "hf_token_secret",
+    "is_literal",
+    "is_ray_container",
+    "is_unknown",
+    "labels_of",
+    "mapping_items",
+    "memory_fit",
+    "memory_fit_findings",
+    "nccl_findings",
+    "nccl_rdma_interfaces",
+    "no_privileged_containers",
+    "num",
+    "parallelism_matches_gpus",
+    "parse_ip",
+    "plaintext_config_keys",
+    "prod_pinned",
+    "provider_host",
+    "ray_exposure_findings",
+    "ray_not_exposed",
+    "read_stack_config_text",
+    "same_image_everywhere",
+    "secret_findings",
+    "shell_tokens",
+    "stack_config",
+    "stack_environment",
+    "text",
+    "validate_enforce_eager_advisory",
+    "validate_hf_token",
+    "validate_memory_fit",
+    "validate_mtu",
+    "validate_nccl",
+    "validate_no_privileged",
+    "validate_parallelism",
+    "validate_prod_pinned",
+    "validate_ray_not_exposed",
+    "validate_same_image",
+    "validate_utilization_advisory",
+    "validate_vllm_api_key",
+    "vllm_api_key",
+]

@@ -1,0 +1,23 @@
+"""Builders for the policies' `config_schema` (JSON Schema fragments, see policies/README.md
+"Per-stack policy config")."""
+from __future__ import annotations
+
+from typing import Any
+
+from pulumi_policy import PolicyConfigSchema
+
+SchemaProp = dict[str, Any]
+"""The JSON Schema of one config key (`{"type": "number", "default": ...}`)."""
+
+
+def schema(**props: SchemaProp) -> PolicyConfigSchema:
+    return PolicyConfigSchema(properties=props)
+
+
+ENV_PROP: SchemaProp = {"type": "string", "description": "fallback stack environment when no "
+                        "VllmServer carries one (dev | staging | prod)"}
+
+
+def env_list_prop(default: list[str], what: str) -> SchemaProp:
+    """A list of environment names (`nonDevEnvironments`, `prodEnvironments`)."""
+    return {"type": "array", "items": {"type": "string"}, "default": default, "description": what}

@@ -1,0 +1,65 @@
+"""2. same-image-everywhere: every node runs the same vLLM image ID, and all Ray containers the
+same image."""
+from __future__ import annotations
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyResource,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from ._common import CONTAINER, VLLM_IMAGE, Report, get, mapping_items, text
+from ._containers import is_ray_container
+
+
+def _short(image_id: str) -> str:
+    return image_id[:19] if image_id.startswith("sha256:") else image_id
+
+
+def _listing(images: dict[str, str]) -> str:
+    return ", ".join(f"{n}={_short(v)}" for n, v in sorted(images.items()))
+
+
+def _image_id_finding(r: PolicyResource) -> str | None:
+    """A VllmImage whose image IDs (an output, per node) differ between nodes."""
+    ids = {node: text(v) for node, v in mapping_items(get(r.props, "imageIds"))}
+    known = {node: v for node, v in ids.items() if v}
+    if len(set(known.values())) <= 1:
+        return None
+    return (f"image {text(get(r.props, 'ref')) or '?'} has different image IDs per node: "
+            f"{_listing(known)}")
+
+
+def _ray_images(resources: list[PolicyResource]) -> dict[str, str]:
+    """Container name -> image, for the containers that run Ray."""
+    images: dict[str, str] = {}
+    for r in resources:
+        if r.resource_type != CONTAINER or not is_ray_container(r.props):
+            continue
+        image = text(get(r.props, "image"))
+        if image:
+            images[r.name] = image
+    return images
+
+
+def validate_same_image(args: StackValidationArgs, report: Report) -> None:
+    for r in args.resources:
+        if r.resource_type == VLLM_IMAGE:
+            msg = _image_id_finding(r)
+            if msg:
+                report(msg, r.urn)
+    images = _ray_images(args.resources)
+    if len(set(images.values())) > 1:
+        report(f"Ray containers run different images: {_listing(images)}", None)
+
+
+same_image_everywhere = StackValidationPolicy(
+    name="same-image-everywhere",
+    description="Every node runs the same vLLM image ID, and all Ray containers the same image.",
+    validate=validate_same_image,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    remediation_steps="Pin image.ref by digest and let VllmImage distribute that one image to "
+                      "every node (source: head copies it over the fabric); remove stale tags on "
+                      "nodes.",
+)
