@@ -7,7 +7,7 @@ it takes the lab for ~18 minutes, grows it to 3 nodes and gives it back with 2.
 Every figure is measured in the same run as its baseline:
 1. no-op cost: `preview` of the converged dev stack vs `preview` of an empty program on the same
    backend, with the SSH connections each node's sshd accepted during the preview;
-2. the change table of the design (shared/design.md): per change, the engine steps, the
+2. the change table of the design (docs/design.md, "Diff quality is the product"): per change, the engine steps, the
    containers restarted, the bytes moved (hub, fabric, management network), the wall time, and
    a verdict against the table's "must not happen" column;
 3. model fan-out: hub bytes per converge (one copy per revision), and the product's node-to-node
@@ -39,11 +39,20 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from tests.e2e import labkit  # noqa: E402  (puts the toolchain on PATH)
-from tests.e2e.labkit import (  # noqa: E402
-    Deployment, complete, hf_file_bytes, lab, second_image, set_nodes, sync_bytes_moved,
+import config  # noqa: E402
+from components import model_cache  # noqa: E402
+from hostscripts import common, models  # noqa: E402
+from inspection import recon  # noqa: E402
+from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
+from lab.deployments import (  # noqa: E402
+    Deployment,
+    complete,
+    hf_file_bytes,
+    lab,
+    second_image,
+    set_nodes,
+    sync_bytes_moved,
 )
-from components import config, model_cache, recon, scripts  # noqa: E402
 
 HEAD, WORKER, NEW = "spark-1", "spark-2", "spark-3"
 LAB_DIR = Path("/var/lib/spark-vllm-lab")
@@ -264,7 +273,7 @@ def _findings(ops: dict, cost: dict, extra: dict) -> dict[str, bool]:
     }
 
 
-# The design's "must not happen" column (shared/design.md), per change.
+# The design's "must not happen" column (docs/design.md), per change.
 MUST_NOT = {
     "nothing": ("something ran or restarted", "bytes were pulled"),
     "vLLM serve flag": ("image pull", "model transfer", "worker replaced"),
@@ -376,7 +385,7 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
     seed_ip, dst_ip = head["fabric"][0]["ip"], worker["fabric"][0]["ip"]
     image = cfg["image"]["ref"]
     cache = "/root/.cache/huggingface"
-    root = f"{cache}/hub/{scripts.repo_dir(BENCH_REPO)}"
+    root = f"{cache}/hub/{common.repo_dir(BENCH_REPO)}"
     etag = "b" * 64
     size = size_mb << 20
     blob = f"{root}/blobs/{etag}"
@@ -388,11 +397,11 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
         f"ln -sf ../../blobs/{etag} {root}/snapshots/{BENCH_COMMIT}/weights.bin; sync; "
         f"docker pull -q {shlex.quote(image)} >/dev/null", timeout=600)
     lab("ssh", WORKER, "sh", "-c", f"docker pull -q {shlex.quote(image)} >/dev/null", timeout=600)
-    manifest = scripts.model_manifest_json(BENCH_REPO, BENCH_COMMIT, BENCH_COMMIT,
+    manifest = models.model_manifest_json(BENCH_REPO, BENCH_COMMIT, BENCH_COMMIT,
                                            [{"path": "weights.bin", "size": size, "etag": etag}], seed_ip)
-    start = scripts.model_seeder_start(image, cache, BENCH_REPO, seed_ip, labels, [WORKER], BENCH_COMMIT)
-    stop = scripts.model_seeder_stop([WORKER], BENCH_COMMIT, image)
-    sync = scripts.model_sync(image, cache, labels)
+    start = models.model_seeder_start(image, cache, BENCH_REPO, seed_ip, labels, [WORKER], BENCH_COMMIT)
+    stop = models.model_seeder_stop([WORKER], BENCH_COMMIT, image)
+    sync = models.model_sync(image, cache, labels)
     product, raw, fixed = [], [], []
     try:
         lab("ssh", HEAD, "sh", "-c", start)
@@ -435,7 +444,7 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
         for n in (HEAD, WORKER):
             lab("ssh", n, "sh", "-c", f"rm -rf {root} /root/.cache/bench-raw.bin", check=False)
     mp, mr, mf = (statistics.median(x) for x in (product, raw, fixed))
-    gbit = lambda secs: size * 8 / secs / 1e9  # noqa: E731
+    gbit = lambda secs: size * 8 / secs / 1e9
     return {
         "size_bytes": size, "reps": reps,
         "product_s": [round(x, 2) for x in product], "raw_s": [round(x, 2) for x in raw],
@@ -483,13 +492,13 @@ def fmt_bytes(n: int | None) -> str:
 # (what, bytes per second, where the figure comes from)
 PAPER_ROWS = (
     ("both CX-7 twins in parallel, RDMA", 190e9 / 8,
-     "measured by the community: 92.57 + 97.28 Gb/s (field notes, NV-PERF)"),
-    ("one CX-7 twin, RDMA", 111.7e9 / 8, "ib_write_bw on one twin (field notes, E-NET)"),
+     "measured by NVIDIA: 92.57 + 97.28 Gb/s (NVIDIA/dgx-spark-playbooks, connect-two-sparks performance_benchmarking_guide.md)"),
+    ("one CX-7 twin, RDMA", 111.7e9 / 8, "ib_write_bw on one twin (eugr/spark-vllm-docker docs/NETWORKING.md)"),
     ("the stack's copy: one TCP stream on one twin, if it reaches 25 Gb/s", 25e9 / 8,
      "an assumption: bench/bench.py's fan-out section measures it, but on the lab only"),
-    ("local NVMe read, if ~6 GB/s", 6e9, "an assumption (no measured figure in the field notes)"),
+    ("local NVMe read, if ~6 GB/s", 6e9, "an assumption (no published measurement)"),
     ("loading into vLLM: fastsafetensors ~3 s per shard, 42 shards", 119e9 / (3 * 42),
-     "eugr PR #200 log (field notes)"),
+     "eugr/spark-vllm-docker PR #200 log"),
     ("hub download on a 1 Gb/s uplink", 1e9 / 8, "line rate; a second node doing it again doubles it"),
 )
 
@@ -513,7 +522,7 @@ def report(res: dict, path: Path) -> None:
     cold = (median_wall(2, False), median_wall(3, False))
     warm = (median_wall(2, True), median_wall(3, True)) \
         if any(x.get("keep_images") for x in scale) else None
-    ok = lambda b: "met" if b else "**missed**"  # noqa: E731
+    ok = lambda b: "met" if b else "**missed**"
     env = res["env"]
     L = [
         "# Benchmarks",

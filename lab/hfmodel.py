@@ -23,7 +23,8 @@ def safetensors_bytes() -> bytes:
             tensors += [(f"{p}.mlp.experts.{e}.gate_proj.weight", [INTER, HIDDEN]),
                         (f"{p}.mlp.experts.{e}.up_proj.weight", [INTER, HIDDEN]),
                         (f"{p}.mlp.experts.{e}.down_proj.weight", [HIDDEN, INTER])]
-        tensors += [(f"{p}.input_layernorm.weight", [HIDDEN]), (f"{p}.post_attention_layernorm.weight", [HIDDEN])]
+        tensors += [(f"{p}.input_layernorm.weight", [HIDDEN]),
+                    (f"{p}.post_attention_layernorm.weight", [HIDDEN])]
     tensors += [("model.norm.weight", [HIDDEN]), ("lm_head.weight", [VOCAB, HIDDEN])]
     header, blobs, off = {}, [], 0
     seed = 12345
@@ -53,7 +54,8 @@ def config(rev: int) -> dict:
          "norm_topk_prob": True, "vocab_size": VOCAB, "max_position_embeddings": 4096,
          "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
          "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2,
-         "spark_vllm_lab": {"note": "synthetic tiny MoE for the lab; not a real model", "revision": rev}}
+         "spark_vllm_lab": {"note": "synthetic tiny MoE for the lab; not a real model",
+                            "revision": rev}}
     if rev >= 2:
         c["max_position_embeddings"] = 8192
     return c
@@ -64,15 +66,17 @@ def tokenizer() -> dict:
     for b in range(VOCAB - 3):
         vocab[f"t{b}"] = b + 3
     return {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                              "normalized": False, "special": True} for t, i in list(vocab.items())[:3]],
+            "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": True}
+                             for t, i in list(vocab.items())[:3]],
             "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
             "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
 
 
 TOKENIZER_CONFIG = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
                     "model_max_length": 4096, "tokenizer_class": "PreTrainedTokenizerFast",
-                    "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"}
+                    "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
+                                     "{% endfor %}assistant:"}
 
 README = """---
 license: apache-2.0
@@ -85,10 +89,12 @@ model: the weights are deterministic noise, and only the lab's vLLM stand-in "se
 
 
 def _git(repo, *args, env=None):
-    e = dict(os.environ, GIT_AUTHOR_NAME="spark-vllm lab", GIT_AUTHOR_EMAIL="lab@spark-vllm.invalid",
-             GIT_COMMITTER_NAME="spark-vllm lab", GIT_COMMITTER_EMAIL="lab@spark-vllm.invalid",
-             GIT_CONFIG_GLOBAL="/dev/null", GIT_CONFIG_NOSYSTEM="1", **(env or {}))
-    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True, env=e).stdout.strip()
+    e = dict(os.environ, GIT_AUTHOR_NAME="spark-vllm lab",
+             GIT_AUTHOR_EMAIL="lab@spark-vllm.invalid", GIT_COMMITTER_NAME="spark-vllm lab",
+             GIT_COMMITTER_EMAIL="lab@spark-vllm.invalid", GIT_CONFIG_GLOBAL="/dev/null",
+             GIT_CONFIG_NOSYSTEM="1", **(env or {}))
+    return subprocess.run(["git", "-C", repo, *args], check=True, capture_output=True, text=True,
+                          env=e).stdout.strip()
 
 
 def _w(path, data):
@@ -110,13 +116,16 @@ def ensure_repo(repo: str) -> dict:
     _w(os.path.join(repo, ".gitattributes"), "")
     _w(os.path.join(repo, "README.md"), README)
     _w(os.path.join(repo, "config.json"), json.dumps(config(1), indent=2, sort_keys=True) + "\n")
-    _w(os.path.join(repo, "generation_config.json"), json.dumps({"bos_token_id": 1, "eos_token_id": 2}, indent=2) + "\n")
+    _w(os.path.join(repo, "generation_config.json"),
+       json.dumps({"bos_token_id": 1, "eos_token_id": 2}, indent=2) + "\n")
     _w(os.path.join(repo, "tokenizer.json"), json.dumps(tokenizer(), indent=1) + "\n")
-    _w(os.path.join(repo, "tokenizer_config.json"), json.dumps(TOKENIZER_CONFIG, indent=2, sort_keys=True) + "\n")
+    _w(os.path.join(repo, "tokenizer_config.json"),
+       json.dumps(TOKENIZER_CONFIG, indent=2, sort_keys=True) + "\n")
     _w(os.path.join(repo, "model.safetensors"), safetensors_bytes())
     _git(repo, "add", "-A")
     d1 = "2026-01-01T00:00:00+00:00"
-    _git(repo, "commit", "-q", "-m", "tiny-moe: first revision", env={"GIT_AUTHOR_DATE": d1, "GIT_COMMITTER_DATE": d1})
+    _git(repo, "commit", "-q", "-m", "tiny-moe: first revision",
+         env={"GIT_AUTHOR_DATE": d1, "GIT_COMMITTER_DATE": d1})
     _w(os.path.join(repo, "config.json"), json.dumps(config(2), indent=2, sort_keys=True) + "\n")
     _git(repo, "add", "-A")
     d2 = "2026-01-02T00:00:00+00:00"

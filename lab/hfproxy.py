@@ -28,7 +28,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         n = int(self.headers.get("Content-Length") or 0)
         if n:
             body = self.rfile.read(n)
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP and k.lower() != "host"}
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() not in HOP and k.lower() != "host"}
         headers["Host"] = self.headers.get("Host", self.upstream)
         sent = 0
         status = 502
@@ -70,8 +71,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 except OSError:
                     pass
         finally:
-            rec = {"ts": round(time.time(), 3), "method": self.command, "path": self.path, "status": status,
-                   "bytes": sent, "client": self.client_address[0]}
+            rec = {"ts": round(time.time(), 3), "method": self.command, "path": self.path,
+                   "status": status, "bytes": sent, "client": self.client_address[0]}
             with self.lock:
                 self.logf.write(json.dumps(rec) + "\n")
                 self.logf.flush()
@@ -92,7 +93,7 @@ def main():
     a = p.parse_args()
     host, port = a.listen.rsplit(":", 1)
     Handler.upstream = a.upstream
-    Handler.logf = open(a.log, "a")
+    Handler.logf = open(a.log, "a")  # noqa: SIM115  (open while the proxy runs)
     Server((host, int(port)), Handler).serve_forever()
 
 

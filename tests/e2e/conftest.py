@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.e2e.labkit import LAB_CACHE, _plugin_installed, lab, lock_lab, new_deployment
+from lab.deployments import LAB_CACHE, _plugin_installed, lab, lock_lab, new_deployment
 
 
 @pytest.fixture(scope="session")

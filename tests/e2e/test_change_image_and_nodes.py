@@ -28,7 +28,7 @@ import time
 
 import pytest
 
-from tests.e2e.labkit import (
+from lab.deployments import (
     LAB_CACHE,
     Deployment,
     complete,
@@ -39,7 +39,7 @@ from tests.e2e.labkit import (
     set_nodes,
     sync_bytes_moved,
 )
-from tests.e2e.labkit import new_deployment as lab_deployment
+from lab.deployments import new_deployment as lab_deployment
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.e2e.labkit import complete, hf_file_bytes, http, lab
+from lab.deployments import complete, hf_file_bytes, http, lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -110,13 +110,15 @@ def test_nccl_env_restarts_ray_and_vllm_only(deployment):
     assert "vllm-serve" in ops, ops
     assert not any(k.startswith(("image-", "model-")) for k in ops), ops
     assert hf_file_bytes() == bytes_before
-    assert {n: d.ssh(n, "docker images -q --no-trunc | sort") for n in (HEAD, WORKER)} == image_before
+    images = {n: d.ssh(n, "docker images -q --no-trunc | sort") for n in (HEAD, WORKER)}
+    assert images == image_before
     # vLLM (restarted in the new head container) keeps the per-node NCCL keys off the workers
     keep = d.ssh(HEAD, "docker exec spark-vllm-ray-head cat "
                        "/run/spark-vllm/vllm-config/ray_non_carry_over_env_vars.json")
     assert set(json.loads(keep)) >= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES"}, keep
     environ = d.ssh(HEAD, "docker exec spark-vllm-ray-head sh -c "
-                          "'tr \"\\000\" \"\\n\" < /proc/$(cat /run/spark-vllm/vllm-serve.pid)/environ'")
+                          "'tr \"\\000\" \"\\n\" "
+                          "< /proc/$(cat /run/spark-vllm/vllm-serve.pid)/environ'")
     assert "VLLM_CONFIG_ROOT=/run/spark-vllm/vllm-config" in environ.split(), environ
     assert complete(d)
 
@@ -124,7 +126,7 @@ def test_nccl_env_restarts_ray_and_vllm_only(deployment):
 def test_model_revision_moves_files_and_restarts_vllm(deployment, lab_cfg):
     d = deployment
     commits = lab_cfg["model"]["commits"]
-    first = commits.get("first") or commits.get("v1") or sorted(commits.values())[0]
+    first = commits.get("first") or commits.get("v1") or min(commits.values())
     before = d.snapshot()
     bytes_before = hf_file_bytes()
     d.set("model.revision", first)

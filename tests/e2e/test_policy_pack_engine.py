@@ -24,7 +24,7 @@ import pulumi.automation as auto
 import pytest
 import yaml
 
-from tests.e2e.labkit import ROOT
+from lab.deployments import ROOT
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -55,7 +55,8 @@ def pack_venv():
 def _preview_with_pack(d, pack_config=None):
     """Preview with the pack; returns (ok, all engine output, policy events)."""
     lines: list[str] = []
-    kwargs = {"policy_packs": [str(PACK)], "on_output": lambda l: (lines.append(l), print(l))}
+    kwargs = {"policy_packs": [str(PACK)],
+              "on_output": lambda line: (lines.append(line), print(line))}
     if pack_config is not None:
         kwargs["policy_pack_configs"] = [str(pack_config)]
     t0 = time.monotonic()

@@ -22,7 +22,7 @@ import time
 import pulumi.automation as auto
 import pytest
 
-from tests.e2e.labkit import complete, lab
+from lab.deployments import complete, lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 

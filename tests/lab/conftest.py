@@ -19,13 +19,16 @@ IDENTITY = os.path.join(REPO, "lab", "identity")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "lab: needs root and the simulated Spark lab (python3 lab/lab.py up)")
+    config.addinivalue_line(
+        "markers", "lab: needs root and the simulated Spark lab (python3 lab/lab.py up)")
 
 
 def lab_cli(*args, check=True, timeout=1800):
-    p = subprocess.run([sys.executable, LAB_PY, *args], capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([sys.executable, LAB_PY, *args], capture_output=True, text=True,
+                       timeout=timeout, check=False)
     if check and p.returncode != 0:
-        raise AssertionError(f"lab.py {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+        raise AssertionError(
+            f"lab.py {' '.join(args)} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
     return p
 
 
@@ -35,7 +38,7 @@ def _lab_is_up() -> str | None:
         return f"{STACK_JSON} missing"
     try:
         urllib.request.urlopen("http://10.77.0.1:5000/v2/", timeout=2)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:
         return f"lab registry not reachable ({e})"
     st = lab_cli("status", check=False).stdout
     if " DOWN" in st:
@@ -45,13 +48,13 @@ def _lab_is_up() -> str | None:
 
 class Lab:
     def __init__(self):
-        self.cfg = json.load(open(STACK_JSON))
+        with open(STACK_JSON) as f:
+            self.cfg = json.load(f)
         self.nodes = {n["name"]: n for n in self.cfg["nodes"]}
         self.image = self.cfg["image"]["ref"]
         self.known_hosts = os.path.join(CACHE, "known_hosts")
         with open(self.known_hosts, "w") as f:
-            for n in self.cfg["nodes"]:
-                f.write(f"{n['host']} {n['hostKey']}\n")
+            f.writelines(f"{n['host']} {n['hostKey']}\n" for n in self.cfg["nodes"])
 
     @staticmethod
     def fixture(name: str) -> str:
@@ -73,9 +76,11 @@ class Lab:
                 f"root@{n['host']}", cmd]
 
     def ssh(self, node: str, cmd: str, check=True, timeout=600) -> subprocess.CompletedProcess:
-        p = subprocess.run(self.ssh_argv(node, cmd), capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run(self.ssh_argv(node, cmd), capture_output=True, text=True,
+                           timeout=timeout, check=False)
         if check and p.returncode != 0:
-            raise AssertionError(f"[{node}] {cmd!r} exited {p.returncode}\nstdout:{p.stdout}\nstderr:{p.stderr}")
+            raise AssertionError(f"[{node}] {cmd!r} exited {p.returncode}\n"
+                                 f"stdout:{p.stdout}\nstderr:{p.stderr}")
         return p
 
 
@@ -90,7 +95,7 @@ def fixture_body(name: str) -> str:
 def lab():
     if os.geteuid() != 0:
         pytest.skip("lab tests need root (network namespaces, bridges, dockerd)")
-    from tests.e2e.labkit import lock_lab  # re-entrant: e2e may run in the same session
+    from lab.deployments import lock_lab  # re-entrant: e2e may run in the same session
 
     held = lock_lab()
     reason = _lab_is_up()
@@ -117,7 +122,7 @@ def wait_until(pred, timeout=60, interval=1.0, what="condition"):
             last = pred()
             if last:
                 return last
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             last = e
         time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what} (last: {last!r})")

@@ -20,11 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_stack_json_matches_the_live_nodes(lab):
     cfg = json.loads(lab.cli("config").stdout.split("\n[lab ")[0])
-    assert cfg["sshKeyPath"] == "/root/.cache/spark-vllm/lab/id_ed25519" and os.path.exists(cfg["sshKeyPath"])
+    assert cfg["sshKeyPath"] == "/root/.cache/spark-vllm/lab/id_ed25519"
+    assert os.path.exists(cfg["sshKeyPath"])
     assert cfg["hfEndpoint"] == "http://10.77.0.1:8090" and cfg["rdma"] is False
     assert cfg["image"]["ref"].startswith("10.77.0.1:5000/") and "@sha256:" in cfg["image"]["ref"]
     for i, n in enumerate(cfg["nodes"], 1):
-        assert (n["name"], n["host"], n["port"], n["user"]) == (f"spark-{i}", f"10.77.0.1{i}", 22, "root")
+        assert (n["name"], n["host"], n["port"], n["user"]) == \
+            (f"spark-{i}", f"10.77.0.1{i}", 22, "root")
         assert [f["interface"] for f in n["fabric"]] == ["enp1s0f1np1", "enP2p1s0f1np1"]
         assert [f["ip"] for f in n["fabric"]] == [f"192.168.177.1{i}", f"192.168.178.1{i}"]
         # the exported key is the one the node's sshd presents
@@ -39,7 +41,7 @@ def _dev_config() -> dict:
 
 def test_dev_stack_pins_the_lab_host_keys_through_the_known_hosts_file(lab):
     sys.path.insert(0, str(ROOT))
-    from components.config import pin_host_keys, validate_config
+    from config import pin_host_keys, validate_config
 
     raw = _dev_config()
     assert all("hostKey" not in n for n in raw["nodes"]), "Pulumi.dev.yaml must not carry lab keys"

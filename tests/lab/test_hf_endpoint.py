@@ -1,4 +1,5 @@
-"""The lab's HF endpoint (olah + access log) works with huggingface_hub unchanged; bytes are counted."""
+"""The lab's HF endpoint (olah + access log) works with huggingface_hub unchanged; bytes are
+counted."""
 import json
 
 import pytest
@@ -16,7 +17,8 @@ def _download(lab, node, revision=None):
     rev = f", revision={revision!r}" if revision else ""
     code = f"from huggingface_hub import snapshot_download; print(snapshot_download({REPO!r}{rev}))"
     return lab.ssh(node, f"docker run --rm --network host -e HF_ENDPOINT={lab.cfg['hfEndpoint']} "
-                         f"-v /root/.cache/huggingface:/root/.cache/huggingface {lab.image} python3 -c \"{code}\"",
+                         "-v /root/.cache/huggingface:/root/.cache/huggingface "
+                         f"{lab.image} python3 -c \"{code}\"",
                    timeout=900).stdout.strip()
 
 
@@ -38,5 +40,5 @@ def test_snapshot_download_two_revisions_and_byte_counts(lab):
     after = _resolve_bytes(lab)
     delta = {p: after[p] - mid.get(p, 0) for p in after if after[p] != mid.get(p, 0)}
     assert list(delta) == [f"/{REPO}/resolve/{commits['first']}/config.json"], delta
-    assert lab.ssh(node, "cat /root/.cache/huggingface/hub/models--spark-lab--tiny-moe/refs/main").stdout.strip() \
-        == commits["main"]
+    ref = "/root/.cache/huggingface/hub/models--spark-lab--tiny-moe/refs/main"
+    assert lab.ssh(node, f"cat {ref}").stdout.strip() == commits["main"]

@@ -16,17 +16,20 @@ def test_docker_run_gpus_all_lab_image_by_digest(lab):
     assert "@sha256:" in lab.image
     cmd = f"docker run --rm --gpus all {lab.image} ray --version"
     with concurrent.futures.ThreadPoolExecutor(len(lab.nodes)) as ex:
-        res = dict(zip(lab.nodes, ex.map(lambda n: lab.ssh(n, cmd, timeout=900), lab.nodes)))
+        res = dict(zip(lab.nodes, ex.map(lambda n: lab.ssh(n, cmd, timeout=900), lab.nodes),
+                       strict=True))
     for name, p in res.items():
         assert "ray, version 2.60.0" in p.stdout, (name, p.stdout, p.stderr)
 
 
 def test_vllm_standin_rejects_unknown_flag_like_vllm(lab):
     name = next(iter(lab.nodes))
-    p = lab.ssh(name, f"docker run --rm {lab.image} vllm serve spark-lab/tiny-moe --bogus", check=False)
+    p = lab.ssh(name, f"docker run --rm {lab.image} vllm serve spark-lab/tiny-moe --bogus",
+                check=False)
     assert p.returncode == 2, (p.stdout, p.stderr)
     assert "unrecognized arguments: --bogus" in p.stderr
-    assert lab.ssh(name, f"docker run --rm {lab.image} vllm --version").stdout.strip().endswith("lab.standin")
+    version = lab.ssh(name, f"docker run --rm {lab.image} vllm --version").stdout
+    assert version.strip().endswith("lab.standin")
 
 
 def test_fabric_jumbo_frames_unfragmented(lab):
@@ -37,16 +40,19 @@ def test_fabric_jumbo_frames_unfragmented(lab):
                 continue
             for fab in lab.nodes[b]["fabric"]:
                 p = lab.ssh(a, f"ping -c 2 -i 0.3 -W 2 -M do -s 8972 {fab['ip']}", check=False)
-                assert p.returncode == 0 and "8980 bytes from" in p.stdout, (a, b, fab, p.stdout, p.stderr)
+                assert p.returncode == 0 and "8980 bytes from" in p.stdout, \
+                    (a, b, fab, p.stdout, p.stderr)
     # and 8973 bytes of payload no longer fit in one 9000-byte frame
-    p = lab.ssh(names[0], f"ping -c 1 -W 2 -M do -s 8973 {lab.nodes[names[1]]['fabric'][0]['ip']}", check=False)
+    ip = lab.nodes[names[1]]["fabric"][0]["ip"]
+    p = lab.ssh(names[0], f"ping -c 1 -W 2 -M do -s 8973 {ip}", check=False)
     assert p.returncode != 0
 
 
 def test_fabric_interfaces_mtu_and_names(lab):
     for name, n in lab.nodes.items():
         for fab in n["fabric"]:
-            assert lab.ssh(name, f"cat /sys/class/net/{fab['interface']}/mtu").stdout.strip() == "9000"
+            mtu = lab.ssh(name, f"cat /sys/class/net/{fab['interface']}/mtu").stdout
+            assert mtu.strip() == "9000"
             assert fab["ip"] in lab.ssh(name, f"ip -br addr show dev {fab['interface']}").stdout
 
 
@@ -56,15 +62,17 @@ def test_nvidia_smi_is_the_recorded_gb10_output(lab):
         out = lab.ssh(name, "nvidia-smi").stdout
         assert out == table
         assert "Not Supported" in out
-    assert lab.ssh("spark-1", "nvidia-smi -L").stdout == lab.fixture("nvidia-smi-L-code-monkeys-hutch.txt")
-    assert lab.ssh("spark-2", "nvidia-smi -L").stdout == lab.fixture("nvidia-smi-L-code-monkeys-starsky.txt")
+    for name, fixture in (("spark-1", "nvidia-smi-L-code-monkeys-hutch.txt"),
+                          ("spark-2", "nvidia-smi-L-code-monkeys-starsky.txt")):
+        assert lab.ssh(name, "nvidia-smi -L").stdout == lab.fixture(fixture)
     q = lab.ssh("spark-1", "nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total "
                            "--format=csv,noheader").stdout
     # same form as the recorded query (jethac-pgx), with this table's driver version
     rec = lab.fixture("nvidia-smi-query-name-cc-driver-memtotal-jethac-pgx.txt")
     assert q.split(", ")[:2] == rec.split(", ")[:2] and q.strip().endswith("[N/A]")
     assert q == "NVIDIA GB10, 12.1, 580.142, [N/A]\n"
-    uuids = {lab.ssh(n, "nvidia-smi --query-gpu=uuid --format=csv,noheader").stdout for n in lab.nodes}
+    uuid_query = "nvidia-smi --query-gpu=uuid --format=csv,noheader"
+    uuids = {lab.ssh(n, uuid_query).stdout for n in lab.nodes}
     assert len(uuids) == len(lab.nodes)
 
 
@@ -79,7 +87,8 @@ def test_gpus_all_containers_see_the_nvidia_smi_stand_in(lab):
 
 def test_dgx_release_and_ibdev2netdev(lab):
     for name, n in lab.nodes.items():
-        assert lab.ssh(name, "cat /etc/dgx-release").stdout == lab.fixture("dgx-release-sionna-rk.txt")
+        release = lab.ssh(name, "cat /etc/dgx-release").stdout
+        assert release == lab.fixture("dgx-release-sionna-rk.txt")
         out = lab.ssh(name, "ibdev2netdev").stdout.splitlines()
         assert out == [f"{f['hca']} port 1 ==> {f['interface']} (Up)" for f in n["fabric"]]
 
@@ -90,8 +99,9 @@ def test_node_files_are_private_to_the_node(lab):
     assert not os.path.exists("/etc/dgx-release")
     assert not os.path.exists("/usr/local/sbin/nvidia-smi")
     a, b = list(lab.nodes)[:2]
-    lab.ssh(a, "mkdir -p /root/.cache/huggingface && echo a > /root/.cache/huggingface/lab-private-probe")
+    probe = "/root/.cache/huggingface/lab-private-probe"
+    lab.ssh(a, f"mkdir -p /root/.cache/huggingface && echo a > {probe}")
     try:
-        assert lab.ssh(b, "cat /root/.cache/huggingface/lab-private-probe", check=False).returncode != 0
+        assert lab.ssh(b, f"cat {probe}", check=False).returncode != 0
     finally:
-        lab.ssh(a, "rm -f /root/.cache/huggingface/lab-private-probe")
+        lab.ssh(a, f"rm -f {probe}")

@@ -1,5 +1,6 @@
 """`lab.py down` leaves nothing behind and is safe twice; `up` afterwards restores the lab.
 Runs last (file name) because it tears the lab down; it brings it back up at the end."""
+import json
 import os
 import subprocess
 
@@ -10,20 +11,25 @@ pytestmark = pytest.mark.lab
 
 def _leftovers() -> list:
     left = []
-    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    left += [f"netns {l.split()[0]}" for l in ns.splitlines() if l.startswith("svl-")]
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    for l in links.splitlines():
-        name = l.split(": ")[1].split("@")[0]
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True,
+                        check=False).stdout
+    left += [f"netns {line.split()[0]}" for line in ns.splitlines() if line.startswith("svl-")]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True,
+                           check=False).stdout
+    for line in links.splitlines():
+        name = line.split(": ")[1].split("@")[0]
         if name.startswith(("svl-", "svm-", "svf1-", "svf2-")):
             left.append(f"link {name}")
-    for l in open("/proc/self/mountinfo"):
-        f = l.split()
-        if "spark-vllm-lab" in l or "/run/netns/svl-" in f[4]:
+    with open("/proc/self/mountinfo") as mounts:
+        mountinfo = mounts.read().splitlines()
+    for line in mountinfo:
+        f = line.split()
+        if "spark-vllm-lab" in line or "/run/netns/svl-" in f[4]:
             left.append(f"mount {f[4]}")
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                cmd = fh.read().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
         if "spark-vllm-lab" in cmd or "hfproxy.py" in cmd or "olah-cli" in cmd:
@@ -32,7 +38,8 @@ def _leftovers() -> list:
         left.append("dir /var/lib/spark-vllm-lab")
     if os.path.exists("/sys/fs/cgroup/pids/svl-lab"):
         left.append("cgroup svl-lab")
-    rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True).stdout
+    rules = subprocess.run(["iptables", "-S"], capture_output=True, text=True,
+                           check=False).stdout
     left += [f"iptables {r}" for r in rules.splitlines() if "svl-" in r]
     return left
 
@@ -48,9 +55,12 @@ def test_down_leaves_nothing_and_up_restores(lab):
     finally:
         lab.cli("up", "--nodes", str(n))
     # host keys and the image digest survive down/up, so a stack file written once stays valid
-    cfg = __import__("json").load(open("/root/.cache/spark-vllm/lab/stack.json"))
-    assert {n["name"]: n["hostKey"] for n in cfg["nodes"]} == {k: v["hostKey"] for k, v in lab.nodes.items()}
+    with open("/root/.cache/spark-vllm/lab/stack.json") as f:
+        cfg = json.load(f)
+    assert {n["name"]: n["hostKey"] for n in cfg["nodes"]} == \
+        {k: v["hostKey"] for k, v in lab.nodes.items()}
     assert cfg["image"]["ref"] == lab.image
     for name in lab.nodes:
         assert subprocess.run(["python3", lab.cli.__globals__["LAB_PY"], "ssh", name, "hostname"],
-                              capture_output=True, text=True).stdout.strip() == name
+                              capture_output=True, text=True,
+                              check=False).stdout.strip() == name

@@ -1,5 +1,5 @@
 """Fixtures for the promotion tests: a project folder on a file backend, a verified `dev`
-stack (the fake program, see fakestack.py) and a runner for scripts/promote.py.
+stack (the fake program, see fakestack.py) and a runner for tools/promote.py.
 
 The engine needs only the `pulumi` CLI (and `pulumi-resource-pulumi-python` for the dynamic
 provider, shipped next to it); without it these tests skip with the reason.
@@ -19,11 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLCHAIN_BIN = Path.home() / ".cache" / "spark-vllm" / "toolchain" / "bin"
 if (TOOLCHAIN_BIN / "pulumi").exists() and str(TOOLCHAIN_BIN) not in os.environ.get("PATH", ""):
     os.environ["PATH"] = f"{TOOLCHAIN_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import promote  # noqa: E402
-
 from tests.promote.fakestack import SOURCE_SECRETS, Project, dev_config  # noqa: E402
+from tools import promote  # noqa: E402
 
 
 def _need_engine() -> None:

@@ -17,7 +17,14 @@ import json
 from pathlib import Path
 
 import pulumi
-from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider, UpdateResult
+from pulumi.dynamic import (
+    CreateResult,
+    DiffResult,
+    ReadResult,
+    Resource,
+    ResourceProvider,
+    UpdateResult,
+)
 
 
 class FileProvider(ResourceProvider):
@@ -108,7 +115,8 @@ HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPromoteTestHostKey"
 SOURCE_SECRETS = {
     "hfToken": "hf_" + "SOURCEtokenSOURCEtokenSOURCEtoken12",  # fake; split so secret scans pass
     "vllmApiKey": "sk-source-dev-api-key",
-    "sshPrivateKey": "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nSOURCEKEY\n-----END OPENSSH PRIVATE KEY-----",
+    "sshPrivateKey": "-----BEGIN OPENSSH "
+                     + "PRIVATE KEY-----\nSOURCEKEY\n-----END OPENSSH PRIVATE KEY-----",
 }
 
 

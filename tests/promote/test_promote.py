@@ -1,4 +1,4 @@
-"""scripts/promote.py against stacks on a file backend (the fake program, see fakestack.py).
+"""tools/promote.py against stacks on a file backend (the fake program, see fakestack.py).
 
 Each refusal has a test; a successful promotion writes exactly the verified artifacts, keeps
 every environment-owned key and secret of the target, and a prod target passes the config
@@ -11,17 +11,20 @@ import copy
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
 
-import promote
-from components.config import ConfigError, validate_config
-from tests.policies.policy_testkit import res, run as run_policy, sargs, spark_node, vllm_server
+from config import ConfigError, validate_config
+from tests.policies.policy_testkit import res, sargs, spark_node, vllm_server
+from tests.policies.policy_testkit import run as run_policy
 from tests.promote.conftest import ROOT
 from tests.promote.fakestack import COMMIT, DIGEST, HOST_KEY, SOURCE_SECRETS, dev_config
+from tools import promote
 
-import rules  # policies/rules.py (policy_testkit puts policies/ on sys.path)
+# isort: split
+import rules  # policies/rules/ (policy_testkit puts policies/ on sys.path)
 
 pytestmark = pytest.mark.engine
 
@@ -173,7 +176,8 @@ def test_prod_with_pinned_artifacts_passes_schema_and_policy(project, verified_d
 
 def test_prod_refuses_unpinned_artifacts(project, run_promote):
     """A source that ran a tag with no recorded repo digest and a branch as its 'commit'."""
-    project.write_config("devtag", dev_config(ROOT, image={"ref": "10.77.0.1:5000/spark-vllm-lab:latest"}))
+    tag = "10.77.0.1:5000/spark-vllm-lab:latest"
+    project.write_config("devtag", dev_config(ROOT, image={"ref": tag}))
     st = project.stack("devtag", commit="main")
     project.set_secrets(st, {"vllmApiKey": "sk-devtag"})
     assert st.up().summary.result == "succeeded"
@@ -291,11 +295,11 @@ def test_refuses_config_not_deployed(project, drift_stack, run_promote):
 # ------------------------------------------------------------------------------ the CLI
 def test_cli_usage_errors_and_exit_codes(project, tmp_path):
     env = {**os.environ, **project.env}
-    script = str(ROOT / "scripts" / "promote.py")
+    script = str(Path(sys.executable).parent / "spark-vllm-promote")  # the console entry point
 
     def cli(*args, env=env):
-        return subprocess.run([sys.executable, script, *args], capture_output=True, text=True,
-                              env=env, cwd=ROOT, timeout=120)
+        return subprocess.run([script, *args], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=120, check=False)
 
     r = cli("--from", "dev", "--to", "dev")
     assert r.returncode == 2 and "name the same stack" in r.stderr

@@ -19,8 +19,8 @@ import urllib.request
 import pytest
 import yaml
 
-import promote
-from tests.e2e.labkit import LAB_CACHE, ROOT, _plugin_installed, lab, lock_lab, project_dir
+from lab.deployments import LAB_CACHE, ROOT, _plugin_installed, lab, lock_lab, project_dir
+from tools import promote
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 

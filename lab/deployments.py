@@ -1,4 +1,10 @@
-"""Helpers for the end-to-end tests: the lab CLI, the deployment under test, HTTP."""
+"""Driving the lab from a test or bench process: the lab CLI, the lab lock, stacks on the lab, HTTP.
+
+Used by tests/e2e, tests/promote, tests/lab (the lock) and bench/bench.py. Stdlib at import time:
+Pulumi (`pulumi.automation`) and PyYAML are imported inside the functions that need them, so
+`import lab.deployments` works with the system python3 too. Importing it puts the project's
+toolchain (`~/.cache/spark-vllm/toolchain/bin`, see docs/toolchain.md) on PATH when present.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +16,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 LAB = [sys.executable, str(ROOT / "lab" / "lab.py")]
 LAB_CACHE = Path("/root/.cache/spark-vllm/lab")
 TOOLCHAIN_BIN = Path.home() / ".cache" / "spark-vllm" / "toolchain" / "bin"
@@ -56,7 +62,7 @@ def lock_lab() -> _Held:
     import fcntl
 
     if _LOCK["fh"] is None:
-        fh = open(LAB_LOCK, "a")
+        fh = open(LAB_LOCK, "a")  # noqa: SIM115  (held until the last holder closes it)
         fcntl.flock(fh, fcntl.LOCK_EX)
         _LOCK["fh"] = fh
     _LOCK["holders"] += 1
@@ -194,12 +200,13 @@ def second_image(d: Deployment, node: str, base_ref: str, repo: str) -> tuple[st
     FROM a local image needs no network.
     """
     script = (
-        "set -e; docker pull -q {base} >/dev/null; "
-        "ctx=$(mktemp -d); printf 'FROM {base}\\nLABEL spark-vllm.test=v2\\n' > $ctx/Dockerfile; "
-        "DOCKER_BUILDKIT=0 docker build -q -t {repo}:v2 $ctx >/dev/null; rm -rf $ctx; "
-        "docker push -q {repo}:v2 >/dev/null 2>&1 || docker push {repo}:v2 >/dev/null; "
-        "docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:v2"
-    ).format(base=base_ref, repo=repo)
+        f"set -e; docker pull -q {base_ref} >/dev/null; "
+        f"ctx=$(mktemp -d); printf 'FROM {base_ref}\\nLABEL spark-vllm.test=v2\\n' "
+        "> $ctx/Dockerfile; "
+        f"DOCKER_BUILDKIT=0 docker build -q -t {repo}:v2 $ctx >/dev/null; rm -rf $ctx; "
+        f"docker push -q {repo}:v2 >/dev/null 2>&1 || docker push {repo}:v2 >/dev/null; "
+        f"docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:v2"
+    )
     ref, image_id = d.ssh(node, script).split()
     assert ref.startswith(repo + "@sha256:"), ref
     return ref, image_id
@@ -229,7 +236,8 @@ def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e") ->
     project_dir(work)
     text = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
     drop = ("encryptionsalt:", "secretsprovider:", "encryptedkey:")
-    (work / "Pulumi.dev.yaml").write_text("".join(l for l in text if not l.startswith(drop)))
+    kept = "".join(line for line in text if not line.startswith(drop))
+    (work / "Pulumi.dev.yaml").write_text(kept)
     state = work / "state"
     state.mkdir()
     env = {

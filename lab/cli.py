@@ -1,0 +1,278 @@
+"""spark-vllm lab: simulated DGX Spark (GB10) hosts on one Linux machine.
+
+Stdlib only (runs before any venv exists). Must run as root.
+    python3 lab/lab.py up [--nodes N] | down | status | config
+    python3 lab/lab.py seed | hf-bytes [--json] | ssh NODE [CMD...]
+    python3 lab/lab.py sshd-stop|sshd-start|fabric-cut|fabric-restore NODE | kill NODE CONTAINER
+See lab/README.md for what is real and what is simulated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import re
+import shlex
+import sys
+import time
+
+from lab import hub
+from lab.cgroups import cg_kill_remove
+from lab.hosts import (
+    ensure_host,
+    holder_pid,
+    node_docker,
+    sshd_running,
+    start_sshd,
+    stop_host,
+    stop_sshd,
+)
+from lab.image import ensure_image
+from lab.layout import (
+    BUILD,
+    CACHE,
+    FABRIC,
+    HF_ENDPOINT,
+    HF_REPO,
+    KNOWN_HOSTS,
+    LAB,
+    LAB_KEY,
+    REGISTRY,
+    STACK_JSON,
+    fab_ip,
+    mgmt_ip,
+    netns,
+    node_dir,
+    node_name,
+)
+from lab.net import ensure_host_net, host_ifs, link_exists, remove_host_net, set_fabric_carrier
+from lab.registry import ensure_registry, ensure_stack_tag, registry_running
+from lab.state import save_state, state, write_known_hosts, write_stack_json
+from lab.util import die, ensure_prereqs, log, ok, out, require_root, rmtree_robust, run
+
+
+def node_index(name: str) -> int:
+    m = re.fullmatch(r"spark-(\d+)", name)
+    if not m:
+        die(f"unknown node {name!r} (expected spark-N)")
+    return int(m.group(1))
+
+
+# --------------------------------------------------------------------------- lifecycle
+def cmd_up(args) -> None:
+    require_root()
+    t0 = time.time()
+    n = args.nodes or state().get("nodes") or 2
+    if n < 1 or n > 9:
+        die("--nodes must be 1..9")
+    os.makedirs(LAB, exist_ok=True)
+    old = state().get("nodes") or 0
+    for j in range(n + 1, max(old, n) + 1):  # shrinking: remove surplus nodes
+        log(f"{node_name(j)}: removing (lab shrinks to {n} nodes)")
+        stop_host(node_name(j), j, keep_data=False)
+    save_state({**state(), "nodes": n})
+    ensure_host_net()
+    ensure_registry()
+    log("registry up on " + REGISTRY)
+    ref = ensure_image()
+    ensure_stack_tag(ref)
+    st = state()
+    st["image"] = ref
+    save_state(st)
+    log(f"image {ref}")
+    hub.ensure_hf()
+    log(f"HF endpoint up on {HF_ENDPOINT} serving {HF_REPO}")
+    for i in range(1, n + 1):
+        ensure_host(node_name(i), i, n)
+        fabric = ", ".join(fab_ip(p, i) for _b, _n, p, _h in FABRIC)
+        log(f"{node_name(i)} up: ssh root@{mgmt_ip(i)} (fabric {fabric})")
+    write_known_hosts()
+    write_stack_json()
+    log(f"stack config -> {STACK_JSON}; host keys -> {KNOWN_HOSTS}")
+    log(f"lab up with {n} node(s) in {time.time() - t0:.1f}s")
+
+
+def cmd_down(args) -> None:
+    require_root()
+    n = max(state().get("nodes") or 0, 9)
+    problems = []
+    for i in range(1, n + 1):
+        name = node_name(i)
+        if os.path.exists(node_dir(name)) or link_exists(host_ifs(i)["mgmt"]) or \
+                netns(name) in out(["ip", "netns", "list"], check=False):
+            log(f"{name}: stopping and removing")
+        problems += stop_host(name, i, keep_data=False)
+    problems += stop_host(BUILD, 0, keep_data=False)
+    problems += cg_kill_remove("hf")
+    problems += cg_kill_remove("registry")
+    problems += cg_kill_remove("")
+    remove_host_net()
+    if os.path.isdir(LAB):
+        rmtree_robust(LAB)
+    if problems:
+        die("lab down: everything else is removed, but " + "; ".join(problems) +
+            " -- run `lab.py down` again once those processes have exited")
+    log("lab down: namespaces, bridges, processes, cgroups and " + LAB +
+        " removed (caches kept in " + CACHE + ")")
+
+
+def cmd_status(args) -> None:
+    st = state()
+    n = st.get("nodes") or 0
+    print(f"lab: {n} node(s); image {st.get('image')}")
+    print(f"registry {REGISTRY}: {'up' if registry_running() else 'DOWN'}")
+    print(f"HF endpoint {HF_ENDPOINT}: {'up' if hub.hf_running() else 'DOWN'}")
+    for i in range(1, n + 1):
+        name = node_name(i)
+        h = holder_pid(name)
+        dk = "DOWN"
+        ctrs = ""
+        if h and ok([*node_docker(name), "version"]):
+            dk = "up"
+            ctrs = out([*node_docker(name), "ps", "--format", "{{.Names}}"], check=False).split()
+        links = []
+        for _br, nif, _p, _h in FABRIC:
+            o = out(["ip", "-n", netns(name), "-br", "link", "show", nif], check=False).split()
+            links.append(f"{nif}:{o[1] if len(o) > 1 else '?'}")
+        print(f"{name} {mgmt_ip(i)}: ns={'up' if h else 'DOWN'} dockerd={dk} "
+              f"sshd={'up' if sshd_running(name) else 'DOWN'} {' '.join(links)} "
+              f"containers={','.join(ctrs) or '-'}")
+
+
+def cmd_config(args) -> None:
+    require_root()
+    write_known_hosts()
+    cfg = write_stack_json()
+    print(json.dumps(cfg, indent=1))
+
+
+# --------------------------------------------------------------------------- using the nodes
+def ssh_argv(name: str, cmd: list | None = None, tty: bool = False) -> list:
+    i = node_index(name)
+    with contextlib.suppress(FileNotFoundError):
+        write_known_hosts()
+    argv = ["ssh", "-i", LAB_KEY, "-o", f"UserKnownHostsFile={KNOWN_HOSTS}",
+            "-o", "StrictHostKeyChecking=yes", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+            "-o", "LogLevel=ERROR"]
+    if tty:
+        argv.append("-t")
+    return argv + [f"root@{mgmt_ip(i)}"] + (cmd or [])
+
+
+def cmd_ssh(args) -> None:
+    # one argument is a shell command line (as with ssh); several are an argv, quoted word by word
+    # so `lab.py ssh spark-1 sh -c 'docker ps | wc -l'` keeps its words
+    cmd = args.cmd
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    if len(cmd) > 1:
+        cmd = [" ".join(shlex.quote(c) for c in cmd)]
+    argv = ssh_argv(args.node, cmd, tty=not cmd and sys.stdin.isatty())
+    os.execvp(argv[0], argv)
+
+
+def cmd_sshd(args, start: bool) -> None:
+    require_root()
+    i = node_index(args.node)
+    if not holder_pid(args.node):
+        die(f"{args.node} is not running")
+    if start:
+        start_sshd(args.node, i)
+    else:
+        stop_sshd(args.node)
+    log(f"{args.node}: sshd {'started' if start else 'stopped'}")
+
+
+def cmd_fabric(args, up: bool) -> None:
+    require_root()
+    set_fabric_carrier(node_index(args.node), up)
+    log(f"{args.node}: fabric {'restored' if up else 'cut'}")
+
+
+def cmd_kill(args) -> None:
+    require_root()
+    run([*node_docker(args.node), "kill", args.container])
+    log(f"{args.node}: killed container {args.container}")
+
+
+def cmd_seed(args) -> None:
+    require_root()
+    st = state()
+    if not st.get("image"):
+        die("the lab is not up")
+    from lab import seed
+
+    seed.seed(node_docker("spark-1"), st["image"], HF_ENDPOINT, HF_REPO, log,
+              hf_dir=os.path.join(node_dir("spark-1"), "hf"))
+
+
+def cmd_hf_bytes(args) -> None:
+    total, agg = hub.served_bytes()
+    if args.json:
+        print(json.dumps({"total": total, "paths": agg}, indent=1))
+        return
+    for k in sorted(agg):
+        print(f"{agg[k]['bytes']:>12} {agg[k]['requests']:>4}  {k}")
+    print(f"{total:>12} total")
+
+
+# --------------------------------------------------------------------------- command line
+_LOCK_FD = None
+
+
+def take_lock(verb: str) -> None:
+    """One mutating lab.py at a time (several sessions/tests may drive the same lab)."""
+    global _LOCK_FD
+    os.makedirs(CACHE, exist_ok=True)
+    _LOCK_FD = open(os.path.join(CACHE, ".lab.lock"), "a+")  # noqa: SIM115  (held until exit)
+    try:
+        fcntl.flock(_LOCK_FD, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"{verb}: waiting for another lab.py run to finish (lock {CACHE}/.lab.lock)")
+        fcntl.flock(_LOCK_FD, fcntl.LOCK_EX)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="lab.py", description=__doc__.split("\n")[0])
+    sp = p.add_subparsers(dest="verb", required=True)
+    s = sp.add_parser("up")
+    s.add_argument("--nodes", type=int, default=None)
+    sp.add_parser("down")
+    sp.add_parser("status")
+    sp.add_parser("config")
+    sp.add_parser("seed")
+    s = sp.add_parser("hf-bytes")
+    s.add_argument("--json", action="store_true")
+    s = sp.add_parser("ssh")
+    s.add_argument("node")
+    s.add_argument("cmd", nargs=argparse.REMAINDER)
+    for v in ("sshd-stop", "sshd-start", "fabric-cut", "fabric-restore"):
+        sp.add_parser(v).add_argument("node")
+    s = sp.add_parser("kill")
+    s.add_argument("node")
+    s.add_argument("container")
+    return p
+
+
+VERBS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "config": cmd_config,
+         "seed": cmd_seed, "hf-bytes": cmd_hf_bytes, "ssh": cmd_ssh, "kill": cmd_kill,
+         "sshd-stop": lambda a: cmd_sshd(a, False), "sshd-start": lambda a: cmd_sshd(a, True),
+         "fabric-cut": lambda a: cmd_fabric(a, False),
+         "fabric-restore": lambda a: cmd_fabric(a, True)}
+
+
+def main(argv=None) -> None:
+    a = parser().parse_args(argv)
+    if a.verb not in ("hf-bytes",):
+        require_root()
+    if a.verb not in ("hf-bytes", "status", "ssh", "config"):
+        take_lock(a.verb)
+    if a.verb != "hf-bytes":
+        ensure_prereqs()
+    try:
+        VERBS[a.verb](a)
+    except RuntimeError as e:
+        die(str(e))

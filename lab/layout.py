@@ -1,0 +1,57 @@
+"""Where the lab lives: state and cache paths, addresses, interface and node names.
+
+Only constants and pure naming functions; every other lab module imports from here.
+"""
+
+from __future__ import annotations
+
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))  # lab/: stand-ins, identity files, vllm_standin
+LAB = "/var/lib/spark-vllm-lab"  # lab state: removed by `down`
+CACHE = "/root/.cache/spark-vllm/lab"  # caches + lab key + stack.json: kept by `down`
+CG_ROOT = "svl-lab"  # cgroup (v1) sub-tree that holds every lab process
+
+MGMT_BR, MGMT_NET, MGMT_IP = "svl-mgmt", "10.77.0", "10.77.0.1"
+BUILD_IP = "10.77.0.2"
+# (host bridge, node interface name, /24 prefix, RoCE HCA name shown by ibdev2netdev)
+FABRIC = [("svl-fab1", "enp1s0f1np1", "192.168.177", "rocep1s0f1"),
+          ("svl-fab2", "enP2p1s0f1np1", "192.168.178", "roceP2p1s0f1")]
+MGMT_IF = "enP7s7"  # the Spark's 10GbE management NIC name
+FAB_MTU = 9000
+REGISTRY = f"{MGMT_IP}:5000"
+IMAGE_REPO = "spark-lab/vllm-spark"
+STACK_TAG = "lab"  # the tag Pulumi.dev.yaml names; the program resolves it to the digest
+HF_PORT, OLAH_PORT = 8090, 8091
+HF_ENDPOINT = f"http://{MGMT_IP}:{HF_PORT}"
+HF_REPO = "spark-lab/tiny-moe"
+LAB_KEY = os.path.join(CACHE, "id_ed25519")
+STACK_JSON = os.path.join(CACHE, "stack.json")
+KNOWN_HOSTS = os.path.join(CACHE, "known_hosts")
+FIXTURES = os.path.join(HERE, "identity")
+BUILD = "build"  # the throw-away host (no fabric, no sshd) whose dockerd builds and pushes images
+
+
+def node_name(i: int) -> str:
+    return f"spark-{i}"
+
+
+def node_dir(name: str) -> str:
+    return os.path.join(LAB, name)
+
+
+def netns(name: str) -> str:
+    return f"svl-{name}"
+
+
+def mgmt_ip(i: int) -> str:
+    return f"{MGMT_NET}.1{i}" if i < 10 else f"{MGMT_NET}.{10 + i}"
+
+
+def fab_ip(prefix: str, i: int) -> str:
+    return f"{prefix}.1{i}" if i < 10 else f"{prefix}.{10 + i}"
+
+
+def host_key_path(name: str) -> str:
+    """A node's sshd host key: generated once per machine and node, kept by `down`."""
+    return os.path.join(CACHE, "hostkeys", name, "ssh_host_ed25519_key")

@@ -1,0 +1,81 @@
+"""The lab's Docker registry (Debian's docker-registry, distribution 2.8) on 10.77.0.1:5000.
+
+Storage lives in the cache (content addressed, so an image digest survives down/up). The helpers
+speak the registry HTTP API
+(https://github.com/opencontainers/distribution-spec/blob/main/spec.md).
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+
+from lab.cgroups import cg_kill_remove, spawn
+from lab.layout import CACHE, IMAGE_REPO, LAB, REGISTRY, STACK_TAG
+from lab.util import http_get, log, wait_for, write
+
+MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
+
+
+def registry_running() -> bool:
+    try:
+        return http_get(f"http://{REGISTRY}/v2/", timeout=2).status == 200
+    except Exception:  # a probe: any failure means "not up"
+        return False
+
+
+def ensure_registry() -> None:
+    if registry_running():
+        return
+    cg_kill_remove("registry")
+    storage = os.path.join(CACHE, "registry")  # content-addressed: kept across down/up
+    os.makedirs(storage, exist_ok=True)
+    cfg = os.path.join(LAB, "registry", "config.yml")
+    write(cfg, f"""version: 0.1
+log:
+  level: info
+  fields: {{service: registry}}
+storage:
+  filesystem: {{rootdirectory: {storage}}}
+  delete: {{enabled: true}}
+http:
+  addr: {REGISTRY}
+""")
+    spawn(["docker-registry", "serve", cfg], os.path.join(LAB, "registry", "registry.log"),
+          "registry")
+    wait_for(registry_running, 20, f"registry on {REGISTRY} (see {LAB}/registry/registry.log)")
+
+
+def registry_digest(tag: str) -> str | None:
+    """The digest `tag` of the lab image repository names, or None when there is no such tag."""
+    try:
+        r = http_get(f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests/{tag}", method="HEAD",
+                     headers={"Accept": MANIFEST_V2})
+        return r.headers.get("Docker-Content-Digest")
+    except urllib.error.HTTPError:
+        return None
+
+
+def image_ref(digest: str) -> str:
+    return f"{REGISTRY}/{IMAGE_REPO}@{digest}"
+
+
+def registry_retag(src_tag: str, dst_tag: str) -> None:
+    """Point `dst_tag` at the manifest `src_tag` names (the registry API; no image moves)."""
+    url = f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests"
+    req = urllib.request.Request(f"{url}/{src_tag}", headers={"Accept": MANIFEST_V2})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        body, ctype = r.read(), r.headers.get("Content-Type", MANIFEST_V2)
+    req = urllib.request.Request(f"{url}/{dst_tag}", data=body, method="PUT",
+                                 headers={"Content-Type": ctype})
+    with urllib.request.urlopen(req, timeout=30):
+        pass
+
+
+def ensure_stack_tag(ref: str) -> None:
+    """Point the tag the dev stack names (STACK_TAG) at `ref` (an image reference by digest)."""
+    digest = ref.split("@", 1)[1]
+    if registry_digest(STACK_TAG) != digest:
+        registry_retag(digest, STACK_TAG)
+        log(f"image: {REGISTRY}/{IMAGE_REPO}:{STACK_TAG} -> {digest}")
