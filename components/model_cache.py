@@ -143,7 +143,7 @@ class ModelCache(pulumi.ComponentResource):
             create=self._image(head).apply(
                 lambda image: model_fetch(
                     image, a.model.cache_dir, a.model.repo, a.manifest.commit, a.model.revision,
-                    a.model.endpoint, self._labels("model-fetch"),
+                    a.model.endpoint, self._labels("model-fetch"), a.manifest.files,
                 )
             ),
             stdin=token,

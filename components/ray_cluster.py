@@ -8,6 +8,13 @@ node; a container must never download it), object store capped (Ray's default ta
 memory, which on a Spark's unified memory is GPU memory) and the dashboard off by default.
 `ray start` and its flags: https://docs.ray.io/en/latest/ray-core/starting-ray.html
 
+Ray runs with token authentication (https://docs.ray.io/en/latest/ray-security/token-auth.html):
+Ray's servers listen on every interface whatever `--node-ip-address` advertises, so the cluster
+token (StackSecrets) is written from stdin into a root-only file on every node, mounted
+read-only into each Ray container, and named by RAY_AUTH_MODE=token + RAY_AUTH_TOKEN_PATH. The
+token is never in an environment value, a command line, `docker inspect` or plain state; a
+client without it (from the management network, say) is refused by the GCS.
+
 `delete_before_replace=True`: host networking and fixed container names mean the replacement
 can only start once the old container is gone. Readiness: a command on the head polls
 `ray status` until every node and every GPU has joined.
@@ -26,8 +33,8 @@ from components.nccl import NcclEnvironment
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
 from config.forms import MIB
-from hostscripts.paths import HF_MOUNT
-from hostscripts.ray import ray_ready
+from hostscripts.paths import HF_MOUNT, RAY_TOKEN_FILE, RAY_TOKEN_MOUNT
+from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
 
 HEAD_CONTAINER = "spark-vllm-ray-head"
 WORKER_CONTAINER = "spark-vllm-ray-worker"
@@ -62,6 +69,7 @@ class RayClusterArgs:
     image_ids: Mapping[str, pulumi.Input[str]]
     nccl: NcclEnvironment
     labels: Mapping[str, str]  # managed + stack; the role is added per container
+    ray_token: pulumi.Output[str]  # secret (StackSecrets)
     after: list[pulumi.Resource] = field(default_factory=list)  # model, image, stopped containers
 
 
@@ -88,6 +96,17 @@ class RayCluster(pulumi.ComponentResource):
             opts,
         )
         self._args = args
+        self.tokens = {
+            n.name: n.command(
+                f"{name}-token-{n.name}",
+                self,
+                create=ray_token_write(),
+                delete=ray_token_remove(),
+                stdin=args.ray_token,
+                secret_outputs=["stdout"],
+            )
+            for n in cluster.nodes
+        }
         self.head = self._container(f"{name}-head", HEAD_CONTAINER, "ray-head", cluster.head,
                                     list(args.after))
         self.workers = {
@@ -132,7 +151,10 @@ class RayCluster(pulumi.ComponentResource):
             **args.nccl.env[node.name],
             "HF_HOME": HF_MOUNT,
             "HF_HUB_OFFLINE": "1",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_MOUNT,
         }
+        token = self.tokens[node.name]
         ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=ray.nofile, hard=ray.nofile)]
         if extras.memlock_unlimited:
             ulimits.append(docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1))
@@ -159,14 +181,25 @@ class RayCluster(pulumi.ComponentResource):
             capabilities=(
                 docker.ContainerCapabilitiesArgs(adds=extras.cap_add) if extras.cap_add else None
             ),
-            mounts=[docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=args.cache_dir)],
-            labels=[docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())],
+            mounts=[
+                docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=args.cache_dir),
+                docker.ContainerMountArgs(
+                    target=RAY_TOKEN_MOUNT, type="bind", source=RAY_TOKEN_FILE, read_only=True
+                ),
+            ],
+            labels=[
+                *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
+                # the token file's sha256: a new token replaces the container (Ray reads it once)
+                docker.ContainerLabelArgs(
+                    label="spark-vllm.ray-token", value=token.stdout.apply(lambda s: s.split()[-1])
+                ),
+            ],
             restart="unless-stopped",
             privileged=False,
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=node.provider,
                 delete_before_replace=True,
-                depends_on=depends_on,
+                depends_on=[*depends_on, token],
             ),
         )

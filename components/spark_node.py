@@ -27,7 +27,7 @@ from pulumi_command import remote
 
 from config import NodeConfig, SshConfig, StackConfig
 from config.paths import local_state_dir
-from hostscripts.common import known_hosts_line
+from config.ssh import known_hosts_line, ssh_options, write_private
 from hostscripts.foreign import start_foreign_container, stop_foreign_container
 from inspection.facts import ContainerFacts, NodeFacts
 
@@ -38,15 +38,13 @@ def write_known_hosts(cfg: StackConfig, project: str, stack: str) -> Path:
     """Write the stack's known_hosts file from the pinned keys; stable path, idempotent content.
 
     Written on every run (preview included): the docker provider dials the nodes at configure
-    time, before any resource exists, so the file must be there already.
+    time, before any resource exists, so the file must be there already. One line per node,
+    under the node's HostKeyAlias (config/ssh.py), through a temporary file of its own.
     """
     path = local_state_dir() / "known_hosts" / f"{project}.{stack}"
-    text = "".join(known_hosts_line(n.host, n.port, n.pinned_host_key) + "\n" for n in cfg.nodes)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists() or path.read_text() != text:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+    text = "".join(known_hosts_line(n) for n in cfg.nodes)
+    if not path.is_file() or path.is_symlink() or path.read_text() != text:
+        write_private(path, text)
     return path
 
 
@@ -119,18 +117,12 @@ class SparkNode(pulumi.ComponentResource):
         self.facts = args.facts
         self.fabric_ip = node.primary.ip
 
-        self.ssh_opts = [
-            "-i",
-            os.path.expanduser(args.private_key_path),
-            "-o",
-            "StrictHostKeyChecking=yes",
-            "-o",
-            f"UserKnownHostsFile={args.known_hosts_path}",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            f"ConnectTimeout={args.ssh.connect_timeout_seconds}",
-        ]
+        self.ssh_opts = ssh_options(
+            node,
+            key_path=os.path.expanduser(args.private_key_path),
+            known_hosts=args.known_hosts_path,
+            connect_timeout=args.ssh.connect_timeout_seconds,
+        )
         registry_auth = None
         if args.plain_http_registry:
             registry_auth = [

@@ -18,6 +18,7 @@ from components.model_cache import ModelCache, ModelCacheArgs
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.spark_node import Cluster, SparkNode, SparkNodeArgs, write_known_hosts
+from components.stack_secrets import StackSecrets, StackSecretsArgs
 from components.vllm_image import VllmImage, VllmImageArgs, registry_host
 from components.vllm_server import VllmServer, VllmServerArgs
 from config import Secrets, StackConfig
@@ -57,6 +58,7 @@ def vllm_restart_reason(facts: Mapping[str, NodeFacts], stack_label: str) -> str
 class StackHandles:
     cfg: StackConfig
     cluster: Cluster
+    secrets: StackSecrets
     nccl: NcclEnvironment
     image: VllmImage
     model: ModelCache
@@ -71,6 +73,7 @@ class StackHandles:
         """What `pulumi stack output` shows (the names are part of the contract)."""
         return {
             "endpoint": self.vllm.endpoint,
+            "vllmApiKey": self.secrets.api_key,  # secret: `--show-secrets` to read it
             "servedModelName": self.cfg.vllm.served_model_name,
             "modelCommit": self.model.commit,
             "imageIds": self.image.image_ids,
@@ -113,6 +116,7 @@ def build_stack(
         raise ValueError(f"build_stack: recon returned no facts for {missing}")
 
     cluster = _nodes(cfg, facts, plan, secrets, labels, key_path, project, stack)
+    made = StackSecrets("secrets", StackSecretsArgs(api_key=secrets.vllm_api_key))
     nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(nccl=cfg.nccl, cluster=cluster))
     image = VllmImage("image", VllmImageArgs(image=cfg.image, cluster=cluster))
     model = ModelCache(
@@ -138,6 +142,7 @@ def build_stack(
             image_ids=image.image_ids,
             nccl=nccl,
             labels=labels,
+            ray_token=made.ray_token,
             after=[image, model, *stopped],
         ),
     )
@@ -154,11 +159,11 @@ def build_stack(
             ray=ray,
             commit=model.commit,
             model_bytes=model.model_bytes,
-            api_key=secrets.vllm_api_key,
+            api_key=made.api_key,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
         ),
     )
-    return StackHandles(cfg, cluster, nccl, image, model, ray, vllm)
+    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm)
 
 
 def _nodes(

@@ -29,6 +29,10 @@ from components.spark_node import Cluster
 from config import HealthConfig, VllmConfig
 from hostscripts.vllm import vllm_argv, vllm_start, vllm_stop
 
+# Env keys vLLM's Ray executor must not copy from the driver to the workers: the per-node NCCL
+# values, and the API key (only the API server needs it).
+NON_CARRY_OVER = (*PER_NODE_KEYS, "VLLM_API_KEY")
+
 
 def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int) -> list[str]:
     return vllm_argv(
@@ -38,6 +42,7 @@ def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: 
         tensor_parallel_size=tensor_parallel_size,
         pipeline_parallel_size=vllm.pipeline_parallel_size,
         gpu_memory_utilization=vllm.gpu_memory_utilization,
+        kv_cache_memory_bytes=vllm.kv_cache_memory_bytes,
         max_model_len=vllm.max_model_len,
         max_num_seqs=vllm.max_num_seqs,
         kv_cache_dtype=vllm.kv_cache_dtype,
@@ -68,7 +73,7 @@ class VllmServerArgs:
     ray: RayCluster
     commit: pulumi.Input[str]
     model_bytes: pulumi.Input[int]
-    api_key: pulumi.Output[str] | None = None
+    api_key: pulumi.Output[str]  # configured or generated (StackSecrets): vLLM never serves open
     after: list[pulumi.Resource] = field(default_factory=list)
     # recon's reason to start vLLM again with unchanged flags (stack.vllm_restart_reason)
     restart_reason: str | None = None
@@ -97,7 +102,7 @@ class VllmServer(pulumi.ComponentResource):
                 args.health.smoke_prompt,
                 args.health.timeout_seconds,
                 a[1],
-                PER_NODE_KEYS,
+                NON_CARRY_OVER,
             )
         )
         # Recon's reason to start vLLM again with unchanged flags travels in `triggers`, not in
@@ -111,7 +116,7 @@ class VllmServer(pulumi.ComponentResource):
             marker, ignore = "none", ["triggers"]
         else:
             marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
-        api_key = args.api_key if args.api_key is not None else pulumi.Output.secret("")
+        api_key = args.api_key
         self.serve = args.cluster.head.command(
             f"{name}-serve",
             self,
@@ -164,6 +169,7 @@ class VllmServer(pulumi.ComponentResource):
                 for n in args.cluster.nodes
             ],
         }
-        if args.api_key is not None:
-            props["apiKey"] = pulumi.Output.secret(args.api_key)
+        if v.kv_cache_memory_bytes is not None:  # the KV cache size the policy's memory fit uses
+            props["kvCacheMemoryBytes"] = v.kv_cache_memory_bytes
+        props["apiKey"] = pulumi.Output.secret(args.api_key)
         return props

@@ -12,6 +12,7 @@ from typing import Any
 import pulumi
 from pydantic import BaseModel
 
+from config.forms import clip
 from config.models import NAMESPACE, StackConfig
 
 
@@ -97,4 +98,4 @@ def describe(err: dict[str, Any]) -> str:
         )
     if typ == "missing":
         return f"{key_path(loc)}: missing; {expected}"
-    return f"{key_path(loc)}: got {value!r}; {expected}"
+    return f"{key_path(loc)}: got {clip(value)}; {expected}"

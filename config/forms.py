@@ -38,3 +38,60 @@ def check_port(value: int) -> int:
     if not 1 <= value <= 65535:
         raise ValueError("expected a TCP port between 1 and 65535")
     return value
+
+
+# The seeders' ports on the head's fabric address (hostscripts/images.py, hostscripts/models.py):
+# no other port of the stack may take them.
+IMAGE_SEED_PORT = 18471
+MODEL_SEED_PORT = 18472
+SEEDER_PORTS = (IMAGE_SEED_PORT, MODEL_SEED_PORT)
+
+
+def check_ref_name(name: str) -> str | None:
+    """Why `name` is not a valid git branch/tag name (git check-ref-format's rules), or None.
+
+    A revision names a folder in the HF cache (refs/<revision>): `../../x` must never pass.
+    """
+    if not name:
+        return "empty"
+    if len(name) > 255:
+        return "longer than 255 characters"
+    if any(ord(c) < 33 or ord(c) == 127 for c in name):
+        return "contains a space or a control character"
+    bad = next((c for c in "~^:?*[\\" if c in name), None)
+    if bad:
+        return f"contains {bad!r}"
+    if ".." in name or "@{" in name or "//" in name:
+        return "contains '..', '@{' or '//'"
+    if name.startswith(("/", "-")) or name.endswith(("/", ".", ".lock")) or name == "@":
+        return "starts with '/' or '-', ends with '/', '.' or '.lock', or is '@'"
+    if any(part.startswith(".") or part.endswith(".lock") for part in name.split("/")):
+        return "a component starts with '.' or ends with '.lock'"
+    return None
+
+
+def credential_in_url(url: str) -> bool:
+    """`scheme://user:password@host`: a credential in a URL (it would reach scripts and state)."""
+    rest = url.split("://", 1)[-1]
+    return "@" in rest.split("/", 1)[0]
+
+
+_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIAL)",
+                          re.IGNORECASE)
+_SECRET_VALUE = re.compile(r"(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{16,}|-----BEGIN [A-Z ]*KEY)")
+
+
+def secret_env_name(name: str) -> bool:
+    """An environment variable whose name says it holds a secret (HF_TOKEN, VLLM_API_KEY...)."""
+    return _SECRET_NAME.search(name) is not None
+
+
+def secret_value(value: str) -> bool:
+    """A value shaped like a known token (Hugging Face, OpenAI-style keys, PEM keys)."""
+    return _SECRET_VALUE.search(value) is not None
+
+
+def clip(value: object, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters: error messages stay readable."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(text)} chars)"

@@ -17,6 +17,7 @@ from config.errors import ConfigError, key_path
 from config.known_hosts import pin_host_keys
 from config.models import NAMESPACE, SECRET_KEYS, StackConfig
 from config.paths import local_state_dir
+from config.ssh import write_private
 from config.validate import validate_config
 
 
@@ -66,7 +67,8 @@ class Secrets:
 
 
 def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -> Secrets:
-    """Read the secret keys. Outside dev an API key for vLLM is required.
+    """Read the secret keys. Outside dev an API key for vLLM is required (in dev the stack makes
+    one: StackSecrets), and an HF token is only sent to an https endpoint.
 
     `sshPrivateKey` falls back to the file at `ssh.privateKeyPath` (the docker provider's ssh
     transport needs that file anyway), read once and wrapped as a secret.
@@ -86,6 +88,15 @@ def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -
             f"{key_path(('vllmApiKey',))}: missing; expected a secret API key for vLLM outside dev "
             "(pulumi config set --secret vllmApiKey ...)"
         )
+    hf_token = conf.get_secret("hfToken")
+    endpoint = cfg.model.endpoint
+    if hf_token is not None and endpoint and endpoint.startswith("http://") \
+            and cfg.environment != "dev":
+        problems.append(
+            f"{key_path(('model', 'endpoint'))}: got {endpoint!r}; expected an https URL when "
+            "the secret spark-vllm:hfToken is set outside dev (the token would cross the "
+            "network in clear)"
+        )
     ssh_key = conf.get_secret("sshPrivateKey")
     if ssh_key is None:
         path = cfg.ssh.private_key_file
@@ -100,7 +111,7 @@ def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -
     if problems or ssh_key is None:
         raise ConfigError(problems)
     return Secrets(
-        ssh_private_key=ssh_key, hf_token=conf.get_secret("hfToken"), vllm_api_key=api_key
+        ssh_private_key=ssh_key, hf_token=hf_token, vllm_api_key=api_key
     )
 
 
@@ -125,12 +136,12 @@ def ssh_key_path(cfg: StackConfig) -> str:
     if key is None:
         return str(cfg.ssh.private_key_file)
     folder = local_state_dir() / "keys"
-    folder.mkdir(parents=True, exist_ok=True)
-    os.chmod(folder, 0o700)
     path = folder / f"{pulumi.get_project()}.{pulumi.get_stack()}"
     text = key if key.endswith("\n") else key + "\n"
-    if not path.exists() or path.read_text() != text:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
+    current = None
+    if path.is_file() and not path.is_symlink() and path.stat().st_mode & 0o077 == 0:
+        current = path.read_text()
+    if current != text:
+        write_private(path, text)
+    os.chmod(folder, 0o700)
     return str(path)

@@ -12,10 +12,19 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from pydantic.alias_generators import to_camel
 
-from config.forms import GIB, check_port, is_commit, is_digest_ref
+from config.forms import (
+    GIB,
+    check_port,
+    check_ref_name,
+    credential_in_url,
+    is_commit,
+    is_digest_ref,
+    secret_env_name,
+    secret_value,
+)
 
 NAMESPACE = "spark-vllm"
 SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
@@ -34,6 +43,45 @@ HOST_KEY = re.compile(
 PINNABLE = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
+_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%/-]*)?")
+_IMAGE_REF = re.compile(
+    r"[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+)
+_CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
+# A model cache is bind-mounted read-write into every container: never a system folder.
+_SYSTEM_DIRS = {"/", "/root", "/home", "/var", "/var/lib", "/opt", "/srv", "/mnt", "/tmp",
+                "/usr/local"}
+_SYSTEM_TREES = ("/etc", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/share", "/usr/include",
+                 "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys",
+                 "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/root/.ssh")
+MAX_RAY_BYTES = 64 * GIB  # a Spark has 128 GB of unified memory: Ray must not take half
+# vLLM flags the stack sets from typed keys: extraArgs may not set them again (it would override
+# what the stack validated), so the message names the key to use instead.
+OWNED_FLAGS = {
+    "--host": "spark-vllm:vllm.host", "--port": "spark-vllm:vllm.port",
+    "--api-key": "the secret spark-vllm:vllmApiKey",
+    "--trust-remote-code": "nothing: the stack never runs a model's own code",
+    "--model": "spark-vllm:model.repo", "--revision": "spark-vllm:model.revision",
+    "--served-model-name": "spark-vllm:vllm.servedModelName",
+    "--tensor-parallel-size": "spark-vllm:vllm.tensorParallelSize",
+    "-tp": "spark-vllm:vllm.tensorParallelSize",
+    "--pipeline-parallel-size": "spark-vllm:vllm.pipelineParallelSize",
+    "-pp": "spark-vllm:vllm.pipelineParallelSize",
+    "--distributed-executor-backend": "the stack (Ray)",
+    "--gpu-memory-utilization": "spark-vllm:vllm.gpuMemoryUtilization",
+    "--kv-cache-memory-bytes": "spark-vllm:vllm.kvCacheMemoryBytes",
+    "--max-model-len": "spark-vllm:vllm.maxModelLen",
+    "--max-num-seqs": "spark-vllm:vllm.maxNumSeqs",
+    "--kv-cache-dtype": "spark-vllm:vllm.kvCacheDtype",
+    "--load-format": "spark-vllm:vllm.loadFormat",
+    "--speculative-config": "spark-vllm:vllm.speculativeConfig",
+    "--enforce-eager": "spark-vllm:vllm.enforceEager",
+    "--enable-prefix-caching": "spark-vllm:vllm.enablePrefixCaching",
+    "--no-enable-prefix-caching": "spark-vllm:vllm.enablePrefixCaching",
+    "--download-dir": "spark-vllm:model.cacheDir",
+}
 
 
 class _Model(BaseModel):
@@ -64,6 +112,8 @@ class FabricInterface(_Model):
     def _ifname(cls, v: str) -> str:
         if not _IFNAME.match(v):
             raise ValueError("expected a Linux interface name (1-15 chars), e.g. enp1s0f1np1")
+        if v == "lo":
+            raise ValueError("expected a fabric interface (ConnectX-7), not the loopback lo")
         return v
 
     @field_validator("ip")
@@ -89,7 +139,7 @@ class NodeConfig(_Model):
 
     name: str
     host: str
-    port: int = 22
+    port: StrictInt = 22
     user: str = "root"
     host_key: str | None = None
     fabric: list[FabricInterface] = Field(min_length=1)
@@ -106,12 +156,11 @@ class NodeConfig(_Model):
     def _host(cls, v: str) -> str:
         if re.fullmatch(r"[0-9.]+", v):
             return _ipv4(v)
-        try:
-            return str(ipaddress.IPv6Address(v))
-        except ValueError:
-            pass
+        if ":" in v:  # the docker provider's ssh://user@host:port URL cannot carry an IPv6 host
+            raise ValueError("expected an IPv4 address or a DNS hostname (IPv6 management "
+                             "addresses are not supported: give the node a DNS name)")
         if not _HOSTNAME.match(v):
-            raise ValueError("expected an IPv4/IPv6 address or a DNS hostname")
+            raise ValueError("expected an IPv4 address or a DNS hostname")
         return v
 
     @field_validator("port")
@@ -193,9 +242,10 @@ class ImageConfig(_Model):
     @field_validator("ref")
     @classmethod
     def _ref(cls, v: str) -> str:
-        if not v or any(c.isspace() for c in v):
+        if not _IMAGE_REF.fullmatch(v):
             raise ValueError(
-                "expected an image reference such as registry:5000/name@sha256:<64 hex>"
+                "expected an image reference such as registry:5000/name@sha256:<64 hex> or "
+                "registry:5000/name:tag"
             )
         return v
 
@@ -220,23 +270,36 @@ class ModelConfig(_Model):
     @field_validator("revision")
     @classmethod
     def _revision(cls, v: str) -> str:
-        if not v or any(c.isspace() for c in v):
-            raise ValueError("expected a branch, tag or 40-hex commit")
+        problem = check_ref_name(v)
+        if problem:
+            raise ValueError(f"expected a branch, tag or 40-hex commit ({problem})")
         return v
 
     @field_validator("cache_dir")
     @classmethod
     def _cache_dir(cls, v: str) -> str:
-        if not v.startswith("/") or any(c.isspace() for c in v):
-            raise ValueError("expected an absolute path without spaces on the nodes")
-        return v.rstrip("/") or "/"
+        if not v.startswith("/") or not _PATH.fullmatch(v):
+            raise ValueError("expected an absolute path of letters, digits and ._-/ on the nodes")
+        norm = os.path.normpath(v)
+        if norm != (v.rstrip("/") or "/") or "/../" in v + "/":
+            raise ValueError(f"expected a normalised path (this one means {norm})")
+        if norm in _SYSTEM_DIRS or any(norm == d or norm.startswith(d + "/")
+                                       for d in _SYSTEM_TREES):
+            raise ValueError("expected a folder of its own, not / or a system folder (it is "
+                             "mounted read-write into the containers)")
+        return norm
 
     @field_validator("endpoint")
     @classmethod
     def _endpoint(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^https?://[^\s/]+", v):
+        if v is None:
+            return v
+        if credential_in_url(v):
+            raise ValueError("expected a URL without credentials (user:password@): the HF "
+                             "token is the secret spark-vllm:hfToken")
+        if not _URL.fullmatch(v):
             raise ValueError("expected an http(s) URL such as http://10.77.0.1:8090, or null")
-        return v.rstrip("/") if v else v
+        return v.rstrip("/")
 
     @property
     def pinned(self) -> bool:
@@ -258,9 +321,13 @@ class NcclConfig(_Model):
         out = []
         for s in v:
             try:
-                out.append(str(ipaddress.IPv4Network(s, strict=True)))
+                net = ipaddress.IPv4Network(s, strict=True)
             except ValueError:
                 raise ValueError(f"expected IPv4 networks in CIDR form, got {s!r}") from None
+            if net.prefixlen < 16:
+                raise ValueError(f"expected the fabric's own subnets (/16 or narrower), got {s!r}: "
+                                 "Ray and NCCL would accept peers from all of it")
+            out.append(str(net))
         return out
 
     @field_validator("extra_env")
@@ -269,6 +336,16 @@ class NcclConfig(_Model):
         bad = [k for k in v if not _ENV_NAME.match(k)]
         if bad:
             raise ValueError(f"expected environment variable names, got {bad}")
+        secret = sorted(k for k, val in v.items() if secret_env_name(k) or secret_value(val))
+        if secret:
+            raise ValueError(
+                f"expected no secrets in plain environment ({', '.join(secret)}): they would "
+                "reach the state, the containers and `docker inspect`; use the secrets "
+                "spark-vllm:hfToken / spark-vllm:vllmApiKey"
+            )
+        control = sorted(k for k, val in v.items() if any(ord(c) < 32 for c in val))
+        if control:
+            raise ValueError(f"expected values without control characters ({', '.join(control)})")
         return v
 
     def networks(self) -> list[ipaddress.IPv4Network]:
@@ -276,13 +353,13 @@ class NcclConfig(_Model):
 
 
 class RayConfig(_Model):
-    port: int = 6379
+    port: StrictInt = 6379
     # Ray's default object store is ~30% of RAM; on 128 GB unified memory that is GPU memory
     # (eugr/spark-vllm-docker caps it at 1 GiB: https://github.com/eugr/spark-vllm-docker).
     # vLLM moves tensors through NCCL, so 1 GiB is plenty.
-    object_store_bytes: int = Field(default=1 * GIB, ge=75 * 1024 * 1024)
+    object_store_bytes: int = Field(default=1 * GIB, ge=75 * 1024 * 1024, le=MAX_RAY_BYTES)
     dashboard: bool = False
-    shm_bytes: int = Field(default=16 * GIB, ge=64 * 1024 * 1024)
+    shm_bytes: int = Field(default=16 * GIB, ge=64 * 1024 * 1024, le=MAX_RAY_BYTES)
     gpus_per_node: int = Field(default=1, ge=1, le=8)  # one GB10 per Spark
     # Open files per container: sharded checkpoints under Ray need many (eugr/spark-vllm-docker
     # runs its containers with --ulimit nofile=1048576). Docker cannot raise it above the
@@ -303,6 +380,10 @@ class VllmConfig(_Model):
     # 0.80 leaves the OS, Ray and CUDA graphs room on 128 GB unified memory (the community's
     # two-Spark recipes use 0.7-0.85; docs/design.md).
     gpu_memory_utilization: float = 0.80
+    # The KV cache's size in bytes (vLLM's --kv-cache-memory-bytes): when set, vLLM sizes the
+    # cache to exactly this and ignores gpuMemoryUtilization. vLLM's CPU build (the lab) reads
+    # gpuMemoryUtilization as a fraction of ALL memory per worker, so the lab sets this instead.
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024)
     max_model_len: int | None = Field(default=None, ge=16)
     max_num_seqs: int | None = Field(default=None, ge=1)
     kv_cache_dtype: str = "auto"
@@ -311,13 +392,27 @@ class VllmConfig(_Model):
     speculative_config: dict[str, Any] | None = None
     enforce_eager: bool = False
     host: str = "0.0.0.0"
-    port: int = 8000
+    port: StrictInt = 8000
     extra_args: list[str] = Field(default_factory=list)
 
     @field_validator("port")
     @classmethod
     def _port_range(cls, v: int) -> int:
         return check_port(v)
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            flag = arg.split("=", 1)[0]
+            if flag in OWNED_FLAGS:
+                raise ValueError(
+                    f"expected flags the stack does not set itself; {flag} is owned by "
+                    f"{OWNED_FLAGS[flag]} (set that key: the stack validates it there)"
+                )
+            if any(ord(c) < 32 for c in arg):
+                raise ValueError(f"expected arguments without control characters, got {arg!r}")
+        return v
 
     @field_validator("served_model_name")
     @classmethod
@@ -349,6 +444,15 @@ class VllmConfig(_Model):
 class PreflightConfig(_Model):
     foreign_containers: Literal["fail", "stop", "ignore"] = "fail"
     allow_containers: list[str] = Field(default_factory=list)
+
+    @field_validator("allow_containers")
+    @classmethod
+    def _names(cls, v: list[str]) -> list[str]:
+        bad = [n for n in v if not _CONTAINER_NAME.fullmatch(n)]
+        if bad:
+            raise ValueError(f"expected exact container names (no patterns), got {bad}")
+        return v
+
     require_gb10: bool = True
     min_docker_version: str = "20.10"
     recon_timeout_seconds: int = Field(default=30, ge=1, le=600)

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from config.errors import ConfigError, describe, key_path
+from config.forms import SEEDER_PORTS
 from config.models import StackConfig
 
 
@@ -23,6 +24,23 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                 f"(also used by nodes[{seen[node.name]}])"
             )
         seen.setdefault(node.name, i)
+
+    hosts: dict[tuple[str, int], int] = {}
+    for i, node in enumerate(cfg.nodes):
+        where = (node.host, node.port)
+        if where in hosts:
+            problems.append(
+                f"{key_path(('nodes', i, 'host'))}: got {node.host!r} port {node.port}; expected "
+                f"a management address of its own (also nodes[{hosts[where]}])"
+            )
+        hosts.setdefault(where, i)
+        names = [f.interface for f in node.fabric]
+        for j, name in enumerate(names):
+            if name in names[:j]:
+                problems.append(
+                    f"{key_path(('nodes', i, 'fabric', j, 'interface'))}: got {name!r}; expected "
+                    "each fabric interface once per node"
+                )
 
     nets = cfg.nccl.networks()
     fabric_ips: dict[str, str] = {}
@@ -57,6 +75,12 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
             f"{key_path(('vllm', 'port'))}: got {cfg.vllm.port}; expected a port other than "
             "spark-vllm:ray.port (both bind on the head's host network)"
         )
+    for key, port in ((("vllm", "port"), cfg.vllm.port), (("ray", "port"), cfg.ray.port)):
+        if port in SEEDER_PORTS:
+            problems.append(
+                f"{key_path(key)}: got {port}; expected a port other than the stack's seeders' "
+                f"{SEEDER_PORTS} (they listen on the head's fabric address)"
+            )
 
     if cfg.environment == "prod":
         if not cfg.image.by_digest:

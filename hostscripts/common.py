@@ -7,9 +7,14 @@ idempotent; every value interpolated goes through `shlex.quote`; secrets are nev
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping
 from importlib import resources
+
+from config.forms import CONTAINER_ID, clip, is_image_id
+
+CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 
 q = shlex.quote
 
@@ -23,10 +28,31 @@ def label_flags(labels: Mapping[str, str]) -> str:
     return " ".join(f"--label {q(f'{k}={v}')}" for k, v in sorted(labels.items()))
 
 
-def known_hosts_line(host: str, port: int, host_key: str) -> str:
-    """One OpenSSH known_hosts line for a pinned key (`[host]:port` form when port != 22)."""
-    name = host if port == 22 else f"[{host}]:{port}"
-    return f"{name} {host_key.strip()}"
+class RemoteValueError(ValueError):
+    """A value read back from a host (an image ID, a container ID or name) is not of its exact
+    form: it never reaches another host's shell."""
+
+
+def image_id(value: str) -> str:
+    """`sha256:` + 64 hex, as a Docker daemon reports it, or RemoteValueError."""
+    if not is_image_id(value):
+        raise RemoteValueError(f"not an image ID (sha256:<64 hex>): {clip(value)}")
+    return value
+
+
+def container_ids(values: str) -> str:
+    """Space-separated container IDs (12-64 hex each), or RemoteValueError."""
+    ids = values.split(" ")
+    if not ids or any(CONTAINER_ID.fullmatch(i) is None for i in ids):
+        raise RemoteValueError(f"not container IDs (12-64 hex, space-separated): {clip(values)}")
+    return values
+
+
+def container_name(value: str) -> str:
+    """A Docker container name (what `docker ps` reports), or RemoteValueError."""
+    if CONTAINER_NAME.fullmatch(value) is None:
+        raise RemoteValueError(f"not a container name: {clip(value)}")
+    return value
 
 
 def payload(name: str) -> str:

@@ -3,12 +3,16 @@ given back on destroy."""
 
 from __future__ import annotations
 
-from hostscripts.common import q
+from hostscripts.common import container_name, q
 from hostscripts.paths import STOPPED_DIR
 
 
 def stop_foreign_container(name: str, stack: str) -> str:
-    """Stop a container the stack does not own, leaving a marker so recon keeps reporting it."""
+    """Stop a container the stack does not own, leaving a marker so recon keeps reporting it.
+
+    `name` comes from recon (the node's `docker ps`): only a container name's exact form may
+    become a path and a command argument."""
+    name = container_name(name)
     return "\n".join(
         [
             "set -eu",
@@ -22,6 +26,7 @@ def stop_foreign_container(name: str, stack: str) -> str:
 
 def start_foreign_container(name: str) -> str:
     """Give back a container the stack stopped (runs on destroy)."""
+    name = container_name(name)
     return "\n".join(
         [
             "set -eu",

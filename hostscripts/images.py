@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hostscripts.common import payload, q
+from hostscripts.common import image_id, payload, q
 from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS
 
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
@@ -56,6 +56,7 @@ def image_seeder_stop(targets: Sequence[str], ref: str) -> str:
 
 def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
     """On another node: load the head's image from its seeder unless the same ID is present."""
+    expect_id = image_id(expect_id)  # read back from the head's daemon: its exact form only
     url = f"http://{seed_ip}:{IMAGE_SEED_PORT}/image.tar"
     return "\n".join(
         [
@@ -65,7 +66,8 @@ def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
             f"python3 -c {q(_FETCH_PY)} {q(url)} | docker load",
             f"have=$(docker image inspect --format '{{{{.Id}}}}' {q(ref)})",
             f"if [ \"$have\" != {q(expect_id)} ]; then",
-            f"  echo \"image {ref} has ID $have after load, head has {expect_id}\" >&2; exit 1",
+            f"  printf 'image %s has ID %s after load, head has %s\\n' {q(ref)} \"$have\" "
+            f"{q(expect_id)} >&2; exit 1",
             "fi",
             "echo image loaded",
         ]

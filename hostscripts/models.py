@@ -12,13 +12,32 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
-from hostscripts.common import label_flags, payload, q, repo_dir
+from hostscripts.common import image_id, label_flags, payload, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, MODEL_SEEDER, SEED_TIMEOUT_SECONDS
 from inspection.hub import ModelFile
 
 _SNAPSHOT_PY = payload("snapshot_download.py")
 _MODEL_SEEDER_PY = payload("model_seeder.py")
 _SYNC_PY = payload("model_sync.py")
+_VERIFY_PY = payload("model_verify.py")
+
+
+def verify_manifest_json(repo: str, commit: str, files: Iterable[ModelFile]) -> str:
+    """What model_verify.py checks: the commit's files with size and hub etag."""
+    return json.dumps(
+        {
+            "repoDir": repo_dir(repo),
+            "commit": commit,
+            "files": [{"path": f.path, "size": f.size, "etag": f.etag} for f in files],
+        },
+        sort_keys=True,
+    )
+
+
+def _prune(cache_dir: str, manifest: str) -> str:
+    """Delete the blobs whose content is not what the hub lists, so the copy that follows
+    fetches them again (a corrupted file is repaired by the same command)."""
+    return f"printf '%s' {q(manifest)} | python3 -c {q(_VERIFY_PY)} {q(cache_dir)} --prune"
 
 
 def model_fetch(
@@ -29,18 +48,22 @@ def model_fetch(
     revision: str,
     endpoint: str | None,
     labels: Mapping[str, str],
+    files: Iterable[ModelFile],
 ) -> str:
     """On the head: download the snapshot at `commit` from the hub (or mirror) once.
 
     Runs the serving image's python (it ships huggingface_hub); the token is read from stdin by
     that python, never from the command line or an environment variable on the host.
-    Incremental: files already in the cache are not downloaded again.
+    Incremental: files already in the cache are not downloaded again, so blobs whose content
+    is not what the hub lists are deleted first (payloads/model_verify.py --prune).
     """
+    image = image_id(image)  # the daemon's answer: its exact form before any shell
     env = f"-e HF_ENDPOINT={q(endpoint)} " if endpoint else ""
     refs = f"{cache_dir}/hub/{repo_dir(repo)}/refs"
     lines = [
         "set -eu",
         f"mkdir -p {q(cache_dir)}",
+        _prune(cache_dir, verify_manifest_json(repo, commit, files)),
         f"docker run -i --rm --network host {label_flags(labels)} "
         f"-v {q(cache_dir)}:{HF_MOUNT} -e HF_HOME={HF_MOUNT} -e HF_HUB_DISABLE_TELEMETRY=1 {env}"
         f"--entrypoint python3 {q(image)} -c {q(_SNAPSHOT_PY)} {q(repo)} {q(commit)}",
@@ -67,6 +90,7 @@ def model_seeder_start(
 
     `targets` and `commit` are in the text so the seeder runs again whenever a pull will.
     """
+    image = image_id(image)  # the daemon's answer: its exact form before any shell
     root = f"{HF_MOUNT}/hub/{repo_dir(repo)}"
     return "\n".join(
         [
@@ -86,6 +110,7 @@ def model_seeder_stop(targets: Sequence[str], commit: str, image: str) -> str:
     """Stops what model_seeder_start started. Carries the same inputs (targets, commit and the
     image the seeder runs): an image change re-runs the start, and without the image here the
     stop would not run again and the seeder would stay up after the update."""
+    image = image_id(image)  # read back from the head's daemon, and it lands in a comment line
     return "\n".join(
         [
             "set -eu",
@@ -117,36 +142,33 @@ def model_sync(image: str, cache_dir: str, labels: Mapping[str, str]) -> str:
     """On another node: pull missing/changed files from the head's seeder (manifest on stdin).
 
     Files land in the Hugging Face cache layout (blobs named by etag, snapshot symlinks, refs), so
-    a later revision moves only the files whose content changed.
+    a later revision moves only the files whose content changed. Blobs whose content is not
+    what the hub lists are deleted first (payloads/model_verify.py --prune), so they move too.
     """
+    image = image_id(image)  # the daemon's answer: its exact form before any shell
     return "\n".join(
         [
             "set -eu",
             f"mkdir -p {q(cache_dir)}",
+            'm=$(mktemp)',
+            'trap \'rm -f "$m"\' EXIT',
+            'cat > "$m"',
+            f'python3 -c {q(_VERIFY_PY)} {q(cache_dir)} --prune < "$m" >/dev/null',
             f"docker run -i --rm --network host {label_flags(labels)} "
-            f"-v {q(cache_dir)}:{HF_MOUNT} --entrypoint python3 {q(image)} -c {q(_SYNC_PY)}",
+            f"-v {q(cache_dir)}:{HF_MOUNT} --entrypoint python3 {q(image)} -c {q(_SYNC_PY)} "
+            '< "$m"',
         ]
     )
 
 
 def model_verify(cache_dir: str, repo: str, commit: str, files: Iterable[ModelFile]) -> str:
-    """On every node: every file of the commit present with the size the hub lists."""
-    snap = f"{cache_dir}/hub/{repo_dir(repo)}/snapshots/{commit}"
-    files = list(files)
-    lines = [
-        "set -eu",
-        f"d={q(snap)}",
-        "fail=0",
-        "check() {",
-        "  have=$(stat -L -c %s \"$d/$1\" 2>/dev/null || echo missing)",
-        "  if [ \"$have\" != \"$2\" ]; then echo \"$d/$1: have $have bytes, want $2\" >&2; "
-        "fail=1; fi",
-        "}",
-    ]
-    lines += [f"check {q(f.path)} {int(f.size)}" for f in files]
-    total = sum(int(f.size) for f in files)
-    lines += [
-        "if [ $fail -ne 0 ]; then echo \"model snapshot incomplete at $d\" >&2; exit 1; fi",
-        f"echo verified {len(files)} files, {total} bytes at {commit}",
-    ]
-    return "\n".join(lines)
+    """On every node: every file of the commit present with the size and the content (sha256
+    of LFS files, git blob id of the others) the hub lists; a wrong blob is removed and the
+    command fails naming it (payloads/model_verify.py)."""
+    manifest = verify_manifest_json(repo, commit, files)
+    return "\n".join(
+        [
+            "set -eu",
+            f"printf '%s' {q(manifest)} | python3 -c {q(_VERIFY_PY)} {q(cache_dir)}",
+        ]
+    )

@@ -1,12 +1,41 @@
-"""Ray readiness: the head waits until `ray status` shows every node and every GPU."""
+"""Ray on the nodes: the cluster token's file, and readiness (the head waits until `ray status`
+shows every node and every GPU)."""
 
 from __future__ import annotations
 
+from hostscripts.common import container_ids as checked_ids
 from hostscripts.common import q
+from hostscripts.paths import RAY_TOKEN_FILE
+
+
+def ray_token_write() -> str:
+    """On every node: the Ray cluster token (stdin) into a root-only file, replaced atomically;
+    prints the file's sha256 (containers carry it in a label, so a new token restarts them)."""
+    d = RAY_TOKEN_FILE.rsplit("/", 1)[0]
+    return "\n".join(
+        [
+            "set -eu",
+            "umask 077",
+            f"mkdir -p {q(d)}",
+            f"chmod 700 {q(d)}",
+            f"cat > {q(RAY_TOKEN_FILE + '.new')}",
+            f"test -s {q(RAY_TOKEN_FILE + '.new')}",
+            f"mv {q(RAY_TOKEN_FILE + '.new')} {q(RAY_TOKEN_FILE)}",
+            f"echo \"token $(sha256sum {q(RAY_TOKEN_FILE)} | cut -d' ' -f1)\"",
+        ]
+    )
+
+
+def ray_token_remove() -> str:
+    return f"rm -f {q(RAY_TOKEN_FILE)}"
 
 
 def ray_ready(container: str, nodes: int, gpus: int, timeout: int, container_ids: str) -> str:
-    """On the head: poll `ray status` until every node and GPU has joined, or fail loudly."""
+    """On the head: poll `ray status` until every node and GPU has joined, or fail loudly.
+
+    `container_ids` (the Ray containers, so a replaced one re-runs this) are checked to be IDs
+    before they land in the comment line."""
+    container_ids = checked_ids(container_ids)
     return "\n".join(
         [
             "set -eu",

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hostscripts.common import payload, q
+from hostscripts.common import container_ids, payload, q
 from hostscripts.paths import VLLM_ARGV, VLLM_CONFIG_ROOT, VLLM_KEY, VLLM_LOG, VLLM_PID
 
 _HEALTH_PY = payload("vllm_health.py")
@@ -22,6 +22,7 @@ def vllm_argv(
     tensor_parallel_size: int,
     pipeline_parallel_size: int,
     gpu_memory_utilization: float,
+    kv_cache_memory_bytes: int | None,
     max_model_len: int | None,
     max_num_seqs: int | None,
     kv_cache_dtype: str,
@@ -51,6 +52,8 @@ def vllm_argv(
         "--gpu-memory-utilization",
         f"{gpu_memory_utilization:g}",
     ]
+    if kv_cache_memory_bytes is not None:
+        argv += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes)]
     if max_model_len is not None:
         argv += ["--max-model-len", str(max_model_len)]
     if max_num_seqs is not None:
@@ -105,6 +108,7 @@ def vllm_start(
     $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json; the stack keeps its own config root so
     a file the image may carry elsewhere is left alone.
     """
+    ray_ready_stdout_marker = container_ids(ray_ready_stdout_marker)  # exact form, then a comment
     serve = " ".join(q(a) for a in argv)
     keep = json.dumps(sorted(non_carry_over))
     want = hashlib.sha256(f"{serve}\n{keep}".encode()).hexdigest()[:16]

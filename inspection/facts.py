@@ -76,6 +76,7 @@ class HfRepoFacts(_Facts):
     refs: dict[str, str] = Field(default_factory=dict)  # "main" -> commit
     snapshots: list[str] = Field(default_factory=list)  # commits present under snapshots/
     size_bytes: int = 0  # bytes in blobs/
+    changed_blobs: int = 0  # blobs the stack verified that are gone or changed size/mtime since
 
 
 class InterfaceFacts(_Facts):

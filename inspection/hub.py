@@ -76,14 +76,17 @@ def resolve_model(
 
 
 def cache_intact(facts: NodeFacts | None, manifest: ModelManifest) -> bool:
-    """Recon found the commit's snapshot on the node and at least the manifest's bytes in blobs.
+    """Recon found the commit's snapshot on the node, at least the manifest's bytes in blobs,
+    and no blob the stack verified gone or changed (size or mtime) since.
 
-    Deliberately coarse (one recon round trip has no per-file sizes): a deleted snapshot folder
-    or a wiped repo is caught; a single corrupted file is the verify step's job.
+    A deleted snapshot folder, a wiped repo and a blob written to after the check are caught
+    here (the model commands then run again and repair it); a change that keeps a blob's size
+    and mtime is only found by the verify step's hash when it runs.
     """
     repo = facts.hf_repo(manifest.repo) if facts is not None else None
     return (
         repo is not None
         and manifest.commit in repo.snapshots
         and repo.size_bytes >= manifest.total_bytes
+        and repo.changed_blobs == 0
     )

@@ -5,6 +5,13 @@ for the small ones). Anything it cannot read raises `ParseError(kind, reason, ex
 message names the command, says what was wrong and quotes the offending text: never an
 IndexError/KeyError traceback. The recorded real outputs these parsers are tested on live in
 tests/fixtures/gb10/ (see INDEX.md there for their sources and quirks).
+
+Lines end only at '\n' (what the node's shell prints): `str.splitlines` also breaks at '\r',
+'\x1c'-'\x1e', '\x85', '\u2028' ..., so a name holding one of them would become two records.
+The survey's own listings (HF cache, stopped markers, GPU runtime, vLLM liveness) are read in
+their exact format: a line that does not match it is refused, never guessed at. Their snippets
+never print a name that is not printable ASCII; they print a `skip\t<name in printf %q form>`
+record instead (see `skipped_names`).
 """
 
 from __future__ import annotations
@@ -43,12 +50,45 @@ def _excerpt(text: str, limit: int = 160) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def split_lines(text: str) -> list[str]:
+    """The lines of a command's output: broken at '\n' only (see the module docstring)."""
+    lines = (text or "").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
+_ASCII_SPACE = " \t\r\n\x0b\x0c"
+
+
 def _lines(text: str) -> list[str]:
-    return [line.rstrip() for line in (text or "").splitlines()]
+    return [line.rstrip(_ASCII_SPACE) for line in split_lines(text)]
 
 
 def _nonblank(text: str) -> list[str]:
-    return [line for line in _lines(text) if line.strip()]
+    return [line for line in _lines(text) if line.strip(_ASCII_SPACE)]
+
+
+# A field of the survey's own listings: printable ASCII (space included), no tab, not empty.
+_FIELD = re.compile(r"[\x20-\x7e]+")
+# docker's own rule for container names ([a-zA-Z0-9][a-zA-Z0-9_.-]+)
+_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def _field(value: str) -> bool:
+    return _FIELD.fullmatch(value) is not None
+
+
+def _skip_record(parts: list[str]) -> bool:
+    """`skip\t<name in printf %q form>`: a name the snippet refused to print raw."""
+    return len(parts) == 2 and parts[0] == "skip" and _field(parts[1])
+
+
+def skipped_names(text: str) -> list[str]:
+    """The `skip` records of a survey listing: names refused because they are not printable
+    ASCII, in bash's `printf %q` form (itself printable ASCII)."""
+    return [parts[1] for parts in (line.split("\t") for line in _nonblank(text))
+            if _skip_record(parts)]
 
 
 # --------------------------------------------------------------------------- units
@@ -225,9 +265,12 @@ def parse_meminfo(text: str) -> MemoryFacts:
     kind = "/proc/meminfo"
     values: dict[str, int] = {}
     for line in _nonblank(text):
-        m = re.match(r"^(\w[\w()]*):\s+(\d+)(?:\s+kB)?\s*$", line)
-        if m:
-            values[m.group(1)] = int(m.group(2))
+        m = re.fullmatch(r"([A-Za-z0-9_]+(?:\([A-Za-z0-9_]+\))?):[ \t]+([0-9]+)(?: kB)?", line)
+        if not m:
+            raise ParseError(kind, "line is not '<Key>: <number> [kB]'", line)
+        if m.group(1) in values:
+            raise ParseError(kind, f"{m.group(1)} appears twice", line)
+        values[m.group(1)] = int(m.group(2))
     missing = [k for k in ("MemTotal", "MemAvailable") if k not in values]
     if missing:
         raise ParseError(kind, f"no {' and no '.join(missing)} line", text)
@@ -377,16 +420,30 @@ def parse_ip_json_addr(text: str) -> list[InterfaceFacts]:
         raise ParseError(kind, "expected a JSON list of interfaces", text)
     out = []
     for entry in data:
-        if not isinstance(entry, dict) or "ifname" not in entry:
+        if not isinstance(entry, dict) or not isinstance(entry.get("ifname"), str):
             raise ParseError(kind, "an entry has no ifname", json.dumps(entry)[:160])
         flags = entry.get("flags") or []
-        ipv4 = [f"{a['local']}/{a['prefixlen']}" for a in entry.get("addr_info") or []
-                if isinstance(a, dict) and a.get("family") == "inet" and "local" in a
-                and "prefixlen" in a]
+        addrs = entry.get("addr_info") or []
+        mtu = entry.get("mtu") or 0
+        if not isinstance(flags, list) or not all(isinstance(f, str) for f in flags) \
+                or not isinstance(addrs, list) or not isinstance(mtu, int) \
+                or isinstance(mtu, bool):
+            raise ParseError(kind, f"{entry['ifname']}: flags, addr_info or mtu of the wrong type",
+                             json.dumps(entry)[:160])
+        ipv4 = []
+        for a in addrs:
+            if not isinstance(a, dict) or a.get("family") != "inet":
+                continue
+            local, prefix = a.get("local"), a.get("prefixlen")
+            if not isinstance(local, str) or not isinstance(prefix, int) \
+                    or isinstance(prefix, bool):
+                raise ParseError(kind, f"{entry['ifname']}: an IPv4 address without "
+                                       "local/prefixlen", json.dumps(a)[:160])
+            ipv4.append(f"{local}/{prefix}")
         carrier = ("LOWER_UP" in flags and "NO-CARRIER" not in flags
                    and entry.get("operstate") != "DOWN")
-        out.append(InterfaceFacts(name=_ifname(str(entry["ifname"])), ipv4=ipv4,
-                                  mtu=int(entry.get("mtu") or 0), carrier=carrier))
+        out.append(InterfaceFacts(name=_ifname(entry["ifname"]), ipv4=ipv4, mtu=mtu,
+                                  carrier=carrier))
     return out
 
 
@@ -399,14 +456,16 @@ def parse_ethtool_speed(text: str) -> int | None:
     rows = _nonblank(text)
     if not rows:
         raise ParseError(kind, "empty output", text)
-    for row in rows:
-        m = re.search(r"Speed:\s*(\S+)", row)
-        raw = m.group(1) if m else row.strip()
-        if raw.lower().startswith("unknown") or raw == "-1":
-            return None
-        n = re.fullmatch(r"(\d+)(?:Mb/s)?", raw)
-        if n:
-            return int(n.group(1))
+    if len(rows) != 1:
+        raise ParseError(kind, "expected one 'Speed: <n>Mb/s' line or one sysfs number", text)
+    row = rows[0].strip(_ASCII_SPACE)
+    m = re.fullmatch(r"Speed:[ \t]*(\S+)", row)
+    raw = m.group(1) if m else row
+    if raw.lower().startswith("unknown") or raw == "-1":
+        return None
+    n = re.fullmatch(r"([0-9]+)(?:Mb/s)?", raw)
+    if n:
+        return int(n.group(1))
     raise ParseError(kind, "no 'Speed: <n>Mb/s' line", text)
 
 
@@ -449,11 +508,19 @@ def parse_docker_info_json(text: str) -> DockerFacts:
     version = info.get("ServerVersion") or ""
     if not version:
         errors = info.get("ServerErrors") or []
+        if not isinstance(errors, list):
+            errors = [errors]
         detail = "; ".join(str(e) for e in errors) if errors else "no ServerVersion in the reply"
         raise ParseError(kind, f"the Docker daemon did not answer ({detail})", "")
-    runtimes = sorted((info.get("Runtimes") or {}).keys())
-    return DockerFacts(version=version, runtimes=runtimes, gpu_support=_gpu_runtime(runtimes),
-                       cgroup_driver=info.get("CgroupDriver") or "")
+    runtimes = info.get("Runtimes") or {}
+    cgroup = info.get("CgroupDriver") or ""
+    if not isinstance(version, str) or not isinstance(runtimes, dict) \
+            or not isinstance(cgroup, str):
+        raise ParseError(kind, "ServerVersion, Runtimes or CgroupDriver of the wrong type",
+                         text)
+    names = sorted(str(k) for k in runtimes)
+    return DockerFacts(version=version, runtimes=names, gpu_support=_gpu_runtime(names),
+                       cgroup_driver=cgroup)
 
 
 
@@ -491,6 +558,11 @@ def parse_docker_ps_json(text: str) -> list[ContainerFacts]:
             raise ParseError(
                 kind, f"a container has no {', '.join(missing)}", json.dumps(row)[:160]
             )
+        wrong = [k for k in ("ID", "Names", "Image", "State", "Status", "Labels")
+                 if k in row and not isinstance(row[k], str)]
+        if wrong:
+            raise ParseError(kind, f"{', '.join(wrong)} of a container is not a string",
+                             json.dumps(row)[:160])
         state = row.get("State") or _state_from_status(row.get("Status", ""))
         out.append(ContainerFacts(id=row["ID"], name=row["Names"].split(",")[0],
                                   image=row["Image"], state=state,
@@ -512,11 +584,14 @@ def parse_docker_stats_json(text: str) -> dict[str, int]:
         name = row.get("Name") or row.get("Container")
         if raw is None or not name:
             raise ParseError(kind, "a row has no Name or MemUsage", json.dumps(row)[:160])
+        ident = row.get("ID") or ""
+        if not isinstance(raw, str) or not isinstance(name, str) or not isinstance(ident, str):
+            raise ParseError(kind, "Name, ID or MemUsage is not a string", json.dumps(row)[:160])
         used = raw.split("/")[0].strip()
         value = 0 if used in {"--", ""} else parse_size(used, kind=kind)
         usage[name] = value
-        if row.get("ID"):
-            usage[row["ID"]] = value
+        if ident:
+            usage[ident] = value
     return usage
 
 
@@ -530,6 +605,11 @@ def parse_docker_images_json(text: str) -> list[ImageFacts]:
     for row in _json_lines(text, kind):
         if "ID" not in row or "Repository" not in row:
             raise ParseError(kind, "a row has no ID or Repository", json.dumps(row)[:160])
+        wrong = [k for k in ("ID", "Repository", "Tag", "Digest", "Size")
+                 if k in row and not isinstance(row[k], str)]
+        if wrong:
+            raise ParseError(kind, f"{', '.join(wrong)} of an image is not a string",
+                             json.dumps(row)[:160])
         entry = by_id.setdefault(row["ID"], {"tags": [], "digests": [], "size": 0})
         repo, tag, digest = row.get("Repository", ""), row.get("Tag", ""), row.get("Digest", "")
         if repo and repo != "<none>" and tag and tag != "<none>":
@@ -551,10 +631,12 @@ def parse_gpu_runtime(text: str) -> list[str]:
     of NVIDIA container support found (the hook serves `--gpus`, CDI specs serve nvidia.com/gpu)."""
     found = []
     for line in _nonblank(text):
-        kind, _, value = line.strip().partition(" ")
-        if kind not in {"hook", "cdi", "ctk"} or not value:
+        if _skip_record(line.split("\t")):
+            continue  # a path that is not printable ASCII: not evidence of anything
+        m = re.fullmatch(r"(hook|cdi|ctk) (/[\x20-\x7e]*)", line)
+        if not m:
             raise ParseError("gpu runtime probe", "line is not 'hook|cdi|ctk <path>'", line)
-        found.append(f"{kind} {value.strip()}")
+        found.append(f"{m.group(1)} {m.group(2)}")
     return found
 
 
@@ -567,45 +649,54 @@ def parse_hf_cache(text: str) -> list[HfRepoFacts]:
         ref\\tmain\\t<40-hex commit>
         snapshot\\t<commit>
         blobs\\t<bytes>
+        changed\\t<verified blobs gone or changed since>   (only for a repo the stack verified)
 
-    'ref', 'snapshot' and 'blobs' belong to the last 'repo' line. Only model repos are listed.
+    'ref', 'snapshot', 'blobs' and 'changed' belong to the last 'repo' line. Only model repos
+    are listed.
+    Every field is printable ASCII (a ref's content may be empty); `skip\t<%q name>` records
+    (names the snippet refused to print) are left out.
     """
     kind = "HF cache listing"
     repos: list[dict[str, Any]] = []
     for line in _nonblank(text):
         parts = line.split("\t")
         tag = parts[0]
-        if tag == "repo" and len(parts) == 2:
-            folder = parts[1].strip()
+        if _skip_record(parts):
+            continue
+        if tag == "repo" and len(parts) == 2 and _field(parts[1]):
+            folder = parts[1]
             m = re.fullmatch(r"models--(.+?)--(.+)", folder)
             if not m:
                 raise ParseError(kind, f"{folder!r} is not a 'models--<org>--<name>' folder", line)
             repos.append({"repo_id": f"{m.group(1)}/{m.group(2)}", "refs": {}, "snapshots": [],
-                          "size": 0})
+                          "size": 0, "changed": 0})
             continue
         if not repos:
             raise ParseError(kind, "a record comes before any 'repo' line", line)
         current = repos[-1]
-        if tag == "ref" and len(parts) == 3:
-            current["refs"][parts[1]] = parts[2].strip()
-        elif tag == "snapshot" and len(parts) == 2:
-            current["snapshots"].append(parts[1].strip())
-        elif tag == "blobs" and len(parts) == 2 and parts[1].strip().isdigit():
-            current["size"] = int(parts[1].strip())
+        if tag == "ref" and len(parts) == 3 and _field(parts[1]) \
+                and (parts[2] == "" or _field(parts[2])):
+            current["refs"][parts[1]] = parts[2]
+        elif tag == "snapshot" and len(parts) == 2 and _field(parts[1]):
+            current["snapshots"].append(parts[1])
+        elif tag == "blobs" and len(parts) == 2 and re.fullmatch(r"[0-9]+", parts[1]):
+            current["size"] = int(parts[1])
+        elif tag == "changed" and len(parts) == 2 and re.fullmatch(r"[0-9]+", parts[1]):
+            current["changed"] = int(parts[1])
         else:
-            raise ParseError(kind, "line is not repo/ref/snapshot/blobs with tab-separated fields",
-                             line)
+            raise ParseError(kind, "line is not repo/ref/snapshot/blobs/changed with tab-separated "
+                                   "printable fields", line)
     return [HfRepoFacts(repo_id=r["repo_id"], refs=r["refs"], snapshots=sorted(r["snapshots"]),
-                        size_bytes=r["size"]) for r in repos]
+                        size_bytes=r["size"], changed_blobs=r["changed"]) for r in repos]
 
 
 def parse_df_avail(text: str) -> int:
     """`df -B1 --output=avail <path>`: header 'Avail' then the free bytes."""
     rows = _nonblank(text)
-    if len(rows) < 2 or rows[0].strip() != "Avail":
+    if len(rows) != 2 or rows[0].strip() != "Avail":
         raise ParseError("df --output=avail", "expected an 'Avail' header and one number", text)
     value = rows[1].strip()
-    if not value.isdigit():
+    if not re.fullmatch(r"[0-9]+", value):
         raise ParseError("df --output=avail", f"{value!r} is not a byte count", text)
     return int(value)
 
@@ -615,7 +706,7 @@ def parse_df_avail(text: str) -> int:
 def parse_epoch(text: str) -> float:
     """`date +%s.%N` -> seconds since the epoch."""
     rows = _nonblank(text)
-    if not rows or not re.fullmatch(r"\d+(?:\.\d+)?", rows[0].strip()):
+    if len(rows) != 1 or not re.fullmatch(r"[0-9]+(?:\.[0-9]+)?", rows[0].strip()):
         raise ParseError("date +%s.%N", "expected seconds since the epoch", text)
     return float(rows[0].strip())
 
@@ -624,35 +715,38 @@ def parse_host_keys(text: str) -> list[str]:
     """Contents of /etc/ssh/ssh_host_*_key.pub -> ['ssh-ed25519 AAAA...', ...] (no comments)."""
     keys = []
     for line in _nonblank(text):
-        parts = line.split()
-        if len(parts) < 2 or not re.fullmatch(r"(ssh|ecdsa|sk)-[\w@.-]+", parts[0]) \
-                or not re.fullmatch(r"[A-Za-z0-9+/]+=*", parts[1]):
+        m = re.fullmatch(r"((?:ssh|ecdsa|sk)-[A-Za-z0-9@.-]+)[ \t]+([A-Za-z0-9+/]+=*)"
+                         r"(?:[ \t][\x20-\x7e\t]*)?", line)
+        if not m:
             raise ParseError("ssh host keys", "line is not '<type> <base64> [comment]'", line)
-        keys.append(f"{parts[0]} {parts[1]}")
+        keys.append(f"{m.group(1)} {m.group(2)}")
     return keys
 
 
 def parse_stopped_markers(text: str) -> dict[str, str]:
-    """`<container>\t<project>/<stack>` lines (recon's stopped section) -> {container: stack}."""
+    """`marker\t<container>\t<project>/<stack>` lines (recon's stopped section; `skip\t<%q>`
+    records for file names that are not printable ASCII are left out) -> {container: stack}."""
     out: dict[str, str] = {}
-    for line in text.splitlines():
-        if not line.strip():
+    for line in _nonblank(text):
+        parts = line.split("\t")
+        if _skip_record(parts):
             continue
-        name, sep, stack = line.partition("\t")
-        if not sep or not name.strip() or not stack.strip():
-            raise ParseError("stopped", "expected '<container>\\t<project>/<stack>'", line)
-        out[name.strip()] = stack.strip()
+        if len(parts) != 3 or parts[0] != "marker" or not _CONTAINER_NAME.fullmatch(parts[1]) \
+                or not _field(parts[2]):
+            raise ParseError("stopped", "expected 'marker\\t<container>\\t<project>/<stack>'",
+                             line)
+        out[parts[1]] = parts[2]
     return out
 
 
 def parse_vllm_serve(text: str) -> dict[str, bool]:
     """`<container> running|stopped` lines (recon's vllm_serve section) -> {container: alive}."""
     out: dict[str, bool] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if not parts:
+    for line in _nonblank(text):
+        if _skip_record(line.split("\t")):
             continue
-        if len(parts) != 2 or parts[1] not in ("running", "stopped"):
+        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_.-]*) (running|stopped)", line)
+        if not m:
             raise ParseError("vllm_serve", "expected '<container> running|stopped'", line)
-        out[parts[0]] = parts[1] == "running"
+        out[m.group(1)] = m.group(2) == "running"
     return out

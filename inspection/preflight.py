@@ -302,6 +302,17 @@ def check_foreign(cfg: StackConfig, f: NodeFacts, stack_label: str | None = None
     """-> (errors, warnings, containers to stop)."""
     foreign = foreign_containers(cfg, f)
     mode = str(cfg.preflight.foreign_containers)
+    # Without a readable container list (or, for `stop`, the stack's own stop markers) the
+    # foreign containers cannot be judged: refuse rather than pass with "none seen", or drop
+    # earlier stops from the plan (the engine would then start those containers again).
+    blind = [s for s in (("docker_ps", "stopped") if mode == "stop" else ("docker_ps",))
+             if s in f.unreadable]
+    if blind and mode != "ignore":
+        return [Finding(
+            node=f.node, check="foreign",
+            fact=f"the running containers cannot be judged: {s} unreadable ({f.unreadable[s]})",
+            fix="see the node (docker ps, /var/lib/spark-vllm/stopped) and run again; "
+                "preflight.foreignContainers: ignore skips this check") for s in blind], [], []
     if mode == "stop":
         return [], [], foreign + stopped_by_stack(cfg, f, stack_label)
     if not foreign:

@@ -22,9 +22,12 @@ pulumi up -s "$stack" --yes --refresh --policy-pack policies --policy-pack-confi
 
 endpoint=$(pulumi stack output -s "$stack" endpoint)
 model=$(pulumi stack output -s "$stack" servedModelName)
+# The API key is a stack secret: it goes to curl on stdin (a curl config), never on a command line.
+key=$(pulumi stack output -s "$stack" vllmApiKey --show-secrets)
+api() { printf 'header = "Authorization: Bearer %s"\n' "$key" | curl -fsS -K - "$@"; }
 say "endpoint: $endpoint (model $model)"
-curl -fsS "$endpoint/models"; echo
+api "$endpoint/models"; echo
 say "a completion through the OpenAI API"
-curl -fsS "$endpoint/completions" -H 'Content-Type: application/json' \
+api "$endpoint/completions" -H 'Content-Type: application/json' \
   -d "{\"model\": \"$model\", \"prompt\": \"Say hello from two Sparks\", \"max_tokens\": 16}"
 echo

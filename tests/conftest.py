@@ -225,9 +225,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
         if args.typ == "docker:index/remoteImage:RemoteImage":
             outputs["imageId"] = fake_image_id(args.inputs["name"])
             outputs["repoDigest"] = args.inputs["name"]
-        elif args.typ == "command:remote:Command":
+        elif args.typ in ("command:remote:Command", "command:local:Command"):
             outputs["stdout"] = f"{args.name}: ok"
             outputs["stderr"] = ""
+        if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID
+            return hashlib.sha256(args.name.encode()).hexdigest(), outputs
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs):

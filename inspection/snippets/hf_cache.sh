@@ -1,16 +1,47 @@
 # The HF cache under $1 (the stack's model.cacheDir): per repo its refs, snapshots and the
-# bytes in blobs/ (incomplete downloads excluded). Read-only. One tab-separated fact per line.
+# bytes in blobs/ (incomplete downloads excluded) and, when the stack verified the repo
+# (hostscripts/payloads/model_verify.py records "<etag> <size> <mtime s.ns>" per blob in
+# $1/.spark-vllm/verified-<repo dir>), how many recorded blobs are gone or changed size or mtime
+# since: a blob corrupted after the check is found here and repaired by the next `up`. Read-only. One tab-separated fact per line.
+# A name (or ref content) that is not printable ASCII (a newline, tab, CR, escape sequence, any
+# other control character or a non-ASCII byte) is never printed raw: it could add or change
+# records. Its folder or file is left out and reported as `skip\t<the name in printf %q form>`.
+export LC_ALL=C
+printable() { case $1 in '' | *[![:print:]]*) return 1 ;; esac; }
+skip() { printf 'skip\t%q\n' "$1"; }
+base=$1
 root=$1
 [ -d "$root/hub" ] && root="$root/hub"
 [ -d "$root" ] || exit 0
 for repo in "$root"/models--*; do
   [ -d "$repo" ] || continue
-  printf 'repo\t%s\n' "${repo##*/}"
+  name=${repo##*/}
+  printable "$name" || { skip "$name"; continue; }
+  printf 'repo\t%s\n' "$name"
   if [ -d "$repo/refs" ]; then
-    (cd "$repo/refs" && find . -type f | sed 's|^\./||' | while read -r ref; do
-      printf 'ref\t%s\t%s\n' "$ref" "$(head -c 64 "$ref" | tr -d '[:space:]')"; done)
+    (cd "$repo/refs" && find . -type f -print0 | while IFS= read -r -d '' ref; do
+      ref=${ref#./}
+      printable "$ref" || { skip "$ref"; continue; }
+      value=$(head -c 64 -- "$ref" | tr -d '[:space:]')
+      [ -z "$value" ] || printable "$value" || { skip "$ref"; continue; }
+      printf 'ref\t%s\t%s\n' "$ref" "$value"; done)
   fi
-  for snap in "$repo"/snapshots/*; do [ -d "$snap" ] && printf 'snapshot\t%s\n' "${snap##*/}"; done
+  for snap in "$repo"/snapshots/*; do
+    [ -d "$snap" ] || continue
+    commit=${snap##*/}
+    printable "$commit" || { skip "$commit"; continue; }
+    printf 'snapshot\t%s\n' "$commit"
+  done
   bytes=$(find "$repo/blobs" -type f ! -name '*.incomplete' -printf '%s\n' 2>/dev/null | awk '{s+=$1} END {printf "%d", s}')
   printf 'blobs\t%s\n' "${bytes:-0}"
+  record="$base/.spark-vllm/verified-$name"
+  if [ -f "$record" ]; then
+    changed=0
+    while read -r etag size mtime; do
+      case $etag in '' | *[!0-9a-f]*) continue ;; esac
+      now=$(stat -c '%s %.9Y' -- "$repo/blobs/$etag" 2>/dev/null) || now=gone
+      [ "$now" = "$size $mtime" ] || changed=$((changed + 1))
+    done < "$record"
+    printf 'changed\t%s\n' "$changed"
+  fi
 done

@@ -53,6 +53,7 @@ from ._common import (
 )
 from ._containers import (
     command_tokens,
+    env_pairs,
     envs_of,
     flag_value,
     has_flag,
@@ -64,8 +65,12 @@ from ._containers import (
 )
 from ._secrets import (
     API_ENV_NAMES,
+    API_KEY_RE,
     HF_ENV_NAMES,
     HF_TOKEN_RE,
+    classify_env,
+    env_findings,
+    mask,
     plaintext_config_keys,
     read_stack_config_text,
     secret_findings,
@@ -92,6 +97,7 @@ from .pinning import (
 )
 from .privileges import no_privileged_containers, validate_no_privileged
 from .ray_exposure import (
+    auth_findings,
     parse_ip,
     ray_exposure_findings,
     ray_not_exposed,
@@ -117,6 +123,7 @@ BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
 
 __all__ = [
     "API_ENV_NAMES",
+    "API_KEY_RE",
     "BY_NAME",
     "COMMAND_TYPES",
     "COMMIT_RE",
@@ -136,10 +143,14 @@ __all__ = [
     "VLLM_IMAGE",
     "VLLM_SERVER",
     "Report",
+    "auth_findings",
+    "classify_env",
     "command_tokens",
     "conf",
     "elements",
     "enforce_eager_advisory",
+    "env_findings",
+    "env_pairs",
     "environment_of",
     "envs_of",
     "fabric_mtu",
@@ -155,6 +166,7 @@ __all__ = [
     "is_unknown",
     "labels_of",
     "mapping_items",
+    "mask",
     "memory_fit",
     "memory_fit_findings",
     "nccl_findings",

@@ -1,5 +1,6 @@
 """Docker container and command helpers: argv and shell tokenizing, `--flag` values, container
-labels and envs, which containers run Ray, the host behind a docker provider."""
+labels and envs (`env_pairs` knows when they are unknown), which containers run Ray, the host
+behind a docker provider."""
 from __future__ import annotations
 
 import re
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 
 from pulumi_policy import PolicyResource
 
-from ._common import Json, elements, get, text
+from ._common import UNKNOWN, Json, elements, get, text
 
 
 def _words(item: str) -> list[str]:
@@ -87,6 +88,22 @@ def envs_of(props: Json) -> dict[str, str]:
         if isinstance(item, str) and "=" in item:
             k, v = item.split("=", 1)
             out[k] = v
+    return out
+
+
+def env_pairs(props: Json) -> list[tuple[str, str]] | None:
+    """Container `envs` as (name, value) pairs in order; None when the list or any entry is
+    unknown (during preview), so that nothing is concluded from what is missing."""
+    raw = get(props, "envs")
+    if raw is UNKNOWN:
+        return None
+    out: list[tuple[str, str]] = []
+    for item in elements(raw):
+        if item is UNKNOWN:
+            return None
+        if isinstance(item, str) and "=" in item:
+            k, v = item.split("=", 1)
+            out.append((k, v))
     return out
 
 

@@ -5,6 +5,19 @@ value, indistinguishable from a plaintext one: a rule cannot ask "is this a secr
 therefore check where a value sits (command lines, labels and inline shell are never safe), whether
 the stack file holds the key as `secure:`, and optionally that the resource carries
 `additionalSecretOutputs` for the property (policies/README.md "Secrets").
+
+Environment values are never a safe place either, secret Output or not: a container's `envs` are
+readable in `docker inspect` (and by every process in the container), a command's `environment`
+and inline `KEY=value` reach the node's process table. The program passes its secrets on stdin
+or in files. So every environment value is scanned, wherever it is: container `envs` and
+`command` tokens, command `environment` and `KEY=value` words of create/update/delete scripts, and
+the NcclEnvironment's `nodes[].env` (where `nccl.extraEnv` lands). A value is a secret when it
+looks like a token (`hf_` + 20 or more alphanumerics, OpenAI-style `sk-` keys) or when its name
+says so (*TOKEN*, *SECRET*, *PASSWORD*, *API_KEY* ...) and it holds a literal (not a `$VAR`
+reference, not a flag such as 0/1/true/false, not a *_PATH/*_FILE name pointing at a file).
+`classify_env` decides, and which rule reports it: the HF token and other tokens go to
+hf-token-secret, API keys and other secrets to vllm-api-key. Findings name the resource and the
+key and show the value only masked (`mask`).
 """
 from __future__ import annotations
 
@@ -19,10 +32,12 @@ from pulumi_policy import PolicyResource, StackValidationArgs
 from ._common import (
     COMMAND_TYPES,
     CONTAINER,
+    NCCL_ENV,
     ConfigSource,
     Finding,
     Report,
     conf,
+    elements,
     get,
     mapping_items,
     text,
@@ -30,8 +45,100 @@ from ._common import (
 from ._containers import command_tokens, envs_of, flag_value, is_literal, labels_of, shell_tokens
 
 HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
+API_KEY_RE = re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}")  # OpenAI-style keys
 HF_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN")
 API_ENV_NAMES = ("VLLM_API_KEY",)
+
+# Names that say they hold a secret (TOKENIZERS_PARALLELISM and MAX_TOKENS do not).
+SECRET_NAME_RE = re.compile(r"TOKEN(?!IZER|S)|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY"
+                            r"|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE)
+API_NAME_RE = re.compile(r"API_?KEY", re.IGNORECASE)
+# ... unless they name a file holding it (RAY_AUTH_TOKEN_PATH, HF_TOKEN_PATH)
+FILE_REF_RE = re.compile(r"_(?:PATH|FILE|DIR|FILENAME)$", re.IGNORECASE)
+FLAG_VALUES = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
+# `KEY=value` words of scripts: environment-style (upper case) names only, so a Python or shell
+# local such as `token=token` is not taken for an environment variable
+SCRIPT_ASSIGNMENT_RE = re.compile(r"([A-Z_][A-Z0-9_]*)=(.*)", re.DOTALL)
+
+HF, API = "hf-token-secret", "vllm-api-key"  # which rule reports a finding
+
+
+def mask(value: str) -> str:
+    """What a message may show of a secret: its public prefix (hf_, sk-) and its length."""
+    prefix = next((p for p in ("hf_", "sk-") if value.startswith(p)), "")
+    return f"{prefix}*** {len(value)} chars"
+
+
+def classify_env(name: str, value: str) -> tuple[str, str] | None:
+    """(rule, what) when the environment value `name=value` holds a secret, else None."""
+    if HF_TOKEN_RE.search(value):
+        return HF, "the HF token"
+    if API_KEY_RE.search(value):
+        return API, "an API key"
+    if not is_literal(value) or value.strip().lower() in FLAG_VALUES or FILE_REF_RE.search(name):
+        return None
+    upper = name.upper()
+    if upper in HF_ENV_NAMES:
+        return HF, "the HF token"
+    if upper in API_ENV_NAMES or API_NAME_RE.search(upper):
+        return API, "an API key"
+    found = SECRET_NAME_RE.search(upper)
+    if found is None:
+        return None
+    return (HF, "a token") if found.group(0).upper() == "TOKEN" else (API, "a secret")
+
+
+def _assignments(tokens: Sequence[str]) -> list[tuple[str, str]]:
+    """The `KEY=value` words among shell/argv tokens."""
+    out = []
+    for tok in tokens:
+        m = SCRIPT_ASSIGNMENT_RE.fullmatch(tok)
+        if m:
+            out.append((m.group(1), m.group(2)))
+    return out
+
+
+def env_findings(args: StackValidationArgs, rule: str) -> list[Finding]:
+    """Every environment value holding a secret that `rule` reports: (message, urn)."""
+    out: list[Finding] = []
+
+    def add(where: str, name: str, value: str, urn: str, fix: str) -> None:
+        found = classify_env(name, value)
+        if found is not None and found[0] == rule:
+            link = "to" if where.endswith(" sets") else "carries"
+            out.append((f"{where} {name} {link} {found[1]} ({mask(value)}); {fix}", urn))
+
+    inspect = ("environment values are readable in `docker inspect` and the state; pass it on "
+               "stdin or in a mounted file from a secret")
+    for r in args.resources:
+        if r.resource_type == CONTAINER:
+            for item in elements(get(r.props, "envs")):
+                if isinstance(item, str) and "=" in item:
+                    name, value = item.split("=", 1)
+                    add(f"container {r.name}: env", name, value, r.urn, inspect)
+            tokens = command_tokens(r.props) + command_tokens(r.props, "entrypoints")
+            for name, value in _assignments(tokens):
+                add(f"container {r.name}: its command sets", name, value, r.urn,
+                    "a command line is readable in `ps` and `docker inspect`")
+        elif r.resource_type in COMMAND_TYPES:
+            for name, value in mapping_items(get(r.props, "environment")):
+                if isinstance(value, str):
+                    add(f"command {r.name}: environment", name, value, r.urn,
+                        "the remote process's environment is readable on the node; pass it on "
+                        "stdin from a secret")
+            for key in ("create", "update", "delete"):
+                for name, value in _assignments(shell_tokens(text(get(r.props, key)))):
+                    add(f"command {r.name}: its {key} script sets", name, value, r.urn,
+                        "pass it on stdin from a secret, never inline")
+        elif r.resource_type == NCCL_ENV:
+            for node in elements(get(r.props, "nodes")):
+                node_name = text(get(node, "name")) or "?"
+                for name, value in mapping_items(get(node, "env")):
+                    if isinstance(value, str):
+                        add(f"NcclEnvironment {r.name}: node {node_name} env", name, value, r.urn,
+                            "nccl.extraEnv reaches every Ray container's env (`docker inspect`); "
+                            "use the secrets spark-vllm:hfToken / spark-vllm:vllmApiKey")
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -112,13 +219,16 @@ class _SecretSpec:
                 found.append(f)
         return found
 
-    def inline_assignments(self, token: str) -> list[str]:
-        """The env names `token` assigns a literal to (`HF_TOKEN=hf_...`)."""
-        return [name for name in self.env_names
-                if token.startswith(name + "=") and is_literal(token.split("=", 1)[1])]
-
     def looks_like_value(self, s: str) -> bool:
         return bool(self.value_re and self.value_re.search(s))
+
+    def loose_values(self, s: str, tokens: Sequence[str]) -> list[str]:
+        """Token-looking literals in `s` that no `KEY=value` word of `tokens` holds (those are
+        reported by `env_findings`)."""
+        if self.value_re is None:
+            return []
+        assigned = " ".join(value for _, value in _assignments(tokens))
+        return [m.group(0) for m in self.value_re.finditer(s) if m.group(0) not in assigned]
 
 
 def _secret_outputs(r: PolicyResource) -> list[str]:
@@ -131,12 +241,10 @@ def _container_findings(r: PolicyResource, s: _SecretSpec) -> list[Finding]:
     for f in s.literal_flags(tokens):
         out.append((f"container {r.name}: {s.what} passed on the command line ({f} ...), "
                     f"readable in `ps` and `docker inspect`", r.urn))
-    for tok in tokens:
-        for env_name in s.inline_assignments(tok):
-            out.append((f"container {r.name}: {s.what} inline in the command ({env_name}=...)",
-                        r.urn))
-        if s.looks_like_value(tok):
-            out.append((f"container {r.name}: a literal {s.what} appears in the command", r.urn))
+    for value in s.loose_values(" ".join(tokens), tokens):
+        if not any(flag_value(tokens, f) == value for f in s.cli_flags):
+            out.append((f"container {r.name}: {s.what} appears literally in the command "
+                        f"({mask(value)})", r.urn))
     for label, value in labels_of(r.props).items():
         if s.looks_like_value(text(value) or "") or label.upper() in s.env_names:
             out.append((f"container {r.name}: {s.what} in label {label}; labels are never secret",
@@ -152,15 +260,15 @@ def _script_findings(r: PolicyResource, key: str, script: str, s: _SecretSpec) -
     """One `create`/`update`/`delete` script of a command."""
     toks = shell_tokens(script)
     out: list[Finding] = []
-    for tok in toks:
-        for env_name in s.inline_assignments(tok):
-            out.append((f"command {r.name}: {s.what} inline in its {key} script "
-                        f"({env_name}=...); pass it in `environment` from a secret", r.urn))
+    flagged = []
     for f in s.literal_flags(toks):
+        flagged.append(flag_value(toks, f))
         out.append((f"command {r.name}: {s.what} on the command line of its {key} script "
                     f"({f} ...)", r.urn))
-    if s.looks_like_value(script):
-        out.append((f"command {r.name}: a literal {s.what} appears in its {key} script", r.urn))
+    for value in s.loose_values(script, toks):
+        if value not in flagged:
+            out.append((f"command {r.name}: {s.what} appears literally in its {key} script "
+                        f"({mask(value)})", r.urn))
     return out
 
 
@@ -179,10 +287,12 @@ def _command_findings(r: PolicyResource, s: _SecretSpec) -> list[Finding]:
 
 
 def secret_findings(args: StackValidationArgs, env_names: Sequence[str], cli_flags: Sequence[str],
-                    value_re: re.Pattern[str] | None, what: str) -> list[Finding]:
-    """Plaintext placements of a secret in containers and commands: (message, urn)."""
+                    value_re: re.Pattern[str] | None, what: str, *,
+                    rule: str = "") -> list[Finding]:
+    """Plaintext placements of a secret in containers and commands, and (with `rule`) every
+    environment value holding a secret that rule reports (`env_findings`): (message, urn)."""
     s = _SecretSpec(env_names, cli_flags, value_re, what, bool(conf(args, "requireSecretOutputs")))
-    out: list[Finding] = []
+    out: list[Finding] = env_findings(args, rule) if rule else []
     for r in args.resources:
         if r.resource_type == CONTAINER:
             out.extend(_container_findings(r, s))

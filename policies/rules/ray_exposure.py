@@ -1,15 +1,23 @@
-"""7. ray-not-exposed: Ray's GCS, client and dashboard ports stay off the management and public
-networks.
+"""7. ray-not-exposed: what really protects Ray: token authentication, and a dashboard that
+stays off the management and public networks.
 
-Judged from the `ray start` flags (host networking makes `ports` moot): `--node-ip-address` must be
-a fabric address, the head's dashboard off or on 127.0.0.1/fabric (Ray's default
-`--dashboard-host` is 127.0.0.1, see https://docs.ray.io/en/latest/cluster/cli.html#ray-start),
-published Ray ports only on loopback/fabric. A flag holding a shell variable (`$FABRIC_IP`) cannot
-be judged and is skipped (policies/README.md "Ray exposure").
+`--node-ip-address` only sets the address Ray advertises: Ray's servers (GCS, raylet, object
+manager, client server) listen on every interface whatever it says, so it is not judged. What
+keeps strangers out is Ray's token authentication: every Ray container (`is_ray_container`) must
+carry `RAY_AUTH_MODE=token` and `RAY_AUTH_TOKEN_PATH=<file>` with that file mounted into the
+container (a `mounts` entry, or a `volumes` entry, with that target), read-only, and must not
+carry the token itself (`RAY_AUTH_TOKEN=<literal>`) in its env: envs are readable in
+`docker inspect` and the state. Unknown envs or mounts (preview) are not judged.
+
+The head's dashboard is off or bound to 127.0.0.1/a fabric address (Ray's default
+`--dashboard-host` is 127.0.0.1, https://docs.ray.io/en/latest/cluster/cli.html#ray-start);
+without host networking, published Ray ports only on loopback/fabric. A flag holding a shell
+variable (`$FABRIC_IP`) cannot be judged and is skipped (policies/README.md "Ray exposure").
 """
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -25,19 +33,29 @@ from ._common import (
     DEFAULTS,
     NCCL_ENV,
     SPARK_NODE,
+    UNKNOWN,
     ConfigSource,
     Json,
     Props,
     Report,
     conf,
     elements,
+    flag,
     get,
     num,
     stack_config,
     text,
 )
-from ._containers import command_tokens, flag_value, is_ray_container, provider_host
+from ._containers import (
+    command_tokens,
+    env_pairs,
+    flag_value,
+    is_literal,
+    is_ray_container,
+    provider_host,
+)
 from ._schema import schema
+from ._secrets import mask
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -85,6 +103,9 @@ def _listen_ok(ip: IPAddress, management: set[str], subnets: Sequence[IPNetwork]
         return True
     if subnets:
         return _in_subnets(ip, subnets)
+    if fabric_ips:  # the stack's fabric addresses are known: nothing else is one
+        return False
+    # nothing known about the fabric: the address Ray advertises, if private, is the best guess
     return ip == node_ip and ip.is_private
 
 
@@ -104,31 +125,62 @@ class _Container:
         return _listen_ok(ip, self.management, self.subnets, self.node_ip, self.fabric_ips)
 
 
-def _node_ip_finding(c: _Container) -> str | None:
-    """`--node-ip-address`: where Ray binds its GCS/object manager and what it advertises."""
-    raw, ip = c.node_ip_raw, c.node_ip
-    if raw is None:
-        if not c.tokens:
-            return None
-        return (f"container {c.name}: `ray start` has no --node-ip-address; Ray then binds and "
-                f"advertises the default-route (management) address")
-    if ip is None:
-        return None  # a shell variable cannot be judged here
-    if ip.is_unspecified:
-        return (f"container {c.name}: --node-ip-address {raw} binds Ray's GCS/object "
-                f"manager on every interface; use the node's fabric address")
-    if str(ip) in c.management:
-        return (f"container {c.name}: --node-ip-address {raw} is the management "
-                f"address; use the node's fabric address")
-    if c.fabric_ips and str(ip) not in c.fabric_ips:
-        return (f"container {c.name}: --node-ip-address {raw} is not a fabric address "
-                f"of the stack ({', '.join(sorted(c.fabric_ips))})")
-    if c.subnets and not _in_subnets(ip, c.subnets):
-        return (f"container {c.name}: --node-ip-address {raw} is outside the fabric "
-                f"subnets {', '.join(map(str, c.subnets))}")
-    if not ip.is_private:
-        return f"container {c.name}: --node-ip-address {raw} is a public address"
-    return None
+_OPEN = ("Ray's servers listen on every interface, so whoever reaches the node can join or drive "
+         "the cluster")
+
+
+def _mount_of(props: Props, target: str) -> Json:
+    """The `mounts` (or `volumes`) entry whose target is `target`; UNKNOWN when that cannot be
+    told (unknown list or entry), None when there is none."""
+    want = posixpath.normpath(target)
+    unknown = False
+    for key, field in (("mounts", "target"), ("volumes", "containerPath")):
+        raw = get(props, key)
+        if raw is UNKNOWN:
+            unknown = True
+            continue
+        for m in elements(raw):
+            path = text(get(m, field))
+            if m is UNKNOWN or get(m, field) is UNKNOWN:
+                unknown = True
+            elif path and posixpath.normpath(path) == want:
+                return m
+    return UNKNOWN if unknown else None
+
+
+def auth_findings(name: str, props: Props) -> list[str]:
+    """Ray token authentication of one Ray container (see the module docstring)."""
+    pairs = env_pairs(props)
+    if pairs is None:
+        return []  # unknown during preview: nothing can be concluded from what is missing
+    env = dict(pairs)
+    out: list[str] = []
+    mode = env.get("RAY_AUTH_MODE")
+    if mode is None:
+        out.append(f"container {name}: Ray runs without token authentication: RAY_AUTH_MODE is "
+                   f"not set; {_OPEN}; set RAY_AUTH_MODE=token")
+    elif mode.strip().lower() != "token":
+        out.append(f"container {name}: Ray runs without token authentication: "
+                   f"RAY_AUTH_MODE={mode}, not token; {_OPEN}")
+    path = env.get("RAY_AUTH_TOKEN_PATH", "").strip()
+    if not path:
+        out.append(f"container {name}: RAY_AUTH_TOKEN_PATH is not set: Ray's token must come "
+                   f"from a file mounted read-only into the container")
+    else:
+        mount = _mount_of(props, path)
+        if mount is None:
+            out.append(f"container {name}: RAY_AUTH_TOKEN_PATH {path} is not mounted into the "
+                       f"container (no mount with target {path}): Ray cannot read its token")
+        elif mount is not UNKNOWN and flag(get(mount, "readOnly")) is not True \
+                and get(mount, "readOnly") is not UNKNOWN:
+            out.append(f"container {name}: the Ray auth token file {path} is mounted writable; "
+                       f"mount it read-only")
+    token = env.get("RAY_AUTH_TOKEN")
+    if token is not None and is_literal(token):
+        out.append(f"container {name}: carries the Ray auth token itself in env RAY_AUTH_TOKEN "
+                   f"({mask(token)}); envs are readable in `docker inspect` and the state: mount "
+                   f"it as a file and point RAY_AUTH_TOKEN_PATH at it")
+    return out
 
 
 def _dashboard_finding(c: _Container) -> str | None:
@@ -142,8 +194,10 @@ def _dashboard_finding(c: _Container) -> str | None:
     host = parse_ip("127.0.0.1" if host_raw == "localhost" else host_raw)
     if host is None or c.listen_ok(host):
         return None
+    why = ("every interface" if host.is_unspecified else "a management address"
+           if str(host) in c.management else "not a fabric address")
     return (f"container {c.name}: the Ray dashboard listens on --dashboard-host "
-            f"{host_raw}; disable it (--include-dashboard=false) or bind 127.0.0.1 "
+            f"{host_raw} ({why}); disable it (--include-dashboard=false) or bind 127.0.0.1 "
             f"or the fabric address")
 
 
@@ -178,7 +232,10 @@ def ray_exposure_findings(name: str, props: Props, management: set[str],
     node_ip_raw = flag_value(tokens, "--node-ip-address")
     c = _Container(name, tokens, management, subnets, fabric_ips, node_ip_raw,
                    parse_ip(node_ip_raw))
-    out = [msg for msg in (_node_ip_finding(c), _dashboard_finding(c)) if msg]
+    out = auth_findings(name, props)
+    dashboard = _dashboard_finding(c)
+    if dashboard:
+        out.append(dashboard)
     return out + _published_port_findings(c, props, ray_ports)
 
 
@@ -221,13 +278,16 @@ def validate_ray_not_exposed(args: StackValidationArgs, report: Report) -> None:
 
 ray_not_exposed = StackValidationPolicy(
     name="ray-not-exposed",
-    description="Ray's GCS, client and dashboard ports are not bound to management or public "
-                "addresses: --node-ip-address is a fabric address, the dashboard is off or on "
-                "127.0.0.1/fabric, no published Ray ports.",
+    description="Every Ray container uses token authentication (RAY_AUTH_MODE=token, "
+                "RAY_AUTH_TOKEN_PATH mounted read-only, no RAY_AUTH_TOKEN literal in its env): "
+                "Ray listens on every interface; the dashboard is off or on 127.0.0.1/fabric, "
+                "no published Ray ports.",
     validate=validate_ray_not_exposed,
     enforcement_level=EnforcementLevel.MANDATORY,
-    remediation_steps="Start Ray with --node-ip-address=<fabric IP>, --include-dashboard=false (or "
-                      "--dashboard-host=127.0.0.1), host networking and no `ports` for 6379/8265/"
+    remediation_steps="Give every Ray container RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH=<file> "
+                      "with that file bind-mounted read-only (never the token in an env value); "
+                      "start the head with --include-dashboard=false (or --dashboard-host="
+                      "127.0.0.1 / its fabric IP), host networking and no `ports` for 6379/8265/"
                       "10001; reach the dashboard through an SSH tunnel.",
     config_schema=schema(
         fabricSubnets={"type": "array", "items": {"type": "string"}, "default": [],

@@ -88,7 +88,7 @@ def vllm_server(**over):
     props = {
         "environment": "prod", "tensorParallelSize": 2, "pipelineParallelSize": 1,
         "clusterGpus": 2, "gpuMemoryUtilization": 0.80, "modelBytes": 125_000_000_000,
-        "maxModelLen": 65536, "enforceEager": False,
+        "maxModelLen": 65536, "enforceEager": False, "host": "0.0.0.0",
         "nodes": [{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True},
                   {"name": "spark-2", "memTotalBytes": MEM, "unifiedMemory": True}],
         "apiKey": secret("sk-test-key"),
@@ -113,14 +113,25 @@ def nccl_env(**over):
     return props
 
 
+RAY_TOKEN_PATH = "/run/spark-vllm/ray-auth-token"  # in the container; a read-only bind mount
+HF_MOUNT = {"target": "/root/.cache/huggingface", "type": "bind",
+            "source": "/root/.cache/huggingface"}
+RAY_TOKEN_MOUNT = {"target": RAY_TOKEN_PATH, "type": "bind",
+                   "source": "/var/lib/spark-vllm/ray-auth-token", "readOnly": True}
+
+
 def ray_head(**over):
+    """The program's head container: no secret in envs (the HF token and API key go on stdin),
+    Ray token authentication from a file mounted read-only."""
     props = {
         "image": "sha256:" + "a" * 64, "networkMode": "host", "privileged": False,
         "capabilities": {"adds": ["IPC_LOCK"], "drops": []},
         "command": ["ray", "start", "--head", "--node-ip-address=192.168.177.11", "--port=6379",
                     "--include-dashboard=false", "--block"],
-        "envs": ["NCCL_SOCKET_IFNAME=enp1s0f1np1", secret("HF_TOKEN=hf_" + "x" * 34),
-                 secret("VLLM_API_KEY=sk-test-key")],
+        "envs": ["HF_HOME=/root/.cache/huggingface", "HF_HUB_OFFLINE=1",
+                 "NCCL_SOCKET_IFNAME=enp1s0f1np1", "RAY_AUTH_MODE=token",
+                 f"RAY_AUTH_TOKEN_PATH={RAY_TOKEN_PATH}"],
+        "mounts": [HF_MOUNT, RAY_TOKEN_MOUNT],
         "labels": [{"label": "spark-vllm.managed", "value": "true"},
                    {"label": "spark-vllm.role", "value": "ray-head"}],
         "ports": [],

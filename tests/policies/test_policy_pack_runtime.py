@@ -211,6 +211,15 @@ def test_breaking_stack_data_file_is_well_formed():
     assert cfg["spark-vllm:vllm"]["gpuMemoryUtilization"] <= 0.05
     node = cfg["spark-vllm:nodes"][0]
     assert node["fabric"][0]["ip"] == node["host"]
+    # ray-not-exposed breaks on the dashboard bound to that management address (the head's first
+    # fabric IP): the message the e2e test expects is the rule's own
+    assert cfg["spark-vllm:ray"]["dashboard"] is True
+    head = ray_head(command=["ray", "start", "--head", "--include-dashboard=true",
+                             f"--dashboard-host={node['fabric'][0]['ip']}"])
+    msgs = run(rules.ray_not_exposed, sargs(
+        [res(rules.SPARK_NODE, {"name": node["name"], "host": node["host"]}, node["name"]),
+         res(CONTAINER, head, "ray-head")], {"fabricSubnets": cfg["spark-vllm:nccl"]["fabricSubnets"]}))
+    assert len(msgs) == 1 and doc["expectViolations"]["ray-not-exposed"] in msgs[0], msgs
     for policy_name in doc["policyPackConfig"]:
         assert policy_name in ALL_NAMES
 
@@ -223,10 +232,13 @@ def test_stack_config_fallbacks(monkeypatch):
         "spark-vllm:environment": "prod",
         "spark-vllm:nccl": json.dumps({"fabricSubnets": ["192.168.177.0/24"]}),
     }))
-    worker = ray_head(command=["ray", "start", "--node-ip-address=192.168.200.5"])
-    msgs = run(rules.ray_not_exposed, sargs([res(CONTAINER, worker, "w")]))
-    assert msgs == ["container w: --node-ip-address 192.168.200.5 is outside the fabric subnets "
-                    "192.168.177.0/24"]
+    head = ray_head(command=["ray", "start", "--head", "--dashboard-host=192.168.200.5"])
+    msgs = run(rules.ray_not_exposed, sargs([res(CONTAINER, head, "w")]))
+    assert msgs == ["container w: the Ray dashboard listens on --dashboard-host 192.168.200.5 (not "
+                    "a fabric address); disable it (--include-dashboard=false) or bind 127.0.0.1 "
+                    "or the fabric address"]
+    inside = ray_head(command=["ray", "start", "--head", "--dashboard-host=192.168.177.5"])
+    assert run(rules.ray_not_exposed, sargs([res(CONTAINER, inside, "w")])) == []
     img = res(VLLM_IMAGE, {"ref": "vllm-spark:latest", "imageIds": {}}, "img")
     assert any("not pinned by digest" in m for m in run(rules.prod_pinned, sargs([img])))
 
@@ -267,3 +279,32 @@ def test_pack_serves_over_grpc_like_the_engine_starts_it():
         proc.wait(timeout=10)
         proc.stdout.close()
         proc.stderr.close()
+
+
+# ------------------------------------------------- secrets in env values, in the engine's wire form
+def test_secret_env_values_are_reported_through_the_servicer():
+    """nccl.extraEnv reaches the NcclEnvironment's nodes[].env and every Ray container's envs; a
+    token there is reported by the secret rules, naming resource and key, masked, whether the
+    engine sends the value marked secret or not."""
+    token, key = "hf_" + "a1B2c3D4" * 4 + "xy", "sk-" + "0123456789abcdefghij"
+    nccl = nccl_env()
+    nccl["nodes"][0]["env"]["HF_TOKEN"] = secret(token)
+    nccl["nodes"][1]["env"]["MY_KEY"] = key
+    head = ray_head(envs=["NCCL_DEBUG=WARN", secret(f"VLLM_API_KEY={key}"), f"X={token}"])
+    cmd = {"create": "true", "environment": {"HF_TOKEN": secret(token)}}
+    diags = analyze_stack([(NCCL_ENV, "nccl", nccl), (CONTAINER, "ray-head", head),
+                           ("command:remote:Command", "fetch", cmd)])
+    by_rule: dict[str, list[str]] = {}
+    for d in diags:
+        by_rule.setdefault(d.policyName, []).append(d.message)
+        assert token not in d.message and key not in d.message, d.message
+    hf, api = by_rule.get("hf-token-secret", []), by_rule.get("vllm-api-key", [])
+    assert any("NcclEnvironment nccl: node spark-1 env HF_TOKEN carries the HF token (hf_*** "
+               "37 chars)" in m for m in hf), hf
+    assert any("container ray-head: env X carries the HF token" in m for m in hf), hf
+    assert any("command fetch: environment HF_TOKEN carries the HF token" in m for m in hf), hf
+    assert any("NcclEnvironment nccl: node spark-2 env MY_KEY carries an API key (sk-*** 23 chars)"
+               in m for m in api), api
+    assert any("container ray-head: env VLLM_API_KEY carries an API key" in m for m in api), api
+    assert all(d.enforcementLevel == proto.MANDATORY for d in diags
+               if d.policyName in ("hf-token-secret", "vllm-api-key"))

@@ -47,8 +47,10 @@ def healthy_stack(**over):
                           "commit": "0" * 40}, "model"),
         res(CONTAINER, ray_head(), "ray-head-spark-1", provider_host="ssh://root@10.77.0.11"),
         res(CONTAINER, ray_worker(), "ray-worker-spark-2", provider_host="ssh://root@10.77.0.12"),
-        res(REMOTE, {"create": 'HF_TOKEN="$HF_TOKEN" hf download Qwen/Qwen3.5-122B-A10B-FP8',
-                     "environment": {"HF_TOKEN": secret("hf_" + "x" * 34)}}, "download"),
+        # the program's channel: the token on stdin (components/model_cache.py), never env
+        res(REMOTE, {"create": "python3 -c 'token = sys.stdin.read().strip() or None' "
+                               "Qwen/Qwen3.5-122B-A10B-FP8",
+                     "stdin": secret("hf_" + "x" * 34)}, "download", aso=["stdin"]),
     ]
     return resources
 
@@ -186,17 +188,25 @@ def test_ray_not_exposed_passes():
     assert run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG)) == []
 
 
-def test_ray_not_exposed_fails_on_management_address_and_open_dashboard():
-    head = ray_head(command=["bash", "-lc", "ray start --head --node-ip-address 10.77.0.11 "
-                                            "--dashboard-host=0.0.0.0 --block"])
+def test_ray_not_exposed_fails_on_an_open_or_management_dashboard():
+    """The dashboard rule stays: off, or on 127.0.0.1 or a fabric address only (a shell string
+    command is read too). --node-ip-address is not judged (it only sets what Ray advertises)."""
+    wildcard = ray_head(command=["bash", "-lc", "ray start --head --node-ip-address 10.77.0.11 "
+                                                "--dashboard-host=0.0.0.0 --block"])
+    mgmt = ray_head(command=["ray", "start", "--head", "--dashboard-host=10.77.0.11"])
     stack = [res(SPARK_NODE, spark_node("spark-1", "10.77.0.11"), "spark-1"),
-             res(CONTAINER, head, "ray-head-spark-1")]
+             res(CONTAINER, wildcard, "ray-head-spark-1"), res(CONTAINER, mgmt, "h2")]
     msgs = run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG))
-    assert any("--node-ip-address 10.77.0.11 is the management address" in m for m in msgs), msgs
-    assert any("dashboard listens on --dashboard-host 0.0.0.0" in m for m in msgs), msgs
+    assert msgs == [
+        "container ray-head-spark-1: the Ray dashboard listens on --dashboard-host 0.0.0.0 "
+        "(every interface); disable it (--include-dashboard=false) or bind 127.0.0.1 or the "
+        "fabric address",
+        "container h2: the Ray dashboard listens on --dashboard-host 10.77.0.11 (a management "
+        "address); disable it (--include-dashboard=false) or bind 127.0.0.1 or the fabric "
+        "address"], msgs
 
 
-def test_ray_not_exposed_fails_on_wildcard_missing_address_and_published_ports():
+def test_ray_not_exposed_fails_on_published_ports_not_on_the_node_ip():
     wildcard = ray_worker(command=["ray", "start", "--node-ip-address=0.0.0.0"])
     missing = ray_worker(command=["ray", "start", "--address=192.168.177.11:6379"])
     bridged = ray_head(networkMode="bridge", ports=[{"internal": 8265, "external": 8265},
@@ -207,26 +217,36 @@ def test_ray_not_exposed_fails_on_wildcard_missing_address_and_published_ports()
     stack = [res(CONTAINER, wildcard, "w1"), res(CONTAINER, missing, "w2"),
              res(CONTAINER, bridged, "h1"), res(CONTAINER, hostnet, "h2")]
     msgs = run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG))
-    assert any("container w1: --node-ip-address 0.0.0.0 binds" in m for m in msgs), msgs
-    assert any("container w2: `ray start` has no --node-ip-address" in m for m in msgs), msgs
-    assert any("container h1: publishes Ray port 8265 on 0.0.0.0:8265" in m for m in msgs), msgs
-    assert not any("6379 on 127.0.0.1" in m for m in msgs)
-    assert not any("h2" in m for m in msgs)
+    # the wildcard/missing --node-ip-address is no finding: Ray listens everywhere anyway
+    assert msgs == ["container h1: publishes Ray port 8265 on 0.0.0.0:8265"], msgs
 
 
 def test_ray_not_exposed_uses_provider_host_as_management():
-    head = ray_head(command=["ray", "start", "--head", "--node-ip-address=10.77.0.11",
-                             "--include-dashboard=false"])
+    head = ray_head(command=["ray", "start", "--head", "--dashboard-host=10.77.0.11"])
     msgs = run(rules.ray_not_exposed,
                sargs([res(CONTAINER, head, "h", provider_host="ssh://root@10.77.0.11:22")]))
-    assert msgs and "is the management address" in msgs[0]
+    assert len(msgs) == 1 and "--dashboard-host 10.77.0.11 (a management address)" in msgs[0]
 
 
 # ----------------------------------------------------------------------------- 8. vllm-api-key
-def test_vllm_api_key_passes_in_prod_with_a_key_and_in_dev_without():
+def test_vllm_api_key_passes_with_a_key_and_in_dev_on_loopback_without():
     assert run(rules.vllm_api_key, sargs(healthy_stack())) == []
-    dev = [res(VLLM_SERVER, vllm_server(environment="dev", apiKey=None), "vllm")]
-    assert run(rules.vllm_api_key, sargs(dev)) == []
+    for host in ("127.0.0.1", "127.0.1.1", "::1", "localhost"):
+        dev = [res(VLLM_SERVER, vllm_server(environment="dev", apiKey=None, host=host), "vllm")]
+        assert run(rules.vllm_api_key, sargs(dev)) == [], host
+
+
+def test_vllm_api_key_fails_in_dev_without_key_beyond_loopback():
+    """Issue 18: dev was exempt whatever vLLM listened on; a key is needed off loopback."""
+    for host in ("0.0.0.0", "10.77.0.11", "::", "spark-1"):
+        dev = [res(VLLM_SERVER, vllm_server(environment="dev", apiKey=None, host=host), "vllm")]
+        msgs = run(rules.vllm_api_key, sargs(dev))
+        assert len(msgs) == 1, host
+        assert msgs[0].startswith(f"environment 'dev', vLLM listening on {host}: vLLM serves "
+                                  "without an API key")
+    # in prod a loopback bind does not exempt it
+    prod = [res(VLLM_SERVER, vllm_server(apiKey=None, host="127.0.0.1"), "vllm")]
+    assert run(rules.vllm_api_key, sargs(prod))[0].startswith("environment 'prod': ")
 
 
 def test_vllm_api_key_fails_outside_dev_without_key():
@@ -234,8 +254,9 @@ def test_vllm_api_key_fails_outside_dev_without_key():
         props = vllm_server(environment=env)
         del props["apiKey"]
         msgs = run(rules.vllm_api_key, sargs([res(VLLM_SERVER, props, "vllm")]))
-        assert msgs == [f"environment '{env}': vLLM serves without an API key; set one with "
-                        f"`pulumi config set --secret spark-vllm:vllmApiKey <key>`"]
+        assert len(msgs) == 1
+        assert msgs[0].startswith(f"environment '{env}': vLLM serves without an API key")
+        assert "pulumi config set --secret spark-vllm:vllmApiKey <key>" in msgs[0]
     # the environment may also come from pack config when the prop is missing
     props = vllm_server(apiKey="")
     del props["environment"]
@@ -250,8 +271,8 @@ def test_vllm_api_key_fails_on_plaintext_placements(monkeypatch):
     msgs = run(rules.vllm_api_key, sargs([res(CONTAINER, head, "head"), res(REMOTE, cmd, "serve")]))
     assert any("container head: the vLLM API key passed on the command line (--api-key" in m
                for m in msgs), msgs
-    assert any("command serve: the vLLM API key inline in its create script (VLLM_API_KEY=...)"
-               in m for m in msgs), msgs
+    assert any("command serve: its create script sets VLLM_API_KEY to an API key (sk-*** 11 "
+               "chars); pass it on stdin from a secret, never inline" in m for m in msgs), msgs
     # a shell reference is fine
     ok = ray_head(command=["bash", "-c", 'vllm serve m --api-key "$VLLM_API_KEY"'])
     assert run(rules.vllm_api_key, sargs([res(CONTAINER, ok, "head")])) == []
@@ -277,17 +298,25 @@ def test_read_stack_config_text_finds_the_stack_file(tmp_path, monkeypatch):
 
 
 def test_secret_outputs_option_can_be_required():
+    """An API key in envs is reported whatever its options; requireSecretOutputs adds the
+    missing additionalSecretOutputs on top."""
     cfg = {"requireSecretOutputs": True}
-    stack = [res(CONTAINER, ray_head(), "head")]
-    msgs = run(rules.vllm_api_key, sargs(stack, cfg))
-    assert msgs == ["container head: carries the vLLM API key in envs without "
-                    "additionalSecretOutputs=['envs']"]
-    assert run(rules.vllm_api_key, sargs([res(CONTAINER, ray_head(), "head", aso=["envs"])],
-                                         cfg)) == []
+    envs = ["RAY_AUTH_MODE=token", secret("VLLM_API_KEY=sk-test-key")]
+    in_env = ("container head: env VLLM_API_KEY carries an API key (sk-*** 11 chars); "
+              "environment values are readable in `docker inspect` and the state; pass it on "
+              "stdin or in a mounted file from a secret")
+    msgs = run(rules.vllm_api_key, sargs([res(CONTAINER, ray_head(envs=envs), "head")], cfg))
+    assert msgs == [in_env, "container head: carries the vLLM API key in envs without "
+                            "additionalSecretOutputs=['envs']"]
+    assert run(rules.vllm_api_key, sargs([res(CONTAINER, ray_head(envs=envs), "head",
+                                              aso=["envs"])], cfg)) == [in_env]
+    assert run(rules.vllm_api_key, sargs([res(CONTAINER, ray_head(), "head")], cfg)) == []
 
 
 # -------------------------------------------------------------------------- 9. hf-token-secret
-def test_hf_token_passes_via_envs_and_environment():
+def test_hf_token_passes_via_stdin():
+    """The program's channel (the fetch command's stdin); envs and `environment` are not safe
+    (test_secret_env_values_are_flagged_wherever_they_are)."""
     assert run(rules.hf_token_secret, sargs(healthy_stack())) == []
 
 
@@ -301,8 +330,8 @@ def test_hf_token_fails_on_plaintext_placements(monkeypatch):
     msgs = run(rules.hf_token_secret, sargs([res(REMOTE, cmd, "download"),
                                              res(CONTAINER, head, "head"),
                                              res(MODEL_CACHE, model, "model")]))
-    assert any("command download: the HF token inline in its create script (HF_TOKEN=...)" in m
-               for m in msgs), msgs
+    assert any("command download: its create script sets HF_TOKEN to the HF token (hf_*** 39 "
+               "chars)" in m for m in msgs), msgs
     assert any("container head: the HF token passed on the command line (--token" in m
                for m in msgs), msgs
     assert any("container head: the HF token in label note" in m for m in msgs), msgs
@@ -395,20 +424,21 @@ def test_ray_fabric_addresses_come_from_the_nccl_component():
     head = ray_head(command=["ray", "start", "--head", "--block", "--port", "6379",
                              "--node-ip-address", "192.168.177.11", "--include-dashboard=true",
                              "--dashboard-host=192.168.177.11"])
-    worker = ray_worker(command=["ray", "start", "--block", "--address", "192.168.177.11:6379",
-                                 "--node-ip-address", "172.16.9.9"])
+    other = ray_head(command=["ray", "start", "--head", "--node-ip-address", "172.16.9.9",
+                              "--dashboard-host", "172.16.9.9"])
     msgs = run(rules.ray_not_exposed, sargs([res(NCCL_ENV, nccl, "nccl"), res(CONTAINER, head, "h"),
-                                             res(CONTAINER, worker, "w")]))
-    assert msgs == ["container w: --node-ip-address 172.16.9.9 is not a fabric address of the "
-                    "stack (192.168.177.11, 192.168.177.12)"]
+                                             res(CONTAINER, other, "w")]))
+    assert msgs == ["container w: the Ray dashboard listens on --dashboard-host 172.16.9.9 (not a "
+                    "fabric address); disable it (--include-dashboard=false) or bind 127.0.0.1 "
+                    "or the fabric address"]
 
 
 def test_nested_sh_c_scripts_are_inspected():
     script = ("set -eu\ndocker exec -d ray-head sh -c 'cd /x; VLLM_API_KEY=sk-live-9 "
               "exec vllm serve m'")
     msgs = run(rules.vllm_api_key, sargs([res(REMOTE, {"create": script}, "serve")]))
-    assert msgs == ["command serve: the vLLM API key inline in its create script (VLLM_API_KEY=...);"
-                    " pass it in `environment` from a secret"]
+    assert msgs == ["command serve: its create script sets VLLM_API_KEY to an API key (sk-*** 9 "
+                    "chars); pass it on stdin from a secret, never inline"]
 
 
 def test_the_programs_vllm_start_script_passes_the_secret_rules():
@@ -416,7 +446,7 @@ def test_the_programs_vllm_start_script_passes_the_secret_rules():
     from hostscripts.vllm import vllm_start
 
     script = vllm_start("spark-vllm-ray-head", ["vllm", "serve", "m", "--port", "8000"],
-                        "http://127.0.0.1:8000", "m", "Say hello", 60, "ids")
+                        "http://127.0.0.1:8000", "m", "Say hello", 60, "ab" * 32)
     serve = res(REMOTE, {"create": script, "stdin": secret("sk-live-123")}, "serve",
                 aso=["stdin"])
     assert run(rules.vllm_api_key, sargs([serve])) == []
@@ -429,3 +459,157 @@ def test_memory_fit_reserve_check_runs_while_model_bytes_are_unknown():
     msgs = run(rules.memory_fit, rargs(VLLM_SERVER, props))
     assert len(msgs) == 2 and all("less than the OS reserve" in m for m in msgs)
     assert not any("weights per GPU" in m for m in msgs)
+
+
+# ----------------------------------------------------- secrets in environment values, anywhere
+HF_LIT = "hf_" + "Q7w8E9r0" * 4 + "zz"      # 37 characters in all
+SK_LIT = "sk-" + "live0123456789abcdefXYZ"   # an OpenAI-style key
+SECRETS = (HF_LIT, SK_LIT, "hunter2-pass", "ghp_example_token_1234", "s3cr3t-value")
+
+
+def _env_stack():
+    head = ray_head(envs=[
+        "NCCL_DEBUG=WARN", f"HF_TOKEN={HF_LIT}", f"NCCL_EXTRA={SK_LIT}",
+        "DB_PASSWORD=hunter2-pass", "GITHUB_TOKEN=ghp_example_token_1234",
+        "TOKENIZERS_PARALLELISM=false", "RAY_AUTH_TOKEN_PATH=/run/spark-vllm/ray-token",
+        "HF_HUB_DISABLE_IMPLICIT_TOKEN=1", "RAY_AUTH_MODE=token"])
+    cmd = {"create": f"export AWS_SECRET_ACCESS_KEY=s3cr3t-value\nFOO={HF_LIT} run\n"
+                     'HF_TOKEN="$HF_TOKEN" hf download m\ntoken=token; print(token)',
+           "environment": {"HF_TOKEN": secret(HF_LIT), "VLLM_API_KEY": secret(SK_LIT),
+                           "LOG_LEVEL": "info"}}
+    nccl = nccl_env()
+    nccl["nodes"][1]["env"].update({"HF_TOKEN": HF_LIT, "VLLM_API_KEY": SK_LIT,
+                                    "NCCL_NET_GDR_LEVEL": "2"})
+    return [res(CONTAINER, head, "ray-head"), res(REMOTE, cmd, "download"),
+            res(NCCL_ENV, nccl, "nccl")]
+
+
+def test_secret_env_values_are_flagged_wherever_they_are():
+    """nccl.extraEnv `HF_TOKEN=hf_...` / `VLLM_API_KEY=sk-...` reached the containers' env (and
+    `docker inspect`) unflagged: every env value of every container, command and the
+    NcclEnvironment's nodes[].env is scanned; findings name the resource and the key, never the
+    value (a masked form only)."""
+    hf = run(rules.hf_token_secret, sargs(_env_stack()))
+    api = run(rules.vllm_api_key, sargs(_env_stack()))
+    for fragment in ("container ray-head: env HF_TOKEN carries the HF token (hf_*** 37 chars)",
+                     "container ray-head: env GITHUB_TOKEN carries a token",
+                     "command download: environment HF_TOKEN carries the HF token",
+                     "command download: its create script sets FOO to the HF token (hf_*** 37 chars)",
+                     "NcclEnvironment nccl: node spark-2 env HF_TOKEN carries the HF token"):
+        assert any(fragment in m for m in hf), (fragment, hf)
+    for fragment in ("container ray-head: env NCCL_EXTRA carries an API key (sk-***",
+                     "container ray-head: env DB_PASSWORD carries a secret",
+                     "command download: environment VLLM_API_KEY carries an API key",
+                     "command download: its create script sets AWS_SECRET_ACCESS_KEY to a secret",
+                     "NcclEnvironment nccl: node spark-2 env VLLM_API_KEY carries an API key"):
+        assert any(fragment in m for m in api), (fragment, api)
+    for m in hf + api:
+        assert not any(s in m for s in SECRETS), m  # never the secret itself
+        for innocent in ("NCCL_DEBUG", "TOKENIZERS_PARALLELISM", "RAY_AUTH_TOKEN_PATH",
+                         "HF_HUB_DISABLE_IMPLICIT_TOKEN", "RAY_AUTH_MODE", "LOG_LEVEL",
+                         "NCCL_NET_GDR_LEVEL", "token=token", "spark-1"):
+            assert innocent not in m, m
+    # each finding once, in one rule
+    assert not set(hf) & set(api)
+    assert len(hf) == len(set(hf)) and len(api) == len(set(api))
+
+
+def test_env_references_and_unknowns_are_not_secrets():
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
+    head = ray_head(envs=["HF_TOKEN=", UNKNOWN_STRING_VALUE, "VLLM_API_KEY=$VLLM_API_KEY"])
+    cmd = {"create": 'VLLM_API_KEY="$KEY" vllm serve\nHF_TOKEN=${HF_TOKEN:-} x',
+           "environment": {"HF_TOKEN": UNKNOWN_STRING_VALUE}}
+    nccl = nccl_env()
+    nccl["nodes"][0]["env"] = UNKNOWN_STRING_VALUE
+    stack = [res(CONTAINER, head, "h"), res(REMOTE, cmd, "c"), res(NCCL_ENV, nccl, "n")]
+    assert run(rules.hf_token_secret, sargs(stack)) == []
+    assert run(rules.vllm_api_key, sargs(stack)) == []
+
+
+def test_the_programs_own_resources_pass_the_secret_and_ray_rules():
+    """Every resource of the components' golden stacks (tests/unit/components/golden), as the
+    engine would send them: the program itself puts no secret in an env value, and its Ray
+    containers carry token authentication (RAY_AUTH_MODE/RAY_AUTH_TOKEN_PATH, read-only mount)."""
+    import json
+
+    golden = Path(__file__).resolve().parents[1] / "unit" / "components" / "golden"
+
+    def wire(value):
+        if isinstance(value, dict):
+            if set(value) == {"<secret>"}:
+                return secret(wire(value["<secret>"]))
+            return {k: wire(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [wire(v) for v in value]
+        return value
+
+    files = sorted(golden.glob("*.json"))
+    assert files
+    for path in files:
+        stack = [res(r["type"], wire(r.get("inputs") or {}), r["name"])
+                 for r in json.loads(path.read_text())["resources"]]
+        assert run(rules.hf_token_secret, sargs(stack)) == [], path.name
+        assert run(rules.vllm_api_key, sargs(stack)) == [], path.name
+        assert run(rules.ray_not_exposed, sargs(stack)) == [], path.name
+        rays = [r for r in stack if r.resource_type == CONTAINER and rules.is_ray_container(r.props)]
+        assert rays and all(rules.auth_findings(r.name, r.props) == [] for r in rays), path.name
+
+
+# ------------------------------------------------------- ray-not-exposed: token authentication
+TOKEN_PATH = "/run/spark-vllm/ray-auth-token"
+AUTH_ENVS = ["NCCL_SOCKET_IFNAME=enp1s0f1np1", "RAY_AUTH_MODE=token",
+             f"RAY_AUTH_TOKEN_PATH={TOKEN_PATH}"]
+AUTH_MOUNTS = [{"target": "/root/.cache/huggingface", "type": "bind",
+                "source": "/root/.cache/huggingface"},
+               {"target": TOKEN_PATH, "type": "bind", "source": "/var/lib/spark-vllm/ray-token",
+                "readOnly": True}]
+
+
+def _ray(name, envs=AUTH_ENVS, mounts=AUTH_MOUNTS, **over):
+    return res(CONTAINER, ray_head(envs=envs, mounts=mounts, **over), name)
+
+
+def test_ray_not_exposed_passes_with_token_auth_whatever_the_node_ip():
+    """--node-ip-address only sets what Ray advertises (its servers listen on every interface):
+    it is not judged any more; token authentication is."""
+    head = ["ray", "start", "--head", "--node-ip-address=10.77.0.11", "--include-dashboard=false"]
+    stack = [res(SPARK_NODE, spark_node("spark-1", "10.77.0.11"), "spark-1"),
+             _ray("ray-head", command=head), _ray("ray-worker", command=[
+                 "ray", "start", "--address=10.77.0.11:6379"])]
+    assert run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG)) == []
+
+
+def test_ray_not_exposed_fails_without_token_auth():
+    mounted_rw = [AUTH_MOUNTS[0], {**AUTH_MOUNTS[1], "readOnly": False}]
+    stack = [
+        _ray("none", envs=["NCCL_DEBUG=WARN"]),
+        _ray("mode-off", envs=["RAY_AUTH_MODE=disabled", f"RAY_AUTH_TOKEN_PATH={TOKEN_PATH}"]),
+        _ray("no-path", envs=["RAY_AUTH_MODE=token"]),
+        _ray("unmounted", mounts=AUTH_MOUNTS[:1]),
+        _ray("writable", mounts=mounted_rw),
+        _ray("literal", envs=[*AUTH_ENVS, "RAY_AUTH_TOKEN=0123456789abcdef0123456789abcdef"]),
+    ]
+    msgs = run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG))
+    expected = [
+        "container none: Ray runs without token authentication: RAY_AUTH_MODE is not set",
+        "container none: RAY_AUTH_TOKEN_PATH is not set",
+        "container mode-off: Ray runs without token authentication: RAY_AUTH_MODE=disabled",
+        "container no-path: RAY_AUTH_TOKEN_PATH is not set",
+        f"container unmounted: RAY_AUTH_TOKEN_PATH {TOKEN_PATH} is not mounted into the "
+        f"container (no mount with target {TOKEN_PATH})",
+        f"container writable: the Ray auth token file {TOKEN_PATH} is mounted writable",
+        "container literal: carries the Ray auth token itself in env RAY_AUTH_TOKEN (*** 32 chars)",
+    ]
+    for fragment in expected:
+        assert any(m.startswith(fragment) for m in msgs), (fragment, msgs)
+    assert len(msgs) == len(expected), msgs
+    assert not any("0123456789abcdef" in m for m in msgs)
+
+
+def test_ray_auth_is_not_judged_on_unknowns():
+    from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_STRING_VALUE
+    stack = [_ray("a", envs=UNKNOWN_ARRAY_VALUE),
+             _ray("b", envs=["RAY_AUTH_MODE=token", UNKNOWN_STRING_VALUE]),
+             _ray("c", mounts=UNKNOWN_ARRAY_VALUE),
+             _ray("d", mounts=[AUTH_MOUNTS[0], UNKNOWN_STRING_VALUE])]
+    assert run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG)) == []

@@ -43,13 +43,20 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
             assert c["entrypoints"] == ["/usr/bin/env"]
             ulimits = {u["name"]: (u["soft"], u["hard"]) for u in c["ulimits"]}
             assert ulimits["nofile"] == (16384, 16384)  # ray.nofile from Pulumi.dev.yaml
-            assert labels(c) == {**LABELS, "spark-vllm.role": role, "spark-vllm.node": node}
+            assert labels(c) == {**LABELS, "spark-vllm.role": role, "spark-vllm.node": node,
+                                 "spark-vllm.ray-token": "ok"}  # the token file's sha256
             assert c["mounts"] == [
                 {"target": "/root/.cache/huggingface", "type": "bind",
-                 "source": "/root/.cache/huggingface"}
+                 "source": "/root/.cache/huggingface"},
+                # Ray's token authentication: the token only as a root-only file, read-only
+                {"target": "/run/spark-vllm/ray-auth-token", "type": "bind", "readOnly": True,
+                 "source": "/var/lib/spark-vllm/ray/auth-token"},
             ]
             env = envs(c)
             assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/root/.cache/huggingface"
+            assert env["RAY_AUTH_MODE"] == "token"
+            assert env["RAY_AUTH_TOKEN_PATH"] == "/run/spark-vllm/ray-auth-token"
+            assert "RAY_AUTH_TOKEN" not in env
             assert env["VLLM_HOST_IP"] == f"192.168.177.{10 + i}"
             if rdma:
                 assert ulimits["memlock"] == (-1, -1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 
 import pulumi
@@ -14,8 +15,10 @@ from tests.unit.conftest import settled
 CONTAINER = "docker:index/container:Container"
 IMAGE = "docker:index/remoteImage:RemoteImage"
 COMMAND = "command:remote:Command"
+LOCAL = "command:local:Command"
 PROVIDER = "pulumi:providers:docker"
 COMPONENTS = {
+    "spark-vllm:stack_secrets:StackSecrets",
     "spark-vllm:spark_node:SparkNode",
     "spark-vllm:nccl:NcclEnvironment",
     "spark-vllm:vllm_image:VllmImage",
@@ -29,6 +32,9 @@ def expected_counts(n: int) -> Counter:
     return Counter(
         {
             "spark-vllm:spark_node:SparkNode": n,
+            "spark-vllm:stack_secrets:StackSecrets": 1,
+            # the Ray cluster token, made once (the API key is configured in these stacks)
+            LOCAL: 1,
             "spark-vllm:nccl:NcclEnvironment": 1,
             "spark-vllm:vllm_image:VllmImage": 1,
             "spark-vllm:model_cache:ModelCache": 1,
@@ -37,8 +43,9 @@ def expected_counts(n: int) -> Counter:
             PROVIDER: n,
             IMAGE: n,
             CONTAINER: n,
-            # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; ray ready; vllm serve
-            COMMAND: 3 + (n - 1) + n + 1 + 1,
+            # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
+            # ray ready; vllm serve
+            COMMAND: 3 + (n - 1) + n + n + 1 + 1,
         }
     )
 
@@ -72,13 +79,15 @@ def test_parent_chains(build, mocks, n):
             qualified = found[0].split("::")[2]
             return qualified.split("$")[0]
 
-        for comp in ["nccl", "image", "model", "ray", "vllm", "spark-1"]:
+        for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1"]:
             assert parent_type(comp) == "pulumi:pulumi:Stack"
+        assert parent_type("secrets-ray-token") == "spark-vllm:stack_secrets:StackSecrets"
         for i in range(1, n + 1):
             node = f"spark-{i}"
             assert parent_type(f"{node}-docker") == "spark-vllm:spark_node:SparkNode"
             assert parent_type(f"image-{node}") == "spark-vllm:vllm_image:VllmImage"
             assert parent_type(f"model-verify-{node}") == "spark-vllm:model_cache:ModelCache"
+            assert parent_type(f"ray-token-{node}") == "spark-vllm:ray_cluster:RayCluster"
         for w in workers:
             assert parent_type(f"ray-worker-{w}") == "spark-vllm:ray_cluster:RayCluster"
             assert parent_type(f"model-sync-{w}") == "spark-vllm:model_cache:ModelCache"
@@ -126,15 +135,19 @@ def test_docker_provider_pins_the_host_key(build, mocks, tmp_path):
         # provider config reaches the engine JSON-encoded
         opts = json.loads(prov["sshOpts"]) if isinstance(prov["sshOpts"], str) else prov["sshOpts"]
         joined = " ".join(opts)
-        assert "StrictHostKeyChecking=yes" in joined
-        assert "BatchMode=yes" in joined
+        # the same option set recon's ssh uses (config/ssh.py): only the pinned key is trusted
+        for opt in ("StrictHostKeyChecking=yes", "BatchMode=yes", "IdentitiesOnly=yes",
+                    "GlobalKnownHostsFile=/dev/null", "HostKeyAlias=spark-vllm-spark-2",
+                    "CheckHostIP=no"):
+            assert opt in joined, opt
         assert opts[opts.index("-i") + 1] == "/root/.cache/spark-vllm/lab/id_ed25519"
         kh = next(o.split("=", 1)[1] for o in opts if o.startswith("UserKnownHostsFile="))
         lines = open(kh).read().splitlines()
         assert lines == [
-            "10.77.0.11 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
-            "10.77.0.12 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
+            "spark-vllm-spark-1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
+            "spark-vllm-spark-2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
         ]
+        assert oct(os.stat(kh).st_mode & 0o777) == "0o600"
         # remote commands pin the same key, and carry the private key only as a secret
         raw_conn = mocks.named("ray-ready").inputs["connection"]
         assert is_secret(raw_conn)  # the private key makes the whole connection secret

@@ -49,7 +49,7 @@ def test_main_exports(program):
     assert oct(__import__("os").stat(key_path).st_mode & 0o777) == "0o600"
     assert model_bytes == sum(f.size for f in MODEL_FILES)
     assert set(exports) == {
-        "endpoint", "servedModelName", "modelCommit", "imageIds", "nodes", "recon"
+        "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "nodes", "recon"
     }
     assert exports["servedModelName"] == "tiny-moe"
     assert exports["recon"]["spark-2"]["gpu"] == "NVIDIA GB10"

@@ -49,7 +49,7 @@ def test_other_stacks_containers_do_not_count():
 def test_start_script_is_idempotent_and_carries_no_recon_state():
     """The reason is not in the script: the script would change back once vLLM runs again."""
     text = vllm.vllm_start("c", ["vllm", "serve", "m"], "http://127.0.0.1:8000", "m", "hi",
-                              60, "ids")
+                              60, "ab" * 32)
     # a running vLLM with the same argv hash and API key is kept, not restarted
     assert "not restarted" in text and "kill -0" in text and "cmp -s" in text
     assert "restart" not in text.split("docker exec")[0]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 
@@ -13,6 +14,7 @@ from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
 QWEN = {
     "servedModelName": "qwen3.5-122b",
     "gpuMemoryUtilization": 0.8,
+    "kvCacheMemoryBytes": None,  # a GPU sizes its cache by utilization
     "maxModelLen": 65536,
     "maxNumSeqs": 4,
     "kvCacheDtype": "fp8",
@@ -66,7 +68,22 @@ def test_vllm_command_line_exactly(build, mocks):
         assert "docker exec -d spark-vllm-ray-head sh -c" in create
         assert "/v1/models" in create and "/v1/completions" in create and "/health" in create
         assert "tail -n 50 /var/log/spark-vllm/vllm-serve.log" in create
-        assert "ray-head-id ray-worker-spark-2-id" in create  # re-runs when Ray is replaced
+        # the Ray containers' IDs: a replaced container re-runs vLLM's start
+        ids = " ".join(hashlib.sha256(n.encode()).hexdigest() for n in ("ray-head", "ray-worker-spark-2"))
+        assert f"# ray containers: {ids}" in create
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_kv_cache_bytes_when_set(build, mocks):
+    """The lab's CPU vLLM sizes its KV cache in bytes (vLLM then ignores the utilization)."""
+    h = build(2)
+
+    def check(_):
+        line = serve_line(mocks.named("vllm-serve").inputs["create"])
+        assert line[line.index("--kv-cache-memory-bytes") + 1] == "67108864"
+        assert mocks.named("vllm").inputs["kvCacheMemoryBytes"] == 67108864
 
     return settled(h).apply(check)
 
@@ -114,7 +131,7 @@ def test_api_key_only_as_secret_never_on_a_command_line(build, mocks):
 
 @pulumi.runtime.test
 def test_policy_props_on_vllm_server(build, mocks):
-    h = build(3, api_key=None)
+    h = build(3, api_key=None)  # dev without a configured key: the stack makes one
 
     def check(_):
         props = mocks.named("vllm").inputs
@@ -127,7 +144,9 @@ def test_policy_props_on_vllm_server(build, mocks):
         assert props["nodes"][0] == {
             "name": "spark-1", "memTotalBytes": 125513720 * 1024, "unifiedMemory": True
         }
-        assert "apiKey" not in props  # absent, not an empty string, when dev has no key
+        # vLLM never serves without a key: the generated one, as a secret
+        assert is_secret(props["apiKey"])
+        assert mocks.named("secrets-vllm-api-key").inputs["create"].startswith("python3 -c")
         assert mocks.named("image").inputs["ref"] == "10.77.0.1:5000/spark-lab/vllm-spark:lab"
         node = mocks.named("spark-2").inputs
         assert node == {"name": "spark-2", "host": "10.77.0.12", "role": "worker",
@@ -158,6 +177,10 @@ def test_model_fetched_once_on_head_and_fanned_out_over_fabric(build, mocks):
             assert manifest["seedIp"] == "192.168.177.11" and manifest["commit"] == COMMIT
             assert len(manifest["files"]) == 4
         verify = mocks.named("model-verify-spark-3").inputs["create"]
-        assert "check model-00002-of-00002.safetensors 4000000" in verify
+        checked = json.loads(verify.split("printf '%s' '", 1)[1].split("' |", 1)[0])
+        assert {f["path"]: f["size"] for f in checked["files"]} == {
+            "config.json": 1234, "model-00001-of-00002.safetensors": 5_000_000,
+            "model-00002-of-00002.safetensors": 4_000_000, "tokenizer/tokenizer.json": 777}
+        assert checked["commit"] == COMMIT
 
     return settled(h).apply(check)

@@ -83,6 +83,81 @@ BAD = [
      "spark-vllm:nccl.rdma", "expected true in prod"),
 ]
 
+# What a review found config would silently accept (issue "values from one host reach another
+# host's root shell" / "config that silently weakens the stack"): each is refused by key path.
+WEAKENING = [
+    ("revision-traversal", {"model.revision": "../../../../x"},
+     "spark-vllm:model.revision", "contains '..'"),
+    ("revision-control", {"model.revision": "main\n$(id)"},
+     "spark-vllm:model.revision", "control character"),
+    ("cache-root", {"model.cacheDir": "/"}, "spark-vllm:model.cacheDir", "not / or a system"),
+    ("cache-etc", {"model.cacheDir": "/etc"}, "spark-vllm:model.cacheDir", "not / or a system"),
+    ("cache-dotdot", {"model.cacheDir": "/root/../etc"},
+     "spark-vllm:model.cacheDir", "normalised path (this one means /etc)"),
+    ("cache-colon", {"model.cacheDir": "/data/a:b"},
+     "spark-vllm:model.cacheDir", "letters, digits and ._-/"),
+    ("endpoint-credentials", {"model.endpoint": "http://u:p@mirror:8090"},
+     "spark-vllm:model.endpoint", "without credentials"),
+    ("endpoint-injection", {"model.endpoint": "http://mirror x\n$(id)"},
+     "spark-vllm:model.endpoint", "expected an http(s) URL"),
+    ("env-hf-token", {"nccl.extraEnv": {"HF_TOKEN": "hf_" + "a" * 34}},
+     "spark-vllm:nccl.extraEnv", "no secrets in plain environment (HF_TOKEN)"),
+    ("env-api-key", {"nccl.extraEnv": {"VLLM_API_KEY": "x"}},
+     "spark-vllm:nccl.extraEnv", "no secrets in plain environment (VLLM_API_KEY)"),
+    ("env-token-value", {"nccl.extraEnv": {"FOO": "sk-" + "b" * 24}},
+     "spark-vllm:nccl.extraEnv", "no secrets in plain environment (FOO)"),
+    ("args-host", {"vllm.extraArgs": ["--host", "0.0.0.0"]},
+     "spark-vllm:vllm.extraArgs", "--host is owned by spark-vllm:vllm.host"),
+    ("args-api-key", {"vllm.extraArgs": ["--api-key=x"]},
+     "spark-vllm:vllm.extraArgs", "the secret spark-vllm:vllmApiKey"),
+    ("args-port", {"vllm.extraArgs": ["--port", "9"]},
+     "spark-vllm:vllm.extraArgs", "spark-vllm:vllm.port"),
+    ("args-trust-remote-code", {"vllm.extraArgs": ["--trust-remote-code"]},
+     "spark-vllm:vllm.extraArgs", "never runs a model's own code"),
+    ("port-seeder", {"vllm.port": 18472}, "spark-vllm:vllm.port", "the stack's seeders'"),
+    ("ray-port-seeder", {"ray.port": 18471}, "spark-vllm:ray.port", "the stack's seeders'"),
+    ("port-bool", {"ray.port": True}, "spark-vllm:ray.port", "expected an integer"),
+    ("port-string", {"nodes.0.port": "22"}, "spark-vllm:nodes[0].port", "expected an integer"),
+    ("duplicate-host", {"nodes.1.host": "10.77.0.11"},
+     "spark-vllm:nodes[1].host", "a management address of its own"),
+    ("interface-twice", {"nodes.0.fabric.1.interface": "enp1s0f1np1"},
+     "spark-vllm:nodes[0].fabric[1].interface", "each fabric interface once"),
+    ("loopback-fabric", {"nodes.0.fabric.0.interface": "lo"},
+     "spark-vllm:nodes[0].fabric[0].interface", "not the loopback"),
+    ("subnet-everything", {"nccl.fabricSubnets": ["0.0.0.0/0"]},
+     "spark-vllm:nccl.fabricSubnets", "/16 or narrower"),
+    ("object-store-huge", {"ray.objectStoreBytes": 2**50},
+     "spark-vllm:ray.objectStoreBytes", "less than or equal to"),
+    ("shm-huge", {"ray.shmBytes": 2**50}, "spark-vllm:ray.shmBytes", "less than or equal to"),
+    ("allow-wildcard", {"preflight.allowContainers": ["*"]},
+     "spark-vllm:preflight.allowContainers", "exact container names"),
+    ("ipv6-host", {"nodes.0.host": "fd00::11"},
+     "spark-vllm:nodes[0].host", "IPv6 management addresses are not supported"),
+    ("image-ref-injection", {"image.ref": "reg:5000/x:tag;id"},
+     "spark-vllm:image.ref", "expected an image reference"),
+]
+
+
+@pytest.mark.parametrize("case", WEAKENING, ids=[c[0] for c in WEAKENING])
+def test_config_that_would_weaken_the_stack_is_refused(case):
+    _, edits, key, expected = case
+    raw = config_raw(2)
+    for path, value in edits.items():
+        _set(raw, path, value)
+    with pytest.raises(ConfigError) as err:
+        validate_config(raw)
+    problem = next((p for p in err.value.problems if p.startswith(key + ":")), None)
+    assert problem is not None, f"no problem names {key}: {err.value.problems}"
+    assert expected in problem, problem
+
+
+def test_long_values_are_cut_in_messages():
+    raw = config_raw(2)
+    raw["vllm"]["servedModelName"] = "x" * 5000 + "!"
+    with pytest.raises(ConfigError) as err:
+        validate_config(raw)
+    assert len(err.value.problems[0]) < 400 and "(5003 chars)" in err.value.problems[0]
+
 
 def prod_ready(raw):
     raw["environment"] = "prod"
@@ -178,6 +253,14 @@ def test_secrets_must_be_secret_and_stay_outputs(mocks, set_config):
     set_config(raw, secrets={"sshPrivateKey": "KEY"})
     with pytest.raises(ConfigError, match=r"spark-vllm:vllmApiKey: missing"):
         load_secrets(staging)
+    # an HF token never goes to a plain-http mirror outside dev
+    mirror = validate_config({**copy.deepcopy(raw), "environment": "staging",
+                              "model": {**raw["model"], "endpoint": "http://mirror:8090"}})
+    set_config(raw, secrets={"sshPrivateKey": "KEY", "vllmApiKey": "sk-x",
+                             "hfToken": "hf_" + "t" * 34})
+    with pytest.raises(ConfigError, match=r"spark-vllm:model.endpoint: got 'http://mirror:8090'; "
+                                          r"expected an https URL when"):
+        load_secrets(mirror)
 
     async def still_secret():
         assert await s.vllm_api_key.is_secret()

@@ -12,9 +12,11 @@ from pathlib import Path
 import pytest
 
 from components import nccl
-from hostscripts import common, foreign, models, paths, ray, vllm
+from hostscripts import common, foreign, images, models, paths, ray, vllm
 from inspection.hub import ModelFile
 from tests.conftest import ROOT
+
+ID_A, ID_B = "a1" * 32, "b2" * 32  # container IDs as the daemon reports them (64 hex)
 
 RAY_STATUS = ROOT / "tests" / "fixtures" / "gb10" / "ray-status-oshlabs.txt"
 
@@ -38,7 +40,7 @@ def test_ray_ready_accepts_the_recorded_two_node_status(tmp_path):
     status = tmp_path / "status.txt"
     status.write_text(_ray_status_text())
     env = _fake_docker(tmp_path, f"cat {status}\n")
-    out = subprocess.run(["sh", "-c", ray.ray_ready("head", 2, 2, 5, "a b")], env=env,
+    out = subprocess.run(["sh", "-c", ray.ray_ready("head", 2, 2, 5, f"{ID_A} {ID_B}")], env=env,
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ray ready: 2 nodes, 2 GPUs"
@@ -48,30 +50,107 @@ def test_ray_ready_times_out_with_a_clear_error(tmp_path):
     status = tmp_path / "status.txt"
     status.write_text(_ray_status_text())
     env = _fake_docker(tmp_path, f"cat {status}\n")
-    out = subprocess.run(["sh", "-c", ray.ray_ready("head", 3, 3, 1, "a b c")], env=env,
+    out = subprocess.run(["sh", "-c", ray.ray_ready("head", 3, 3, 1, f"{ID_A} {ID_B} {ID_A}")], env=env,
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert "want 3 nodes and 3 GPUs, have 2 nodes and 2 GPUs" in out.stderr
 
 
-def test_model_verify_checks_every_file_and_size(tmp_path):
-    files = [ModelFile("config.json", 3, "a" * 40), ModelFile("sub/w.safetensors", 5, "b" * 64)]
-    snap = tmp_path / "hub" / "models--org--m" / "snapshots" / ("c" * 40)
-    (snap / "sub").mkdir(parents=True)
-    (snap / "config.json").write_text("abc")
-    (snap / "sub" / "w.safetensors").write_text("12345")
+def _hf_cache(root, files: dict[str, bytes], commit: str = "c" * 40) -> list[ModelFile]:
+    """A real HF cache layout: blobs named by the hub's etag (LFS sha256 for *.safetensors, the
+    git blob id otherwise), snapshot symlinks."""
+    import hashlib
+
+    repo = root / "hub" / "models--org--m"
+    (repo / "blobs").mkdir(parents=True, exist_ok=True)
+    out = []
+    for path, data in files.items():
+        if path.endswith(".safetensors"):
+            etag = hashlib.sha256(data).hexdigest()
+        else:
+            etag = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        (repo / "blobs" / etag).write_bytes(data)
+        link = repo / "snapshots" / commit / path
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(os.path.relpath(repo / "blobs" / etag, link.parent))
+        out.append(ModelFile(path, len(data), etag))
+    return out
+
+
+def test_model_verify_checks_size_and_content_and_records_what_it_hashed(tmp_path):
+    files = _hf_cache(tmp_path, {"config.json": b"abc", "sub/w.safetensors": b"12345"})
     script = models.model_verify(str(tmp_path), "org/m", "c" * 40, files)
     ok = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.strip() == f"verified 2 files, 8 bytes at {'c' * 40}"
-    (snap / "sub" / "w.safetensors").write_text("1234")
+    assert json.loads(ok.stdout) == {"files": 2, "bytes": 8, "hashed": 2, "bad": []}
+    again = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert json.loads(again.stdout)["hashed"] == 0, "verified blobs are not hashed again"
+    # one byte changed in place, same size: found by content, the blob removed, vLLM not started
+    blob = tmp_path / "hub" / "models--org--m" / "blobs" / files[1].etag
+    blob.write_bytes(b"12346")
     bad = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
-    assert bad.returncode == 1 and "w.safetensors: have 4 bytes, want 5" in bad.stderr
+    assert bad.returncode == 1
+    assert f"sub/w.safetensors: content does not match {files[1].etag}" in bad.stderr
+    assert not blob.exists()
+    # a short file: by size
+    blob.write_bytes(b"1234")
+    bad = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 1 and "sub/w.safetensors: 4 bytes, want 5" in bad.stderr
+
+
+def test_recon_sees_a_verified_blob_changed_later_so_the_model_is_repaired(tmp_path):
+    """model_verify records each blob it checked; recon's hf_cache snippet counts recorded blobs
+    gone or changed (size or mtime) since, and cache_intact turns false, so the next `up` runs
+    the model commands again (their prune step removes the bad blob)."""
+    from inspection import parsers
+    from inspection.facts import NodeFacts
+    from inspection.hub import ModelManifest, cache_intact
+    from inspection.recon import snippet
+
+    commit = "c" * 40
+    files = _hf_cache(tmp_path, {"config.json": b"abc", "w.safetensors": b"12345"}, commit)
+    manifest = ModelManifest("org/m", "main", commit, tuple(files))
+    script = models.model_verify(str(tmp_path), "org/m", commit, files)
+    assert subprocess.run(["sh", "-c", script], capture_output=True, timeout=30).returncode == 0
+
+    def seen() -> NodeFacts:
+        out = subprocess.run(["bash", "-c", snippet("hf_cache.sh"), "_", str(tmp_path)],
+                             capture_output=True, text=True, timeout=30)
+        assert out.returncode == 0, out.stderr
+        return NodeFacts.model_construct(hf_cache=parsers.parse_hf_cache(out.stdout))
+
+    facts = seen()
+    assert facts.hf_cache[0].changed_blobs == 0 and cache_intact(facts, manifest)
+    blob = tmp_path / "hub" / "models--org--m" / "blobs" / files[1].etag
+    with open(blob, "r+b") as fh:  # one byte, in place: same size, a new mtime
+        fh.seek(2)
+        fh.write(b"X")
+    facts = seen()
+    assert facts.hf_cache[0].changed_blobs == 1
+    assert not cache_intact(facts, manifest)
+    blob.unlink()  # gone is changed too
+    assert seen().hf_cache[0].changed_blobs == 1
+
+
+def test_sync_prunes_a_corrupted_blob_before_copying(tmp_path):
+    """The prune step of model_sync/model_fetch: a wrong blob goes, the command succeeds (the
+    copy that follows fetches the file again)."""
+    files = _hf_cache(tmp_path, {"w.safetensors": b"abcdef"})
+    blob = tmp_path / "hub" / "models--org--m" / "blobs" / files[0].etag
+    blob.write_bytes(b"abcdeX")
+    manifest = models.verify_manifest_json("org/m", "c" * 40, files)
+    done = subprocess.run(["python3", "-c", models._VERIFY_PY, str(tmp_path), "--prune"],
+                          input=manifest, capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    assert not blob.exists()
+    assert "model_verify.py" not in models.model_sync("sha256:" + "a" * 64, "/c", {}), \
+        "the payload is inlined, not referenced by file name"
+    assert "--prune" in models.model_sync("sha256:" + "a" * 64, "/c", {})
 
 
 def test_vllm_start_keeps_the_key_off_every_command_line():
     argv = ["vllm", "serve", "org/m", "--port", "8000"]
-    text = vllm.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, "id1")
+    text = vllm.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, ID_A)
     assert "--api-key" not in text and "VLLM_API_KEY=" in text
     assert "docker exec -i head sh -c" in text  # stdin (the key) goes into the container file
 
@@ -82,7 +161,7 @@ def test_vllm_start_keeps_per_node_env_on_the_workers():
     argv = ["vllm", "serve", "org/m"]
 
     def start(keys):
-        return vllm.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, "id1",
+        return vllm.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, ID_A,
                                   non_carry_over=keys)
 
     text = start(nccl.PER_NODE_KEYS)
@@ -101,4 +180,32 @@ def test_foreign_container_stop_and_start_are_inverse():
     stop = foreign.stop_foreign_container("vllm_node", "spark-vllm/dev")
     start = foreign.start_foreign_container("vllm_node")
     assert "docker stop vllm_node" in stop and "docker start vllm_node" in start
-    assert common.known_hosts_line("h", 2222, "ssh-ed25519 AAAA") == "[h]:2222 ssh-ed25519 AAAA"
+
+
+@pytest.mark.parametrize("bad", ["sha256:$(touch /tmp/x)", "sha256:" + "a" * 63,
+                                 "sha256:" + "a" * 64 + "\nid", "latest"])
+def test_an_image_id_read_from_a_host_must_be_of_its_exact_form(bad):
+    """The head's image ID is pasted into the workers' scripts: only sha256:<64 hex> may pass."""
+    with pytest.raises(common.RemoteValueError, match="not an image ID"):
+        images.image_pull_from_head("repo:tag", "192.168.177.11", bad)
+    with pytest.raises(common.RemoteValueError):
+        models.model_seeder_stop(["spark-2"], "c" * 40, bad)
+
+
+@pytest.mark.parametrize("bad", [f"{ID_A}\nrm -rf /", "ray-head-id", f"{ID_A} $(id)", ""])
+def test_container_ids_read_from_a_host_must_be_ids_before_a_comment(bad):
+    with pytest.raises(common.RemoteValueError, match="not container IDs"):
+        vllm.vllm_start("head", ["vllm", "serve", "m"], "http://127.0.0.1:8000", "m", "hi", 60, bad)
+    with pytest.raises(common.RemoteValueError):
+        ray.ray_ready("head", 2, 2, 5, bad)
+
+
+@pytest.mark.parametrize("bad", ["../../etc/passwd", "a b", "x\ny", "-rm"])
+def test_foreign_container_names_from_recon_are_checked(bad):
+    with pytest.raises(common.RemoteValueError, match="not a container name"):
+        foreign.stop_foreign_container(bad, "spark-vllm/dev")
+
+
+def test_the_image_pull_quotes_every_value_in_its_message():
+    script = images.image_pull_from_head("repo:tag", "192.168.177.11", "sha256:" + "c" * 64)
+    assert "printf 'image %s has ID %s after load, head has %s\\n' repo:tag" in script

@@ -17,7 +17,7 @@ from tests.unit.conftest import settled
 LABELS = {"spark-vllm.managed": "true"}
 
 
-def _model_pair(image="sha256:a", commit="c" * 40, targets=("spark-2",)):
+def _model_pair(image="sha256:" + "a" * 64, commit="c" * 40, targets=("spark-2",)):
     start = models.model_seeder_start(
         image, "/root/.cache/huggingface", "o/m", "192.168.177.11", LABELS, targets, commit
     )
@@ -26,7 +26,7 @@ def _model_pair(image="sha256:a", commit="c" * 40, targets=("spark-2",)):
 
 def test_model_seeder_stop_changes_with_every_start_input():
     base_start, base_stop = _model_pair()
-    changes = ({"image": "sha256:b"}, {"commit": "d" * 40}, {"targets": ("spark-2", "spark-3")})
+    changes = ({"image": "sha256:" + "b" * 64}, {"commit": "d" * 40}, {"targets": ("spark-2", "spark-3")})
     for changed in changes:
         start, stop = _model_pair(**changed)
         assert start != base_start, changed

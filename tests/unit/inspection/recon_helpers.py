@@ -68,7 +68,11 @@ def config(**sections) -> StackConfig:
     return validate_config(raw_config(**sections))
 
 
-def assemble(sections: dict) -> str:
+# the marker nonce of the assembled outputs (a real survey makes a fresh one: recon.new_nonce)
+NONCE = "5eed5eed5eed5eed"
+
+
+def assemble(sections: dict, nonce: str = NONCE) -> str:
     """Recon output in the script's marker format. value: stdout | (stdout, rc) | (stdout, rc, stderr)."""
     out = []
     for name, value in sections.items():
@@ -76,12 +80,21 @@ def assemble(sections: dict) -> str:
             value = (value, 0, "")
         stdout, rc, *rest = value
         stderr = rest[0] if rest else ""
-        out.append(f"=== spark-vllm:section:{name} ===")
+        out.append(f"=== spark-vllm:{nonce}:section:{name} ===")
         out.append(stdout.rstrip("\n") + "\n")
-        out.append(f"=== spark-vllm:stderr:{name} ===")
+        out.append(f"=== spark-vllm:{nonce}:stderr:{name} ===")
         out.append(stderr + "\n")
-        out.append(f"=== spark-vllm:end:{name} rc={rc} ===")
+        out.append(f"=== spark-vllm:{nonce}:end:{name} rc={rc} ===")
     return "\n".join(out) + "\n"
+
+
+def nonce_of(script: str) -> str:
+    """The nonce a recon script was made with (its `SV_NONCE=` line)."""
+    import re
+
+    m = re.search(r"^SV_NONCE=([0-9a-f]+)$", script, re.M)
+    assert m, "no SV_NONCE line in the recon script"
+    return m.group(1)
 
 
 def meminfo(total_kib: int, available_kib: int) -> str:
@@ -136,3 +149,10 @@ def spark_sections(n: int = 1, *, seed: bool = False, **override) -> dict:
 
 def spark_output(n: int = 1, *, seed: bool = False, **override) -> str:
     return assemble(spark_sections(n, seed=seed, **override))
+
+
+def parse(text: str, node: str = "spark-1", **kw):
+    """parse_recon_output of an output assembled with NONCE."""
+    from inspection import recon
+
+    return recon.parse_recon_output(node, text, nonce=kw.pop("nonce", NONCE), **kw)

@@ -138,7 +138,7 @@ def test_meminfo_spark_values():
 def test_meminfo_truncated(text):
     with pytest.raises(ParseError) as exc:
         p.parse_meminfo(text)
-    assert_readable(exc.value, "/proc/meminfo", "MemAvailable")
+    assert_readable(exc.value, "/proc/meminfo", "MemTotal")
 
 
 # --------------------------------------------------------------------------- OS identity
@@ -448,11 +448,12 @@ def test_sizes():
 
 
 def test_stopped_markers():
-    assert p.parse_stopped_markers("vllm_node\tspark-vllm/dev\nreranker\tspark-vllm/dev\n") == {
+    assert p.parse_stopped_markers("marker\tvllm_node\tspark-vllm/dev\n"
+                                   "marker\treranker\tspark-vllm/dev\n") == {
         "vllm_node": "spark-vllm/dev", "reranker": "spark-vllm/dev"}
     assert p.parse_stopped_markers("") == {}
     with pytest.raises(p.ParseError):
-        p.parse_stopped_markers("vllm_node\n")
+        p.parse_stopped_markers("marker\tvllm_node\n")
 
 
 def test_vllm_serve_liveness_lines():
@@ -461,3 +462,91 @@ def test_vllm_serve_liveness_lines():
     assert p.parse_vllm_serve("") == {}
     with pytest.raises(p.ParseError, match=r"running\|stopped"):
         p.parse_vllm_serve("spark-vllm-ray-head maybe\n")
+
+
+# --------------------------------------------------------------------------- exact formats only
+
+def test_lines_break_only_at_newline():
+    """str.splitlines also breaks at \\r, \\x0b, \\x0c, \\x1c-\\x1e, \\x85, \\u2028, \\u2029: a
+    name holding one of them became two records. Only '\\n' ends a line (what bash prints)."""
+    for sep in ("\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"):
+        text = f"repo\tmodels--a--b{sep}snapshot\t{'c' * 40}\nblobs\t1\n"
+        with pytest.raises(ParseError):
+            p.parse_hf_cache(text)
+        with pytest.raises(ParseError):
+            p.parse_stopped_markers(f"marker\tvllm_node{sep}marker\tevil\tspark-vllm/dev\n")
+
+
+@pytest.mark.parametrize("text", [
+    "repo\tmodels--a--b\x1b[2J\n",                     # an escape sequence in a name
+    "repo\tmodels--a--b\nsnapshot\tc\td\n",             # an extra field
+    "repo\tmodels--a--b\nsnapshot\t\n",                 # an empty name
+    "repo\tmodels--a--b\nref\tmain\t" + "a" * 40 + "\tx\n",
+    "repo\tmodels--a--b\nblobs\t-1\n",
+    "repo\tmodels--a--b\nmystery\tx\n",
+    "skip\tunquoted\x01\n",
+])
+def test_hf_cache_refuses_what_is_not_its_exact_format(text):
+    with pytest.raises(ParseError):
+        p.parse_hf_cache(text)
+
+
+def test_hf_cache_skip_records_are_read_and_left_out():
+    text = "skip\t$'models--a\\nb'\nrepo\tmodels--a--b\nskip\t$'x\\ty'\nblobs\t5\n"
+    (repo,) = p.parse_hf_cache(text)
+    assert (repo.repo_id, repo.size_bytes) == ("a/b", 5)
+    assert p.skipped_names(text) == ["$'models--a\\nb'", "$'x\\ty'"]
+
+
+@pytest.mark.parametrize("text", [
+    "MemTotal: 100 kB\nMemAvailable: 50 kB\ngarbage line\n",           # not 'Key: value'
+    "MemTotal: 100 kB\nMemAvailable: 50 kB\nMemTotal: 999999999 kB\n",  # a second MemTotal
+])
+def test_meminfo_refuses_lines_it_does_not_know_the_shape_of(text):
+    with pytest.raises(ParseError):
+        p.parse_meminfo(text)
+
+
+@pytest.mark.parametrize("parser,text", [
+    (p.parse_df_avail, "      Avail\n80656420864\n12\n"),
+    (p.parse_epoch, "1764480000.1\n1764480999.9\n"),
+    (p.parse_ethtool_speed, "\tSpeed: 200000Mb/s\nsomething else\n"),
+    (p.parse_vllm_serve, "bad\x1bname running\n"),
+    (p.parse_vllm_serve, "spark-vllm-ray-head\u2028 running\n"),
+    (p.parse_host_keys, "ssh-ed25519\u2028AAAAC3NzaC1lZDI1NTE5AAAAIB\n"),
+    (p.parse_stopped_markers, "vllm_node\tspark-vllm/dev\n"),  # the old, untagged form
+    (p.parse_stopped_markers, "marker\tbad name\tspark-vllm/dev\n"),
+    (p.parse_stopped_markers, "marker\tvllm_node\tspark-vllm/dev\x1b[2J\n"),
+    (p.parse_gpu_runtime, "hook /usr/bin/x\x1b[2J\n"),
+])
+def test_parsers_refuse_lines_outside_their_exact_format(parser, text):
+    with pytest.raises(ParseError):
+        parser(text)
+
+
+def test_stopped_markers_tagged_form_and_skips():
+    text = "marker\tvllm_node\tspark-vllm/dev\nskip\t$'x\\nevil'\nmarker\treranker\tspark-vllm/dev\n"
+    assert p.parse_stopped_markers(text) == {"vllm_node": "spark-vllm/dev",
+                                             "reranker": "spark-vllm/dev"}
+    assert p.skipped_names(text) == ["$'x\\nevil'"]
+
+
+@pytest.mark.parametrize("parser,text", [
+    (p.parse_docker_ps_json, '{"ID": 1, "Names": ["x"], "Image": "i"}'),
+    (p.parse_docker_ps_json, '{"ID": "a", "Names": "x", "Image": "i", "Labels": 5}'),
+    (p.parse_docker_ps_json, '{"ID": "a", "Names": "x", "Image": "i", "State": {"x": 1}}'),
+    (p.parse_docker_stats_json, '{"Name": "x", "MemUsage": 5}'),
+    (p.parse_docker_stats_json, '{"Name": ["x"], "MemUsage": "1GiB / 2GiB"}'),
+    (p.parse_docker_images_json, '{"ID": ["x"], "Repository": "r"}'),
+    (p.parse_docker_images_json, '{"ID": "x", "Repository": "r", "Size": 5}'),
+    (p.parse_docker_info_json, '{"ServerVersion": "1", "Runtimes": ["runc"]}'),
+    (p.parse_docker_info_json, '{"ServerVersion": 29}'),
+    (p.parse_docker_info_json, '{"ServerErrors": "down"}'),
+    (p.parse_ip_json_addr, '[{"ifname": "eth0", "mtu": "big"}]'),
+    (p.parse_ip_json_addr, '[{"ifname": "eth0", "mtu": 1500, "flags": "UP"}]'),
+    (p.parse_ip_json_addr, '[{"ifname": ["eth0"]}]'),
+    (p.parse_ip_json_addr, '[{"ifname": "eth0", "addr_info": [{"family": "inet", "local": 5, "prefixlen": "x"}]}]'),
+])
+def test_json_of_the_wrong_types_is_a_parse_error_not_a_traceback(parser, text):
+    with pytest.raises(ParseError):
+        parser(text)

@@ -10,6 +10,7 @@ from inspection.preflight import Plan, PreflightError
 from tests.unit.inspection.recon_helpers import (
     GIB,
     MODEL_BYTES,
+    NONCE,
     assemble,
     config,
     sample,
@@ -19,7 +20,7 @@ from tests.unit.inspection.recon_helpers import (
 
 
 def facts_of(*outputs, names=("spark-1", "spark-2"), **pins):
-    return {name: recon.parse_recon_output(name, text) for name, text in zip(names, outputs, strict=False)}
+    return {name: recon.parse_recon_output(name, text, nonce=NONCE) for name, text in zip(names, outputs, strict=False)}
 
 
 def good_facts(**override_2):
@@ -276,6 +277,28 @@ def test_foreign_containers_ignore_gives_warnings():
     assert [w.check for w in plan.warnings] == ["foreign"] * 3 and plan.stop_containers == {}
 
 
+def test_unreadable_container_list_is_an_error_unless_foreign_containers_are_ignored():
+    """Before: an unreadable docker_ps looked like "no containers" and preflight passed (under
+    `stop` the earlier stops dropped out of the plan, so the engine would start them again)."""
+    facts = seed_facts()
+    blind = facts["spark-1"].model_copy(update={
+        "unreadable": {"docker_ps": "docker ps timed out"},
+        "docker": facts["spark-1"].docker.model_copy(update={"containers": []})})
+    facts = {**facts, "spark-1": blind}
+    for mode in ("fail", "stop"):
+        err = fail(config(preflight={"foreignContainers": mode}), facts)
+        (finding,) = only(err, "foreign")
+        assert finding.fact == ("the running containers cannot be judged: docker_ps unreadable "
+                                "(docker ps timed out)")
+    cfg = config(preflight={"foreignContainers": "ignore"}, vllm={"gpuMemoryUtilization": 0.15})
+    plan = preflight.check(cfg, facts)
+    assert not any(w.check == "foreign" for w in plan.warnings)
+    stop_blind = {**facts, "spark-1": facts["spark-1"].model_copy(
+        update={"unreadable": {"stopped": "ls: permission denied"}})}
+    (finding,) = only(fail(config(preflight={"foreignContainers": "stop"}), stop_blind), "foreign")
+    assert "stopped unreadable (ls: permission denied)" in finding.fact
+
+
 # --------------------------------------------------------------------------- memory
 
 def test_memory_below_budget_fails_with_the_formula():
@@ -370,7 +393,7 @@ def stopped_seed_facts(label: str = "spark-vllm/dev"):
     for name in ("vllm_node", "reranker", "vllm_embeddings"):
         ps = "\n".join(line.replace('"State":"running"', '"State":"exited"')
                        if f'"Names":"{name}"' in line else line for line in ps.splitlines())
-    markers = "".join(f"{n}\t{label}\n" for n in ("vllm_node", "reranker", "vllm_embeddings"))
+    markers = "".join(f"marker\t{n}\t{label}\n" for n in ("vllm_node", "reranker", "vllm_embeddings"))
     return facts_of(spark_output(1, docker_ps=ps, stopped=markers), spark_output(2))
 
 

@@ -15,11 +15,14 @@ from inspection.facts import NodeFacts
 from inspection.recon import ReconError, SshResult, SurveyError
 from tests.unit.inspection.recon_helpers import (
     KEY_1,
+    NONCE,
     SEED_HELD_KIB,
     SPARK_AVAILABLE_KIB,
     SPARK_TOTAL_KIB,
     assemble,
     config,
+    nonce_of,
+    parse,
     spark_output,
     spark_sections,
 )
@@ -29,8 +32,8 @@ from tests.unit.inspection.recon_helpers import (
 def test_recon_script_is_pure_and_has_every_section():
     cfg = config()
     node = cfg.nodes[0]
-    script = recon.recon_script(cfg, node)
-    assert script == recon.recon_script(cfg, node)
+    script = recon.recon_script(cfg, node, NONCE)
+    assert script == recon.recon_script(cfg, node, NONCE)
     for section in ("clock_start", "os_release", "dgx_release", "uname", "meminfo",
                     "nvidia_smi_query", "nvidia_smi", "nvidia_smi_list", "ip_addr",
                     "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
@@ -47,26 +50,29 @@ def test_recon_script_is_pure_and_has_every_section():
 
 
 def test_recon_script_quotes_config_values():
-    cfg = config(model={"cacheDir": "/data/hf;rm"})
-    script = recon.recon_script(cfg, cfg.nodes[0])
+    """Config validation refuses such a cacheDir today; the script quotes it all the same."""
+    cfg = config()
+    cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"cache_dir": "/data/hf;rm"})})
+    script = recon.recon_script(cfg, cfg.nodes[0], NONCE)
     assert "'/data/hf;rm'" in script
 
 
 def test_recon_script_runs_in_local_bash_and_parses():
     """The generated script is valid bash: run it here (no ssh) and parse what it prints."""
     cfg = config(model={"cacheDir": "/nonexistent/spark-vllm-test/hf"})
-    script = recon.recon_script(cfg, cfg.nodes[0])
+    script = recon.recon_script(cfg, cfg.nodes[0], NONCE)
     sent = time.time()
     proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60)
     received = time.time()
     assert proc.returncode == 0, proc.stderr
     # concurrent sections: each printed once, whole (its end marker after its start marker)
-    sections = recon.split_sections(proc.stdout)
+    sections = recon.split_sections(proc.stdout, NONCE)
     assert len(sections) == script.count("\nsv_bg ") + 2
     for name, section in sections.items():
-        assert proc.stdout.count(f"=== spark-vllm:section:{name} ===") == 1, name
+        assert proc.stdout.count(f"=== spark-vllm:{NONCE}:section:{name} ===") == 1, name
         assert section.rc is not None, f"{name}: no end marker"
-    facts = recon.parse_recon_output("spark-1", proc.stdout, sent_at=sent, received_at=received)
+        assert section.problem is None, (name, section.problem)
+    facts = parse(proc.stdout, sent_at=sent, received_at=received)
     assert facts.memory.total_bytes > 0
     assert facts.os.kernel and facts.os.arch
     assert facts.disk_free_bytes > 0  # df walked up to an existing parent
@@ -77,7 +83,7 @@ def test_recon_script_runs_in_local_bash_and_parses():
 # --------------------------------------------------------------------------- parsing
 
 def test_parse_recon_output_from_recorded_gb10_outputs():
-    facts = recon.parse_recon_output("spark-1", spark_output(1, seed=True), pinned_host_key=KEY_1)
+    facts = parse(spark_output(1, seed=True), pinned_host_key=KEY_1)
     assert facts.node == "spark-1" and facts.hostname == "spark-1"
     assert facts.os.id == "ubuntu" and facts.os.kernel == "6.17.0-1014-nvidia"
     assert facts.os.arch == "aarch64" and facts.os.is_dgx_spark
@@ -106,11 +112,11 @@ def test_parse_recon_output_from_recorded_gb10_outputs():
 def test_clock_offset_is_the_last_node_reading_against_the_receipt():
     # node read 1764480000.9 last; the answer arrived at local 1764479997.9 -> 3 s ahead, however
     # long the ssh handshake before the script took (sent_at is 2 s earlier here)
-    facts = recon.parse_recon_output("spark-1", spark_output(1), sent_at=1764479995.9,
+    facts = parse(spark_output(1), sent_at=1764479995.9,
                                      received_at=1764479997.9)
     assert facts.clock_offset_seconds == pytest.approx(3.0)
-    cut = spark_output(1).split("=== spark-vllm:section:clock_end")[0]
-    facts = recon.parse_recon_output("spark-1", cut, sent_at=1764479997.0, received_at=1764479999.0)
+    cut = spark_output(1).split(f"=== spark-vllm:{NONCE}:section:clock_end")[0]
+    facts = parse(cut, sent_at=1764479997.0, received_at=1764479999.0)
     assert facts.clock_offset_seconds == pytest.approx(3.1)  # start - sent_at
 
 
@@ -120,14 +126,14 @@ def test_missing_tools_become_empty_facts():
                               nvidia_smi_list=missing, ibdev2netdev=("", 127),
                               rdma_link=("", 127), docker_info=("", 127), docker_ps=("", 127),
                               docker_stats=("", 127), docker_images=("", 127))
-    facts = recon.parse_recon_output("spark-1", assemble(sections))
+    facts = parse(assemble(sections))
     assert facts.gpus == [] and facts.roce == [] and facts.docker is None
     assert facts.memory.unified is False
     assert set(facts.missing_tools) == {"nvidia-smi", "ibdev2netdev", "rdma", "docker"}
 
 
 def test_rdma_link_stands_in_for_a_missing_ibdev2netdev():
-    facts = recon.parse_recon_output("spark-1", assemble(spark_sections(1, ibdev2netdev=("", 127))))
+    facts = parse(assemble(spark_sections(1, ibdev2netdev=("", 127))))
     assert facts.roce_device("rocep1s0f0").up
     assert "ibdev2netdev" not in facts.missing_tools
 
@@ -137,7 +143,7 @@ def test_timeouts_garbage_and_daemon_errors_are_recorded_not_raised():
         1, nvidia_smi=("", 124), ip_addr='[{"ifname": "enp1', docker_info=(
             "", 1, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. "
                    "Is the docker daemon running?"))
-    facts = recon.parse_recon_output("spark-1", assemble(sections))
+    facts = parse(assemble(sections))
     assert "timed out" in facts.unreadable["nvidia_smi"]
     assert "not JSON" in facts.unreadable["ip_addr"] and facts.interfaces == []
     assert "Cannot connect to the Docker daemon" in facts.unreadable["docker_info"]
@@ -147,25 +153,25 @@ def test_timeouts_garbage_and_daemon_errors_are_recorded_not_raised():
 
 def test_output_cut_short_keeps_what_came():
     text = spark_output(1)
-    cut = text[: text.index("=== spark-vllm:section:docker_info ===") + 60]
-    facts = recon.parse_recon_output("spark-1", cut)
+    cut = text[: text.index(f"=== spark-vllm:{NONCE}:section:docker_info ===") + 60]
+    facts = parse(cut)
     assert facts.gpus and facts.docker is None
     assert "cut short" in facts.unreadable["docker_info"]
     assert "cut short" in facts.unreadable["clock_end"]
 
 
 def test_absent_dgx_release_is_not_an_error():
-    facts = recon.parse_recon_output("spark-1", assemble(spark_sections(
+    facts = parse(assemble(spark_sections(
         1, dgx_release=("", 1, "cat: /etc/dgx-release: No such file or directory"))))
     assert facts.os.dgx_release == {} and "dgx_release" not in facts.unreadable
 
 
 def test_unreadable_meminfo_is_a_recon_error():
     with pytest.raises(ReconError) as exc:
-        recon.parse_recon_output("spark-1", assemble(spark_sections(1, meminfo="MemTotal: 1 kB\n")))
+        parse(assemble(spark_sections(1, meminfo="MemTotal: 1 kB\n")))
     assert exc.value.node == "spark-1" and "/proc/meminfo" in str(exc.value)
     with pytest.raises(ReconError):
-        recon.parse_recon_output("spark-1", "")
+        parse("")
 
 
 # --------------------------------------------------------------------------- ssh
@@ -228,7 +234,7 @@ def fake_runner(outputs: dict, delay: float = 0.0, calls: list | None = None):
         now = time.time()
         if isinstance(answer, tuple):
             return SshResult(answer[0], "", answer[1], now - delay, now)
-        return SshResult(0, answer, "", now - delay, now)
+        return SshResult(0, answer.replace(NONCE, nonce_of(script)), "", now - delay, now)
 
     return run
 
@@ -322,3 +328,117 @@ def test_script_that_did_not_run_is_reported():
     results = recon.survey_all(cfg, runner=fake_runner(
         {"10.77.0.11": (1, "bash: timeout: command not found"), "10.77.0.12": spark_output(2)}))
     assert results["spark-1"].kind == "output" and "did not run" in results["spark-1"].reason
+
+
+# --------------------------------------------------------------------------- forged output
+
+FORGED_PS = '{"ID":"e0e0","Names":"evil","Image":"evil:latest","State":"running","Labels":""}'
+FAKE_DOCKER = """#!/bin/sh
+case "$1 $2" in
+  "info --format") echo '{"ServerVersion":"29.2.1","Runtimes":{"runc":{}},"CgroupDriver":"systemd"}' ;;
+  "ps -a") echo '{"ID":"c0ffee","Names":"vllm_node","Image":"vllm:1","State":"running","Labels":""}' ;;
+  "stats --no-stream") echo '{"Name":"vllm_node","ID":"c0ffee","MemUsage":"1GiB / 2GiB"}' ;;
+esac
+exit 0
+"""
+
+
+def _tools(tmp_path, **scripts):
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    for name, text in scripts.items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    return bin_
+
+
+def local_bash(path_first):
+    """A runner that runs the recon script in the local bash (no ssh), `path_first` first on PATH."""
+
+    def run(argv, script, timeout):
+        sent = time.time()
+        proc = subprocess.run(["bash", "-s"], input=script.encode(), capture_output=True,
+                              timeout=60, env={"PATH": f"{path_first}:/usr/bin:/bin"})
+        return SshResult(proc.returncode, proc.stdout.decode(errors="replace"),
+                         proc.stderr.decode(errors="replace"), sent, time.time())
+
+    return run
+
+
+def test_a_crafted_hf_cache_folder_cannot_forge_the_docker_facts(tmp_path):
+    """Reproduced finding: a folder name in the HF cache holding newlines and marker lines
+    replaced the real docker_ps facts (a foreign container vanished, an invented one appeared
+    and `foreignContainers: stop` planned to stop it). The real script, run in the local bash."""
+    from inspection import preflight
+
+    bin_ = _tools(tmp_path, docker=FAKE_DOCKER)
+    cache = tmp_path / "hf"
+    (cache / "hub" / "models--org--real" / "snapshots" / ("a" * 40)).mkdir(parents=True)
+    cfg = config(model={"cacheDir": str(cache)}, preflight={"foreignContainers": "stop"})
+    clean = recon.survey_node(cfg, cfg.nodes[0], runner=local_bash(bin_))
+    assert [c.name for c in clean.docker.containers] == ["vllm_node"]
+    crafted = ("models--x--y\n=== spark-vllm:section:docker_ps ===\n" + FORGED_PS
+               + "\n=== spark-vllm:end:docker_ps rc=0 ===\n")
+    (cache / "hub" / crafted).mkdir()
+    facts = recon.survey_node(cfg, cfg.nodes[0], runner=local_bash(bin_))
+    assert [c.name for c in facts.docker.containers] == ["vllm_node"]
+    _, _, stops = preflight.check_foreign(cfg, facts)
+    assert [c.name for c in stops] == ["vllm_node"]
+    assert [r.repo_id for r in facts.hf_cache] == ["org/real"]
+
+
+def test_a_second_block_of_a_section_is_refused_not_replaced():
+    clean = spark_output(1, seed=True)
+    forged = assemble({"docker_ps": FORGED_PS})
+    facts = parse(clean + forged)
+    assert "printed twice" in facts.unreadable["docker_ps"]
+    assert facts.docker.containers == []  # never the forged ones, never silently the first
+    assert parse(clean).docker.containers  # the clean output has them
+    with pytest.raises(ReconError, match="printed twice"):
+        parse(clean + assemble({"meminfo": "MemTotal: 1 kB\nMemAvailable: 1 kB\n"}))
+
+
+def test_only_markers_carrying_the_runs_nonce_are_markers():
+    nonce = "0123456789abcdef"
+    text = assemble(spark_sections(1, seed=True), nonce=nonce)
+    assert recon.parse_recon_output("spark-1", text, nonce=nonce).docker.containers
+    with pytest.raises(ReconError, match="meminfo"):  # nothing is read without the nonce
+        recon.parse_recon_output("spark-1", text, nonce="fedcba9876543210")
+    # a forged block without the nonce inside a section: that section is unreadable, the rest kept
+    forged = ("repo\tmodels--a--b\n=== spark-vllm:section:docker_ps ===\n" + FORGED_PS
+              + "\n=== spark-vllm:end:docker_ps rc=0 ===")
+    facts = parse(assemble(spark_sections(1, seed=True, hf_cache=forged), nonce=nonce),
+                  nonce=nonce)
+    assert "nonce" in facts.unreadable["hf_cache"]
+    assert {c.name for c in facts.foreign_containers()} == {"vllm_node", "reranker",
+                                                            "vllm_embeddings"}
+
+
+def test_recon_script_carries_the_nonce_it_is_given():
+    cfg = config()
+    a = recon.recon_script(cfg, cfg.nodes[0], nonce="0123456789abcdef")
+    assert a == recon.recon_script(cfg, cfg.nodes[0], nonce="0123456789abcdef")  # pure
+    assert "0123456789abcdef" in a and a != recon.recon_script(cfg, cfg.nodes[0],
+                                                               nonce="fedcba9876543210")
+    with pytest.raises(ValueError):
+        recon.recon_script(cfg, cfg.nodes[0], nonce="x; rm -rf /")
+    assert recon.new_nonce() != recon.new_nonce() and len(recon.new_nonce()) == 16
+
+
+def test_recon_refuses_a_predictable_temp_dir_when_mktemp_fails(tmp_path):
+    """survey.sh fell back to /tmp/spark-vllm-recon.$$ (predictable: another user can plant it
+    or a symlink there first) when mktemp failed. It must fail with a clear reason instead."""
+    bin_ = _tools(tmp_path, mktemp="#!/bin/sh\necho 'mktemp: failed to create directory via "
+                                   "template: No space left on device' >&2\nexit 1\n")
+    cfg = config(model={"cacheDir": str(tmp_path / "hf")})
+    with pytest.raises(ReconError) as exc:
+        recon.survey_node(cfg, cfg.nodes[0], runner=local_bash(bin_))
+    assert exc.value.kind == "output" and "mktemp" in exc.value.reason
+    assert "predictable" in exc.value.reason or "predictable" in exc.value.fix
+    assert "spark-vllm-recon." not in recon.snippet("survey.sh")
+
+
+def test_ssh_round_trip_keeps_carriage_returns_as_they_are():
+    """Universal newlines turned a '\\r' in a file name into a line break on this side."""
+    result = recon.ssh_round_trip(["bash", "-s"], "printf 'a\\rb\\x85c\\n'\n", 30)
+    assert result.rc == 0 and result.stdout == "a\rb\ufffdc\n"

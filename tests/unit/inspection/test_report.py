@@ -6,12 +6,18 @@ import json
 
 from inspection import recon, report
 from inspection.preflight import Plan
-from tests.unit.inspection.recon_helpers import assemble, config, spark_output, spark_sections
+from tests.unit.inspection.recon_helpers import (
+    NONCE,
+    assemble,
+    config,
+    spark_output,
+    spark_sections,
+)
 
 
 def two_nodes(**override_2):
-    return {"spark-1": recon.parse_recon_output("spark-1", spark_output(1, seed=True)),
-            "spark-2": recon.parse_recon_output("spark-2", assemble(spark_sections(2, **override_2)))}
+    return {"spark-1": recon.parse_recon_output("spark-1", spark_output(1, seed=True), nonce=NONCE),
+            "spark-2": recon.parse_recon_output("spark-2", assemble(spark_sections(2, **override_2)), nonce=NONCE)}
 
 
 def test_summary_is_json_and_has_the_facts():

@@ -15,8 +15,12 @@ def run(name: str, *args: str, path: Path | None = None) -> subprocess.Completed
     env = dict(os.environ, LC_ALL="C")
     if path is not None:
         env["PATH"] = f"{path}:/usr/bin:/bin"
-    return subprocess.run(["bash", "-c", snippet(name), "_", *args], capture_output=True,
-                          text=True, env=env, timeout=30)
+    # bytes decoded as recon decodes them: UTF-8 with replacement, only '\n' breaks a line
+    proc = subprocess.run(["bash", "-c", snippet(name), "_", *args], capture_output=True,
+                          env=env, timeout=30)
+    return subprocess.CompletedProcess(proc.args, proc.returncode,
+                                       proc.stdout.decode("utf-8", "replace"),
+                                       proc.stderr.decode("utf-8", "replace"))
 
 
 def fake_tool(bin_: Path, name: str, script: str) -> None:
@@ -86,6 +90,9 @@ def test_stopped_lists_the_markers_with_their_stack(tmp_path):
     assert run("stopped.sh", str(tmp_path / "none")).stdout == ""
 
 
+GOLDEN_NONCE = "0123456789abcdef"  # a real survey makes a fresh one (recon.new_nonce)
+
+
 def test_recon_script_matches_its_golden_copy():
     """The whole script a node runs for recon, for the dev stack's head: a change to it shows in
     review as a diff of tests/unit/inspection/golden/recon-dev-spark-1.sh
@@ -95,9 +102,85 @@ def test_recon_script_matches_its_golden_copy():
     from tests.conftest import config_raw
 
     cfg = validate_config(config_raw(2))
-    text = recon_script(cfg, cfg.nodes[0])
+    text = recon_script(cfg, cfg.nodes[0], GOLDEN_NONCE)
     golden = Path(__file__).parent / "golden" / "recon-dev-spark-1.sh"
     if os.environ.get("GOLDEN_UPDATE") == "1":
         golden.parent.mkdir(exist_ok=True)
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+# --------------------------------------------------------------------------- names that are not text
+
+UNPRINTABLE = ["a\nb", "a\tb", "a\rb", "a\x1b[2Jb", "a\x85b", "caf\xe9", "a\x7fb", "a\x1cb"]
+
+
+def _printable_lines(stdout: str) -> None:
+    """Every line the snippet printed is printable ASCII with tabs as the only separators."""
+    for line in stdout.split("\n"):
+        assert all(ch == "\t" or 32 <= ord(ch) < 127 for ch in line), repr(line)
+
+
+def _mkdir_bytes(parent: Path, name: str) -> Path:
+    raw = os.fsencode(parent) + b"/" + name.encode("latin-1")
+    os.makedirs(raw)
+    return Path(os.fsdecode(raw))
+
+
+def test_hf_cache_never_prints_a_name_raw(tmp_path):
+    """A folder name with a newline, tab, CR, escape sequence or non-ASCII byte could add or
+    change records (and, before the nonce, whole recon sections)."""
+    commit = "b" * 40
+    hub = tmp_path / "hub"
+    good = hub / "models--org--good"
+    (good / "snapshots" / commit).mkdir(parents=True)
+    (good / "refs").mkdir()
+    (good / "refs" / "main").write_text(commit)
+    for i, bad in enumerate(UNPRINTABLE):
+        _mkdir_bytes(hub, f"models--org--x{i}{bad}")
+        _mkdir_bytes(good / "snapshots", f"{i}{bad}")
+    (good / "refs" / "evil\nsnapshot\tforged").write_text(commit)
+    (good / "refs" / "crlf").write_text(commit[:20] + "\x1b" + commit[20:])  # content, not name
+    forged = "x\nrepo\tmodels--forged--repo\nblobs\t1"
+    _mkdir_bytes(hub, f"models--org--{forged}")
+    out = run("hf_cache.sh", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    _printable_lines(out.stdout)
+    repos = p.parse_hf_cache(out.stdout)
+    assert [r.repo_id for r in repos] == ["org/good"]
+    assert repos[0].snapshots == [commit] and repos[0].refs == {"main": commit}
+
+
+def test_stopped_never_prints_a_name_raw(tmp_path):
+    (tmp_path / "vllm_node").write_text("spark-vllm/prod\n")
+    # a marker whose name forges a second marker line for a container that was never stopped
+    (tmp_path / "x\nevil\tspark-vllm").mkdir()
+    (tmp_path / "y\nother\tspark-vllm").write_text("spark-vllm/prod\n")
+    (tmp_path / "reranker").write_text("spark-vllm/prod\x1b[2J\n")  # content with an escape
+    out = run("stopped.sh", str(tmp_path))
+    assert out.returncode == 0, out.stderr
+    _printable_lines(out.stdout)
+    assert p.parse_stopped_markers(out.stdout) == {"vllm_node": "spark-vllm/prod"}
+
+
+def test_gpu_runtime_never_prints_a_path_raw(tmp_path):
+    """`command -v` prints the PATH entry it found; one with a newline forged a second line."""
+    bad_dir = _mkdir_bytes(tmp_path, "bin\nhook /forged")
+    fake_tool(bad_dir, "nvidia-container-runtime-hook", "exit 0\n")
+    out = run("gpu_runtime.sh", path=bad_dir)
+    assert out.returncode == 0
+    _printable_lines(out.stdout)
+    assert p.parse_gpu_runtime(out.stdout) == []
+
+
+def test_vllm_serve_never_prints_a_name_raw(tmp_path):
+    fake_tool(tmp_path / "bin", "docker", """
+case "$1" in
+  ps) printf 'spark-vllm-ray-head\\nbad\\033name\\n' ;;
+  exec) exit 0 ;;
+esac
+""")
+    out = run("vllm_serve.sh", "/run/spark-vllm/vllm-serve.pid", path=tmp_path / "bin")
+    assert out.returncode == 0, out.stderr
+    _printable_lines(out.stdout)
+    assert p.parse_vllm_serve(out.stdout) == {"spark-vllm-ray-head": True}

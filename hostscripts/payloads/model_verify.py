@@ -1,0 +1,75 @@
+# Model verify (the node's own python3, on every node, before vLLM starts): every file of the
+# commit is in the node's HF cache with the size AND the content the hub lists: the LFS sha256
+# for large files, the git blob id (sha1 of "blob <size>\0" + content) for the others. The
+# files crossed the fabric over plain HTTP from the head's seeder, so size is not enough.
+# Blobs already verified (same size and mtime as recorded in <cache>/.spark-vllm/verified-<repo dir>,
+# next to the cache's hub/ folder; one "<etag> <size> <mtime as seconds.nanoseconds>" line per blob, which recon's
+# hf_cache snippet also reads to spot a blob changed since) are not hashed again. argv = hf-cache-dir [--prune]; the manifest (hostscripts/models.py:
+# model_manifest_json) on stdin. --prune deletes blobs whose content is wrong and succeeds (the
+# fetch that follows downloads them again); without it a wrong blob is deleted and the command
+# fails naming the file, so vLLM never starts on it and the next `up` copies it again.
+# Prints {"files", "bytes", "hashed", "bad"}. The lines above are not sent to the node.
+
+import hashlib, json, os, sys
+cache, prune = sys.argv[1], "--prune" in sys.argv[2:]
+m = json.load(sys.stdin)
+root = os.path.join(cache, "hub", m["repoDir"])
+record_path = os.path.join(cache, ".spark-vllm", "verified-%s" % m["repoDir"])
+record = {}
+try:
+    with open(record_path) as fh:
+        for line in fh:
+            parts = line.split()
+            sec, _, ns = parts[2].partition(".") if len(parts) == 3 else ("", "", "")
+            if parts[1:2] and parts[1].isdigit() and sec.isdigit() and ns.isdigit():
+                record[parts[0]] = [int(parts[1]), int(sec) * 10**9 + int(ns)]
+except OSError:
+    pass
+def digest(path, etag):
+    h = hashlib.sha256() if len(etag) == 64 else hashlib.sha1()
+    if len(etag) != 64:
+        h.update(b"blob %d\0" % os.path.getsize(path))
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(1 << 24)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+bad, hashed, total = [], 0, 0
+for f in m["files"]:
+    blob = os.path.join(root, "blobs", f["etag"])
+    link = os.path.join(root, "snapshots", m["commit"], f["path"])
+    if not os.path.isfile(blob):
+        if not prune:
+            bad.append("%s: missing" % f["path"])
+        continue
+    st = os.stat(blob)
+    mark = [st.st_size, st.st_mtime_ns]
+    if record.get(f["etag"]) == mark:
+        total += st.st_size
+        continue
+    problem = None
+    if st.st_size != f["size"]:
+        problem = "%d bytes, want %d" % (st.st_size, f["size"])
+    elif digest(blob, f["etag"]) != f["etag"]:
+        problem = "content does not match %s" % f["etag"]
+    hashed += 1
+    if problem:
+        os.remove(blob)
+        record.pop(f["etag"], None)
+        bad.append("%s: %s (blob removed)" % (f["path"], problem))
+        continue
+    if not prune and os.path.realpath(link) != os.path.realpath(blob):
+        bad.append("%s: the snapshot does not link to its blob" % f["path"])
+        continue
+    record[f["etag"]] = mark
+    total += st.st_size
+os.makedirs(os.path.dirname(record_path), exist_ok=True)
+with open(record_path + ".new", "w") as fh:
+    fh.writelines("%s %d %d.%09d\n" % (e, v[0], v[1] // 10**9, v[1] % 10**9)
+                  for e, v in sorted(record.items()))
+os.replace(record_path + ".new", record_path)
+print(json.dumps({"files": len(m["files"]), "bytes": total, "hashed": hashed, "bad": bad}))
+if bad and not prune:
+    sys.exit("model snapshot %s is not what the hub lists:\n  %s" % (m["commit"], "\n  ".join(bad)))
