@@ -5,18 +5,27 @@ primary fabric interface (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME; NCCL's environ
 https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html), Ray and vLLM advertise
 the node's fabric address,
 and with RDMA on NCCL gets exactly the RoCE HCAs whose link is up (a carrier-down twin in
-NCCL_IB_HCA makes NCCL fail or hang at init). The component creates no resources; it exists so
-policies can review the environment (`rdma`, per node `env` and fabric facts) as props.
+NCCL_IB_HCA makes NCCL fail or hang at init). Policies review the environment (`rdma`, per node
+`env` and fabric facts) as props.
+
+Its only resources prove the fabric between the nodes before anything travels on it: on every
+node a `fabric-<node>` command pings each other node on each carrier-up twin, unfragmented at
+`nccl.minMtu` (hostscripts/fabric.py). The script's text holds the pairs and the MTU, so it runs
+again only when the nodes, their fabric config or the carrier-up twins change; a no-op `up`
+does not run it. The image copy and the model fan-out (and so Ray and vLLM) wait for it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 import pulumi
+from pulumi_command import remote
 
-from components.spark_node import Cluster
+from components.spark_node import Cluster, SparkNode
 from config import NcclConfig, NodeConfig
+from hostscripts.fabric import FabricPair, fabric_check
 from inspection.facts import NodeFacts
 
 
@@ -69,7 +78,12 @@ def node_env(nccl: NcclConfig, node: NodeConfig, facts: NodeFacts, head_ip: str)
         # it off (https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html).
         "RAY_memory_monitor_refresh_ms": "0",
         "NCCL_DEBUG": nccl.debug,
+        # every rank's lines reach the driver's log unfolded (Ray folds lines that differ only
+        # in numbers, which hides other nodes' NCCL transport lines)
+        "RAY_DEDUP_LOGS": "0",
     }
+    if nccl.debug == "INFO":  # init and network lines: what the transport check reads
+        env["NCCL_DEBUG_SUBSYS"] = "INIT,NET"
     if nccl.rdma:
         hcas = up_hcas(node, facts)
         if not hcas:
@@ -92,6 +106,38 @@ def docker_extras(nccl: NcclConfig) -> DockerExtras:
     return DockerExtras(devices=["/dev/infiniband"], cap_add=["IPC_LOCK"], memlock_unlimited=True)
 
 
+def _carrier_up(node: SparkNode) -> list[tuple[str, str]]:
+    """(interface, address) of the node's fabric twins whose link recon saw up."""
+    out = []
+    for f in node.node.fabric:
+        iface = node.facts.interface(f.interface)
+        if iface is not None and iface.carrier:
+            out.append((f.interface, f.ip))
+    return out
+
+
+def fabric_pairs(nccl: NcclConfig, cluster: Cluster, node: SparkNode) -> list[FabricPair]:
+    """What `node` pings: every other node's address on each carrier-up twin, through our own
+    carrier-up interface in the same fabric subnet. Twins down on either end are preflight's
+    finding, not a pair."""
+    subnets = [ipaddress.IPv4Network(s) for s in nccl.fabric_subnets]
+
+    def subnet(ip: str) -> ipaddress.IPv4Network | None:
+        return next((n for n in subnets if ipaddress.IPv4Address(ip) in n), None)
+
+    pairs = []
+    for iface, ip in _carrier_up(node):
+        net = subnet(ip)
+        if net is None:
+            continue
+        for peer in cluster.nodes:
+            if peer is node:
+                continue
+            pairs += [FabricPair(iface, peer.name, peer_ip) for _i, peer_ip in _carrier_up(peer)
+                      if subnet(peer_ip) == net]
+    return pairs
+
+
 @dataclass
 class NcclEnvironmentArgs:
     nccl: NcclConfig
@@ -103,6 +149,8 @@ class NcclEnvironment(pulumi.ComponentResource):
 
     env: dict[str, dict[str, str]]
     extras: DockerExtras
+    fabric_checks: dict[str, remote.Command]
+    fabric_check: pulumi.Output[dict[str, list[str]]]
 
     def __init__(
         self, name: str, args: NcclEnvironmentArgs, opts: pulumi.ResourceOptions | None = None
@@ -134,4 +182,22 @@ class NcclEnvironment(pulumi.ComponentResource):
             {"rdma": nccl.rdma, "minMtu": nccl.min_mtu, "nodes": props_nodes},
             opts,
         )
-        self.register_outputs({"env": self.env})
+        self.pairs = {n.name: fabric_pairs(nccl, cluster, n) for n in cluster.nodes}
+        self.fabric_checks = {
+            n.name: n.command(
+                f"{name}-fabric-{n.name}",
+                self,
+                create=fabric_check(n.name, self.pairs[n.name], nccl.min_mtu),
+            )
+            for n in cluster.nodes
+            if self.pairs[n.name]
+        }
+        # what each node's check proved, one "ok <node> <if> -> <peer> <ip> at MTU <n>" per pair
+        self.fabric_check = (
+            pulumi.Output.all(**{n: c.stdout for n, c in self.fabric_checks.items()}).apply(
+                lambda out: {n: (text or "").splitlines() for n, text in out.items()}
+            )
+            if self.fabric_checks
+            else pulumi.Output.from_input({})
+        )
+        self.register_outputs({"env": self.env, "fabricCheck": self.fabric_check})

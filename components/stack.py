@@ -1,9 +1,10 @@
 """build_stack: wire the components in dependency order; __main__ only calls this.
 
 Order of things on the hosts (each arrow a dependency the engine enforces):
-stopped foreign containers, serving image on every node -> model fetched on the head -> fanned
+fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
+every node -> model fetched on the head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
-`vllm serve` in the head container -> health gate.
+`vllm serve` in the head container -> health gate -> NCCL's transport read from the log.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ class StackHandles:
             "servedModelName": self.cfg.vllm.served_model_name,
             "modelCommit": self.model.commit,
             "imageIds": self.image.image_ids,
+            "imageProbe": self.image.probe_summary,  # per node: python, torch/CUDA, vllm, ray
+            "fabricCheck": self.nccl.fabric_check,  # per node: each pair it pinged at the MTU
             "nodes": {
                 name: {
                     "role": n.role,
@@ -88,6 +91,7 @@ class StackHandles:
                 for name, n in self.nodes.items()
             },
             "recon": {name: n.summary for name, n in self.nodes.items()},
+            "ncclTransport": self.vllm.transport,  # per node, as NCCL's INFO lines show it
         }
 
 
@@ -118,7 +122,14 @@ def build_stack(
     cluster = _nodes(cfg, facts, plan, secrets, labels, key_path, project, stack)
     made = StackSecrets("secrets", StackSecretsArgs(api_key=secrets.vllm_api_key))
     nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(nccl=cfg.nccl, cluster=cluster))
-    image = VllmImage("image", VllmImageArgs(image=cfg.image, cluster=cluster))
+    # the fabric proven (every pair at the MTU) before the image or the model cross it
+    fabric: list[pulumi.Resource] = list(nccl.fabric_checks.values())
+    image = VllmImage(
+        "image",
+        VllmImageArgs(
+            image=cfg.image, cluster=cluster, labels=labels, rdma=cfg.nccl.rdma, after=fabric
+        ),
+    )
     model = ModelCache(
         "model",
         ModelCacheArgs(
@@ -160,6 +171,8 @@ def build_stack(
             commit=model.commit,
             model_bytes=model.model_bytes,
             api_key=made.api_key,
+            rdma=cfg.nccl.rdma,
+            nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
         ),
     )

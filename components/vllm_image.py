@@ -16,11 +16,18 @@ Sources:
 
 The component fails the update if the nodes end up with different image IDs: TP ranks running
 different builds fail in ways that are much harder to read later.
+
+Once per image ID on every node, `image-probe-<node>` asks the image's own python what it
+carries (Python, torch and its CUDA, vLLM, Ray, libibverbs; hostscripts/payloads/image_probe.py),
+and `image-check` on the head reports them and fails, before Ray starts, on an image without
+Ray or vLLM, a Ray too old for token authentication, versions that differ between nodes, or
+no libibverbs with RDMA on (inspection/image_probe.judge). The probes are stack outputs.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import pulumi
 import pulumi_docker as docker
@@ -29,7 +36,14 @@ from pulumi_command import remote
 from components.spark_node import Cluster, SparkNode
 from config import ImageConfig
 from config.forms import is_digest_ref, is_image_id
-from hostscripts.images import image_pull_from_head, image_seeder_start, image_seeder_stop
+from hostscripts.images import (
+    image_check,
+    image_probe,
+    image_pull_from_head,
+    image_seeder_start,
+    image_seeder_stop,
+)
+from inspection.image_probe import ImageProbe, ImageProbeError, judge, parse_probe
 
 
 class ImageMismatchError(pulumi.RunError):
@@ -76,6 +90,10 @@ def pinned_ref(ref: str, digest: str) -> str:
 class VllmImageArgs:
     image: ImageConfig
     cluster: Cluster
+    labels: Mapping[str, str]  # ownership labels for the probe's throw-away container
+    rdma: bool  # nccl.rdma: the image must carry libibverbs
+    # what must be done before any image moves (the fabric check): every child waits for it
+    after: list[pulumi.Resource] = field(default_factory=list)
 
 
 class VllmImage(pulumi.ComponentResource):
@@ -85,6 +103,9 @@ class VllmImage(pulumi.ComponentResource):
     image_ids: dict[str, pulumi.Output[str]]
     image_id: pulumi.Output[str]
     copies: dict[str, remote.Command]
+    probes: dict[str, remote.Command]
+    check: remote.Command
+    probe_summary: pulumi.Output[dict[str, str]]
 
     def __init__(
         self, name: str, args: VllmImageArgs, opts: pulumi.ResourceOptions | None = None
@@ -100,6 +121,7 @@ class VllmImage(pulumi.ComponentResource):
         )
         self.images = {}
         self.copies = {}
+        self.after = list(args.after)
         self.pull_ref = self._pull_ref(image, cluster.head)
 
         self.images[cluster.head.name] = self._remote_image(name, cluster.head, [])
@@ -115,6 +137,7 @@ class VllmImage(pulumi.ComponentResource):
         self.image_ids = {n: img.image_id for n, img in self.images.items()}
         all_ids = pulumi.Output.all(**self.image_ids)
         self.image_id = all_ids.apply(_same_id)
+        self._probe(name, args)
         # ref/source are outputs too: stack-level policies (prod-pinned) read outputs.
         self.register_outputs(
             {
@@ -123,7 +146,43 @@ class VllmImage(pulumi.ComponentResource):
                 "pulledRef": self.pull_ref,
                 "imageIds": all_ids,
                 "imageId": self.image_id,
+                "probes": self.probe_summary,
             }
+        )
+
+    def _probe(self, name: str, args: VllmImageArgs) -> None:
+        """A probe per node (its text holds the image ID, so it runs once per ID) and the check
+        on the head that judges them all."""
+        labels = {**args.labels, "spark-vllm.role": "image-probe"}
+        self.probes = {
+            node.name: node.command(
+                f"{name}-probe-{node.name}",
+                self,
+                create=self.image_ids[node.name].apply(lambda i: image_probe(i or "", labels)),
+            )
+            for node in args.cluster.nodes
+        }
+        outs = pulumi.Output.all(**{n: c.stdout for n, c in self.probes.items()})
+
+        def verdict(stdouts: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+            probes: dict[str, ImageProbe] = {}
+            problems = []
+            for node, text in sorted(stdouts.items()):
+                try:
+                    probes[node] = parse_probe(node, text)
+                except ImageProbeError as exc:
+                    problems.append(str(exc))
+            lines = {n: p.line() for n, p in probes.items()}
+            return lines, problems + judge(probes, rdma=args.rdma)
+
+        judged = outs.apply(verdict)
+        self.probe_summary = judged.apply(lambda v: v[0])
+        self.check = args.cluster.head.command(
+            f"{name}-check",
+            self,
+            create=judged.apply(
+                lambda v: image_check([f"{n}: {line}" for n, line in sorted(v[0].items())], v[1])
+            ),
         )
 
     def _pull_ref(self, image: ImageConfig, head: SparkNode) -> pulumi.Output[str]:
@@ -144,7 +203,7 @@ class VllmImage(pulumi.ComponentResource):
             name=self.pull_ref,
             keep_locally=True,
             opts=pulumi.ResourceOptions(
-                parent=self, provider=node.provider, depends_on=after or None
+                parent=self, provider=node.provider, depends_on=[*self.after, *after] or None
             ),
         )
 
@@ -156,7 +215,7 @@ class VllmImage(pulumi.ComponentResource):
             f"{name}-seed",
             self,
             create=image_seeder_start(ref, head.fabric_ip, targets),
-            depends_on=[self.images[head.name]],
+            depends_on=[*self.after, self.images[head.name]],
         )
         for node in cluster.workers:
             self.copies[node.name] = node.command(
@@ -165,7 +224,7 @@ class VllmImage(pulumi.ComponentResource):
                 create=self.images[head.name].image_id.apply(
                     lambda i: image_pull_from_head(ref, head.fabric_ip, i or "")
                 ),
-                depends_on=[start],
+                depends_on=[*self.after, start],
             )
         stop = head.command(
             f"{name}-seed-stop",

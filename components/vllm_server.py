@@ -16,6 +16,7 @@ Consequences that are the point of the design:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,7 +28,9 @@ from components.nccl import PER_NODE_KEYS
 from components.ray_cluster import HEAD_CONTAINER, RayCluster
 from components.spark_node import Cluster
 from config import HealthConfig, VllmConfig
-from hostscripts.vllm import vllm_argv, vllm_start, vllm_stop
+from hostscripts.common import verdict_script
+from hostscripts.vllm import vllm_argv, vllm_nccl_lines, vllm_start, vllm_stop
+from inspection.nccl_transport import parse_transport, verdict
 
 # Env keys vLLM's Ray executor must not copy from the driver to the workers: the per-node NCCL
 # values, and the API key (only the API server needs it).
@@ -74,6 +77,8 @@ class VllmServerArgs:
     commit: pulumi.Input[str]
     model_bytes: pulumi.Input[int]
     api_key: pulumi.Output[str]  # configured or generated (StackSecrets): vLLM never serves open
+    rdma: bool = False  # nccl.rdma: a TCP fallback of NCCL is then a finding
+    nccl_debug: str = "WARN"
     after: list[pulumi.Resource] = field(default_factory=list)
     # recon's reason to start vLLM again with unchanged flags (stack.vllm_restart_reason)
     restart_reason: str | None = None
@@ -81,6 +86,9 @@ class VllmServerArgs:
 
 class VllmServer(pulumi.ComponentResource):
     serve: remote.Command
+    nccl_log: remote.Command
+    transport_check: remote.Command
+    transport: pulumi.Output[dict[str, str]]
     endpoint: pulumi.Output[str]
     argv: pulumi.Output[list[str]]
 
@@ -130,6 +138,7 @@ class VllmServer(pulumi.ComponentResource):
             secret_outputs=["stdin"],
             timeout_seconds=args.health.timeout_seconds + 300,
         )
+        self._transport(name, args, create)
         public = args.cluster.head.node.host if v.host == "0.0.0.0" else v.host
         self.endpoint = pulumi.Output.from_input(f"http://{public}:{v.port}/v1")
         # The reviewable props are outputs too: stack-level policies (vllm-api-key) see a
@@ -140,7 +149,49 @@ class VllmServer(pulumi.ComponentResource):
                 "endpoint": self.endpoint,
                 "servedModelName": v.served_model_name,
                 "health": self.serve.stdout,
+                "ncclTransport": self.transport,
             }
+        )
+
+    def _transport(self, name: str, args: VllmServerArgs, serve_text: pulumi.Output[str]) -> None:
+        """After the health gate: which transport NCCL chose on every node, read from the
+        running vLLM's log (inspection/nccl_transport.py). With nccl.rdma a TCP fallback fails
+        the `up` outside dev and warns in dev. Runs again whenever vLLM was started again (its
+        script's hash is in the text)."""
+        head = args.cluster.head
+        names = {f.ip: n.name for n in args.cluster.nodes for f in n.node.fabric}
+        self.nccl_log = head.command(
+            f"{name}-nccl-log",
+            self,
+            create=pulumi.Output.all(serve_text, self.serve.id).apply(
+                lambda a: vllm_nccl_lines(
+                    HEAD_CONTAINER, hashlib.sha256(f"{a[0]}\n{a[1]}".encode()).hexdigest()[:16]
+                )
+            ),
+            logging=remote.Logging.STDERR,  # the lines are kept in its stdout, not logged
+            depends_on=[self.serve],
+        )
+        judged = self.nccl_log.stdout.apply(
+            lambda text: verdict(
+                parse_transport(text or "", head.fabric_ip),
+                names=names,
+                rdma=args.rdma,
+                strict=args.environment != "dev",
+                nccl_debug=args.nccl_debug,
+            )
+        )
+        self.transport = judged.apply(lambda v: v.lines)
+        self.transport_check = head.command(
+            f"{name}-transport",
+            self,
+            create=judged.apply(
+                lambda v: verdict_script(
+                    "nccl transport",
+                    [f"{n}: {line}" for n, line in sorted(v.lines.items())],
+                    v.problems,
+                    v.warnings,
+                )
+            ),
         )
 
     @staticmethod

@@ -312,7 +312,9 @@ class NcclConfig(_Model):
         default_factory=lambda: ["192.168.177.0/24", "192.168.178.0/24"], min_length=1
     )
     min_mtu: int = Field(default=9000, ge=576, le=9978)
-    debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = "WARN"
+    # INFO (with NCCL_DEBUG_SUBSYS=INIT,NET: init and network lines only) lets the stack read
+    # which transport NCCL chose after serving starts; WARN hides it.
+    debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = "INFO"
     extra_env: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("fabric_subnets")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from config.forms import CONTAINER_ID, clip, is_image_id
@@ -68,3 +68,16 @@ def payload(name: str) -> str:
     while i < len(lines) and lines[i].startswith("#"):
         i += 1
     return "\n".join(lines[i:])
+
+
+def verdict_script(title: str, lines: Sequence[str], problems: Sequence[str],
+                   warnings: Sequence[str] = ()) -> str:
+    """A script that only reports a verdict the program made: the lines on stdout, warnings and
+    problems on stderr, exit 1 when there are problems. Its text changes exactly when the
+    verdict does, so it runs again only then."""
+    out = ["set -eu", *(f"echo {q(line)}" for line in lines)]
+    out += [f"echo {q(f'{title} warning: {w}')} >&2" for w in warnings]
+    out += [f"echo {q(f'{title} failed: {p}')} >&2" for p in problems]
+    if problems:
+        out.append("exit 1")
+    return "\n".join(out)

@@ -8,13 +8,14 @@ seeder also stops on its own after SEED_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from hostscripts.common import image_id, payload, q
+from hostscripts.common import image_id, label_flags, payload, q, verdict_script
 from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS
 
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
 _FETCH_PY = payload("fetch_url.py")
+_PROBE_PY = payload("image_probe.py")
 
 
 def image_seeder_start(ref: str, bind_ip: str, targets: Sequence[str]) -> str:
@@ -72,3 +73,22 @@ def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
             "echo image loaded",
         ]
     )
+
+
+def image_probe(image: str, labels: Mapping[str, str]) -> str:
+    """On every node, once per image ID: the image's own python reports what it carries
+    (payloads/image_probe.py), in a throw-away container without network or GPU."""
+    image = image_id(image)  # the daemon's answer: its exact form before any shell
+    return "\n".join(
+        [
+            "set -eu",
+            f"docker run --rm --network none {label_flags(labels)} --entrypoint python3 "
+            f"{q(image)} -c {q(_PROBE_PY)}",
+        ]
+    )
+
+
+def image_check(lines: Sequence[str], problems: Sequence[str]) -> str:
+    """On the head, before Ray starts: print what every node's image carries, and fail with the
+    problems (inspection/image_probe.judge) when there are any."""
+    return verdict_script("image check", lines, problems)

@@ -117,7 +117,7 @@ def vllm_start(
         f"printf '%s\\n' {q(keep)} > {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json; "
         f"VLLM_CONFIG_ROOT={VLLM_CONFIG_ROOT}; export VLLM_CONFIG_ROOT; "
         f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi; "
-        f"exec {serve} >> {VLLM_LOG} 2>&1"
+        f"echo {q(START_MARKER)} >> {VLLM_LOG}; exec {serve} >> {VLLM_LOG} 2>&1"
     )
     store_key = f"umask 077; mkdir -p $(dirname {VLLM_KEY}); cat > {VLLM_KEY}.new"
     same = (
@@ -144,6 +144,31 @@ def vllm_start(
             f"  docker exec {q(container)} tail -n 50 {VLLM_LOG} >&2 || true",
             "  exit 1",
             "fi",
+        ]
+    )
+
+
+# The line each start of vLLM writes first into its log: what follows is this run's.
+START_MARKER = "=== spark-vllm: vllm serve starts ==="
+NCCL_LINES = 2000  # at most this many NCCL transport lines are read back
+
+
+def vllm_nccl_lines(container: str, serve_marker: str) -> str:
+    """On the head, after the health gate: the NCCL lines about the transport (network choice,
+    devices, channels, GPU Direct RDMA) that the running vLLM's log holds since it started,
+    its own and its Ray workers' (Ray forwards them with an `(Actor pid=.., ip=..)` prefix).
+
+    `serve_marker` (a hash of vllm-serve's script) is in the text so a vLLM started again
+    makes this run again."""
+    pattern = "NCCL INFO.*(NET/|Using network|via |GPU Direct RDMA|Init COMPLETE)"
+    read = (f"grep -aE {q(pattern + '|^' + START_MARKER + '$')} {VLLM_LOG} "
+            f"| awk -v m={q(START_MARKER)} '$0 == m {{n = 0; next}} {{b[n++] = $0}} "
+            f"END {{for (i = 0; i < n; i++) print b[i]}}' | tail -n {NCCL_LINES}")
+    return "\n".join(
+        [
+            "set -eu",
+            f"# vllm-serve: {q(serve_marker)}",
+            f"docker exec {q(container)} sh -c {q(read + ' || true')}",
         ]
     )
 

@@ -222,3 +222,42 @@ def render_table(facts: Mapping[str, Result], *, color: bool = False) -> str:
     for name, err in errors:
         out.append(f"{name}: {getattr(err, 'reason', err)} — {getattr(err, 'fix', '')}")
     return "\n".join(out) + "\n"
+
+
+def render_last_up(names: list[str], outputs: Mapping[str, Any]) -> str:
+    """What the last `pulumi up` proved, side by side like the recon table: the fabric pairs
+    each node pinged at the MTU, what each node's image carries, the transport NCCL chose.
+    `outputs` is `pulumi stack output --json` (no secrets needed)."""
+    def mapping(key: str) -> Mapping[str, Any]:
+        value = outputs.get(key)
+        return value if isinstance(value, Mapping) else {}
+
+    fabric, probe, transport = (mapping(k) for k in ("fabricCheck", "imageProbe",
+                                                     "ncclTransport"))
+
+    def fabric_cell(node: str) -> str:
+        lines = fabric.get(node)
+        if not isinstance(lines, list) or not lines:
+            return "-"
+        mtus = sorted({ln.rsplit(" ", 1)[-1] for ln in lines if isinstance(ln, str)})
+        return f"{len(lines)} pairs ok at MTU {'/'.join(mtus)}"
+
+    def text(value: object) -> str:
+        return value if isinstance(value, str) and value else "-"
+
+    rows = [
+        ("fabric check", [fabric_cell(n) for n in names]),
+        ("image", [text(probe.get(n)) for n in names]),
+        ("nccl transport", [text(transport.get(n, transport.get("all"))) for n in names]),
+    ]
+    label_w = max(len(label) for label, _ in rows) + 2
+    widths = [max([len(n)] + [len(_clip(r[1][j])) for r in rows]) for j, n in enumerate(names)]
+    header = "  " + "last up".ljust(label_w) + "  ".join(
+        n.ljust(w) for n, w in zip(names, widths, strict=True))
+    rule = "-" * len(header.rstrip())
+    out = [header.rstrip(), rule]
+    for label, cells in rows:
+        out.append(("  " + label.ljust(label_w) + "  ".join(
+            _clip(c).ljust(w) for c, w in zip(cells, widths, strict=True))).rstrip())
+    out.append(rule)
+    return "\n".join(out) + "\n"

@@ -213,6 +213,11 @@ def fake_image_id(ref: str) -> str:
     return "sha256:" + hashlib.sha256(ref.encode()).hexdigest()
 
 
+# What hostscripts/payloads/image_probe.py prints for a serving image (a CUDA build on GB10).
+PROBE_STDOUT = ('{"libibverbs": true, "python": "3.12.3", "ray": "2.60.0", "torch": "2.13.0", '
+                '"torchCuda": "13.0", "vllm": "0.32.0"}')
+
+
 class RecordingMocks(pulumi.runtime.Mocks):
     """Records every registration; returns known fake outputs so applies run."""
 
@@ -226,7 +231,7 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["imageId"] = fake_image_id(args.inputs["name"])
             outputs["repoDigest"] = args.inputs["name"]
         elif args.typ in ("command:remote:Command", "command:local:Command"):
-            outputs["stdout"] = f"{args.name}: ok"
+            outputs["stdout"] = PROBE_STDOUT if "-probe-" in args.name else f"{args.name}: ok"
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID
             return hashlib.sha256(args.name.encode()).hexdigest(), outputs

@@ -1,12 +1,15 @@
 """`make recon` / `spark-vllm-recon`: survey every node of a stack, print the side-by-side
 table, run preflight.
 
-    spark-vllm-recon [--stack dev] [--key PATH] [--model-bytes N] [--json]
+    spark-vllm-recon [--stack dev] [--key PATH] [--model-bytes N] [--json] [--no-last-up]
 
 Reads Pulumi.<stack>.yaml in the current folder directly (no Pulumi CLI, no engine): the
 `spark-vllm:*` keys are validated by the config package like the program does. Secrets are not
 decrypted here: when the stack keeps its key in the secret `sshPrivateKey`, pass the key file
 with --key.
+Below the table, what the last `pulumi up` of the stack proved (`pulumi stack output --json`,
+no secrets): the fabric pairs pinged at the MTU, each node's image probe, NCCL's transport;
+skipped with a note when the CLI or the stack is not there.
 Exit codes: 0 preflight passed, 1 preflight failed (findings printed), 2 config/usage problem.
 """
 
@@ -14,8 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -44,6 +49,23 @@ def load_stack_config(stack: str, root: Path | None = None) -> StackConfig:
     return pin_host_keys(validate_config(raw))
 
 
+def last_up_outputs(stack: str) -> tuple[dict[str, Any] | None, str]:
+    """`pulumi stack output --json` of the stack (secrets stay hidden), or None and why."""
+    try:
+        done = subprocess.run(["pulumi", "stack", "output", "--json", "--stack", stack],
+                              capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return None, f"pulumi stack output did not run ({exc})"
+    if done.returncode != 0:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return None, f"pulumi stack output failed: {why}"
+    try:
+        data = json.loads(done.stdout or "{}")
+    except ValueError:
+        return None, "pulumi stack output printed no JSON"
+    return (data, "") if isinstance(data, dict) else (None, "unexpected stack output")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml")
@@ -52,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="model size in bytes, for the memory and disk checks")
     ap.add_argument("--json", action="store_true", help="print the JSON summary, not the table")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
+    ap.add_argument("--no-last-up", action="store_true",
+                    help="do not read the stack's outputs (fabric check, image probe, transport)")
     args = ap.parse_args(argv)
 
     try:
@@ -77,6 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
         print(report.render_table(results, color=color), end="")
+        if not args.no_last_up:
+            outputs, why = last_up_outputs(args.stack)
+            if outputs is None:
+                print(f"last up: {why}")
+            else:
+                print(report.render_last_up([n.name for n in cfg.nodes], outputs), end="")
         warnings = plan.warnings if plan is not None else (failure.warnings if failure else [])
         for w in warnings:
             print(f"warning: {w}")

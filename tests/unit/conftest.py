@@ -128,6 +128,8 @@ def settled(h, *outputs):
     leaves += [r for r in (*h.image.seeder, *h.model.seeder) if r is not None]
     leaves += [h.model.fetch, *h.model.syncs.values(), *h.model.verifies.values()]
     leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, h.vllm.serve]
+    leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
+    leaves += [*h.ray.tokens.values(), h.vllm.nccl_log, h.vllm.transport_check]
     return pulumi.Output.all(*[r.urn for r in leaves], *outputs).apply(
         lambda values: values[len(leaves):]
     )

@@ -118,6 +118,8 @@ def test_nccl_env_per_node_rdma_off(build, mocks):
             assert env["MASTER_ADDR"] == "192.168.177.11"
             assert env["RAY_memory_monitor_refresh_ms"] == "0"
             assert env["NCCL_DEBUG"] == "INFO"
+            # what the transport check reads: init/network lines, every rank's unfolded
+            assert env["NCCL_DEBUG_SUBSYS"] == "INIT,NET" and env["RAY_DEDUP_LOGS"] == "0"
             assert env["NCCL_IB_DISABLE"] == "1"
             assert "NCCL_IB_HCA" not in env
 

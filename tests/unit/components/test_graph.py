@@ -44,8 +44,9 @@ def expected_counts(n: int) -> Counter:
             IMAGE: n,
             CONTAINER: n,
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
-            # ray ready; vllm serve
-            COMMAND: 3 + (n - 1) + n + n + 1 + 1,
+            # ray ready; vllm serve + its NCCL log + transport check; n fabric checks; n image
+            # probes + the image check
+            COMMAND: 3 + (n - 1) + n + n + 1 + 3 + n + n + 1,
         }
     )
 

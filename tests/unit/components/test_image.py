@@ -1,5 +1,6 @@
-"""VllmImage: what every node pulls. A tag is resolved to its digest at the registry (through the
-head's docker provider) and every node pulls `<repo>@<digest>`; a digest ref is pulled as is."""
+"""VllmImage: what every node pulls, and the probe of what the image carries (issue 17). A tag is
+resolved to its digest at the registry (through the head's docker provider) and every node pulls
+`<repo>@<digest>`; a digest ref is pulled as is."""
 
 from __future__ import annotations
 
@@ -62,5 +63,24 @@ def test_a_digest_ref_is_pulled_as_it_is(build, mocks):
         pulls = {r.inputs["name"] for r in mocks.of_type("docker:index/remoteImage:RemoteImage")}
         assert pulls == {DIGEST_REF}
         assert all("registryAuth" not in p.inputs for p in mocks.of_type("pulumi:providers:docker"))
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_image_probe_per_node_then_the_check_before_ray(build, mocks, dependencies):
+    h = build(2)
+
+    def check(_):
+        for n in ("spark-1", "spark-2"):
+            probe = mocks.named(f"image-probe-{n}").inputs["create"]
+            assert "docker run --rm --network none" in probe
+            assert "--label spark-vllm.role=image-probe" in probe
+            assert f"image-{n}" in dependencies[f"image-probe-{n}"]
+        assert {"image-probe-spark-1", "image-probe-spark-2"} <= dependencies["image-check"]
+        assert "image-check" in dependencies["ray-head"]
+        assert "image-check" in dependencies["ray-worker-spark-2"]
+        text = mocks.named("image-check").inputs["create"]
+        assert "exit 1" not in text and "spark-2: python 3.12.3, torch 2.13.0" in text
 
     return settled(h).apply(check)

@@ -49,7 +49,8 @@ def test_main_exports(program):
     assert oct(__import__("os").stat(key_path).st_mode & 0o777) == "0o600"
     assert model_bytes == sum(f.size for f in MODEL_FILES)
     assert set(exports) == {
-        "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "nodes", "recon"
+        "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
+        "fabricCheck", "nodes", "recon", "ncclTransport"
     }
     assert exports["servedModelName"] == "tiny-moe"
     assert exports["recon"]["spark-2"]["gpu"] == "NVIDIA GB10"
@@ -59,7 +60,9 @@ def test_main_exports(program):
     image_id = fake_image_id(f"10.77.0.1:5000/spark-lab/vllm-spark@{fake_image_id(tag)}")
 
     def check(values):
-        endpoint, commit, ids, nodes = values
+        endpoint, commit, ids, nodes, probe = values
+        assert probe["spark-2"] == ("python 3.12.3, torch 2.13.0 (CUDA 13.0), vllm 0.32.0, "
+                                    "ray 2.60.0, libibverbs yes")
         assert endpoint == "http://10.77.0.11:8000/v1"
         assert commit == COMMIT
         assert ids == {"spark-1": image_id, "spark-2": image_id}
@@ -68,7 +71,8 @@ def test_main_exports(program):
         assert nodes["spark-2"]["imageId"] == image_id
 
     return pulumi.Output.all(
-        exports["endpoint"], exports["modelCommit"], exports["imageIds"], exports["nodes"]
+        exports["endpoint"], exports["modelCommit"], exports["imageIds"], exports["nodes"],
+        exports["imageProbe"],
     ).apply(check)
 
 

@@ -184,3 +184,22 @@ def test_model_fetched_once_on_head_and_fanned_out_over_fabric(build, mocks):
         assert checked["commit"] == COMMIT
 
     return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_the_transport_is_read_after_the_health_gate_and_exported(build, mocks, dependencies):
+    h = build(2, nccl={"rdma": True, "debug": "WARN"})
+
+    def check(values):
+        (transport,) = values
+        assert "vllm-serve" in dependencies["vllm-nccl-log"]
+        log = mocks.named("vllm-nccl-log").inputs["create"]
+        assert "docker exec spark-vllm-ray-head sh -c" in log and "NCCL INFO" in log
+        text = mocks.named("vllm-transport").inputs["create"]
+        # the mock log holds no NCCL lines: unknown, and with RDMA on a warning, no failure
+        assert "nccl transport warning: the NCCL transport cannot be verified" in text
+        assert "exit 1" not in text
+        assert transport == {"all": "unknown: no NCCL transport lines (nccl.debug is WARN; INFO "
+                                    "shows NCCL's choice)"}
+
+    return settled(h, h.vllm.transport).apply(check)

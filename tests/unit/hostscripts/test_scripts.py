@@ -209,3 +209,61 @@ def test_foreign_container_names_from_recon_are_checked(bad):
 def test_the_image_pull_quotes_every_value_in_its_message():
     script = images.image_pull_from_head("repo:tag", "192.168.177.11", "sha256:" + "c" * 64)
     assert "printf 'image %s has ID %s after load, head has %s\\n' repo:tag" in script
+
+
+def _fake_ping(bin_dir, carries: int, reachable: set[str]):
+    """A `ping` that answers when the destination is in `reachable` and `-s` <= `carries`."""
+    bin_dir.mkdir(exist_ok=True)
+    reach = " ".join(sorted(reachable))
+    (bin_dir / "ping").write_text(
+        "#!/bin/sh\nsize=56\nwhile [ $# -gt 1 ]; do\n"
+        '  case $1 in -s) size=$2; shift ;; -I|-c|-W|-w|-i|-M) shift ;; esac\n  shift\ndone\n'
+        f'case " {reach} " in *" $1 "*) ;; *) exit 1 ;; esac\n'
+        f'[ "$size" -le {carries} ]\n')
+    (bin_dir / "ping").chmod(0o755)
+
+
+def test_fabric_check_names_both_nodes_the_interface_and_the_largest_size(tmp_path):
+    from hostscripts.fabric import FabricPair, fabric_check
+
+    script = fabric_check("spark-1", [FabricPair("enp1s0f1np1", "spark-2", "192.168.177.12"),
+                                      FabricPair("enP2p1s0f1np1", "spark-2", "192.168.178.12")],
+                          9000)
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin"}
+    _fake_ping(tmp_path / "bin", 8972, {"192.168.177.12", "192.168.178.12"})
+    ok = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.splitlines() == [
+        "ok spark-1 enp1s0f1np1 -> spark-2 192.168.177.12 at MTU 9000",
+        "ok spark-1 enP2p1s0f1np1 -> spark-2 192.168.178.12 at MTU 9000"]
+    # a path that carries 1500 only, and a twin that does not answer at all
+    _fake_ping(tmp_path / "bin", 1472, {"192.168.177.12"})
+    bad = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env, timeout=30)
+    assert bad.returncode == 1
+    assert ("fabric check failed: spark-1 enp1s0f1np1 -> spark-2 192.168.177.12 does not carry "
+            "MTU 9000 unfragmented; the largest that passed is MTU 1500;") in bad.stderr
+    assert ("fabric check failed: spark-1 enP2p1s0f1np1 -> spark-2 192.168.178.12: no reply at "
+            "any size") in bad.stderr
+
+
+def test_nccl_lines_are_read_from_the_current_vllm_run_only(tmp_path):
+    """vllm_nccl_lines: the transport lines after the last start marker, nothing else."""
+    import shlex
+
+    log = tmp_path / "vllm-serve.log"
+    log.write_text(
+        "spark-1:1:2 [0] NCCL INFO NET/IB : Using [0]old:1/RoCE [RO]; OOB x\n"
+        f"{vllm.START_MARKER}\nINFO: other vLLM output\n"
+        "spark-1:1:2 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.177.11<0>\n"
+        "(RayWorkerWrapper pid=5, ip=192.168.177.12) spark-2:5:6 [0] NCCL INFO Channel 00/0 : "
+        "1[0] -> 0[0] [send] via NET/Socket/0\n")
+    script = vllm.vllm_nccl_lines("head", "abc123")
+    assert "# vllm-serve: abc123" in script
+    inner = shlex.split(script.split("docker exec head sh -c ", 1)[1])[0]
+    out = subprocess.run(["sh", "-c", inner.replace(vllm.VLLM_LOG, str(log))],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [
+        "spark-1:1:2 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.177.11<0>",
+        "(RayWorkerWrapper pid=5, ip=192.168.177.12) spark-2:5:6 [0] NCCL INFO Channel 00/0 : "
+        "1[0] -> 0[0] [send] via NET/Socket/0"]

@@ -89,3 +89,27 @@ def test_recon_report_loads_the_stack_file(tmp_path):
     cfg = module.load_stack_config("t", tmp_path)
     assert [n.name for n in cfg.nodes] == ["spark-1", "spark-2"]
     assert module.main(["--stack", "does-not-exist"]) == 2
+
+
+def test_last_up_shows_fabric_image_and_transport_side_by_side():
+    outputs = {
+        "fabricCheck": {
+            "spark-1": ["ok spark-1 enp1s0f1np1 -> spark-2 192.168.177.12 at MTU 9000",
+                        "ok spark-1 enP2p1s0f1np1 -> spark-2 192.168.178.12 at MTU 9000"],
+            "spark-2": ["ok spark-2 enp1s0f1np1 -> spark-1 192.168.177.11 at MTU 9000"]},
+        "imageProbe": {"spark-1": "python 3.12.3, ray 2.60.0", "spark-2": "python 3.12.3"},
+        "ncclTransport": {"spark-1": "192.168.177.11: IB gdr=off"},
+    }
+    text = report.render_last_up(["spark-1", "spark-2"], outputs)
+    lines = text.splitlines()
+    assert lines[0].split() == ["last", "up", "spark-1", "spark-2"]
+    assert "2 pairs ok at MTU 9000" in lines[2] and "1 pairs ok at MTU 9000" in lines[2]
+    assert lines[3].split()[0] == "image"
+    assert "python 3.12.3, ray 2.60.0" in lines[3]
+    assert "192.168.177.11: IB gdr=off" in lines[4] and lines[4].rstrip().endswith("-")
+    # a stack never brought up (or outputs of another shape) shows dashes, no traceback
+    empty = report.render_last_up(["spark-1"], {"fabricCheck": "x", "imageProbe": None})
+    assert [ln.split()[-1] for ln in empty.splitlines()[2:5]] == ["-", "-", "-"]
+    # the transport of a stack where NCCL logged nothing applies to every node
+    unknown = report.render_last_up(["a", "b"], {"ncclTransport": {"all": "unknown: none"}})
+    assert unknown.splitlines()[4].count("unknown: none") == 2

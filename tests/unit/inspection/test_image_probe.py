@@ -1,0 +1,78 @@
+"""Issue 17: the image probe's answer is read strictly and judged before Ray starts."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from hostscripts.common import payload
+from hostscripts.images import image_check
+from inspection.image_probe import ImageProbe, ImageProbeError, judge, parse_probe, version_tuple
+
+GOOD = ImageProbe(python="3.12.3", torch="2.13.0", torch_cuda="13.0", vllm="0.32.0",
+                  ray="2.60.0", libibverbs=True)
+
+
+def test_the_payload_runs_and_its_answer_parses():
+    """The real payload, run by this machine's python (no torch/vllm/ray here: all null)."""
+    out = subprocess.run([sys.executable, "-c", payload("image_probe.py")], capture_output=True,
+                         text=True, timeout=60, check=True)
+    probe = parse_probe("here", "a warning the image printed first\n" + out.stdout)
+    assert probe.python == ".".join(map(str, sys.version_info[:3]))
+    assert set(json.loads(out.stdout)) == {"python", "torch", "torchCuda", "vllm", "ray",
+                                           "libibverbs"}
+
+
+def test_good_images_pass_and_the_line_says_what_they_carry():
+    assert judge({"spark-1": GOOD, "spark-2": GOOD}, rdma=True) == []
+    assert GOOD.line() == ("python 3.12.3, torch 2.13.0 (CUDA 13.0), vllm 0.32.0, ray 2.60.0, "
+                           "libibverbs yes")
+    cpu = GOOD.model_copy(update={"torch_cuda": None, "libibverbs": False})
+    assert "(no CUDA)" in cpu.line() and judge({"a": cpu}, rdma=False) == []
+
+
+@pytest.mark.parametrize(("change", "rdma", "expected"), [
+    ({"ray": None}, False, "spark-2: the image has no Ray"),
+    ({"ray": "2.49.1"}, False, "spark-2: the image's Ray 2.49.1 cannot do token authentication "
+                               "(needs Ray >= 2.52)"),
+    ({"vllm": None}, False, "spark-2: the image has no vLLM"),
+    ({"libibverbs": False}, True, "spark-2: nccl.rdma is true but the image cannot load "
+                                  "libibverbs"),
+    ({"vllm": "0.31.0"}, False, "the images carry different vllm versions (spark-1=0.32.0, "
+                                "spark-2=0.31.0)"),
+    ({"ray": "2.61.0"}, False, "the images carry different ray versions (spark-1=2.60.0, "
+                               "spark-2=2.61.0)"),
+])
+def test_each_problem_is_named(change, rdma, expected):
+    problems = judge({"spark-1": GOOD, "spark-2": GOOD.model_copy(update=change)}, rdma=rdma)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_no_libibverbs_is_fine_without_rdma():
+    assert judge({"a": GOOD.model_copy(update={"libibverbs": False})}, rdma=False) == []
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[1, 2]", '{"ray": "2.60.0"}',
+                                  '{"python": 3}', "Traceback (most recent call last):\n  x"])
+def test_an_unreadable_answer_is_an_error_naming_the_node(text):
+    with pytest.raises(ImageProbeError, match=r"^spark-2: the image probe printed no readable"):
+        parse_probe("spark-2", text)
+
+
+def test_versions_compare_numerically():
+    assert version_tuple("2.60.0") > version_tuple("2.52.0") > version_tuple("2.9.3")
+    assert version_tuple("0.32.0+cpu") == (0, 32, 0)
+    assert version_tuple("2.52.0rc1") == (2, 52, 0)
+
+
+def test_the_check_script_reports_and_fails_only_on_problems():
+    ok = image_check(["spark-1: python 3.12.3"], [])
+    done = subprocess.run(["sh", "-c", ok], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 0 and done.stdout == "spark-1: python 3.12.3\n"
+    bad = image_check(["spark-1: x"], ["spark-2: the image has no Ray; $(touch /tmp/pwned)"])
+    done = subprocess.run(["sh", "-c", bad], capture_output=True, text=True, timeout=10)
+    assert done.returncode == 1
+    assert done.stderr == "image check failed: spark-2: the image has no Ray; $(touch /tmp/pwned)\n"
