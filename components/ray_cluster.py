@@ -2,10 +2,11 @@
 
 Each container is created through its own node's docker provider and runs the image ID that
 VllmImage verified on that node. Runtime settings: host network (Ray and NCCL bind the fabric
-address), every GPU, host IPC plus a large shm, nofile raised, memlock unlimited with the RDMA
-device when RDMA is on, the HF cache mounted with HF_HUB_OFFLINE=1 (the model is already on every
-node; a container must never download it), object store capped (Ray's default takes ~30% of
-memory, which on a Spark's unified memory is GPU memory) and the dashboard off by default.
+address), every GPU, host IPC (and so the host's /dev/shm), nofile raised, memlock unlimited
+with the RDMA device when RDMA is on, the HF cache mounted with HF_HUB_OFFLINE=1 (the model is
+already on every node; a container must never download it), object store capped (Ray's default
+takes ~30% of memory, which on a Spark's unified memory is GPU memory) and the dashboard off by
+default.
 `ray start` and its flags: https://docs.ray.io/en/latest/ray-core/starting-ray.html
 
 Ray runs with token authentication (https://docs.ray.io/en/latest/ray-security/token-auth.html):
@@ -32,7 +33,6 @@ from pulumi_command import remote
 from components.nccl import NcclEnvironment
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
-from config.forms import MIB
 from hostscripts.paths import HF_MOUNT, RAY_TOKEN_FILE, RAY_TOKEN_MOUNT
 from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
 
@@ -170,8 +170,9 @@ class RayCluster(pulumi.ComponentResource):
             envs=[f"{k}={v}" for k, v in sorted(env.items())],
             network_mode="host",
             gpus="all",
+            # the host's IPC namespace and /dev/shm (NCCL's and vLLM's shared memory between
+            # processes); Docker's shm_size does not apply to it, so none is set
             ipc_mode="host",
-            shm_size=ray.shm_bytes // MIB,
             ulimits=ulimits,
             devices=[
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")

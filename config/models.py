@@ -361,7 +361,9 @@ class RayConfig(_Model):
     # vLLM moves tensors through NCCL, so 1 GiB is plenty.
     object_store_bytes: int = Field(default=1 * GIB, ge=75 * 1024 * 1024, le=MAX_RAY_BYTES)
     dashboard: bool = False
-    shm_bytes: int = Field(default=16 * GIB, ge=64 * 1024 * 1024, le=MAX_RAY_BYTES)
+    # Removed (0.14): the Ray containers run with ipc_mode=host, so they use the host's /dev/shm
+    # and Docker ignores --shm-size; the key claimed a size it never set. Refused with the why.
+    shm_bytes: int | None = None
     gpus_per_node: int = Field(default=1, ge=1, le=8)  # one GB10 per Spark
     # Open files per container: sharded checkpoints under Ray need many (eugr/spark-vllm-docker
     # runs its containers with --ulimit nofile=1048576). Docker cannot raise it above the
@@ -373,6 +375,17 @@ class RayConfig(_Model):
     @classmethod
     def _port_range(cls, v: int) -> int:
         return check_port(v)
+
+    @field_validator("shm_bytes")
+    @classmethod
+    def _shm_removed(cls, v: int | None) -> None:
+        if v is not None:
+            raise ValueError(
+                "expected no shmBytes: the key was removed, it never took effect (the Ray "
+                "containers share the host's IPC namespace and so its /dev/shm, sized by the "
+                "host: `df -h /dev/shm`); delete it from the stack file"
+            )
+        return None
 
 
 class VllmConfig(_Model):

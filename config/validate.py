@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from config.errors import ConfigError, describe, key_path
-from config.forms import SEEDER_PORTS
+from config.forms import SEEDER_PORTS, clip
 from config.models import StackConfig
 
 
@@ -81,6 +81,20 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                 f"{key_path(key)}: got {port}; expected a port other than the stack's seeders' "
                 f"{SEEDER_PORTS} (they listen on the head's fabric address)"
             )
+
+    spec = cfg.vllm.speculative_config or {}
+    spec_key = key_path(("vllm", "speculativeConfig"))
+    if "model" in spec and spec["model"] != cfg.model.repo:
+        problems.append(
+            f"{spec_key}.model: got {clip(spec['model'])}; expected the served repo "
+            f"{cfg.model.repo!r} or no model (MTP): the stack fetches only spark-vllm:model.repo, "
+            "so a drafter from another repo would be missing on the offline nodes"
+        )
+    if "revision" in spec:
+        problems.append(
+            f"{spec_key}.revision: got {clip(spec['revision'])}; expected no revision: the "
+            "stack pins the drafter to the commit it serves (spark-vllm:model.revision)"
+        )
 
     if cfg.environment == "prod":
         if not cfg.image.by_digest:

@@ -62,15 +62,39 @@ def vllm_argv(
     argv += ["--enable-prefix-caching" if enable_prefix_caching else "--no-enable-prefix-caching"]
     argv += ["--load-format", load_format]
     if speculative_config:
-        argv += [
-            "--speculative-config",
-            json.dumps(dict(speculative_config), sort_keys=True, separators=(",", ":")),
-        ]
+        spec = pinned_speculative_config(speculative_config, model, revision)
+        argv += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     if enforce_eager:
         argv += ["--enforce-eager"]
     argv += ["--host", host, "--port", str(port)]
     argv += list(extra_args)
     return argv
+
+
+# Speculative methods that load no drafter weights (vLLM's config/speculative.py)
+NO_DRAFTER_WEIGHTS = frozenset({"ngram", "ngram_gpu", "suffix"})
+
+
+def pinned_speculative_config(
+    spec: Mapping[str, Any], model: str, commit: str
+) -> dict[str, Any]:
+    """The speculative config with the drafter pinned to the served commit.
+
+    vLLM builds the drafter's ModelConfig with the speculative config's own `revision` (default
+    None), never the target's `--revision`: with HF_HUB_OFFLINE=1 and a cache that has no
+    refs/main (a pinned commit fetched by the stack), a drafter read from the target's repo
+    (MTP heads, or `draft_model` with the same repo) finds nothing, or silently follows
+    refs/main to another commit. So when the drafter comes from the served repo and the config
+    names no revision, it gets the served commit. Config validation refuses a drafter from
+    another repo (the stack fetches only model.repo) and a revision of its own.
+    """
+    out = dict(spec)
+    method = out.get("method")
+    if method in NO_DRAFTER_WEIGHTS and "model" not in out:
+        return out
+    if out.get("model", model) == model and "revision" not in out:
+        out["revision"] = commit
+    return out
 
 
 def _stop_vllm_in(container: str) -> str:

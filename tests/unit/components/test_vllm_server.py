@@ -56,8 +56,9 @@ def test_vllm_command_line_exactly(build, mocks):
             "--kv-cache-dtype", "fp8",
             "--enable-prefix-caching",
             "--load-format", "fastsafetensors",
-            "--speculative-config", json.dumps(
-                {"method": "mtp", "num_speculative_tokens": 1}, separators=(",", ":")
+            "--speculative-config", json.dumps(  # the drafter pinned to the served commit
+                {"method": "mtp", "num_speculative_tokens": 1, "revision": COMMIT},
+                separators=(",", ":")
             ),
             "--host", "0.0.0.0",
             "--port", "8000",
@@ -203,3 +204,35 @@ def test_the_transport_is_read_after_the_health_gate_and_exported(build, mocks, 
                                     "shows NCCL's choice)"}
 
     return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_mtp_drafter_is_pinned_to_the_served_commit_offline(build, mocks):
+    """Issue 16: vLLM gives the drafter the speculative config's own `revision` (default None),
+    not `--revision`. With a pinned commit the fetch writes no refs/main, so the drafter must be
+    told the commit or it finds nothing offline (prod after a promotion)."""
+    h = build(2, model={"revision": COMMIT},
+              vllm={"speculativeConfig": {"method": "mtp", "num_speculative_tokens": 1}})
+
+    def check(_):
+        argv = serve_line(mocks.named("vllm-serve").inputs["create"])
+        assert argv[argv.index("--revision") + 1] == COMMIT
+        spec = argv[argv.index("--speculative-config") + 1]
+        assert spec == ('{"method":"mtp","num_speculative_tokens":1,'
+                        f'"revision":"{COMMIT}"}}')
+        # the cache layout the drafter meets: the commit's snapshot, no refs/main written
+        fetch = mocks.named("model-fetch").inputs["create"]
+        assert f"spark-lab/tiny-moe {COMMIT}" in fetch and "refs/main" not in fetch
+
+    return settled(h).apply(check)
+
+
+def test_drafter_pinning_by_method():
+    from hostscripts.vllm import pinned_speculative_config as pin
+
+    c = "c" * 40
+    assert pin({"method": "mtp", "num_speculative_tokens": 2}, "org/m", c)["revision"] == c
+    assert pin({"method": "draft_model", "model": "org/m"}, "org/m", c)["revision"] == c
+    assert pin({"model": "org/m"}, "org/m", c)["revision"] == c  # auto-detected draft_model
+    assert "revision" not in pin({"method": "ngram", "prompt_lookup_max": 3}, "org/m", c)
+    assert "revision" not in pin({"method": "suffix"}, "org/m", c)

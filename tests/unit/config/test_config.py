@@ -128,7 +128,8 @@ WEAKENING = [
      "spark-vllm:nccl.fabricSubnets", "/16 or narrower"),
     ("object-store-huge", {"ray.objectStoreBytes": 2**50},
      "spark-vllm:ray.objectStoreBytes", "less than or equal to"),
-    ("shm-huge", {"ray.shmBytes": 2**50}, "spark-vllm:ray.shmBytes", "less than or equal to"),
+    ("shm-removed", {"ray.shmBytes": 2**30}, "spark-vllm:ray.shmBytes",
+     "the key was removed, it never took effect"),
     ("allow-wildcard", {"preflight.allowContainers": ["*"]},
      "spark-vllm:preflight.allowContainers", "exact container names"),
     ("ipv6-host", {"nodes.0.host": "fd00::11"},
@@ -267,3 +268,19 @@ def test_secrets_must_be_secret_and_stay_outputs(mocks, set_config):
         assert await s.ssh_private_key.is_secret()
 
     return asyncio.ensure_future(still_secret())
+
+
+def test_speculative_drafter_from_another_repo_or_with_its_own_revision_is_refused():
+    raw = config_raw(2)
+    raw["vllm"]["speculativeConfig"] = {"method": "draft_model", "model": "other/drafter"}
+    with pytest.raises(ConfigError) as err:
+        validate_config(raw)
+    assert "spark-vllm:vllm.speculativeConfig.model: got 'other/drafter'; expected the served " \
+           "repo 'spark-lab/tiny-moe'" in str(err.value)
+    raw["vllm"]["speculativeConfig"] = {"method": "mtp", "revision": "main"}
+    with pytest.raises(ConfigError, match=r"speculativeConfig\.revision: got 'main'; expected no "
+                                          "revision"):
+        validate_config(raw)
+    raw["vllm"]["speculativeConfig"] = {"method": "mtp", "num_speculative_tokens": 1}
+    assert validate_config(raw).vllm.speculative_config == {"method": "mtp",
+                                                           "num_speculative_tokens": 1}
