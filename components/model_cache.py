@@ -11,6 +11,10 @@ Why this shape:
   head, and only the files whose blob they do not have (hostscripts/models.py), so a new
   revision moves just the changed files and a new node never causes a second hub download.
 * A verify step on every node checks every file of the commit with its size.
+* Unified memory: on every node where the model moved (and was read again by the verify), the
+  page cache is dropped before Ray and vLLM start (`drop-cache-<node>`, hostscripts/models.py:
+  drop_page_cache). Its text and triggers are the verify's, so a no-op `up` or a serve-flag
+  change does not drop anything.
 * Weights are expensive to move: the fetch and sync commands are `retain_on_delete`, so
   `pulumi destroy` leaves the cache in place.
 * Commands have no Read, so a cache wiped behind the stack's back would stay wiped. Recon looks
@@ -32,6 +36,7 @@ from pulumi_command import remote
 from components.spark_node import Cluster, SparkNode
 from config import ModelConfig
 from hostscripts.models import (
+    drop_page_cache,
     model_fetch,
     model_manifest_json,
     model_seeder_start,
@@ -78,6 +83,7 @@ class ModelCache(pulumi.ComponentResource):
     fetch: remote.Command
     syncs: dict[str, remote.Command]
     verifies: dict[str, remote.Command]
+    drops: dict[str, remote.Command]
 
     def __init__(
         self, name: str, args: ModelCacheArgs, opts: pulumi.ResourceOptions | None = None
@@ -111,6 +117,7 @@ class ModelCache(pulumi.ComponentResource):
         if args.cluster.workers:
             self._fan_out(name)
         self.verifies = {n.name: self._verify(name, n) for n in args.cluster.nodes}
+        self.drops = {n.name: self._drop(name, n) for n in args.cluster.nodes}
         self.register_outputs(
             {
                 # repo/revision too: stack-level policies (prod-pinned) read outputs
@@ -214,4 +221,17 @@ class ModelCache(pulumi.ComponentResource):
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,
             depends_on=[landed],
+        )
+
+    def _drop(self, name: str, node: SparkNode) -> remote.Command:
+        """After the verify on that node: the page cache the copy and the hashing filled."""
+        a = self._args
+        again = self._again([node])
+        return node.command(
+            f"{name}-drop-cache-{node.name}",
+            self,
+            create=drop_page_cache(a.model.repo, a.manifest.commit, a.manifest.files),
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            depends_on=[self.verifies[node.name]],
         )

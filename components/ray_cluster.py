@@ -16,6 +16,11 @@ read-only into each Ray container, and named by RAY_AUTH_MODE=token + RAY_AUTH_T
 token is never in an environment value, a command line, `docker inspect` or plain state; a
 client without it (from the management network, say) is refused by the GCS.
 
+Compile and JIT caches (vLLM's torch.compile artifacts, torch inductor, Triton, FlashInfer, CUDA's
+PTX cache) live in a stack-owned folder per node, mounted into the containers and kept on
+`destroy` like the model, so a replaced container (a new image, an env change) does not compile
+again from nothing.
+
 `delete_before_replace=True`: host networking and fixed container names mean the replacement
 can only start once the old container is gone. Readiness: a command on the head polls
 `ray status` until every node and every GPU has joined.
@@ -33,8 +38,27 @@ from pulumi_command import remote
 from components.nccl import NcclEnvironment
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
-from hostscripts.paths import HF_MOUNT, RAY_TOKEN_FILE, RAY_TOKEN_MOUNT
-from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
+from hostscripts.paths import (
+    COMPILE_CACHE_DIR,
+    COMPILE_CACHE_MOUNT,
+    HF_MOUNT,
+    RAY_TOKEN_FILE,
+    RAY_TOKEN_MOUNT,
+)
+from hostscripts.ray import compile_cache_dir, ray_ready, ray_token_remove, ray_token_write
+
+# Where each compiler keeps its cache, inside COMPILE_CACHE_MOUNT. vLLM: VLLM_CACHE_ROOT holds
+# torch_compile_cache/ (and points inductor there while compiling); TORCHINDUCTOR_CACHE_DIR is
+# inductor's own (used with VLLM_USE_AOT_COMPILE=0); TRITON_CACHE_DIR; FlashInfer appends
+# .cache/flashinfer to FLASHINFER_WORKSPACE_BASE (python/flashinfer/jit/env.py in
+# https://github.com/flashinfer-ai/flashinfer); CUDA_CACHE_PATH is the driver's PTX JIT cache.
+COMPILE_CACHE_ENV = {
+    "VLLM_CACHE_ROOT": f"{COMPILE_CACHE_MOUNT}/vllm",
+    "TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/torchinductor",
+    "TRITON_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/triton",
+    "FLASHINFER_WORKSPACE_BASE": f"{COMPILE_CACHE_MOUNT}/flashinfer",
+    "CUDA_CACHE_PATH": f"{COMPILE_CACHE_MOUNT}/cuda",
+}
 
 HEAD_CONTAINER = "spark-vllm-ray-head"
 WORKER_CONTAINER = "spark-vllm-ray-worker"
@@ -107,6 +131,15 @@ class RayCluster(pulumi.ComponentResource):
             )
             for n in cluster.nodes
         }
+        self.caches = {
+            n.name: n.command(
+                f"{name}-compile-cache-{n.name}",
+                self,
+                create=compile_cache_dir(),
+                retain_on_delete=True,  # kept on destroy, like the model
+            )
+            for n in cluster.nodes
+        }
         self.head = self._container(f"{name}-head", HEAD_CONTAINER, "ray-head", cluster.head,
                                     list(args.after))
         self.workers = {
@@ -153,6 +186,7 @@ class RayCluster(pulumi.ComponentResource):
             "HF_HUB_OFFLINE": "1",
             "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_MOUNT,
+            **COMPILE_CACHE_ENV,
         }
         token = self.tokens[node.name]
         ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=ray.nofile, hard=ray.nofile)]
@@ -187,6 +221,9 @@ class RayCluster(pulumi.ComponentResource):
                 docker.ContainerMountArgs(
                     target=RAY_TOKEN_MOUNT, type="bind", source=RAY_TOKEN_FILE, read_only=True
                 ),
+                docker.ContainerMountArgs(
+                    target=COMPILE_CACHE_MOUNT, type="bind", source=COMPILE_CACHE_DIR
+                ),
             ],
             labels=[
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
@@ -201,6 +238,6 @@ class RayCluster(pulumi.ComponentResource):
                 parent=self,
                 provider=node.provider,
                 delete_before_replace=True,
-                depends_on=[*depends_on, token],
+                depends_on=[*depends_on, token, self.caches[node.name]],
             ),
         )

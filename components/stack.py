@@ -127,7 +127,8 @@ def build_stack(
     image = VllmImage(
         "image",
         VllmImageArgs(
-            image=cfg.image, cluster=cluster, labels=labels, rdma=cfg.nccl.rdma, after=fabric
+            image=cfg.image, cluster=cluster, labels=labels, rdma=cfg.nccl.rdma,
+            load_format=cfg.vllm.load_format, after=fabric,
         ),
     )
     model = ModelCache(

@@ -21,7 +21,9 @@ Once per image ID on every node, `image-probe-<node>` asks the image's own pytho
 carries (Python, torch and its CUDA, vLLM, Ray, libibverbs; hostscripts/payloads/image_probe.py),
 and `image-check` on the head reports them and fails, before Ray starts, on an image without
 Ray or vLLM, a Ray too old for token authentication, versions that differ between nodes, or
-no libibverbs with RDMA on (inspection/image_probe.judge). The probes are stack outputs.
+no libibverbs with RDMA on (inspection/image_probe.judge); it warns when loadFormat
+fastsafetensors meets an image whose loader lacks the multi-node patch (image_probe.warnings).
+The probes are stack outputs.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from hostscripts.images import (
     image_seeder_start,
     image_seeder_stop,
 )
-from inspection.image_probe import ImageProbe, ImageProbeError, judge, parse_probe
+from inspection.image_probe import ImageProbe, ImageProbeError, judge, parse_probe, warnings
 
 
 class ImageMismatchError(pulumi.RunError):
@@ -92,6 +94,7 @@ class VllmImageArgs:
     cluster: Cluster
     labels: Mapping[str, str]  # ownership labels for the probe's throw-away container
     rdma: bool  # nccl.rdma: the image must carry libibverbs
+    load_format: str = "auto"  # vllm.loadFormat: fastsafetensors needs a patched image
     # what must be done before any image moves (the fabric check): every child waits for it
     after: list[pulumi.Resource] = field(default_factory=list)
 
@@ -164,7 +167,7 @@ class VllmImage(pulumi.ComponentResource):
         }
         outs = pulumi.Output.all(**{n: c.stdout for n, c in self.probes.items()})
 
-        def verdict(stdouts: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+        def verdict(stdouts: dict[str, str]) -> tuple[dict[str, str], list[str], list[str]]:
             probes: dict[str, ImageProbe] = {}
             problems = []
             for node, text in sorted(stdouts.items()):
@@ -173,7 +176,8 @@ class VllmImage(pulumi.ComponentResource):
                 except ImageProbeError as exc:
                     problems.append(str(exc))
             lines = {n: p.line() for n, p in probes.items()}
-            return lines, problems + judge(probes, rdma=args.rdma)
+            warned = warnings(probes, load_format=args.load_format, nodes=len(args.cluster.nodes))
+            return lines, problems + judge(probes, rdma=args.rdma), warned
 
         judged = outs.apply(verdict)
         self.probe_summary = judged.apply(lambda v: v[0])
@@ -181,7 +185,9 @@ class VllmImage(pulumi.ComponentResource):
             f"{name}-check",
             self,
             create=judged.apply(
-                lambda v: image_check([f"{n}: {line}" for n, line in sorted(v[0].items())], v[1])
+                lambda v: image_check(
+                    [f"{n}: {line}" for n, line in sorted(v[0].items())], v[1], v[2]
+                )
             ),
         )
 

@@ -88,7 +88,8 @@ def image_probe(image: str, labels: Mapping[str, str]) -> str:
     )
 
 
-def image_check(lines: Sequence[str], problems: Sequence[str]) -> str:
-    """On the head, before Ray starts: print what every node's image carries, and fail with the
-    problems (inspection/image_probe.judge) when there are any."""
-    return verdict_script("image check", lines, problems)
+def image_check(lines: Sequence[str], problems: Sequence[str],
+                warnings: Sequence[str] = ()) -> str:
+    """On the head, before Ray starts: print what every node's image carries, warn, and fail
+    with the problems (inspection/image_probe.judge) when there are any."""
+    return verdict_script("image check", lines, problems, warnings)

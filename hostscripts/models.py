@@ -9,6 +9,7 @@ the token on stdin); a seeder container serves the head's cache folder on its fa
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -170,5 +171,35 @@ def model_verify(cache_dir: str, repo: str, commit: str, files: Iterable[ModelFi
         [
             "set -eu",
             f"printf '%s' {q(manifest)} | python3 -c {q(_VERIFY_PY)} {q(cache_dir)}",
+        ]
+    )
+
+
+def drop_page_cache(repo: str, commit: str, files: Iterable[ModelFile]) -> str:
+    """On a node whose copy of the model just moved (fetched, synced or repaired, then hashed by
+    the verify step): write back and drop the page cache before vLLM loads the weights.
+
+    On GB10's unified memory the page cache counts against what CUDA can allocate: after a 119 GB
+    copy (and the verify's read of every byte) the cache is full, and loads are reported to die at
+    73-97% (NVIDIA's vLLM playbook troubleshooting, https://github.com/NVIDIA/dgx-spark-playbooks;
+    sparkrun and eugr/spark-vllm-docker drop caches before launch). `echo 3` frees the clean page
+    cache and reclaimable dentries/inodes; dirty pages are written back first by `sync`.
+    The commit and the file list are in the text: it runs again exactly when the model moves.
+    """
+    listed = sorted(f"{f.path}:{f.etag}" for f in files)
+    digest = hashlib.sha256("\n".join(listed).encode()).hexdigest()[:16]
+    return "\n".join(
+        [
+            "set -eu",
+            f"# model {q(repo)} @ {q(commit)} ({len(listed)} files, {digest}) moved",
+            "free_kb() { awk '$1 == \"MemFree:\" {print $2}' /proc/meminfo; }",
+            "before=$(free_kb)",
+            "sync",
+            "if ! echo 3 > /proc/sys/vm/drop_caches; then",
+            "  echo 'cannot drop the page cache (/proc/sys/vm/drop_caches is not writable): "
+            "vLLM would load next to a full cache on unified memory' >&2; exit 1",
+            "fi",
+            "after=$(free_kb)",
+            "echo \"page cache dropped: MemFree $((before / 1024)) MiB -> $((after / 1024)) MiB\"",
         ]
     )

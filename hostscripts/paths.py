@@ -2,7 +2,7 @@
 
 from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT
 
-__all__ = [
+__all__ = ["COMPILE_CACHE_DIR", "COMPILE_CACHE_MOUNT",
            "HF_MOUNT",
            "IMAGE_SEED_PORT",
            "MODEL_SEEDER",
@@ -29,3 +29,6 @@ VLLM_ARGV = "/run/spark-vllm/vllm-serve.argv"  # hash of the argv the running vL
 VLLM_CONFIG_ROOT = "/run/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT
 RAY_TOKEN_FILE = "/var/lib/spark-vllm/ray/auth-token"  # on each node, root only (0600)
 RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers read it
+# Compile and JIT caches, per node, kept across container replacements and `destroy`
+COMPILE_CACHE_DIR = "/var/lib/spark-vllm/compile-cache"  # on each node
+COMPILE_CACHE_MOUNT = "/var/cache/spark-vllm"  # inside the Ray containers

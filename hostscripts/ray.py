@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hostscripts.common import container_ids as checked_ids
 from hostscripts.common import q
-from hostscripts.paths import RAY_TOKEN_FILE
+from hostscripts.paths import COMPILE_CACHE_DIR, RAY_TOKEN_FILE
 
 
 def ray_token_write() -> str:
@@ -22,6 +22,20 @@ def ray_token_write() -> str:
             f"test -s {q(RAY_TOKEN_FILE + '.new')}",
             f"mv {q(RAY_TOKEN_FILE + '.new')} {q(RAY_TOKEN_FILE)}",
             f"echo \"token $(sha256sum {q(RAY_TOKEN_FILE)} | cut -d' ' -f1)\"",
+        ]
+    )
+
+
+def compile_cache_dir() -> str:
+    """On every node: the folder the Ray containers keep vLLM's, torch inductor's, Triton's,
+    FlashInfer's and CUDA's compile caches in (a bind mount needs it to exist). The stack never
+    deletes it: like the model, a cache is expensive to rebuild and harmless to keep."""
+    return "\n".join(
+        [
+            "set -eu",
+            f"mkdir -p {q(COMPILE_CACHE_DIR)}",
+            f"chmod 700 {q(COMPILE_CACHE_DIR)}",
+            f"echo \"compile cache $(du -sh {q(COMPILE_CACHE_DIR)} | cut -f1)\"",
         ]
     )
 

@@ -28,12 +28,20 @@ class ImageProbe(BaseModel):
     vllm: str | None = None
     ray: str | None = None
     libibverbs: bool = False
+    fastsafetensors: str | None = None
+    # vLLM's fastsafetensors loader uses vLLM's world group (patched for clusters), torch's
+    # default WORLD group (stock: fails or hangs across nodes), or was not found (None)
+    fastsafetensors_cluster: bool | None = None
 
     def line(self) -> str:
         cuda = f"CUDA {self.torch_cuda}" if self.torch_cuda else "no CUDA"
-        return (f"python {self.python}, torch {self.torch or '-'} ({cuda}), vllm "
+        text = (f"python {self.python}, torch {self.torch or '-'} ({cuda}), vllm "
                 f"{self.vllm or '-'}, ray {self.ray or '-'}, libibverbs "
                 f"{'yes' if self.libibverbs else 'no'}")
+        if self.fastsafetensors:
+            patch = {True: "yes", False: "no", None: "?"}[self.fastsafetensors_cluster]
+            text += f", fastsafetensors {self.fastsafetensors} (multi-node patch: {patch})"
+        return text
 
 
 class ImageProbeError(ValueError):
@@ -47,8 +55,10 @@ def parse_probe(node: str, text: str) -> ImageProbe:
         raw = json.loads(lines[-1]) if lines else None
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
-        if "torchCuda" in raw:
-            raw["torch_cuda"] = raw.pop("torchCuda")
+        for camel, snake in (("torchCuda", "torch_cuda"),
+                             ("fastsafetensorsCluster", "fastsafetensors_cluster")):
+            if camel in raw:
+                raw[snake] = raw.pop(camel)
         return ImageProbe.model_validate(raw)
     except (ValueError, ValidationError) as exc:
         clipped = text[-300:].replace("\n", "\\n")
@@ -65,6 +75,29 @@ def version_tuple(v: str) -> tuple[int, ...]:
             break
         parts.append(int(m.group(0)))
     return tuple(parts)
+
+
+def warnings(probes: Mapping[str, ImageProbe], *, load_format: str, nodes: int) -> list[str]:
+    """What may go wrong and is worth saying, without stopping the `up`.
+
+    fastsafetensors across nodes: vLLM's stock loader passes torch's default WORLD group to
+    fastsafetensors, which fails or hangs in a multi-node cluster; eugr/spark-vllm-docker patches
+    it to use vLLM's world group (README section 8, fastsafetensors.patch;
+    https://github.com/foundation-model-stack/fastsafetensors/issues/36)."""
+    out: list[str] = []
+    if load_format != "fastsafetensors":
+        return out
+    for node, p in sorted(probes.items()):
+        if p.fastsafetensors is None:
+            out.append(f"{node}: loadFormat fastsafetensors but the image has no fastsafetensors "
+                       "package: vLLM will fail to load the weights")
+        elif nodes > 1 and p.fastsafetensors_cluster is not True:
+            known = "stock" if p.fastsafetensors_cluster is False else "unknown"
+            out.append(f"{node}: loadFormat fastsafetensors across {nodes} nodes with an image not "
+                       f"known to carry the cluster patch (its loader is {known}: it uses torch's "
+                       "default WORLD group); loads may fail or hang. Use an image built with the "
+                       "patch (eugr/spark-vllm-docker fastsafetensors.patch) or loadFormat auto")
+    return out
 
 
 def judge(probes: Mapping[str, ImageProbe], *, rdma: bool) -> list[str]:

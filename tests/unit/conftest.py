@@ -100,6 +100,20 @@ def ignored_changes(mocks, monkeypatch) -> dict[str, list[str]]:
 
 
 @pytest.fixture
+def retained(mocks, monkeypatch) -> dict[str, bool]:
+    """Resource name -> whether it was registered with retain_on_delete (kept on destroy)."""
+    kept: dict[str, bool] = {}
+    original = mocks.monitor.RegisterResource
+
+    def record(request):
+        kept[request.name] = bool(request.retainOnDelete)
+        return original(request)
+
+    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+    return kept
+
+
+@pytest.fixture
 def dependencies(mocks, monkeypatch) -> dict[str, set[str]]:
     """Resource name -> the names of what the engine is told it depends on, read from the
     RegisterResource requests the mock monitor receives (the components keep no such list).
@@ -127,9 +141,11 @@ def settled(h, *outputs):
     leaves += [*h.image.images.values(), *h.image.copies.values()]
     leaves += [r for r in (*h.image.seeder, *h.model.seeder) if r is not None]
     leaves += [h.model.fetch, *h.model.syncs.values(), *h.model.verifies.values()]
+    leaves += list(h.model.drops.values())
     leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, h.vllm.serve]
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
-    leaves += [*h.ray.tokens.values(), h.vllm.nccl_log, h.vllm.transport_check]
+    leaves += [*h.ray.tokens.values(), *h.ray.caches.values(), h.vllm.nccl_log,
+               h.vllm.transport_check]
     return pulumi.Output.all(*[r.urn for r in leaves], *outputs).apply(
         lambda values: values[len(leaves):]
     )

@@ -51,12 +51,23 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
                 # Ray's token authentication: the token only as a root-only file, read-only
                 {"target": "/run/spark-vllm/ray-auth-token", "type": "bind", "readOnly": True,
                  "source": "/var/lib/spark-vllm/ray/auth-token"},
+                # compile/JIT caches survive a replaced container (issue 16)
+                {"target": "/var/cache/spark-vllm", "type": "bind",
+                 "source": "/var/lib/spark-vllm/compile-cache"},
             ]
             env = envs(c)
             assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/root/.cache/huggingface"
             assert env["RAY_AUTH_MODE"] == "token"
             assert env["RAY_AUTH_TOKEN_PATH"] == "/run/spark-vllm/ray-auth-token"
             assert "RAY_AUTH_TOKEN" not in env
+            assert {k: env[k] for k in ("VLLM_CACHE_ROOT", "TORCHINDUCTOR_CACHE_DIR",
+                                        "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE",
+                                        "CUDA_CACHE_PATH")} == {
+                "VLLM_CACHE_ROOT": "/var/cache/spark-vllm/vllm",
+                "TORCHINDUCTOR_CACHE_DIR": "/var/cache/spark-vllm/torchinductor",
+                "TRITON_CACHE_DIR": "/var/cache/spark-vllm/triton",
+                "FLASHINFER_WORKSPACE_BASE": "/var/cache/spark-vllm/flashinfer",
+                "CUDA_CACHE_PATH": "/var/cache/spark-vllm/cuda"}
             assert env["VLLM_HOST_IP"] == f"192.168.177.{10 + i}"
             if rdma:
                 assert ulimits["memlock"] == (-1, -1)
@@ -168,3 +179,19 @@ def test_hcas_fall_back_to_every_up_device_when_config_names_none():
     cfg = validate_config(raw)
     # connect-two-sparks capture: roceP2* rows first, port 1 Up on both twins
     assert up_hcas(cfg.nodes[0], gb10_facts("spark-1")) == ["roceP2p1s0f1", "rocep1s0f1"]
+
+
+@pulumi.runtime.test
+def test_compile_cache_folder_made_first_and_kept_on_destroy(build, mocks, dependencies,
+                                                             retained):
+    h = build(2)
+
+    def check(_):
+        for node, container in (("spark-1", "ray-head"), ("spark-2", "ray-worker-spark-2")):
+            cache = mocks.named(f"ray-compile-cache-{node}")
+            assert "mkdir -p /var/lib/spark-vllm/compile-cache" in cache.inputs["create"]
+            assert not cache.inputs.get("delete") and retained[f"ray-compile-cache-{node}"]
+            assert f"ray-compile-cache-{node}" in dependencies[container]
+        assert not retained["ray-head"]  # (the fixture sees both kinds)
+
+    return settled(h).apply(check)

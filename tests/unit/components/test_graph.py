@@ -45,8 +45,8 @@ def expected_counts(n: int) -> Counter:
             CONTAINER: n,
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
             # ray ready; vllm serve + its NCCL log + transport check; n fabric checks; n image
-            # probes + the image check
-            COMMAND: 3 + (n - 1) + n + n + 1 + 3 + n + n + 1,
+            # probes + the image check; n page-cache drops; n compile-cache folders
+            COMMAND: 3 + (n - 1) + n + n + 1 + 3 + n + n + 1 + n + n,
         }
     )
 

@@ -81,7 +81,8 @@ def test_intact_caches_keep_the_state_token(registered, mocks):
 
     def check(_):
         names = [*MODEL_STEPS, "model-sync-spark-2", "model-sync-spark-3",
-                 *(f"model-verify-spark-{i}" for i in (1, 2, 3))]
+                 *(f"model-verify-spark-{i}" for i in (1, 2, 3)),
+                 *(f"model-drop-cache-spark-{i}" for i in (1, 2, 3))]
         for name in names:
             assert _triggers(mocks, name) == ["intact"], name
             assert ignored[name] == ["triggers"], f"{name}: an intact cache must not diff"
@@ -97,6 +98,12 @@ def test_a_wiped_worker_reruns_its_sync_verify_and_the_seeder_only(registered, m
         token = _triggers(mocks, "model-sync-spark-2")
         assert token and token[0].startswith("repair-") and ignored["model-sync-spark-2"] == []
         assert _triggers(mocks, "model-verify-spark-2") == token
+        # the page cache is dropped where the model moved, and only there
+        assert _triggers(mocks, "model-drop-cache-spark-2") == token
+        assert ignored["model-drop-cache-spark-2"] == []
+        for n in ("spark-1", "spark-3"):
+            assert _triggers(mocks, f"model-drop-cache-{n}") == ["intact"]
+            assert ignored[f"model-drop-cache-{n}"] == ["triggers"]
         # the seeder must be up for the sync, and stopped again after it
         assert _triggers(mocks, "model-seed") == token == _triggers(mocks, "model-seed-stop")
         assert ignored["model-seed"] == [] and ignored["model-seed-stop"] == []

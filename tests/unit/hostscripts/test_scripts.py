@@ -267,3 +267,22 @@ def test_nccl_lines_are_read_from_the_current_vllm_run_only(tmp_path):
         "spark-1:1:2 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.177.11<0>",
         "(RayWorkerWrapper pid=5, ip=192.168.177.12) spark-2:5:6 [0] NCCL INFO Channel 00/0 : "
         "1[0] -> 0[0] [send] via NET/Socket/0"]
+
+
+def test_page_cache_drop_runs_again_only_when_the_model_changes():
+    a = models.drop_page_cache("org/m", "c" * 40, [ModelFile("w.safetensors", 5, "e" * 64)])
+    assert a == models.drop_page_cache("org/m", "c" * 40,
+                                       [ModelFile("w.safetensors", 5, "e" * 64)])
+    assert a != models.drop_page_cache("org/m", "d" * 40,
+                                       [ModelFile("w.safetensors", 5, "e" * 64)])
+    assert a != models.drop_page_cache("org/m", "c" * 40,
+                                       [ModelFile("w.safetensors", 5, "f" * 64)])
+    assert "sync\nif ! echo 3 > /proc/sys/vm/drop_caches; then" in a
+
+
+def test_page_cache_drop_fails_clearly_when_it_cannot_write(tmp_path):
+    script = models.drop_page_cache("org/m", "c" * 40, []).replace(
+        "echo 3 > /proc/sys/vm/drop_caches", f"echo 3 > {tmp_path / 'no' / 'such' / 'file'}")
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "cannot drop the page cache (/proc/sys/vm/drop_caches is not writable)" in out.stderr

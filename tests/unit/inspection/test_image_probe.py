@@ -23,7 +23,8 @@ def test_the_payload_runs_and_its_answer_parses():
     probe = parse_probe("here", "a warning the image printed first\n" + out.stdout)
     assert probe.python == ".".join(map(str, sys.version_info[:3]))
     assert set(json.loads(out.stdout)) == {"python", "torch", "torchCuda", "vllm", "ray",
-                                           "libibverbs"}
+                                           "libibverbs", "fastsafetensors",
+                                           "fastsafetensorsCluster"}
 
 
 def test_good_images_pass_and_the_line_says_what_they_carry():
@@ -76,3 +77,41 @@ def test_the_check_script_reports_and_fails_only_on_problems():
     done = subprocess.run(["sh", "-c", bad], capture_output=True, text=True, timeout=10)
     assert done.returncode == 1
     assert done.stderr == "image check failed: spark-2: the image has no Ray; $(touch /tmp/pwned)\n"
+
+
+def test_fastsafetensors_across_nodes_warns_unless_the_image_carries_the_patch():
+    from inspection.image_probe import warnings
+
+    stock = GOOD.model_copy(update={"fastsafetensors": "0.1.15", "fastsafetensors_cluster": False})
+    patched = stock.model_copy(update={"fastsafetensors_cluster": True})
+    missing = GOOD  # no fastsafetensors package
+    assert warnings({"a": stock, "b": stock}, load_format="auto", nodes=2) == []
+    assert warnings({"a": patched, "b": patched}, load_format="fastsafetensors", nodes=2) == []
+    assert warnings({"a": stock}, load_format="fastsafetensors", nodes=1) == []
+    [w] = warnings({"a": stock}, load_format="fastsafetensors", nodes=2)
+    assert w.startswith("a: loadFormat fastsafetensors across 2 nodes with an image not known to "
+                        "carry the cluster patch (its loader is stock")
+    [w] = warnings({"a": missing}, load_format="fastsafetensors", nodes=2)
+    assert "the image has no fastsafetensors package" in w
+    assert stock.line().endswith("fastsafetensors 0.1.15 (multi-node patch: no)")
+
+
+def test_the_probe_tells_a_stock_loader_from_a_patched_one(tmp_path):
+    """The payload reads vLLM's weight_utils.py without importing vLLM."""
+    pkg = tmp_path / "vllm"
+    loader = pkg / "model_executor" / "model_loader"
+    loader.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    stock = ("def fastsafetensors_weights_iterator(files):\n"
+             "    if torch.distributed.is_initialized():\n"
+             "        pg = torch.distributed.group.WORLD\n\ndef other():\n"
+             "    world = get_world_group()\n")
+    for text, expected in ((stock, False),
+                           (stock.replace("torch.distributed.group.WORLD",
+                                          "get_world_group().device_group"), True),
+                           ("def something_else(): pass\n", None)):
+        (loader / "weight_utils.py").write_text(text)
+        out = subprocess.run([sys.executable, "-c", payload("image_probe.py")],
+                             capture_output=True, text=True, timeout=60, check=True,
+                             env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
+        assert json.loads(out.stdout)["fastsafetensorsCluster"] is expected, text
