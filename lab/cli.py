@@ -25,12 +25,14 @@ from lab.hosts import (
     ensure_host,
     holder_pid,
     node_docker,
+    retire_docker,
+    shm_dev,
     sshd_running,
     start_sshd,
     stop_host,
     stop_sshd,
 )
-from lab.image import ensure_image
+from lab.image import Builder, base_key, ensure_image
 from lab.layout import (
     BUILD,
     CACHE,
@@ -70,25 +72,37 @@ def cmd_up(args) -> None:
         die("--nodes must be 1..9")
     os.makedirs(LAB, exist_ok=True)
     old = state().get("nodes") or 0
-    for j in range(n + 1, max(old, n) + 1):  # shrinking: remove surplus nodes
+    keep = base_key()
+    for j in range(n + 1, max(old, n) + 1):  # shrinking: remove surplus nodes (as `down` does)
         log(f"{node_name(j)}: removing (lab shrinks to {n} nodes)")
+        retire_docker(node_name(j), keep)
         stop_host(node_name(j), j, keep_data=False)
     save_state({**state(), "nodes": n})
     ensure_host_net()
     ensure_registry()
     log("registry up on " + REGISTRY)
-    ref = ensure_image()
-    ensure_stack_tag(ref)
-    st = state()
-    st["image"] = ref
-    save_state(st)
-    log(f"image {ref}")
-    hub.ensure_hf()
+    with Builder() as b:  # the build dockerd starts only if something must be built
+        ref = ensure_image(b)
+        ensure_stack_tag(ref)
+        st = state()
+        st["image"] = ref
+        save_state(st)
+        log(f"image {ref}")
+        hub.ensure_hf(b)
     log(f"HF endpoint up on {HF_ENDPOINT} serving {HF_REPO}")
+    shm = {}
     for i in range(1, n + 1):
-        ensure_host(node_name(i), i, n)
+        name = node_name(i)
+        ensure_host(name, i, n, keep_base=keep)
+        dev = shm_dev(holder_pid(name))
+        if dev in shm:  # each tmpfs is its own device: equal means a broken mount
+            log(f"{name}: /dev/shm is the same as {shm[dev]}'s: rebuilding it")
+            stop_host(name, i, keep_data=True)
+            ensure_host(name, i, n, keep_base=keep)
+            dev = shm_dev(holder_pid(name))
+        shm[dev] = name
         fabric = ", ".join(fab_ip(p, i) for _b, _n, p, _h in FABRIC)
-        log(f"{node_name(i)} up: ssh root@{mgmt_ip(i)} (fabric {fabric})")
+        log(f"{name} up: ssh root@{mgmt_ip(i)} (fabric {fabric})")
     write_known_hosts()
     write_stack_json()
     log(f"stack config -> {STACK_JSON}; host keys -> {KNOWN_HOSTS}")
@@ -98,12 +112,14 @@ def cmd_up(args) -> None:
 def cmd_down(args) -> None:
     require_root()
     n = max(state().get("nodes") or 0, 9)
+    keep = base_key()
     problems = []
     for i in range(1, n + 1):
         name = node_name(i)
         if os.path.exists(node_dir(name)) or link_exists(host_ifs(i)["mgmt"]) or \
                 netns(name) in out(["ip", "netns", "list"], check=False):
-            log(f"{name}: stopping and removing")
+            log(f"{name}: stopping and removing (its pulled image layers stay in the cache)")
+        retire_docker(name, keep)
         problems += stop_host(name, i, keep_data=False)
     problems += stop_host(BUILD, 0, keep_data=False)
     problems += cg_kill_remove("hf")
@@ -206,7 +222,7 @@ def cmd_seed(args) -> None:
     from lab import seed
 
     seed.seed(node_docker("spark-1"), st["image"], HF_ENDPOINT, HF_REPO, log,
-              hf_dir=os.path.join(node_dir("spark-1"), "hf"))
+              hf_dir=os.path.join(node_dir("spark-1"), "root", ".cache", "huggingface"))
 
 
 def cmd_hf_bytes(args) -> None:

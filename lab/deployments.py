@@ -138,6 +138,10 @@ class Deployment:
     def endpoint(self) -> str:
         return self.stack.outputs()["endpoint"].value
 
+    def api_key(self) -> str:
+        """The stack's vLLM API key (configured, or the one the stack made): a secret output."""
+        return self.stack.outputs()["vllmApiKey"].value
+
 
 def hf_file_bytes() -> int:
     """Bytes of model files the lab's HF endpoint served (`/resolve/` downloads).
@@ -149,9 +153,14 @@ def hf_file_bytes() -> int:
     return sum(v["bytes"] for p, v in paths.items() if "/resolve/" in p)
 
 
-def http(url: str, body: dict | None = None, timeout: int = 30) -> tuple[int, str]:
+def http(url: str, body: dict | None = None, timeout: int = 30,
+         key: str | None = None) -> tuple[int, str]:
+    """POST `body` (or GET) to the vLLM API; `key` goes as the Bearer token."""
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=data, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return r.status, r.read().decode()
 
@@ -163,6 +172,7 @@ def complete(d: Deployment, prompt: str = "Say hello") -> str:
     _, body = http(
         d.endpoint() + "/completions",
         {"model": "tiny-moe", "prompt": prompt, "max_tokens": 8},
+        key=d.api_key(),
     )
     return json.loads(body)["choices"][0]["text"]
 

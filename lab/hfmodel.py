@@ -1,91 +1,64 @@
-"""Generate the lab's tiny model repository `spark-lab/tiny-moe` as a plain git repo (olah serves
-git repos as model revisions). Deterministic: fixed content, author and dates, so the commit SHAs
-are the same on every machine. Two commits; the second changes config.json only."""
-import json
+"""The lab's model repository `spark-lab/tiny-moe`: a plain git repo that olah serves as an HF
+model with revisions.
+
+The files come from lab/tinymodel.py (a real tiny Qwen3-MoE, see there), which needs torch,
+safetensors and tokenizers: it runs inside the lab's base image on the build dockerd
+(`docker run --rm --network none`, one thread), and its output is cached in
+/root/.cache/spark-vllm/lab/model-<key>/ keyed by the generator's source and the pinned versions
+of the libraries that write the bytes. Two commits with fixed author, committer and dates, so the
+SHAs are the same on every machine; the second (`main`) changes the router weights shard only.
+"""
+
+from __future__ import annotations
+
 import os
-import struct
+import re
+import shutil
 import subprocess
 
-N_LAYERS, HIDDEN, N_EXPERTS, VOCAB, INTER = 2, 64, 4, 256, 128
+from lab.layout import CACHE, HERE
+from lab.util import log, progress, short_hash, write
+
+GENERATOR = os.path.join(HERE, "tinymodel.py")
+LOCK = os.path.join(HERE, "image-requirements.txt")
+BYTE_WRITERS = ("torch", "safetensors", "tokenizers")  # their versions change the files' bytes
+COMMITS = [("2026-01-01T00:00:00+00:00", "tiny-moe: first revision"),
+           ("2026-01-02T00:00:00+00:00", "tiny-moe: other router weights (second shard only)")]
 
 
-def safetensors_bytes() -> bytes:
-    """A valid safetensors file written by hand: 8-byte LE header length, JSON header, data."""
-    tensors = [("model.embed_tokens.weight", [VOCAB, HIDDEN])]
-    for layer in range(N_LAYERS):
-        p = f"model.layers.{layer}"
-        tensors += [(f"{p}.self_attn.q_proj.weight", [HIDDEN, HIDDEN]),
-                    (f"{p}.self_attn.k_proj.weight", [HIDDEN, HIDDEN]),
-                    (f"{p}.self_attn.v_proj.weight", [HIDDEN, HIDDEN]),
-                    (f"{p}.self_attn.o_proj.weight", [HIDDEN, HIDDEN]),
-                    (f"{p}.mlp.gate.weight", [N_EXPERTS, HIDDEN])]
-        for e in range(N_EXPERTS):
-            tensors += [(f"{p}.mlp.experts.{e}.gate_proj.weight", [INTER, HIDDEN]),
-                        (f"{p}.mlp.experts.{e}.up_proj.weight", [INTER, HIDDEN]),
-                        (f"{p}.mlp.experts.{e}.down_proj.weight", [HIDDEN, INTER])]
-        tensors += [(f"{p}.input_layernorm.weight", [HIDDEN]),
-                    (f"{p}.post_attention_layernorm.weight", [HIDDEN])]
-    tensors += [("model.norm.weight", [HIDDEN]), ("lm_head.weight", [VOCAB, HIDDEN])]
-    header, blobs, off = {}, [], 0
-    seed = 12345
-    for name, shape in tensors:
-        n = 1
-        for d in shape:
-            n *= d
-        vals = []
-        for _ in range(n):                      # deterministic LCG, small bf16-ish F16 values
-            seed = (seed * 1103515245 + 12345) & 0x7FFFFFFF
-            vals.append(((seed >> 8) % 2001 - 1000) / 8000.0)
-        data = struct.pack(f"<{n}e", *vals)
-        header[name] = {"dtype": "F16", "shape": shape, "data_offsets": [off, off + len(data)]}
-        blobs.append(data)
-        off += len(data)
-    header["__metadata__"] = {"format": "pt", "source": "spark-vllm lab (synthetic weights)"}
-    hj = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
-    hj += b" " * ((8 - len(hj) % 8) % 8)
-    return struct.pack("<Q", len(hj)) + hj + b"".join(blobs)
+def model_key() -> str:
+    with open(GENERATOR, "rb") as f:
+        src = f.read()
+    with open(LOCK) as f:
+        pins = sorted(m.group(0) for line in f
+                      if (m := re.match(rf"({'|'.join(BYTE_WRITERS)})==\S+", line)))
+    return short_hash(src.decode(), *pins)
 
 
-def config(rev: int) -> dict:
-    c = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe",
-         "hidden_size": HIDDEN, "intermediate_size": INTER, "moe_intermediate_size": INTER,
-         "num_hidden_layers": N_LAYERS, "num_attention_heads": 4, "num_key_value_heads": 2,
-         "num_experts": N_EXPERTS, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
-         "norm_topk_prob": True, "vocab_size": VOCAB, "max_position_embeddings": 4096,
-         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "tie_word_embeddings": False,
-         "torch_dtype": "float16", "bos_token_id": 1, "eos_token_id": 2,
-         "spark_vllm_lab": {"note": "synthetic tiny MoE for the lab; not a real model",
-                            "revision": rev}}
-    if rev >= 2:
-        c["max_position_embeddings"] = 8192
-    return c
-
-
-def tokenizer() -> dict:
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for b in range(VOCAB - 3):
-        vocab[f"t{b}"] = b + 3
-    return {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False,
-                              "rstrip": False, "normalized": False, "special": True}
-                             for t, i in list(vocab.items())[:3]],
-            "normalizer": None, "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None,
-            "decoder": None, "model": {"type": "WordLevel", "vocab": vocab, "unk_token": "<unk>"}}
-
-
-TOKENIZER_CONFIG = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>",
-                    "model_max_length": 4096, "tokenizer_class": "PreTrainedTokenizerFast",
-                    "chat_template": "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n"
-                                     "{% endfor %}assistant:"}
-
-README = """---
-license: apache-2.0
----
-# spark-lab/tiny-moe
-
-Synthetic tiny MoE model generated by the spark-vllm lab (lab/hfmodel.py). It is NOT a real
-model: the weights are deterministic noise, and only the lab's vLLM stand-in "serves" it.
-"""
+def ensure_files(builder) -> str:
+    """The generated revisions (folders 1/ and 2/), from the cache or made in the base image."""
+    key = model_key()
+    d = os.path.join(CACHE, f"model-{key}")
+    if os.path.exists(os.path.join(d, ".complete")):
+        return d
+    tmp = d + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    log(f"model: generating spark-lab/tiny-moe with lab/tinymodel.py in the base image -> {d}")
+    with progress("model generator"):
+        builder.run_in_base(["python3", "/lab/tinymodel.py", "/out"],
+                            {GENERATOR: "/lab/tinymodel.py:ro", tmp: "/out"},
+                            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    for rev in ("1", "2"):
+        if not os.path.isdir(os.path.join(tmp, rev)):
+            raise RuntimeError(f"the model generator wrote no revision {rev} into {tmp}")
+    write(os.path.join(tmp, ".complete"), key + "\n")
+    shutil.rmtree(d, ignore_errors=True)
+    os.replace(tmp, d)
+    for old in os.listdir(CACHE):  # keep only the current model
+        if old.startswith("model-") and old != os.path.basename(d):
+            shutil.rmtree(os.path.join(CACHE, old), ignore_errors=True)
+    return d
 
 
 def _git(repo, *args, env=None):
@@ -97,39 +70,40 @@ def _git(repo, *args, env=None):
                           env=e).stdout.strip()
 
 
-def _w(path, data):
-    with open(path, "wb") as f:
-        f.write(data if isinstance(data, bytes) else data.encode())
+def _commits(repo: str) -> dict:
+    shas = _git(repo, "log", "--format=%H", "main").split()
+    if len(shas) != len(COMMITS):
+        raise ValueError(f"{len(shas)} commits")
+    return {"first": shas[1], "second": shas[0], "main": shas[0]}
 
 
-def ensure_repo(repo: str) -> dict:
-    """Create the repo if missing (or broken); return {"first": sha, "second": sha, "main": sha}."""
+def ensure_repo(repo: str, builder) -> tuple[dict, bool]:
+    """The git repo at `repo` for the current model; ({first, second, main}, whether it was
+    (re)made). A repo made from other files (an older generator) is made again."""
+    key = model_key()
+    stamp = os.path.join(repo, ".git", "spark-vllm-lab-model")
     try:
-        shas = _git(repo, "log", "--format=%H", "main").split()
-        if len(shas) == 2:
-            return {"first": shas[1], "second": shas[0], "main": shas[0]}
-    except (subprocess.CalledProcessError, FileNotFoundError, NotADirectoryError):
+        with open(stamp) as f:
+            if f.read().strip() == key:
+                return _commits(repo), False
+    except (OSError, ValueError, subprocess.CalledProcessError):
         pass
+    files = ensure_files(builder)
     subprocess.run(["rm", "-rf", repo], check=True)
     os.makedirs(repo)
     _git(repo, "init", "-q", "-b", "main")
-    _w(os.path.join(repo, ".gitattributes"), "")
-    _w(os.path.join(repo, "README.md"), README)
-    _w(os.path.join(repo, "config.json"), json.dumps(config(1), indent=2, sort_keys=True) + "\n")
-    _w(os.path.join(repo, "generation_config.json"),
-       json.dumps({"bos_token_id": 1, "eos_token_id": 2}, indent=2) + "\n")
-    _w(os.path.join(repo, "tokenizer.json"), json.dumps(tokenizer(), indent=1) + "\n")
-    _w(os.path.join(repo, "tokenizer_config.json"),
-       json.dumps(TOKENIZER_CONFIG, indent=2, sort_keys=True) + "\n")
-    _w(os.path.join(repo, "model.safetensors"), safetensors_bytes())
-    _git(repo, "add", "-A")
-    d1 = "2026-01-01T00:00:00+00:00"
-    _git(repo, "commit", "-q", "-m", "tiny-moe: first revision",
-         env={"GIT_AUTHOR_DATE": d1, "GIT_COMMITTER_DATE": d1})
-    _w(os.path.join(repo, "config.json"), json.dumps(config(2), indent=2, sort_keys=True) + "\n")
-    _git(repo, "add", "-A")
-    d2 = "2026-01-02T00:00:00+00:00"
-    _git(repo, "commit", "-q", "-m", "tiny-moe: longer context (config.json only)",
-         env={"GIT_AUTHOR_DATE": d2, "GIT_COMMITTER_DATE": d2})
-    shas = _git(repo, "log", "--format=%H", "main").split()
-    return {"first": shas[1], "second": shas[0], "main": shas[0]}
+    for rev, (date, msg) in enumerate(COMMITS, 1):
+        for f in os.listdir(repo):
+            if f != ".git":
+                os.unlink(os.path.join(repo, f))
+        write(os.path.join(repo, ".gitattributes"), "")
+        src = os.path.join(files, str(rev))
+        for f in sorted(os.listdir(src)):
+            shutil.copyfile(os.path.join(src, f), os.path.join(repo, f))
+        _git(repo, "add", "-A")
+        _git(repo, "commit", "-q", "-m", msg,
+             env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    write(stamp, key + "\n")
+    commits = _commits(repo)
+    log(f"model: spark-lab/tiny-moe first {commits['first']}, main {commits['main']}")
+    return commits, True

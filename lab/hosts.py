@@ -1,9 +1,13 @@
 """One simulated host: namespace holder, mounts, identity files, dockerd, sshd; create or repair.
 
 A node is a network namespace (svl-spark-i) plus a mount + UTS namespace anchored by a holder
-process (`sleep infinity`). Its /run, /etc (overlay), /usr/local/sbin (the stand-ins) and HF cache
-are bound from /var/lib/spark-vllm-lab/spark-i. The build host (lab.layout.BUILD, index 0) is the
-same without fabric, identity files or sshd.
+process (`sleep infinity`). Its /run, /etc (overlay), /usr/local/sbin (the stand-ins), /tmp and
+/root (with the HF cache /root/.cache/huggingface in it) are bound from
+/var/lib/spark-vllm-lab/spark-i, /dev/shm is its own tmpfs, and its Docker data-root is bound
+from the cache (/root/.cache/spark-vllm/lab/nodes/spark-i/docker), so pulled image layers outlive
+`down`. `up` checks these mounts on every running node and rebuilds a node whose mounts are wrong.
+The build host (lab.layout.BUILD, index 0) is the same without fabric, identity files, sshd,
+private /root or cached Docker data.
 """
 
 from __future__ import annotations
@@ -24,11 +28,13 @@ from lab.layout import (
     FABRIC,
     FIXTURES,
     HERE,
+    IMAGE_REPO,
     LAB_KEY,
     REGISTRY,
     host_key_path,
     mgmt_ip,
     netns,
+    node_cache,
     node_dir,
     node_name,
 )
@@ -83,30 +89,47 @@ def node_docker(name: str) -> list:
     return ["docker", "-H", f"unix://{node_dir(name)}/run/docker.sock"]
 
 
-def start_holder(name: str) -> int:
+def start_holder(name: str, i: int) -> int:
+    """The node's mount + UTS namespace (in its netns), anchored by `sleep infinity`.
+
+    Every mount below is private to the node. The mount points all exist on any Linux host
+    (/run, /etc, /usr/local/sbin, /root, /tmp, /dev/shm) or live in the lab's own state folder,
+    so nothing depends on a host folder another program might remove. Order matters: the Docker
+    data-root (in the cache, under the host's /root) is bound before the node's own /root covers
+    the host's.
+    """
     d = node_dir(name)
-    for sub in ("run/sshd", "hf", "docker", "logs", "sysfs", "etc-upper", "etc-work"):
+    for sub in ("run/sshd", "docker", "logs", "sysfs", "etc-upper", "etc-work", "tmp",
+                "root/.cache/huggingface"):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
-    # mount point only; stays empty on the host
-    os.makedirs("/root/.cache/huggingface", exist_ok=True)
+    os.chmod(os.path.join(d, "tmp"), 0o1777)
+    os.chmod(os.path.join(d, "root"), 0o700)
     q = shlex.quote
     etc_opts = f"lowerdir=/etc,upperdir={q(d + '/etc-upper')},workdir={q(d + '/etc-work')}"
-    setup = " && ".join([
-        "set -e",
-        f"hostname {q(name)}",
+    steps = ["set -e", f"hostname {q(name)}"]
+    if i > 0:  # a node's Docker data outlives `down` (image layers are pulled once)
+        dd = os.path.join(node_cache(name), "docker")
+        os.makedirs(dd, exist_ok=True)
+        steps.append(f"mount --bind {q(dd)} {q(d + '/docker')}")
+    steps += [
         f"mount --bind {q(d + '/run')} /run",
         f"mount -t overlay lab-etc -o {etc_opts} /etc",
         f"mount --bind {q(d + '/bin')} /usr/local/sbin",
-        f"mount --bind {q(d + '/hf')} /root/.cache/huggingface",
+        # its own /dev/shm: Ray's object store and vLLM's shared-memory paths (containers run
+        # with --ipc host) stay inside the node, as on separate machines
+        "mount -t tmpfs -o rw,nosuid,nodev,mode=1777 lab-shm /dev/shm",
+        f"mount --bind {q(d + '/tmp')} /tmp",
         # a sysfs of this network namespace, so /sys/class/net shows the node's own interfaces
         # (the host /sys, and with it /sys/fs/cgroup, stays in place for dockerd)
         f"mount -t sysfs lab-sysfs {q(d + '/sysfs')}",
         f"mount --bind {q(d + '/sysfs/class/net')} /sys/class/net",
         f"mount --bind {q(d + '/sysfs/devices/virtual/net')} /sys/devices/virtual/net",
-        "exec sleep infinity",
-    ])
+    ]
+    if i > 0:  # root's home (and with it the HF cache /root/.cache/huggingface) is the node's own
+        steps.append(f"mount --bind {q(d + '/root')} /root")
+    steps.append("exec sleep infinity")
     argv = ["nsenter", f"--net=/var/run/netns/{netns(name)}", "unshare", "--mount", "--uts",
-            "--propagation", "private", "--", "/bin/sh", "-c", setup]
+            "--propagation", "private", "--", "/bin/sh", "-c", " && ".join(steps)]
     pid = spawn(argv, os.path.join(d, "logs", "holder.log"), name + "/daemons")
     write(os.path.join(d, "holder.pid"), f"{pid}\n")
     wait_for(lambda: holder_pid(name) == pid, 10,
@@ -114,8 +137,67 @@ def start_holder(name: str) -> int:
     return pid
 
 
+def _mounts(pid: int) -> dict:
+    """mount point -> file system type of the mounts a process sees (the last one wins)."""
+    res = {}
+    with open(f"/proc/{pid}/mountinfo") as f:
+        for line in f:
+            a, b = line.split(" - ", 1)
+            res[a.split()[4]] = b.split()[0]
+    return res
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        sa, sb = os.stat(a), os.stat(b)
+    except OSError:
+        return False
+    return (sa.st_dev, sa.st_ino) == (sb.st_dev, sb.st_ino)
+
+
+def mount_problems(name: str, i: int, pid: int) -> list:
+    """What is wrong with a running node's private mounts (empty when all is well).
+
+    Paths under /proc/<holder>/root/ resolve in the node's mount namespace, so each bind is
+    checked by comparing the inode the node sees with the host folder it must be."""
+    d = node_dir(name)
+    root = f"/proc/{pid}/root"
+    try:
+        mounts = _mounts(pid)
+        shm = os.stat(root + "/dev/shm").st_dev
+    except OSError as e:
+        return [f"cannot inspect the namespace ({e})"]
+    bad = []
+    if mounts.get("/dev/shm") != "tmpfs" or shm == os.stat("/dev/shm").st_dev:
+        bad.append("/dev/shm is not the node's own tmpfs")
+    if mounts.get("/etc") != "overlay":
+        bad.append("/etc is not the node's overlay")
+    if mounts.get("/sys/class/net") != "sysfs":
+        bad.append("/sys/class/net is not the node's sysfs")
+    binds = {"/run": d + "/run", "/usr/local/sbin": d + "/bin", "/tmp": d + "/tmp"}
+    if i > 0:
+        binds.update({"/root": d + "/root",
+                      d + "/docker": os.path.join(node_cache(name), "docker")})
+        # the HF cache is the node's own as long as nothing is mounted between /root and it
+        for m in ("/root/.cache", "/root/.cache/huggingface", "/root/.cache/huggingface/hub"):
+            if m in mounts:
+                bad.append(f"{m} is a mount ({mounts[m]}), not the node's own folder")
+    for inside, host in binds.items():
+        if not _same(root + inside, host):
+            bad.append(f"{inside} is not {host}")
+    return bad
+
+
+def shm_dev(pid: int) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/root/dev/shm").st_dev
+    except OSError:
+        return None
+
+
 def stop_host(name: str, i: int, keep_data: bool = True) -> list:
-    """Stop a node's processes and remove its namespace; returns cgroups that would not go."""
+    """Stop a node's processes and remove its namespace; returns cgroups that would not go.
+    keep_data=False also removes the node's state folder (never its cached Docker data)."""
     problems = cg_kill_remove(name)
     d = node_dir(name)
     for f in ("holder.pid", "dockerd.pid", "sshd.pid"):
@@ -180,7 +262,7 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
 
 
 # --------------------------------------------------------------------------- dockerd
-def start_dockerd(name: str, i: int, hpid: int) -> None:
+def start_dockerd(name: str, i: int, hpid: int, keep_base: str | None = None) -> None:
     d = node_dir(name)
     if read_pid(os.path.join(d, "dockerd.pid")) and os.path.exists(f"{d}/run/docker.sock") and \
             ok([*node_docker(name), "version"]):
@@ -196,6 +278,64 @@ def start_dockerd(name: str, i: int, hpid: int) -> None:
     write(os.path.join(d, "dockerd.pid"), f"{pid}\n")
     wait_for(lambda: ok([*node_docker(name), "version"]), 60,
              f"dockerd of {name} (see {d}/logs/dockerd.log)")
+    marker = os.path.join(node_cache(name), "retired")
+    if i > 0 and os.path.exists(marker):  # first start after `down`: a fresh machine again
+        scrub_docker(name, keep_base)
+        os.unlink(marker)
+
+
+def retire_docker(name: str, keep_base: str | None) -> None:
+    """`down` for a node's Docker data (kept in the cache): no container, volume or network
+    survives, and no image but lab images on the current base (see scrub_docker). Done now when
+    dockerd answers, and in any case on dockerd's next start (the marker), so a node that died
+    first is cleaned up too."""
+    cache = node_cache(name)
+    if not os.path.isdir(os.path.join(cache, "docker")):
+        return
+    write(os.path.join(cache, "retired"), "containers are removed on dockerd's next start\n")
+    alive = read_pid(os.path.join(node_dir(name), "dockerd.pid"))
+    if alive and ok([*node_docker(name), "version"]):
+        scrub_docker(name, keep_base)
+        os.unlink(os.path.join(cache, "retired"))
+
+
+def prune_old_lab_images(name: str, keep_base: str) -> None:
+    """Lab images on another base than the current one (a base rebuild) that no container uses:
+    each holds its own ~7 GB base layer. `docker rmi` without -f leaves images in use alone."""
+    dk = node_docker(name)
+    ids = out([*dk, "images", "-q", "--no-trunc", "--filter", "label=spark-vllm.lab.base"],
+              check=False).split()
+    if not ids:
+        return
+    fmt = '{{.Id}} {{index .Config.Labels "spark-vllm.lab.base"}}'
+    for line in out([*dk, "image", "inspect", "-f", fmt, *sorted(set(ids))],
+                    check=False).splitlines():
+        img, _, base = line.partition(" ")
+        if base and base != keep_base and \
+                run([*dk, "rmi", img], check=False, quiet=True).returncode == 0:
+            log(f"{name}: removed lab image {img[7:19]} (old base {base})")
+
+
+def scrub_docker(name: str, keep_base: str | None) -> None:
+    """Remove every container, volume and network, and every image except the lab images pulled
+    from the lab registry whose base layer is the current one (label spark-vllm.lab.base), so the
+    ~7 GB base is pulled once per node and base version. keep_base None keeps every image."""
+    dk = node_docker(name)
+    ids = out([*dk, "ps", "-aq"], check=False).split()
+    if ids:
+        run([*dk, "rm", "-f", "-v", *ids], check=False, quiet=True)
+    if keep_base is not None:
+        fmt = '{{.Id}} {{index .Config.Labels "spark-vllm.lab.base"}} {{json .RepoDigests}}'
+        imgs = sorted(set(out([*dk, "images", "-q", "--no-trunc"], check=False).split()))
+        info = out([*dk, "image", "inspect", "-f", fmt, *imgs], check=False) if imgs else ""
+        for line in info.splitlines():
+            img, base, digests = [*line.split(" ", 2), "", ""][:3]
+            lab_pulled = f'"{REGISTRY}/{IMAGE_REPO}@' in digests
+            if not (base == keep_base and lab_pulled):
+                run([*dk, "rmi", "-f", img], check=False, quiet=True)
+    # not `system prune`: an image pulled by digest has no tag, so prune calls it dangling
+    run([*dk, "volume", "prune", "-f"], check=False, quiet=True)
+    run([*dk, "network", "prune", "-f"], check=False, quiet=True)
 
 
 # --------------------------------------------------------------------------- sshd
@@ -235,11 +375,17 @@ def ssh_setup(name: str, i: int) -> bool:
     if not os.path.exists(key):
         run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", key])
     ensure_lab_key()
+    # sshd reads its key from the node's state folder: the cache sits under the host's /root,
+    # which the node's own /root covers
+    node_key = os.path.join(sd, "ssh_host_ed25519_key")
+    for src, dst, mode in ((key, node_key, 0o600), (key + ".pub", node_key + ".pub", 0o644)):
+        shutil.copyfile(src, dst)
+        os.chmod(dst, mode)
     shutil.copyfile(LAB_KEY + ".pub", os.path.join(sd, "authorized_keys"))
     os.chmod(os.path.join(sd, "authorized_keys"), 0o600)
     cfg_path = os.path.join(sd, "sshd_config")
     before = _read(cfg_path) if os.path.exists(cfg_path) else None
-    text = SSHD_CONFIG.format(name=name, addr=mgmt_ip(i), key=key, sd=sd)
+    text = SSHD_CONFIG.format(name=name, addr=mgmt_ip(i), key=node_key, sd=sd)
     write(cfg_path, text)
     return before is not None and before != text
 
@@ -270,12 +416,19 @@ def stop_sshd(name: str) -> None:
 
 
 # --------------------------------------------------------------------------- create or repair
-def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True) -> None:
-    """Create or repair one simulated host. Anything half-dead is torn down and rebuilt."""
+def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True,
+                keep_base: str | None = None) -> None:
+    """Create or repair one simulated host. Anything half-dead, or a node whose private mounts
+    are wrong, is torn down and rebuilt (its Docker data and host keys are kept)."""
     d = node_dir(name)
     hpid = holder_pid(name)
     healthy = hpid is not None and ok(["ip", "netns", "pids", netns(name)]) and \
         os.path.exists(f"/var/run/netns/{netns(name)}")
+    if healthy:
+        bad = mount_problems(name, i, hpid)
+        if bad:
+            log(f"{name}: rebuilding, its mounts are wrong: {'; '.join(bad)}")
+            healthy = False
     if not healthy:
         if os.path.exists(d) or netns(name) in out(["ip", "netns", "list"], check=False):
             log(f"{name}: recovering (stale namespace/processes)")
@@ -291,7 +444,12 @@ def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True) -> None:
               "#!/bin/sh\ncat >/dev/null\nexit 0\n", 0o755)
     ensure_ns_net(name, i, with_fabric=i > 0, ip=None if i > 0 else BUILD_IP)
     if not healthy:
-        hpid = start_holder(name)
-    start_dockerd(name, i, hpid)
+        hpid = start_holder(name, i)
+        bad = mount_problems(name, i, hpid)
+        if bad:
+            raise RuntimeError(f"{name}: mounts wrong right after start: {'; '.join(bad)}")
+    start_dockerd(name, i, hpid, keep_base)
+    if i > 0 and keep_base:
+        prune_old_lab_images(name, keep_base)
     if sshd and i > 0:
         start_sshd(name, i)

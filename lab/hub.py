@@ -43,12 +43,16 @@ def hf_running() -> bool:
         return False
 
 
-def ensure_hf() -> None:
-    """The model repo (re)generated, then olah + the proxy started unless they already answer."""
+def ensure_hf(builder) -> None:
+    """The model repo (re)generated, then olah + the proxy started unless they already answer.
+    `builder` (image.Builder) runs the model generator when its output is not cached."""
     mirror = os.path.join(LAB, "hub")
-    commits = hfmodel.ensure_repo(os.path.join(mirror, "models", HF_REPO))
+    commits, remade = hfmodel.ensure_repo(os.path.join(mirror, "models", HF_REPO), builder)
     write(COMMITS_JSON, json.dumps(commits, indent=1))
-    if hf_running():
+    if remade:  # olah caches what it served: start it afresh on the new repository
+        cg_kill_remove("hf")
+        shutil.rmtree(os.path.join(HF_DIR, "repos"), ignore_errors=True)
+    elif hf_running():
         return
     cg_kill_remove("hf")
     venv = ensure_olah_venv()

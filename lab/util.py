@@ -21,7 +21,7 @@ APT_PKGS = {"dockerd": "docker.io", "debootstrap": "debootstrap",
             "docker-registry": "docker-registry", "sshd": "openssh-server",
             "ssh": "openssh-client", "ssh-keygen": "openssh-client", "ip": "iproute2",
             "ping": "iputils-ping", "ethtool": "ethtool", "git": "git", "nsenter": "util-linux",
-            "iptables": "iptables"}
+            "iptables": "iptables", "unpigz": "pigz"}  # unpigz: dockerd's fast layer unpacking
 
 
 # --------------------------------------------------------------------------- messages

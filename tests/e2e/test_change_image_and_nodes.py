@@ -261,6 +261,6 @@ def test_three_nodes_from_empty_serves(new_deployment):
     status = _ray_status(d)
     assert len(re.findall(r"node_", status)) >= 3, status
     assert re.search(r"/3(\.0)? GPU", status), status
-    _, body = http(d.endpoint() + "/models")
+    _, body = http(d.endpoint() + "/models", key=d.api_key())
     assert "tiny-moe" in [m["id"] for m in json.loads(body)["data"]]
     assert complete(d)

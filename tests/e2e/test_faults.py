@@ -263,6 +263,12 @@ def test_secrets_never_in_plaintext_and_api_key_enforced(deployment):
         r = d.run("up", on_output=on_output)
     assert r.summary.result == "succeeded"
     events = [plain(e) for e in d.events]
+    # the Ray cluster token the stack made: on every node only in its root-only file
+    token = d.ssh(HEAD, "cat /var/lib/spark-vllm/ray/auth-token").strip()
+    assert len(token) == 64, "the Ray token file is missing on the head"
+    mode = d.ssh(HEAD, "stat -c %a /var/lib/spark-vllm/ray/auth-token").strip()
+    assert mode == "600", mode
+    secrets = {**secrets, "rayToken": token}
     what = needles(secrets)
 
     found: dict[str, list[str]] = {}
@@ -295,10 +301,11 @@ def test_secrets_never_in_plaintext_and_api_key_enforced(deployment):
             if hit := leaks(json.dumps(value), what):
                 found[f"{res['urn'].split('::')[-1]}.{field}"] = hit
     # on the head: the container's config and process list do not carry the API key either
-    inspect = d.ssh(HEAD, "docker inspect spark-vllm-ray-head; docker exec spark-vllm-ray-head "
-                          "sh -c 'cat /proc/[0-9]*/cmdline | tr \"\\0\" \" \"'")
-    if hit := leaks(inspect, {"vllmApiKey": API_KEY, "hfToken": HF_TOKEN}):
-        found["head container inspect/cmdline"] = hit
+    for node, container in ((HEAD, "spark-vllm-ray-head"), (WORKER, "spark-vllm-ray-worker")):
+        inspect = d.ssh(node, f"docker inspect {container}; docker exec {container} "
+                              "sh -c 'cat /proc/[0-9]*/cmdline | tr \"\\0\" \" \"'")
+        if hit := leaks(inspect, {"vllmApiKey": API_KEY, "hfToken": HF_TOKEN, "rayToken": token}):
+            found[f"{container} inspect/cmdline"] = hit
     print(f"[observed] searched {len(state_files)} state files, the stack YAML, {len(events)} "
           f"events, {len(output)} output lines, {streams} stdout/stderr of {len(commands)} "
           f"commands: leaks={found}")
@@ -342,6 +349,45 @@ def test_vllm_bad_flag_fails_with_log_tail_then_recovers(deployment):
     assert "vllm-serve" in d.ops(), d.ops()
     status, body = complete(d)
     assert status == 200, (status, body)
+
+
+def test_fabric_short_of_the_mtu_stops_the_up_before_any_change(deployment):
+    """Issue 17: one node's switch port carries less than the MTU both ends report. Recon sees
+    MTU 9000 with carrier on both nodes; only the don't-fragment ping between them finds it.
+    The lab's "switch port" is the bridge end of spark-2's first fabric veth."""
+    import pulumi.automation as auto
+
+    d = deployment
+    port = "svf1-s2"  # lab/net.py host_ifs(2)["svl-fab1"]: spark-2's enp1s0f1np1 at the bridge
+    before = d.snapshot()
+    subprocess.run(["ip", "link", "set", port, "mtu", "1500"], check=True)
+    try:
+        d.set("nccl.minMtu", 8000)  # a fabric config change: the check runs again at 8000
+        with timed("up with a 1500-byte switch port (fails)"), \
+                pytest.raises(auto.CommandError) as info:
+            d.run("up")
+        text = str(info.value)
+        m = re.search(r"fabric check failed: spark-1 enp1s0f1np1 -> spark-2 192\.168\.177\.12 "
+                      r"does not carry MTU 8000 unfragmented; the largest that passed is MTU "
+                      r"(\d+)", text)
+        assert m, text[-3000:]
+        print(f"[observed] {m.group(0)}")
+        assert 1400 <= int(m.group(1)) <= 1504, m.group(0)
+        # both directions are checked, and the twin that carries the MTU is not reported
+        assert "fabric check failed: spark-2 enp1s0f1np1 -> spark-1 192.168.177.11" in text
+        assert "enP2p1s0f1np1 -> spark-2 192.168.178.12 does not carry" not in text
+        assert d.snapshot() == before, "a container changed although the fabric check failed"
+    finally:
+        subprocess.run(["ip", "link", "set", port, "mtu", "9000"], check=True)
+    with timed("up after the port is back to 9000"):
+        r = d.run("up")
+    assert r.summary.result == "succeeded"
+    changed = set(d.ops())
+    assert changed <= {"nccl", "nccl-fabric-spark-1", "nccl-fabric-spark-2"}, changed
+    assert d.snapshot() == before
+    d.set("nccl.minMtu", 9000)  # the stack file's own value again
+    d.run("up")
+    d.run("preview", expect_no_changes=True)
 
 
 # ---------------------------------------------------------------------------- 4. concurrent ups

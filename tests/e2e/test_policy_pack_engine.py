@@ -7,7 +7,8 @@ against the resources the project's program registers after a live recon of the 
   (a) the dev stack, with the dev pack config, previews with no mandatory violation;
   (b) the stack config of tests/policies/stack_breaking_rules_1_7_8.yaml, applied with
       `d.set(...)` over the lab's dev config, passes the program's own validation and preflight,
-      and the preview fails on exactly the pack's memory-fit, ray-not-exposed and vllm-api-key.
+      and the preview fails on exactly the pack's memory-fit, ray-not-exposed and vllm-api-key
+      (a key in plaintext in the stack file).
 
 Previews only: nothing is created on the hosts (asserted).
 """
@@ -130,7 +131,9 @@ def test_config_breaking_rules_1_7_8_fails_naming_them(deployment, pack_venv, tm
     d = deployment
     data = yaml.safe_load(BREAKING.read_text())
     pack_config = tmp_path / "pack-config.json"
-    pack_config.write_text(json.dumps(data["policyPackConfig"]))
+    # the pack reads the stack file (vllm-api-key's plaintext check) from the deployment's copy
+    pack_conf = {**data["policyPackConfig"], "vllm-api-key": {"projectDir": str(d.workdir)}}
+    pack_config.write_text(json.dumps(pack_conf))
     changed = apply_stack_config(d, data["stackConfig"]["config"])
     print("applied:", changed)
     before = d.snapshot()

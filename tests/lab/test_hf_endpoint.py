@@ -32,13 +32,20 @@ def test_snapshot_download_two_revisions_and_byte_counts(lab):
     assert path.endswith("/snapshots/" + commits["main"])
     mid = _resolve_bytes(lab)
     got = {p: mid[p] - before.get(p, 0) for p in mid if mid[p] != before.get(p, 0)}
-    st = [p for p in got if p.endswith(f"/resolve/{commits['main']}/model.safetensors")]
-    assert st and got[st[0]] > 500_000, got
-    # a revision change re-downloads only the file that changed (config.json); blobs are shared
+    # every file of the real model (.gitattributes is empty: no bytes to count)
+    assert {p.rsplit("/", 1)[1] for p in got} == {
+        "README.md", "config.json", "generation_config.json", "model-00001-of-00002.safetensors",
+        "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+        "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"}, got
+    shard1 = f"/{REPO}/resolve/{commits['main']}/model-00001-of-00002.safetensors"
+    assert got[shard1] > 2_000_000, got  # the weights: ~1.08 M bf16 parameters
+    # a revision change re-downloads only the file that changed (the router shard); blobs of the
+    # other files are shared between the snapshots
     path = _download(lab, node, commits["first"])
     assert path.endswith("/snapshots/" + commits["first"])
     after = _resolve_bytes(lab)
     delta = {p: after[p] - mid.get(p, 0) for p in after if after[p] != mid.get(p, 0)}
-    assert list(delta) == [f"/{REPO}/resolve/{commits['first']}/config.json"], delta
+    shard2 = f"/{REPO}/resolve/{commits['first']}/model-00002-of-00002.safetensors"
+    assert list(delta) == [shard2] and delta[shard2] < 10_000, delta
     ref = "/root/.cache/huggingface/hub/models--spark-lab--tiny-moe/refs/main"
     assert lab.ssh(node, f"cat {ref}").stdout.strip() == commits["main"]

