@@ -62,8 +62,18 @@ PER_NODE_KEYS = ("NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES")
 
 
 def node_env(nccl: NcclConfig, node: NodeConfig, facts: NodeFacts, head_ip: str) -> dict[str, str]:
-    """The environment variables of one node's Ray container (and so of vLLM's workers);
-    `head_ip` is the head's primary fabric address."""
+    """The environment variables of one node's Ray container (and so of vLLM's driver and
+    workers); `head_ip` is the head's primary fabric address.
+
+    The launcher environment the community's launchers set (eugr/spark-vllm-docker
+    launch-cluster.sh, sparkrun orchestration/infiniband.py) is the stack's, for every model:
+    VLLM_HOST_IP, RAY_NODE_IP_ADDRESS and RAY_OVERRIDE_NODE_IP_ADDRESS per node, and
+    NCCL_IGNORE_CPU_AFFINITY=1. Ray 2.60 reads neither RAY_*_NODE_IP_ADDRESS variable (its
+    wheel has no such string; the node's address is `ray start --node-ip-address`,
+    components/ray_cluster.py): they are set for other Ray builds and for scripts that look.
+    `nccl.extra_env` comes last: the stack file's entries and, under them, the recipe's `env`
+    and `launcherEnv` (config/recipes.with_recipe_env), which may not set the keys derived
+    here (config.models.STACK_ENV)."""
     iface = node.primary.interface
     ip = node.primary.ip
     env = {
@@ -73,7 +83,11 @@ def node_env(nccl: NcclConfig, node: NodeConfig, facts: NodeFacts, head_ip: str)
         "UCX_NET_DEVICES": iface,
         "VLLM_HOST_IP": ip,
         "RAY_NODE_IP_ADDRESS": ip,
+        "RAY_OVERRIDE_NODE_IP_ADDRESS": ip,
         "MASTER_ADDR": head_ip,
+        # NCCL picks CPUs by the GPU's topology, not the affinity the process inherited
+        # (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html)
+        "NCCL_IGNORE_CPU_AFFINITY": "1",
         # Ray's memory monitor reads unified memory as host RAM and kills vLLM workers; 0 turns
         # it off (https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html).
         "RAY_memory_monitor_refresh_ms": "0",

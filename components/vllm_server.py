@@ -7,7 +7,10 @@ and waits for `/health`, `/v1/models` listing the served name, and one smoke com
 failure it prints the log tail (hostscripts/vllm.py).
 
 Consequences that are the point of the design:
-* A vLLM flag change updates only this command (the Ray containers do not see vLLM flags).
+* A vLLM flag change updates only this command (the Ray containers do not see vLLM flags),
+  and so does a recipe's serve setting or chat template: the template's text travels in this
+  command's script into the head container (hostscripts/vllm.py). A recipe's env is the Ray
+  containers' (components/nccl.node_env).
 * The script text carries the Ray container IDs, so a replaced Ray container (image or NCCL
   change) re-runs it.
 * The API key travels on stdin into a root-only file in the container and reaches vLLM as
@@ -27,9 +30,10 @@ from pulumi_command import remote
 from components.nccl import PER_NODE_KEYS
 from components.ray_cluster import HEAD_CONTAINER, RayCluster
 from components.spark_node import Cluster
-from config import HealthConfig, VllmConfig
+from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
 from hostscripts.vllm import vllm_argv, vllm_nccl_lines, vllm_start, vllm_stop
+from inspection import hub, memory_fit
 from inspection.nccl_transport import parse_transport, verdict
 
 # Env keys vLLM's Ray executor must not copy from the driver to the workers: the per-node NCCL
@@ -56,7 +60,20 @@ def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: 
         host=vllm.host,
         port=vllm.port,
         extra_args=vllm.extra_args,
+        max_num_batched_tokens=vllm.max_num_batched_tokens,
+        language_model_only=vllm.language_model_only,
+        enable_expert_parallel=vllm.enable_expert_parallel,
+        reasoning_parser=vllm.reasoning_parser,
+        tool_call_parser=vllm.tool_call_parser,
+        enable_auto_tool_choice=vllm.enable_auto_tool_choice,
+        chat_template=vllm.chat_template is not None,
     )
+
+
+def serve_chat_template(vllm: VllmConfig) -> str | None:
+    """The text of the chat template vLLM is given (shipped in config/recipes_data/), or None
+    for the model's own."""
+    return chat_template_text(vllm.chat_template) if vllm.chat_template is not None else None
 
 
 def local_url(vllm: VllmConfig) -> str:
@@ -111,6 +128,7 @@ class VllmServer(pulumi.ComponentResource):
                 args.health.timeout_seconds,
                 a[1],
                 NON_CARRY_OVER,
+                chat_template=serve_chat_template(v),
             )
         )
         # Recon's reason to start vLLM again with unchanged flags travels in `triggers`, not in
@@ -222,5 +240,24 @@ class VllmServer(pulumi.ComponentResource):
         }
         if v.kv_cache_memory_bytes is not None:  # the KV cache size the policy's memory fit uses
             props["kvCacheMemoryBytes"] = v.kv_cache_memory_bytes
+        props["maxNumSeqs"] = v.max_num_seqs
+        # memory-fit's numbers per rank: inspection/memory_fit.estimate (what preflight uses too)
+        # on the shape the hub read from this commit's config.json. The pack runs in its own
+        # virtualenv and cannot import the program, so the numbers travel as props.
+        tp = args.tensor_parallel_size
+
+        def fit(values: list[Any]) -> dict[str, Any]:
+            commit, model_bytes = values
+            manifest = hub.known_manifest(args.model, commit)
+            return memory_fit.estimate(
+                manifest.shape if manifest is not None else None,
+                model_bytes=int(model_bytes) if model_bytes else None,
+                tensor_parallel_size=tp, pipeline_parallel_size=v.pipeline_parallel_size,
+                max_model_len=v.max_model_len, max_num_seqs=v.max_num_seqs,
+                kv_cache_dtype=v.kv_cache_dtype, speculative_config=v.speculative_config,
+                prefix_caching=v.enable_prefix_caching,
+            ).props()
+
+        props["memoryFit"] = pulumi.Output.all(args.commit, args.model_bytes).apply(fit)
         props["apiKey"] = pulumi.Output.secret(args.api_key)
         return props

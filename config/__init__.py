@@ -4,6 +4,7 @@
     forms.py        the exact forms of commits, digests, IDs, sizes, ports
     errors.py       ConfigError and key-path messages
     validate.py     validate_config: single values + rules that span keys
+    recipes.py      recipes shipped in recipes_data/ (vllm.recipe): loading, chat templates, env
     known_hosts.py  host keys pinned through an OpenSSH known_hosts file
     load.py         reading the config and the secrets from the Pulumi runtime
     paths.py        local folders on the machine that runs Pulumi
@@ -24,16 +25,18 @@ from config.models import (
     NodeConfig,
     PreflightConfig,
     RayConfig,
+    Recipe,
     SshConfig,
     StackConfig,
     VllmConfig,
 )
+from config.recipes import RecipeError, chat_template_text, load_recipe
 from config.validate import validate_config
 
 __all__ = [
     "NAMESPACE", "PLACEHOLDER", "SECRET_KEYS", "ConfigError", "FabricInterface", "HealthConfig",
     "ImageConfig", "ModelConfig", "NcclConfig", "NodeConfig", "PreflightConfig", "RayConfig",
-    "Secrets", "SshConfig", "StackConfig", "VllmConfig", "key_path", "known_host_keys",
-    "load_config", "load_secrets", "pin_host_keys", "secret_plaintext", "ssh_key_path",
-    "validate_config",
+    "Recipe", "RecipeError", "Secrets", "SshConfig", "StackConfig", "VllmConfig",
+    "chat_template_text", "key_path", "known_host_keys", "load_config", "load_recipe",
+    "load_secrets", "pin_host_keys", "secret_plaintext", "ssh_key_path", "validate_config",
 ]

@@ -6,13 +6,14 @@ are in config/validate.py, and the error messages that name key paths in config/
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import os
 import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
 from config.forms import (
@@ -81,6 +82,17 @@ OWNED_FLAGS = {
     "--enable-prefix-caching": "spark-vllm:vllm.enablePrefixCaching",
     "--no-enable-prefix-caching": "spark-vllm:vllm.enablePrefixCaching",
     "--download-dir": "spark-vllm:model.cacheDir",
+    "--max-num-batched-tokens": "spark-vllm:vllm.maxNumBatchedTokens",
+    "--language-model-only": "spark-vllm:vllm.languageModelOnly",
+    "--no-language-model-only": "spark-vllm:vllm.languageModelOnly",
+    "--enable-expert-parallel": "spark-vllm:vllm.enableExpertParallel",
+    "--no-enable-expert-parallel": "spark-vllm:vllm.enableExpertParallel",
+    "-ep": "spark-vllm:vllm.enableExpertParallel",
+    "--reasoning-parser": "spark-vllm:vllm.reasoningParser",
+    "--tool-call-parser": "spark-vllm:vllm.toolCallParser",
+    "--enable-auto-tool-choice": "spark-vllm:vllm.enableAutoToolChoice",
+    "--no-enable-auto-tool-choice": "spark-vllm:vllm.enableAutoToolChoice",
+    "--chat-template": "spark-vllm:vllm.chatTemplate (a template shipped in config/recipes_data/)",
 }
 
 
@@ -388,37 +400,111 @@ class RayConfig(_Model):
         return None
 
 
-class VllmConfig(_Model):
-    served_model_name: str
-    tensor_parallel_size: int | None = Field(default=None, ge=1)  # None: every GPU / pp
-    pipeline_parallel_size: int = Field(default=1, ge=1)
-    # 0.80 leaves the OS, Ray and CUDA graphs room on 128 GB unified memory (the community's
-    # two-Spark recipes use 0.7-0.85; docs/design.md).
-    gpu_memory_utilization: float = 0.80
-    # The KV cache's size in bytes (vLLM's --kv-cache-memory-bytes): when set, vLLM sizes the
-    # cache to exactly this and ignores gpuMemoryUtilization. vLLM's CPU build (the lab) reads
-    # gpuMemoryUtilization as a fraction of ALL memory per worker, so the lab sets this instead.
+# Environment a recipe may not set: what the stack derives per node (components/nccl.node_env),
+# what the Ray containers and the serve script set themselves (components/ray_cluster.py,
+# hostscripts/vllm.py). A recipe value would override a value the stack validated, or be
+# overridden itself without a word. tests/unit/components/test_containers.py keeps this in step
+# with what the containers really get.
+STACK_ENV = frozenset({
+    "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
+    "VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS", "MASTER_ADDR",
+    "RAY_memory_monitor_refresh_ms", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "RAY_DEDUP_LOGS",
+    "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IGNORE_CPU_AFFINITY",
+    "HF_HOME", "HF_HUB_OFFLINE", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "VLLM_CACHE_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH",
+    "VLLM_CONFIG_ROOT", "VLLM_API_KEY",
+})
+_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")  # a recipe's name (its file name, no .yaml)
+_COMMIT_IN_URL = re.compile(r"/[0-9a-f]{40}(/|$|#)")
+_PINNED_HOSTS = ("https://github.com/", "https://huggingface.co/")
+
+
+def _check_recipe_env(v: dict[str, str]) -> dict[str, str]:
+    """A recipe's environment: plain names, no secrets (as nccl.extraEnv), no control
+    characters, nothing the stack sets itself."""
+    bad = [k for k in v if not _ENV_NAME.fullmatch(k)]
+    if bad:
+        raise ValueError(f"expected environment variable names, got {bad}")
+    secret = sorted(k for k, val in v.items() if secret_env_name(k) or secret_value(val))
+    if secret:
+        raise ValueError(
+            f"expected no secrets in plain environment ({', '.join(secret)}): they would reach "
+            "the state, the containers and `docker inspect`; use the secrets "
+            "spark-vllm:hfToken / spark-vllm:vllmApiKey"
+        )
+    control = sorted(k for k, val in v.items() if any(ord(c) < 32 for c in val))
+    if control:
+        raise ValueError(f"expected values without control characters ({', '.join(control)})")
+    owned = sorted(k for k in v if k in STACK_ENV)
+    if owned:
+        raise ValueError(
+            f"expected variables the stack does not set itself ({', '.join(owned)}): the stack "
+            "derives them per node (components/nccl.node_env) or sets them in the containers"
+        )
+    return v
+
+
+class ServeSettings(_Model):
+    """The serve settings a recipe may set (and so VllmConfig's too, with their defaults there).
+    `None` in a recipe: the recipe does not set it. One definition and one validation for both."""
+
+    gpu_memory_utilization: float | None = None
     kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024)
     max_model_len: int | None = Field(default=None, ge=16)
     max_num_seqs: int | None = Field(default=None, ge=1)
-    kv_cache_dtype: str = "auto"
-    enable_prefix_caching: bool = True
-    load_format: str = "auto"
+    # --max-num-batched-tokens: the tokens one engine step schedules (prefill chunks + decodes)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    kv_cache_dtype: str | None = None
+    enable_prefix_caching: bool | None = None
+    load_format: str | None = None
     speculative_config: dict[str, Any] | None = None
-    enforce_eager: bool = False
-    host: str = "0.0.0.0"
-    port: StrictInt = 8000
-    extra_args: list[str] = Field(default_factory=list)
+    enforce_eager: bool | None = None
+    # --language-model-only: a multimodal checkpoint (Qwen3.5) loads without its vision tower
+    language_model_only: bool | None = None
+    enable_expert_parallel: bool | None = None
+    reasoning_parser: str | None = None
+    tool_call_parser: str | None = None
+    enable_auto_tool_choice: bool | None = None
+    # A chat template shipped in config/recipes_data/ (`<name>.jinja`); vLLM reads it from a
+    # fixed path in the head container (hostscripts/vllm.py). None: the model's own template.
+    chat_template: str | None = None
+    extra_args: list[str] | None = None
 
-    @field_validator("port")
+    @field_validator("gpu_memory_utilization")
     @classmethod
-    def _port_range(cls, v: int) -> int:
-        return check_port(v)
+    def _util(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v < 1:
+            raise ValueError("expected a fraction strictly between 0 and 1, e.g. 0.80")
+        return v
+
+    @field_validator("kv_cache_dtype", "load_format")
+    @classmethod
+    def _word(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[a-z0-9_]+", v):
+            raise ValueError("expected a vLLM value of lowercase letters, digits and '_'")
+        return v
+
+    @field_validator("reasoning_parser", "tool_call_parser")
+    @classmethod
+    def _parser(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", v):
+            raise ValueError("expected the name of a parser built into vLLM, e.g. qwen3 or "
+                             "qwen3_coder (lowercase letters, digits and '_')")
+        return v
+
+    @field_validator("chat_template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        if v is not None:
+            from config import recipes  # recipes.py reads the package data (and imports us)
+
+            recipes.chat_template_text(v)  # a shipped template, readable: RecipeError otherwise
+        return v
 
     @field_validator("extra_args")
     @classmethod
-    def _extra(cls, v: list[str]) -> list[str]:
-        for arg in v:
+    def _extra(cls, v: list[str] | None) -> list[str] | None:
+        for arg in v or ():
             flag = arg.split("=", 1)[0]
             if flag in OWNED_FLAGS:
                 raise ValueError(
@@ -429,6 +515,148 @@ class VllmConfig(_Model):
                 raise ValueError(f"expected arguments without control characters, got {arg!r}")
         return v
 
+
+class RecipeSource(_Model):
+    """Where a recipe's values come from: a public URL, pinned to a commit on hosts that have
+    commits (GitHub, Hugging Face), or a file of this repository."""
+
+    url: str | None = None
+    path: str | None = None
+    covers: str  # which values this source supports
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not re.fullmatch(r"https://[A-Za-z0-9.-]+/[^\s]*", v):
+            raise ValueError("expected an https URL")
+        if v.startswith(_PINNED_HOSTS) and not _COMMIT_IN_URL.search(v):
+            raise ValueError("expected a URL pinned to a 40-hex commit (.../blob/<commit>/...)")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and (not _PATH.fullmatch("/" + v) or ".." in v.split("/")):
+            raise ValueError("expected a relative path in this repository, e.g. lab/tinymodel.py")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> RecipeSource:
+        if (self.url is None) == (self.path is None):
+            raise ValueError("expected exactly one of url or path")
+        return self
+
+
+class Recipe(ServeSettings):
+    """A recipe: how to serve one model on the Sparks, as a file in config/recipes_data/
+    (`<name>.yaml`, camelCase keys). Serve settings as VllmConfig keys; `env`: environment of
+    every vLLM process (vLLM's own and its libraries' settings); `launcherEnv`: environment of
+    the launcher (Ray, NCCL) for this model. Both reach every node's Ray container, which runs
+    the launcher and hosts vLLM's processes (components/nccl.node_env); the per-node launcher
+    values (VLLM_HOST_IP, RAY_OVERRIDE_NODE_IP_ADDRESS, ...) are the stack's own."""
+
+    name: str
+    description: str
+    model: str  # the Hugging Face repo the recipe was written for
+    sources: list[RecipeSource] = Field(min_length=1)
+    env: dict[str, str] = Field(default_factory=dict)
+    launcher_env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError("expected a name of lowercase letters, digits, '.' and '-'")
+        return v
+
+    @field_validator("model")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not _REPO_ID.match(v):
+            raise ValueError("expected a Hugging Face repo id '<org>/<name>'")
+        return v
+
+    @field_validator("env", "launcher_env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        return _check_recipe_env(v)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Recipe:
+        both = sorted(set(self.env) & set(self.launcher_env))
+        if both:
+            raise ValueError(f"expected each variable in env or launcherEnv, not both ({both})")
+        if self.enable_auto_tool_choice and not self.tool_call_parser:
+            raise ValueError("expected toolCallParser with enableAutoToolChoice (vLLM refuses "
+                             "--enable-auto-tool-choice without --tool-call-parser)")
+        return self
+
+    def serve_settings(self) -> dict[str, Any]:
+        """The serve settings this recipe sets, by field name (copies: VllmConfig keeps them)."""
+        return {n: copy.deepcopy(getattr(self, n)) for n in ServeSettings.model_fields
+                if n in self.model_fields_set}
+
+
+class VllmConfig(ServeSettings):
+    """`spark-vllm:vllm`. With `recipe`, the recipe's serve settings fill in every key the
+    stack file does not set: an explicit stack-file key wins over the recipe, the recipe over
+    the defaults here (config/recipes.py; the recipe's env is merged likewise in validate.py)."""
+
+    served_model_name: str
+    # A recipe shipped in config/recipes_data/ (its file name without .yaml)
+    recipe: str | None = None
+    tensor_parallel_size: int | None = Field(default=None, ge=1)  # None: every GPU / pp
+    pipeline_parallel_size: int = Field(default=1, ge=1)
+    # 0.80 leaves the OS, Ray and CUDA graphs room on 128 GB unified memory (the community's
+    # two-Spark recipes use 0.7-0.85; docs/design.md).
+    gpu_memory_utilization: float = 0.80
+    # The KV cache's size in bytes (vLLM's --kv-cache-memory-bytes): when set, vLLM sizes the
+    # cache to exactly this and ignores gpuMemoryUtilization. vLLM's CPU build (the lab) reads
+    # gpuMemoryUtilization as a fraction of ALL memory per worker, so the lab sets this instead.
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024)
+    kv_cache_dtype: str = "auto"
+    enable_prefix_caching: bool = True
+    load_format: str = "auto"
+    enforce_eager: bool = False
+    language_model_only: bool = False
+    enable_expert_parallel: bool = False
+    enable_auto_tool_choice: bool = False
+    host: str = "0.0.0.0"
+    port: StrictInt = 8000
+    extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_recipe(cls, data: Any) -> Any:
+        """The recipe's serve settings under the keys the stack file sets. An unknown or broken
+        recipe is left to the `recipe` field's validator, which names the key path."""
+        if not isinstance(data, dict) or not isinstance(data.get("recipe"), str):
+            return data
+        from config import recipes
+
+        try:
+            recipe = recipes.load_recipe(data["recipe"])
+        except recipes.RecipeError:
+            return data
+        given = {n for n, f in cls.model_fields.items() if n in data or (f.alias or n) in data}
+        return {**{n: v for n, v in recipe.serve_settings().items() if n not in given}, **data}
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe(cls, v: str | None) -> str | None:
+        if v is not None:
+            from config import recipes
+
+            recipes.load_recipe(v)  # RecipeError: an unknown name or a broken recipe file
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port_range(cls, v: int) -> int:
+        return check_port(v)
+
     @field_validator("served_model_name")
     @classmethod
     def _served(cls, v: str) -> str:
@@ -436,24 +664,10 @@ class VllmConfig(_Model):
             raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
         return v
 
-    @field_validator("gpu_memory_utilization")
-    @classmethod
-    def _util(cls, v: float) -> float:
-        if not 0 < v < 1:
-            raise ValueError("expected a fraction strictly between 0 and 1, e.g. 0.80")
-        return v
-
     @field_validator("host")
     @classmethod
     def _host(cls, v: str) -> str:
         return _ipv4(v)
-
-    @field_validator("kv_cache_dtype", "load_format")
-    @classmethod
-    def _word(cls, v: str) -> str:
-        if not re.fullmatch(r"[a-z0-9_]+", v):
-            raise ValueError("expected a vLLM value of lowercase letters, digits and '_'")
-        return v
 
 
 class PreflightConfig(_Model):

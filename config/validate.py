@@ -1,5 +1,9 @@
 """validate_config: the whole config, single values (config/models.py) and the rules that span
-keys (uniqueness, subnets, parallelism, what prod demands), every problem listed at once."""
+keys (uniqueness, subnets, parallelism, what prod demands), every problem listed at once.
+
+A recipe (`vllm.recipe`, config/recipes.py) is applied first: its serve settings fill in the
+`vllm` keys the stack file does not set (VllmConfig), its env the `nccl.extraEnv` entries the
+stack file does not set (`with_recipe_env`); the rules below judge the result."""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from pydantic import ValidationError
 from config.errors import ConfigError, describe, key_path
 from config.forms import SEEDER_PORTS, clip
 from config.models import StackConfig
+from config.recipes import with_recipe_env
 
 
 def _cross_checks(cfg: StackConfig) -> list[str]:
@@ -96,6 +101,13 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
             "stack pins the drafter to the commit it serves (spark-vllm:model.revision)"
         )
 
+    if cfg.vllm.enable_auto_tool_choice and not cfg.vllm.tool_call_parser:
+        problems.append(
+            f"{key_path(('vllm', 'enableAutoToolChoice'))}: got True; expected "
+            f"{key_path(('vllm', 'toolCallParser'))} too (vLLM refuses --enable-auto-tool-choice "
+            "without --tool-call-parser)"
+        )
+
     if cfg.environment == "prod":
         if not cfg.image.by_digest:
             problems.append(
@@ -125,7 +137,7 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
 def validate_config(raw: dict[str, Any]) -> StackConfig:
     """Validate a raw mapping of top-level keys; raise ConfigError listing every problem."""
     try:
-        cfg = StackConfig.model_validate(raw)
+        cfg = StackConfig.model_validate(with_recipe_env(raw))
     except ValidationError as exc:
         raise ConfigError([describe(dict(e)) for e in exc.errors()]) from None
     problems = _cross_checks(cfg)

@@ -12,6 +12,9 @@ from hostscripts.common import container_ids, payload, q
 from hostscripts.paths import VLLM_ARGV, VLLM_CONFIG_ROOT, VLLM_KEY, VLLM_LOG, VLLM_PID
 
 _HEALTH_PY = payload("vllm_health.py")
+# The chat template vLLM reads (`--chat-template`), inside the head Ray container: written by
+# vllm_start from the script's own text, so it is in the preview's diff.
+CHAT_TEMPLATE = "/run/spark-vllm/chat-template.jinja"
 
 
 def vllm_argv(
@@ -33,8 +36,18 @@ def vllm_argv(
     host: str,
     port: int,
     extra_args: Sequence[str],
+    max_num_batched_tokens: int | None = None,
+    language_model_only: bool = False,
+    enable_expert_parallel: bool = False,
+    reasoning_parser: str | None = None,
+    tool_call_parser: str | None = None,
+    enable_auto_tool_choice: bool = False,
+    chat_template: bool = False,
 ) -> list[str]:
-    """The `vllm serve` command line. The API key is not here: it comes from VLLM_API_KEY."""
+    """The `vllm serve` command line. The API key is not here: it comes from VLLM_API_KEY.
+
+    `chat_template`: vLLM reads a chat template from CHAT_TEMPLATE, the file vllm_start writes
+    into the head container."""
     argv = [
         "vllm",
         "serve",
@@ -58,6 +71,8 @@ def vllm_argv(
         argv += ["--max-model-len", str(max_model_len)]
     if max_num_seqs is not None:
         argv += ["--max-num-seqs", str(max_num_seqs)]
+    if max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
     argv += ["--kv-cache-dtype", kv_cache_dtype]
     argv += ["--enable-prefix-caching" if enable_prefix_caching else "--no-enable-prefix-caching"]
     argv += ["--load-format", load_format]
@@ -66,6 +81,18 @@ def vllm_argv(
         argv += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     if enforce_eager:
         argv += ["--enforce-eager"]
+    if language_model_only:
+        argv += ["--language-model-only"]
+    if enable_expert_parallel:
+        argv += ["--enable-expert-parallel"]
+    if reasoning_parser is not None:
+        argv += ["--reasoning-parser", reasoning_parser]
+    if enable_auto_tool_choice:
+        argv += ["--enable-auto-tool-choice"]
+    if tool_call_parser is not None:
+        argv += ["--tool-call-parser", tool_call_parser]
+    if chat_template:
+        argv += ["--chat-template", CHAT_TEMPLATE]
     argv += ["--host", host, "--port", str(port)]
     argv += list(extra_args)
     return argv
@@ -115,6 +142,7 @@ def vllm_start(
     timeout: int,
     ray_ready_stdout_marker: str,
     non_carry_over: Sequence[str] = (),
+    chat_template: str | None = None,
 ) -> str:
     """On the head: make `vllm serve` run `argv` inside the head Ray container, gate on health.
 
@@ -131,11 +159,34 @@ def vllm_start(
     (per-node values, nccl.PER_NODE_KEYS). vLLM reads them from
     $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json; the stack keeps its own config root so
     a file the image may carry elsewhere is left alone.
+
+    `chat_template`: the text of the chat template `argv` names (`--chat-template
+    CHAT_TEMPLATE`), written into the container on every run (the same bytes change nothing).
+    It is in the script, quoted, and its sha256 in a comment and in the configuration hash, so
+    a changed template shows in the preview and restarts vLLM.
     """
     ray_ready_stdout_marker = container_ids(ray_ready_stdout_marker)  # exact form, then a comment
+    at = [i for i, a in enumerate(argv) if a == "--chat-template"]
+    if bool(at) != (chat_template is not None) or any(
+        list(argv[i + 1 : i + 2]) != [CHAT_TEMPLATE] for i in at
+    ):
+        raise ValueError(f"vllm_start: a chat template's text goes with `--chat-template "
+                         f"{CHAT_TEMPLATE}` in argv, and only with it")
     serve = " ".join(q(a) for a in argv)
     keep = json.dumps(sorted(non_carry_over))
-    want = hashlib.sha256(f"{serve}\n{keep}".encode()).hexdigest()[:16]
+    config = f"{serve}\n{keep}"
+    template_lines = []
+    if chat_template is not None:
+        digest = hashlib.sha256(chat_template.encode()).hexdigest()
+        config += f"\n{digest}"
+        write = (f"umask 022; mkdir -p $(dirname {CHAT_TEMPLATE}); "
+                 f"printf '%s' \"$1\" > {CHAT_TEMPLATE}.new && "
+                 f"mv {CHAT_TEMPLATE}.new {CHAT_TEMPLATE}")
+        template_lines = [
+            f"# chat template sha256: {digest}",
+            f"docker exec {q(container)} sh -c {q(write)} sh {q(chat_template)}",
+        ]
+    want = hashlib.sha256(config.encode()).hexdigest()[:16]
     launch = (
         f"mkdir -p $(dirname {VLLM_LOG}) {VLLM_CONFIG_ROOT}; echo $$ > {VLLM_PID}; "
         f"printf '%s\\n' {q(keep)} > {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json; "
@@ -153,6 +204,7 @@ def vllm_start(
         [
             "set -eu",
             f"# ray containers: {ray_ready_stdout_marker}",
+            *template_lines,
             f"docker exec -i {q(container)} sh -c {q(store_key)}",
             f"if docker exec {q(container)} sh -c {q(same)}; then",
             f"  docker exec {q(container)} rm -f {VLLM_KEY}.new",

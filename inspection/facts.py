@@ -36,9 +36,40 @@ class GpuFacts(_Facts):
 
 
 class MemoryFacts(_Facts):
-    total_bytes: int  # /proc/meminfo MemTotal
-    available_bytes: int  # /proc/meminfo MemAvailable
+    """/proc/meminfo in bytes. The page-cache breakdown (None when the survey did not carry it)
+    is what preflight needs to say what vLLM will get on unified memory: MemFree plus what a
+    page-cache drop reclaims (`drop_reclaimable_bytes`)."""
+
+    total_bytes: int  # MemTotal
+    available_bytes: int  # MemAvailable (the kernel's estimate; it counts the page cache)
     unified: bool = False  # True when the GPU has no memory of its own (GB10)
+    free_bytes: int | None = None  # MemFree
+    buffers_bytes: int | None = None  # Buffers
+    cached_bytes: int | None = None  # Cached (page cache, includes Shmem)
+    shmem_bytes: int | None = None  # Shmem (tmpfs, /dev/shm: a drop cannot free it)
+    mapped_bytes: int | None = None  # Mapped (file pages mapped by processes: not dropped)
+    sreclaimable_bytes: int | None = None  # SReclaimable (dentries, inodes)
+
+    @property
+    def has_breakdown(self) -> bool:
+        return self.free_bytes is not None and self.cached_bytes is not None
+
+    @property
+    def page_cache_droppable_bytes(self) -> int:
+        """Cached - Shmem - Mapped, at least 0: the clean, unmapped page cache `sync; echo 3 >
+        /proc/sys/vm/drop_caches` frees (shmem pages that are also mapped are subtracted twice:
+        on the safe side). Dirty pages count: the drop runs `sync` first (hostscripts/models.py
+        drop_page_cache), which makes them clean."""
+        cached = self.cached_bytes or 0
+        return max(0, cached - (self.shmem_bytes or 0) - (self.mapped_bytes or 0))
+
+    @property
+    def drop_reclaimable_bytes(self) -> int:
+        """What a page-cache drop turns into MemFree: Buffers + droppable page cache +
+        SReclaimable (the kernel's MemAvailable counts reclaimable slab too; dentries and inodes
+        in use stay, so this is an upper bound by at most that)."""
+        return ((self.buffers_bytes or 0) + self.page_cache_droppable_bytes
+                + (self.sreclaimable_bytes or 0))
 
 
 class ContainerFacts(_Facts):

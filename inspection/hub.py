@@ -1,19 +1,35 @@
-"""The model at the hub: which commit a revision is, and its files with sizes.
+"""The model at the hub: which commit a revision is, its files with sizes, and its shape.
 
-The only network call the program makes itself (huggingface_hub's HfApi, against the hub or the
+The only network calls the program makes itself (huggingface_hub's HfApi, against the hub or the
 `HF_ENDPOINT` mirror), before any resource is registered: the commit and the file list drive the
-model commands, and the total size feeds preflight. `cache_intact` compares what recon found in a
-node's HF cache with that manifest. No Pulumi resources here.
+model commands, the total size feeds preflight, and the commit's config.json gives the model's
+shape (inspection/memory_fit.py: the layers that hold a KV cache, KV heads, head dim, fixed
+per-sequence state), which makes preflight's and the policy pack's memory fit KV-aware.
+`cache_intact` compares what recon found in a node's HF cache with that manifest. No Pulumi
+resources here.
+
+Every ModelManifest made in this process is remembered by (repo, commit): `known_manifest` lets a
+part that has only the repo (preflight.run) or the repo and the commit (VllmServer's props) find
+the shape without a new argument through the stack's wiring.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pulumi
 
 from config.forms import is_commit
+from config.paths import local_state_dir
 from inspection.facts import NodeFacts
+from inspection.memory_fit import ModelShape, shape_from_config
+
+CONFIG_FILE = "config.json"
+CONFIG_CACHE = "hub-configs"  # under local_state_dir(): config.json per commit
+CONFIG_MAX_BYTES = 4 * 1024 * 1024  # a config.json is kilobytes; refuse to read anything huge
 
 
 class ModelResolutionError(pulumi.RunError):
@@ -36,19 +52,65 @@ class ModelManifest:
     revision: str
     commit: str
     files: tuple[ModelFile, ...]  # sorted by path
+    # the commit's config.json read into a shape; None when it was not read (see resolve_model)
+    shape: ModelShape | None = None
+
+    def __post_init__(self) -> None:
+        _KNOWN.pop((self.repo, self.commit), None)  # re-inserted: the last made comes last
+        _KNOWN[(self.repo, self.commit)] = self
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
 
+_KNOWN: dict[tuple[str, str], ModelManifest] = {}
+
+
+def known_manifest(repo: str, commit: str | None = None) -> ModelManifest | None:
+    """The manifest of repo@commit made in this process (commit None: the one made last)."""
+    if commit is not None:
+        return _KNOWN.get((repo, commit))
+    return next((m for (r, _), m in reversed(_KNOWN.items()) if r == repo), None)
+
+
+def read_config(api: Any, repo: str, commit: str, files: tuple[ModelFile, ...]) -> ModelShape:
+    """The commit's config.json (hf_hub_download through `api`: its endpoint and token) read
+    into a ModelShape.
+
+    The download goes to a cache of this tool's own, `$SPARK_VLLM_HOME/hub-configs` (no HF cache
+    an operator uses changes). A commit's files never change, and for a commit hash
+    huggingface_hub answers from that cache without asking the hub, so only the first run that
+    meets a commit downloads its config: a no-op `up` fetches nothing.
+
+    A commit without config.json, a huge or unparsable one: a shape whose `problem` says so (the
+    memory fit then has no KV figure and says why). A failed download raises: the hub listed the
+    file, so not getting it is the same fault as not getting the listing.
+    """
+    listed = next((f for f in files if f.path == CONFIG_FILE), None)
+    if listed is None:
+        return ModelShape(problem=f"{repo}@{commit} has no {CONFIG_FILE}")
+    if listed.size > CONFIG_MAX_BYTES:
+        return ModelShape(problem=f"{CONFIG_FILE} is {listed.size} bytes, more than a config "
+                                  f"({CONFIG_MAX_BYTES}); not read")
+    path = api.hf_hub_download(repo_id=repo, filename=CONFIG_FILE, revision=commit,
+                               cache_dir=str(local_state_dir() / CONFIG_CACHE))
+    raw = Path(str(path)).read_bytes()[: CONFIG_MAX_BYTES + 1]
+    try:
+        config = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        return ModelShape(problem=f"{CONFIG_FILE} is not JSON ({exc})")
+    return shape_from_config(config)
+
+
 def resolve_model(
     repo: str, revision: str, endpoint: str | None, token: str | None
 ) -> ModelManifest:
-    """Ask the hub which commit `revision` is and which files (with sizes) it holds.
+    """Ask the hub which commit `revision` is, which files (with sizes) it holds, and read the
+    commit's config.json into the manifest's shape (`read_config`).
 
     When the revision already is a commit the file list is still fetched (sizes are what verify
-    checks). Unit tests replace this function.
+    checks). Unit tests replace this function (tests/unit/conftest.py fixed_model).
     """
     from huggingface_hub import HfApi
     from huggingface_hub.hf_api import RepoFile
@@ -72,7 +134,16 @@ def resolve_model(
         )
     if not files:
         raise ModelResolutionError(f"spark-vllm:model: {repo}@{commit} lists no files")
-    return ModelManifest(repo, revision, str(commit), tuple(sorted(files, key=lambda f: f.path)))
+    listing = tuple(sorted(files, key=lambda f: f.path))
+    try:
+        shape = read_config(api, repo, str(commit), listing)
+    except Exception as exc:  # network, auth, a mirror without the file
+        where = endpoint or "https://huggingface.co"
+        raise ModelResolutionError(
+            f"spark-vllm:model: cannot read {CONFIG_FILE} of {repo}@{commit} at {where} (the "
+            f"memory fit needs the model's shape): {exc}"
+        ) from None
+    return ModelManifest(repo, revision, str(commit), listing, shape)
 
 
 def cache_intact(facts: NodeFacts | None, manifest: ModelManifest) -> bool:

@@ -260,8 +260,25 @@ def merge_gpu_facts(query: list[GpuFacts], table: list[GpuFacts]) -> list[GpuFac
 
 # --------------------------------------------------------------------------- memory
 
+# /proc/meminfo keys -> MemoryFacts fields beside MemTotal/MemAvailable (each optional: a kernel
+# or a container that shows fewer lines leaves the field None and preflight says so)
+MEMINFO_BREAKDOWN = {
+    "MemFree": "free_bytes",
+    "Buffers": "buffers_bytes",
+    "Cached": "cached_bytes",
+    "Shmem": "shmem_bytes",
+    "Mapped": "mapped_bytes",
+    "SReclaimable": "sreclaimable_bytes",
+}
+
+
 def parse_meminfo(text: str) -> MemoryFacts:
-    """/proc/meminfo: MemTotal and MemAvailable (kB) -> bytes."""
+    """/proc/meminfo (kB) -> bytes: MemTotal and MemAvailable (required), and the page-cache
+    breakdown (MemFree, Buffers, Cached, Shmem, Mapped, SReclaimable) when present.
+
+    Field meanings: the kernel's Documentation/filesystems/proc.rst, section meminfo
+    (https://www.kernel.org/doc/html/latest/filesystems/proc.html#meminfo).
+    """
     kind = "/proc/meminfo"
     values: dict[str, int] = {}
     for line in _nonblank(text):
@@ -276,9 +293,10 @@ def parse_meminfo(text: str) -> MemoryFacts:
         raise ParseError(kind, f"no {' and no '.join(missing)} line", text)
     if values["MemTotal"] <= 0:
         raise ParseError(kind, "MemTotal is 0", text)
+    breakdown = {field: values[key] * 1024 for key, field in MEMINFO_BREAKDOWN.items()
+                 if key in values}
     return MemoryFacts(total_bytes=values["MemTotal"] * 1024,
-                       available_bytes=values["MemAvailable"] * 1024)
-
+                       available_bytes=values["MemAvailable"] * 1024, **breakdown)
 
 
 # --------------------------------------------------------------------------- OS identity

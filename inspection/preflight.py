@@ -22,11 +22,26 @@ Checks (each a function below, each with a passing and a failing test in tests/u
 MEMORY BUDGET (per node; GB10 has one unified memory, so "GPU memory" is MemTotal):
     claim   = vllm.gpuMemoryUtilization x MemTotal     vLLM takes this much up front and refuses
                                                        to start when less is free
-    shard   = model_bytes / (tp x pp) + preflight.osReserveBytes   (only when model_bytes known)
-    budget  = max(claim, shard)
-    usable  = MemAvailable + memory of containers this run stops (foreign, mode stop)
-                           + memory of the stack's own containers (they are the workload itself)
-    fail when usable < budget.
+    need    = weights per rank (model_bytes / (tp x pp))
+              + KV cache (inspection/memory_fit.py: the model's config.json x maxModelLen x
+                maxNumSeqs at kvCacheDtype, plus the fixed state of linear-attention layers;
+                vllm.kvCacheMemoryBytes instead when set)
+              + preflight.osReserveBytes (headroom for vLLM's runtime and the OS)
+              (only when model_bytes is known; the same estimate the VllmServer props carry to
+              the policy pack's memory-fit rule)
+    budget  = max(claim, need)
+    usable  = what vLLM will actually get: MemFree
+              + what a page-cache drop reclaims (Buffers + Cached - Shmem - Mapped + SReclaimable:
+                the clean, unmapped page cache and reclaimable slab that `sync; echo 3 >
+                /proc/sys/vm/drop_caches` frees; kernel Documentation/filesystems/proc.rst,
+                https://www.kernel.org/doc/html/latest/filesystems/proc.html#meminfo, and
+                Documentation/admin-guide/sysctl/vm.rst drop_caches)
+              + memory of containers this run stops (foreign, mode stop)
+              + memory of the stack's own containers (they are the workload itself)
+              On GB10 the page cache counts against what CUDA can allocate (a load next to the
+              cache of a 119 GB copy dies part way), so MemAvailable, which counts the cache as
+              available, is only the fallback when the survey has no MemFree/Cached breakdown.
+    fail when usable < budget; the finding states every term.
 
 Warnings (in Plan.warnings, never fatal): clock more than 2 s off, a fabric link below
 200000 Mb/s on a Spark, a /etc/dgx-release that does not say Spark, sections the survey could not
@@ -42,7 +57,9 @@ from collections.abc import Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, StackConfig
-from inspection.facts import ContainerFacts, NodeFacts
+from inspection import memory_fit
+from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
+from inspection.memory_fit import Estimate, ModelShape
 from inspection.recon import ReconError, Runner
 
 try:
@@ -76,7 +93,8 @@ class Plan(BaseModel):
     stop_containers: dict[str, list[ContainerFacts]] = Field(default_factory=dict)
     warnings: list[Finding] = Field(default_factory=list)
     memory_budget_bytes: dict[str, int] = Field(default_factory=dict)
-    usable_memory_bytes: dict[str, int] = Field(default_factory=dict)
+    usable_memory_bytes: dict[str, int] = Field(default_factory=dict)  # what vLLM will get
+    memory_estimate: Estimate | None = None  # per rank, the same on every node
     model_bytes_missing: dict[str, int] = Field(default_factory=dict)
     hcas_up: dict[str, list[str]] = Field(default_factory=dict)
 
@@ -329,33 +347,78 @@ def check_foreign(cfg: StackConfig, f: NodeFacts, stack_label: str | None = None
     return (findings, [], []) if mode == "fail" else ([], findings, [])
 
 
-def memory_budget(cfg: StackConfig, f: NodeFacts, model_bytes: int | None) -> int:
+def memory_estimate(cfg: StackConfig, model_bytes: int | None,
+                    shape: ModelShape | None) -> Estimate:
+    """Weights + KV cache + osReserve per rank (inspection/memory_fit.estimate, the function the
+    VllmServer props for the policy pack come from; the headroom term is preflight's own)."""
     tp, pp = _tp_pp(cfg)
+    v = cfg.vllm
+    return memory_fit.estimate(
+        shape, model_bytes=model_bytes, tensor_parallel_size=tp, pipeline_parallel_size=pp,
+        max_model_len=v.max_model_len, max_num_seqs=v.max_num_seqs,
+        kv_cache_dtype=v.kv_cache_dtype, kv_cache_memory_bytes=v.kv_cache_memory_bytes,
+        speculative_config=v.speculative_config, prefix_caching=v.enable_prefix_caching,
+        overhead_bytes=int(cfg.preflight.os_reserve_bytes))
+
+
+def memory_budget(cfg: StackConfig, f: NodeFacts, model_bytes: int | None,
+                  shape: ModelShape | None = None) -> int:
     claim = int(cfg.vllm.gpu_memory_utilization * f.memory.total_bytes)
-    shard = 0
-    if model_bytes:
-        shard = int(model_bytes / (tp * pp)) + int(cfg.preflight.os_reserve_bytes)
-    return max(claim, shard)
+    need = memory_estimate(cfg, model_bytes, shape).total_bytes if model_bytes else None
+    return max(claim, need or 0)
+
+
+def vllm_gets(mem: MemoryFacts) -> tuple[int, list[str]]:
+    """What vLLM can allocate on the node before containers are stopped: MemFree + what a
+    page-cache drop reclaims; MemAvailable when the survey has no breakdown. -> (bytes, terms)."""
+    if not mem.has_breakdown:
+        return mem.available_bytes, [f"MemAvailable {gib(mem.available_bytes)} (the survey has "
+                                     "no MemFree/Cached breakdown)"]
+    free = mem.free_bytes or 0
+    reclaim = mem.drop_reclaimable_bytes
+    how = [f"Cached {gib(mem.cached_bytes or 0)}"]
+    if mem.shmem_bytes:
+        how.append(f"- Shmem {gib(mem.shmem_bytes)}")
+    if mem.mapped_bytes:
+        how.append(f"- Mapped {gib(mem.mapped_bytes)}")
+    if mem.buffers_bytes:
+        how.append(f"+ Buffers {gib(mem.buffers_bytes)}")
+    if mem.sreclaimable_bytes:
+        how.append(f"+ SReclaimable {gib(mem.sreclaimable_bytes)}")
+    return free + reclaim, [f"MemFree {gib(free)}",
+                            f"{gib(reclaim)} a page-cache drop reclaims ({' '.join(how)})"]
+
+
+def _need_text(cfg: StackConfig, est: Estimate, model_bytes: int) -> str:
+    tp, pp = est.tensor_parallel_size, est.pipeline_parallel_size
+    text = f"weights {gib(est.weights_bytes or 0)} (model {gib(model_bytes)}/(tp {tp} x pp {pp}))"
+    if est.kv_cache_memory_bytes is not None:
+        text += f" + KV cache {gib(est.kv_held_bytes)} (vllm.kvCacheMemoryBytes)"
+    elif est.kv_known:
+        text += (f" + KV cache {gib(est.kv_held_bytes)} ({est.max_num_seqs} x "
+                 f"{est.max_model_len} tokens at {est.kv_dtype}: {est.basis})")
+    else:
+        text += f" + KV cache not counted ({est.basis})"
+    return text + f" + osReserve {gib(cfg.preflight.os_reserve_bytes)}"
 
 
 def check_memory(cfg: StackConfig, f: NodeFacts, stopping: list[ContainerFacts],
-                 model_bytes: int | None) -> tuple[list[Finding], int, int]:
+                 model_bytes: int | None,
+                 shape: ModelShape | None = None) -> tuple[list[Finding], int, int]:
     """-> (errors, budget, usable)."""
-    budget = memory_budget(cfg, f, model_bytes)
+    budget = memory_budget(cfg, f, model_bytes, shape)
     ours = sum(c.memory_bytes for c in (f.docker.containers if f.docker else [])
                if c.managed and c.state == "running")
     freed = sum(c.memory_bytes for c in stopping)
-    usable = f.memory.available_bytes + freed + ours
+    gets, parts = vllm_gets(f.memory)
+    usable = gets + freed + ours
     if usable >= budget:
         return [], budget, usable
-    tp, pp = _tp_pp(cfg)
     util = cfg.vllm.gpu_memory_utilization
     how = f"max({util} x MemTotal {gib(f.memory.total_bytes)}"
     if model_bytes:
-        how += f", model {gib(model_bytes)}/(tp {tp} x pp {pp}) + osReserve " \
-               f"{gib(cfg.preflight.os_reserve_bytes)}"
+        how += ", " + _need_text(cfg, memory_estimate(cfg, model_bytes, shape), model_bytes)
     how += ")"
-    parts = [f"MemAvailable {gib(f.memory.available_bytes)}"]
     if freed:
         parts.append(f"{gib(freed)} freed by stopping {', '.join(c.name for c in stopping)}")
     if ours:
@@ -367,9 +430,14 @@ def check_memory(cfg: StackConfig, f: NodeFacts, stopping: list[ContainerFacts],
                f"({', '.join(f'{c.name} {gib(c.memory_bytes)}' for c in holders)}): stop "
                "them or set "
                "preflight.foreignContainers: stop; or lower spark-vllm:vllm.gpuMemoryUtilization")
+    elif f.memory.has_breakdown and (f.memory.shmem_bytes or 0) + (f.memory.mapped_bytes or 0) \
+            >= GIB:
+        fix += (f"; Shmem {gib(f.memory.shmem_bytes or 0)} (tmpfs, /dev/shm) and Mapped "
+                f"{gib(f.memory.mapped_bytes or 0)} (files mapped by processes) stay after a "
+                "page-cache drop")
     return [Finding(node=f.node, check="memory",
-                    fact=f"memory: {' + '.join(parts)} = {gib(usable)} usable, below the budget "
-                         f"{gib(budget)} = {how}", fix=fix)], budget, usable
+                    fact=f"memory: {' + '.join(parts)} = {gib(usable)} usable by vLLM, below the "
+                         f"budget {gib(budget)} = {how}", fix=fix)], budget, usable
 
 
 def check_disk(cfg: StackConfig, f: NodeFacts,
@@ -418,10 +486,12 @@ def notes(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]
 # --------------------------------------------------------------------------- the entry point
 
 def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
-          model_bytes: int | None = None, stack_label: str | None = None) -> Plan:
+          model_bytes: int | None = None, stack_label: str | None = None,
+          shape: ModelShape | None = None) -> Plan:
     """Run every check over every node; return the Plan or raise PreflightError (all findings).
 
     stack_label (`<project>/<stack>`) picks the stopped-container markers that are this stack's.
+    shape: the model's config.json read by the hub lookup (None: the KV cache is not counted).
     """
     errors: list[Finding] = []
     warnings: list[Finding] = []
@@ -461,16 +531,25 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         warnings += w
         if stopping:
             stops[f.node] = stopping
-        e, budgets[f.node], usable[f.node] = check_memory(cfg, f, stopping, model_bytes)
+        e, budgets[f.node], usable[f.node] = check_memory(cfg, f, stopping, model_bytes, shape)
         errors += e
         e, missing[f.node] = check_disk(cfg, f, model_bytes)
         errors += e
         warnings += notes(cfg, node_cfg, f)
 
+    estimate = memory_estimate(cfg, model_bytes, shape) if model_bytes else None
+    if (estimate is not None and shape is not None and not shape.known and surveyed
+            and estimate.kv_cache_memory_bytes is None):
+        warnings.append(Finding(
+            node=cfg.nodes[0].name, check="memory",
+            fact=f"the memory budget does not count the KV cache: {shape.describe()}",
+            fix="nothing to do if the model is fine with the default budget; vLLM itself still "
+                "refuses a KV cache smaller than one maxModelLen sequence"))
     if errors:
         raise PreflightError(errors, warnings)
     return Plan(stop_containers=stops, warnings=warnings, memory_budget_bytes=budgets,
-                usable_memory_bytes=usable, model_bytes_missing=missing, hcas_up=hcas)
+                usable_memory_bytes=usable, memory_estimate=estimate,
+                model_bytes_missing=missing, hcas_up=hcas)
 
 
 def _stack_label() -> str | None:
@@ -483,16 +562,22 @@ def _stack_label() -> str | None:
 
 
 def run(cfg: StackConfig, *, key_path: str | None = None, model_bytes: int | None = None,
-        runner: Runner | None = None) -> tuple[dict[str, NodeFacts], Plan]:
+        runner: Runner | None = None,
+        shape: ModelShape | None = None) -> tuple[dict[str, NodeFacts], Plan]:
     """Survey every node and check it: what __main__ calls before registering any resource.
 
-    Unreachable nodes are reported together with every other failed check.
+    Unreachable nodes are reported together with every other failed check. shape None: the one
+    the hub lookup of cfg.model.repo read in this process (inspection/hub.known_manifest).
     """
-    from inspection import recon
+    from inspection import hub, recon
+
+    if shape is None:
+        manifest = hub.known_manifest(cfg.model.repo)
+        shape = manifest.shape if manifest is not None else None
 
     if runner is None:
         results = recon.survey_all(cfg, key_path=key_path)
     else:
         results = recon.survey_all(cfg, key_path=key_path, runner=runner)
-    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label())
+    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label(), shape=shape)
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

@@ -47,7 +47,7 @@ from config import NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.paths import STOPPED_DIR, VLLM_PID
 from inspection import parsers as p
-from inspection.facts import ContainerFacts, DockerFacts, MemoryFacts, NodeFacts, OsFacts
+from inspection.facts import ContainerFacts, DockerFacts, NodeFacts, OsFacts
 from inspection.parsers import ParseError
 
 try:  # ConfigError's base: the Pulumi CLI prints the message of a RunError without a traceback
@@ -345,8 +345,9 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     gpus = [g.model_copy(update={"uuid": listed[i].uuid}) if i < len(listed) and not g.uuid else g
             for i, g in enumerate(gpus)]
     unified = bool(gpus) and all(g.memory_total_mib is None for g in gpus)
-    memory = MemoryFacts(total_bytes=mem.total_bytes, available_bytes=mem.available_bytes,
-                         unified=unified)
+    # parse_meminfo's page-cache breakdown (MemFree, Cached, Mapped...) is what preflight's
+    # memory check reads; only `unified` comes from the GPU survey
+    memory = mem.model_copy(update={"unified": unified})
 
     interfaces = r.parse("ip_addr", p.parse_ip_json_addr) or []
     speeds: dict[str, int | None] = {}

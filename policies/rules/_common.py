@@ -60,7 +60,6 @@ DEFAULTS: dict[str, Json] = {
     "osReserveBytes": 8 * GIB,
     "runtimeOverheadBytes": 6 * GIB,
     "kvMinBytes": 4 * GIB,
-    "kvBytesPerToken": 0,
     "minMtu": 9000,
     "includeCarrierDown": False,
     "allowedCapabilities": ["IPC_LOCK"],

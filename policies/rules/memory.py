@@ -1,5 +1,14 @@
-"""1. memory-fit: weights, runtime overhead and a minimum KV cache fit the vLLM budget on every
-node, and on unified memory the budget leaves the OS its reserve."""
+"""1. memory-fit: weights, runtime overhead and the KV cache fit the vLLM budget on every node,
+and on unified memory the budget leaves the OS its reserve.
+
+The KV cache comes from the VllmServer prop `memoryFit`: inspection/memory_fit.estimate on the
+model's config.json (the layers that hold a KV cache, KV heads per rank, head dim, kvCacheDtype)
+times maxModelLen x maxNumSeqs, plus the fixed per-sequence state of linear-attention layers;
+the same function preflight uses. The pack runs in its own virtualenv and cannot import the
+program, so the component computes the numbers and this rule only adds them up, the way
+`memory_fit.kv_held` does: kvCacheMemoryBytes when configured (vLLM sizes the cache to exactly
+that), else max(kvMinBytes, KV cache + state); kvMinBytes alone when the estimate has no KV
+figure (an unreadable config.json, an older component), and the message says so."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,17 +40,35 @@ class _Shard:
     pp: float
     model_bytes: float
     weights: float  # per GPU
-    kv: float  # minimum KV cache per GPU
+    kv: float  # the KV cache counted per GPU
+    kv_text: str  # how `kv` was arrived at
 
 
-def _shard(props: Props, tp: float, pp: float, model_bytes: float, kv_min: float,
-           kv_per_token: float) -> _Shard:
-    shards = tp * pp
-    max_len = num(get(props, "maxModelLen"))
-    kv = kv_min
-    if kv_per_token and max_len:
-        kv = max(kv_min, kv_per_token * max_len / shards)
-    return _Shard(tp, pp, model_bytes, model_bytes / shards, kv)
+def _kv(props: Props, kv_min: float) -> tuple[float, str]:
+    """The KV cache per GPU the fit counts, and its explanation (mirrors memory_fit.kv_held)."""
+    configured = num(get(props, "kvCacheMemoryBytes"))
+    if configured is not None:
+        return configured, f"KV cache {gib(configured)} (kvCacheMemoryBytes)"
+    fit = get(props, "memoryFit")
+    kv = num(get(fit, "kvCacheBytesPerRank"))
+    basis = text(get(fit, "basis"))
+    if kv is None:
+        why = f"; KV cache not estimated: {basis}" if basis else ""
+        return kv_min, f"minimum KV cache {gib(kv_min)} (kvMinBytes{why})"
+    kv += num(get(fit, "stateBytesPerRank")) or 0
+    seqs, length = num(get(fit, "maxNumSeqs")), num(get(fit, "maxModelLen"))
+    dtype = text(get(fit, "kvCacheDtype")) or "?"
+    what = (f"KV cache {gib(kv)} for {seqs or 0:g} x {length or 0:g} tokens at {dtype} "
+            f"({basis or 'estimated from the model config'})")
+    if kv < kv_min:
+        return kv_min, f"{what}, raised to kvMinBytes {gib(kv_min)}"
+    return kv, what
+
+
+def _shard(props: Props, tp: float, pp: float, model_bytes: float, kv_min: float) -> _Shard:
+    # modelBytes / (tp x pp): memory_fit.weights_per_rank (memoryFit.weightsBytesPerRank shows it)
+    kv, kv_text = _kv(props, kv_min)
+    return _Shard(tp, pp, model_bytes, model_bytes / (tp * pp), kv, kv_text)
 
 
 def _node_findings(node: Json, util: float, shard: _Shard | None, overhead: float,
@@ -58,7 +85,7 @@ def _node_findings(node: Json, util: float, shard: _Shard | None, overhead: floa
             out.append(
                 f"node {name}: weights per GPU {gib(shard.weights)} (modelBytes "
                 f"{gib(shard.model_bytes)} / (tp {shard.tp:g} x pp {shard.pp:g})) + runtime "
-                f"overhead {gib(overhead)} + minimum KV cache {gib(shard.kv)} = {gib(need)} "
+                f"overhead {gib(overhead)} + {shard.kv_text} = {gib(need)} "
                 f"exceeds the vLLM budget {gib(budget)} (gpuMemoryUtilization {util:.2f} x "
                 f"memTotal {gib(mem)}); short by {gib(need - budget)}")
     if flag(get(node, "unifiedMemory")) and budget > mem - os_reserve:
@@ -70,9 +97,22 @@ def _node_findings(node: Json, util: float, shard: _Shard | None, overhead: floa
     return out
 
 
-def memory_fit_findings(props: Props, os_reserve: float, overhead: float, kv_min: float,
-                        kv_per_token: float = 0) -> list[str]:
-    """Per node: weights/(tp*pp) + overhead + KV minimum <= util * memTotal, and on unified memory
+def _one_sequence(props: Props) -> list[str]:
+    """With kvCacheMemoryBytes vLLM refuses to start when one maxModelLen sequence does not fit."""
+    configured = num(get(props, "kvCacheMemoryBytes"))
+    one = num(get(props, "memoryFit", "oneSequenceBytesPerRank"))
+    if configured is None or one is None or one <= configured:
+        return []
+    length = num(get(props, "memoryFit", "maxModelLen")) or 0
+    return [f"kvCacheMemoryBytes {gib(configured)} holds less than one maxModelLen sequence "
+            f"({length:g} tokens need {gib(one)} per GPU: "
+            f"{text(get(props, 'memoryFit', 'basis')) or 'estimated from the model config'}); "
+            "vLLM refuses to start"]
+
+
+def memory_fit_findings(props: Props, os_reserve: float, overhead: float,
+                        kv_min: float) -> list[str]:
+    """Per node: weights/(tp*pp) + overhead + KV cache <= util * memTotal, and on unified memory
     util * memTotal <= memTotal - osReserve. Each half runs when its own inputs are known (during a
     first preview modelBytes may be unknown; the reserve check still runs)."""
     util = num(get(props, "gpuMemoryUtilization"))
@@ -87,8 +127,8 @@ def memory_fit_findings(props: Props, os_reserve: float, overhead: float, kv_min
     if tp is not None and pp is not None and model_bytes is not None:
         if tp < 1 or pp < 1:
             return [f"tensorParallelSize {tp:g} x pipelineParallelSize {pp:g} must be at least 1"]
-        shard = _shard(props, tp, pp, model_bytes, kv_min, kv_per_token)
-    out: list[str] = []
+        shard = _shard(props, tp, pp, model_bytes, kv_min)
+    out: list[str] = _one_sequence(props)
     for node in elements(get(props, "nodes")):
         out.extend(_node_findings(node, util, shard, overhead, os_reserve))
     return out
@@ -99,21 +139,22 @@ def validate_memory_fit(args: ResourceValidationArgs, report: Report) -> None:
         return
     for msg in memory_fit_findings(args.props, float(conf(args, "osReserveBytes")),
                                    float(conf(args, "runtimeOverheadBytes")),
-                                   float(conf(args, "kvMinBytes")),
-                                   float(conf(args, "kvBytesPerToken"))):
+                                   float(conf(args, "kvMinBytes"))):
         report(msg, None)
 
 
 memory_fit = ResourceValidationPolicy(
     name="memory-fit",
-    description="On every node, weights per GPU + minimum KV cache + runtime overhead fit in "
-                "the vLLM budget (gpuMemoryUtilization x memTotal), and the budget keeps the OS "
+    description="On every node, weights per GPU + the KV cache (from the model's config.json x "
+                "maxModelLen x maxNumSeqs, at least kvMinBytes) + runtime overhead fit in the "
+                "vLLM budget (gpuMemoryUtilization x memTotal), and the budget keeps the OS "
                 "reserve on unified-memory nodes.",
     validate=validate_memory_fit,
     enforcement_level=EnforcementLevel.MANDATORY,
     remediation_steps="Raise tensorParallelSize/pipelineParallelSize (more nodes), choose a "
-                      "smaller or more quantized model, or adjust vllm.gpuMemoryUtilization so "
-                      "that utilization x memTotal covers weights + overhead + KV and stays below "
+                      "smaller or more quantized model, lower vllm.maxModelLen / maxNumSeqs or "
+                      "use kvCacheDtype fp8, or adjust vllm.gpuMemoryUtilization so that "
+                      "utilization x memTotal covers weights + overhead + KV and stays below "
                       "memTotal - osReserveBytes.",
     config_schema=schema(
         osReserveBytes={"type": "number", "minimum": 0, "default": DEFAULTS["osReserveBytes"],
@@ -123,9 +164,7 @@ memory_fit = ResourceValidationPolicy(
                               "description": "CUDA context, activations, CUDA graphs, "
                                              "NCCL buffers"},
         kvMinBytes={"type": "number", "minimum": 0, "default": DEFAULTS["kvMinBytes"],
-                    "description": "smallest useful KV cache per GPU"},
-        kvBytesPerToken={"type": "number", "minimum": 0, "default": 0,
-                         "description": "if > 0, the KV minimum is at least one "
-                                        "maxModelLen sequence"},
+                    "description": "smallest useful KV cache per GPU; the KV cache counted "
+                                   "when the model's config gives no estimate"},
     ),
 )

@@ -84,11 +84,30 @@ def run(policy, args) -> list[str]:
 MEM = 128_000_000_000  # GB10 MemTotal is about 119 GiB
 
 
+# What components/vllm_server.py registers as `memoryFit` for Qwen3.5-122B-A10B-FP8 with the
+# staging/prod settings (TP 2, maxModelLen 65536, maxNumSeqs 4, fp8 KV, MTP 1, prefix caching):
+# inspection/memory_fit.estimate(...).props(); test_policy_rules checks these are its numbers.
+QWEN_122B_FIT = {
+    "weightsBytesPerRank": 62_500_000_000,
+    "kvBytesPerTokenPerRank": 6656,
+    "kvCacheBytesPerRank": 1_744_830_464,
+    "stateBytesPerRank": 927_203_328,
+    "oneSequenceBytesPerRank": 668_008_448,
+    "maxModelLen": 65536,
+    "maxNumSeqs": 4,
+    "kvCacheDtype": "fp8",
+    "basis": "13 KV layers (incl. MTP) x 1 of 2 KV heads x 256 x 1 B (fp8) = 6656 B/token/rank; "
+             "65536 tokens x 4 seqs; 36 linear-attention layers keep 221.1 MiB state per "
+             "sequence",
+}
+
+
 def vllm_server(**over):
     props = {
         "environment": "prod", "tensorParallelSize": 2, "pipelineParallelSize": 1,
         "clusterGpus": 2, "gpuMemoryUtilization": 0.80, "modelBytes": 125_000_000_000,
-        "maxModelLen": 65536, "enforceEager": False, "host": "0.0.0.0",
+        "maxModelLen": 65536, "maxNumSeqs": 4, "kvCacheDtype": "fp8",
+        "memoryFit": dict(QWEN_122B_FIT), "enforceEager": False, "host": "0.0.0.0",
         "nodes": [{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True},
                   {"name": "spark-2", "memTotalBytes": MEM, "unifiedMemory": True}],
         "apiKey": secret("sk-test-key"),

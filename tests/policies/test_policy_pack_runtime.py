@@ -84,6 +84,19 @@ def test_secret_api_key_through_the_servicer_satisfies_vllm_api_key():
 
 
 # -------------------------------------------------------------------- unknowns during preview
+def test_an_unknown_memory_fit_falls_back_to_the_kv_floor():
+    """During a first preview `memoryFit` (an apply on the commit) may be unknown, wholly or in
+    part: the rule counts kvMinBytes then, and never crashes."""
+    from pulumi_policy.proxy import UNKNOWN_OBJECT_VALUE
+
+    for fit in (UNKNOWN_OBJECT_VALUE, {"kvCacheBytesPerRank": UNKNOWN_NUMBER_VALUE,
+                                       "basis": UNKNOWN_STRING_VALUE}):
+        props = vllm_server(memoryFit=fit, kvCacheMemoryBytes=UNKNOWN_NUMBER_VALUE)
+        assert run(rules.memory_fit, rargs(VLLM_SERVER, props)) == []
+        msgs = run(rules.memory_fit, rargs(VLLM_SERVER, props, config={"kvMinBytes": 40 * 2**30}))
+        assert msgs and "minimum KV cache 40.0 GiB (kvMinBytes)" in msgs[0]
+
+
 def test_unknowns_skip_checks_in_hand_built_args():
     props = vllm_server(modelBytes=UNKNOWN_NUMBER_VALUE, gpuMemoryUtilization=0.95,
                         apiKey=UNKNOWN_STRING_VALUE, enforceEager=UNKNOWN_BOOLEAN_VALUE,

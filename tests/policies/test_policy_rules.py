@@ -8,6 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_testkit import (
     GIB,
     MEM,
+    QWEN_122B_FIT,
     RAY_CONFIG,
     fabric,
     nccl_env,
@@ -60,14 +61,64 @@ def test_memory_fit_passes_for_122b_on_two_sparks():
     assert run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server())) == []
 
 
+def test_the_testkit_props_are_what_the_component_computes():
+    """QWEN_122B_FIT is inspection/memory_fit.estimate's result for the staging/prod settings
+    (the pack cannot import it; the VllmServer component computes it)."""
+    from inspection.memory_fit import estimate, shape_from_config
+    from tests.unit.inspection.model_configs import QWEN35_122B_A10B_FP8
+
+    est = estimate(shape_from_config(QWEN35_122B_A10B_FP8), model_bytes=125_000_000_000,
+                   tensor_parallel_size=2, max_model_len=65536, max_num_seqs=4,
+                   kv_cache_dtype="fp8", speculative_config={"method": "mtp",
+                                                             "num_speculative_tokens": 1})
+    assert est.props() == QWEN_122B_FIT
+
+
 def test_memory_fit_fails_when_weights_do_not_fit_one_gpu():
+    # no memoryFit (an older component): the KV cache counted is the kvMinBytes floor
     msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(tensorParallelSize=1,
-                                                                clusterGpus=1)))
+                                                                clusterGpus=1, memoryFit=None)))
     assert len(msgs) == 2  # both nodes
     assert "node spark-1" in msgs[0]
     assert "weights per GPU 116.4 GiB" in msgs[0]
-    assert "runtime overhead 6.0 GiB" in msgs[0] and "minimum KV cache 4.0 GiB" in msgs[0]
+    assert "runtime overhead 6.0 GiB" in msgs[0] and "minimum KV cache 4.0 GiB (kvMinBytes)" in msgs[0]
     assert "vLLM budget 95.4 GiB (gpuMemoryUtilization 0.80 x memTotal 119.2 GiB)" in msgs[0]
+
+
+def test_memory_fit_counts_the_kv_cache_of_the_models_config():
+    """262144 tokens x 64 sequences of the 122B at fp8: 104 GiB of KV + 13.8 GiB of Gated
+    DeltaNet state per GPU, far beyond the budget even though the weights fit."""
+    basis = QWEN_122B_FIT["basis"].replace("65536 tokens x 4 seqs", "262144 tokens x 64 seqs")
+    fit = {**QWEN_122B_FIT, "kvCacheBytesPerRank": 6656 * 262144 * 64, "basis": basis,
+           "stateBytesPerRank": 64 * 231_800_832, "maxModelLen": 262144, "maxNumSeqs": 64}
+    msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(memoryFit=fit)))
+    assert len(msgs) == 2
+    assert msgs[0] == (
+        "node spark-1: weights per GPU 58.2 GiB (modelBytes 116.4 GiB / (tp 2 x pp 1)) + runtime "
+        "overhead 6.0 GiB + KV cache 117.8 GiB for 64 x 262144 tokens at fp8 (13 KV layers (incl. "
+        "MTP) x 1 of 2 KV heads x 256 x 1 B (fp8) = 6656 B/token/rank; 262144 tokens x 64 seqs; 36 "
+        "linear-attention layers keep 221.1 MiB state per sequence) = 182.0 GiB exceeds the vLLM "
+        "budget 95.4 GiB (gpuMemoryUtilization 0.80 x memTotal 119.2 GiB); short by 86.7 GiB")
+
+
+def test_memory_fit_uses_kv_cache_memory_bytes_and_needs_one_sequence_in_it():
+    ok = vllm_server(kvCacheMemoryBytes=20 * GIB)
+    assert run(rules.memory_fit, rargs(VLLM_SERVER, ok)) == []
+    msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(kvCacheMemoryBytes=512 * 2**20)))
+    assert msgs == [
+        "kvCacheMemoryBytes 0.5 GiB holds less than one maxModelLen sequence (65536 tokens need "
+        "0.6 GiB per GPU: " + QWEN_122B_FIT["basis"] + "); vLLM refuses to start"]
+    big = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(kvCacheMemoryBytes=60 * GIB)))
+    assert len(big) == 2 and "+ KV cache 60.0 GiB (kvCacheMemoryBytes) = " in big[0]
+
+
+def test_memory_fit_says_when_the_config_gave_no_kv_estimate():
+    fit = {"weightsBytesPerRank": 62_500_000_000, "maxNumSeqs": 4, "kvCacheDtype": "fp8",
+           "basis": "model shape unknown: config.json: no num_hidden_layers"}
+    msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(memoryFit=fit),
+                                       config={"kvMinBytes": 40 * GIB}))
+    assert msgs and ("minimum KV cache 40.0 GiB (kvMinBytes; KV cache not estimated: model shape "
+                     "unknown: config.json: no num_hidden_layers)") in msgs[0]
 
 
 def test_memory_fit_fails_when_the_os_reserve_is_eaten():
@@ -80,10 +131,12 @@ def test_memory_fit_reserve_only_on_unified_memory_and_is_configurable():
     discrete = vllm_server(gpuMemoryUtilization=0.95, nodes=[
         {"name": "dgx", "memTotalBytes": MEM, "unifiedMemory": False}])
     assert run(rules.memory_fit, rargs(VLLM_SERVER, discrete)) == []
-    # a bigger KV minimum from pack config makes the healthy case fail
+    # a bigger KV minimum from pack config makes the healthy case fail: the 2.5 GiB estimate is
+    # raised to the floor
     msgs = run(rules.memory_fit, rargs(VLLM_SERVER, vllm_server(),
                                        config={"kvMinBytes": 40 * GIB}))
-    assert msgs and "minimum KV cache 40.0 GiB" in msgs[0]
+    assert msgs and "KV cache 2.5 GiB for 4 x 65536 tokens at fp8" in msgs[0]
+    assert "raised to kvMinBytes 40.0 GiB" in msgs[0]
 
 
 def test_memory_fit_ignores_other_types():

@@ -15,7 +15,9 @@ import pytest
 from config import Secrets, validate_config
 from inspection import hub
 from inspection.hub import ModelFile, ModelManifest
+from inspection.memory_fit import shape_from_config
 from inspection.preflight import Plan
+from tests.unit.inspection.model_configs import CONFIGS
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 MODEL_FILES = (
@@ -40,6 +42,14 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
+def fake_manifest(repo: str, revision: str) -> ModelManifest:
+    """The fixed manifest, with the shape of the repo's config.json when the tests know it
+    (tests/unit/inspection/model_configs.py: the 122B and the lab's tiny model)."""
+    config = CONFIGS.get(repo)
+    shape = shape_from_config(config) if config is not None else None
+    return ModelManifest(repo, revision, COMMIT, MODEL_FILES, shape)
+
+
 @pytest.fixture(autouse=True)
 def fixed_model(monkeypatch):
     """Replace the hub lookup with a fixed manifest; records the calls it got."""
@@ -47,7 +57,7 @@ def fixed_model(monkeypatch):
 
     def resolve(repo, revision, endpoint, token):
         calls.append((repo, revision, endpoint, token))
-        return ModelManifest(repo, revision, COMMIT, MODEL_FILES)
+        return fake_manifest(repo, revision)
 
     monkeypatch.setattr(hub, "resolve_model", resolve)
     return calls
@@ -78,7 +88,7 @@ def build(mocks, gb10_facts, config_raw):
         cfg = validate_config(raw if raw is not None else config_raw(nodes, **overrides))
         if facts is None:
             facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
-        manifest = ModelManifest(cfg.model.repo, cfg.model.revision, COMMIT, MODEL_FILES)
+        manifest = fake_manifest(cfg.model.repo, cfg.model.revision)
         return stack.build_stack(cfg, facts, plan or Plan(), secrets(api_key, hf_token),
                                  manifest=manifest)
 

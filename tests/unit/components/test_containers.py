@@ -126,6 +126,8 @@ def test_nccl_env_per_node_rdma_off(build, mocks):
                       "UCX_NET_DEVICES"):
                 assert env[k] == "enp1s0f1np1", k
             assert env["VLLM_HOST_IP"] == env["RAY_NODE_IP_ADDRESS"] == ip
+            assert env["RAY_OVERRIDE_NODE_IP_ADDRESS"] == ip  # the community launchers' too
+            assert env["NCCL_IGNORE_CPU_AFFINITY"] == "1"
             assert env["MASTER_ADDR"] == "192.168.177.11"
             assert env["RAY_memory_monitor_refresh_ms"] == "0"
             assert env["NCCL_DEBUG"] == "INFO"
@@ -193,5 +195,69 @@ def test_compile_cache_folder_made_first_and_kept_on_destroy(build, mocks, depen
             assert not cache.inputs.get("delete") and retained[f"ray-compile-cache-{node}"]
             assert f"ray-compile-cache-{node}" in dependencies[container]
         assert not retained["ray-head"]  # (the fixture sees both kinds)
+
+    return settled(h).apply(check)
+
+
+def _qwen_raw(nodes: int, **nccl):
+    import yaml
+
+    from tests.conftest import ROOT
+
+    prod = yaml.safe_load((ROOT / "Pulumi.prod.yaml").read_text())["config"]["spark-vllm:vllm"]
+    raw = config_raw(nodes, model={"repo": "Qwen/Qwen3.5-122B-A10B-FP8"}, nccl={"rdma": True, **nccl})
+    raw["vllm"] = {**prod, "tensorParallelSize": nodes}
+    return raw
+
+
+@pulumi.runtime.test
+def test_recipe_env_reaches_every_nodes_ray_container(build, mocks):
+    """The 122B recipe's env (Pulumi.prod.yaml's recipe) is in the container of every node, so
+    in the vLLM driver (docker exec inherits it) and in every Ray worker; the policies see it
+    in the NcclEnvironment's per-node env. A stack-file extraEnv entry wins over the recipe's."""
+    h = build(raw=_qwen_raw(3, extraEnv={"PYTORCH_ALLOC_CONF": "expandable_segments:False"}))
+
+    def check(_):
+        nodes = {"ray-head": "spark-1", "ray-worker-spark-2": "spark-2",
+                 "ray-worker-spark-3": "spark-3"}
+        props = {n["name"]: n["env"] for n in mocks.named("nccl").inputs["nodes"]}
+        for i, (container, node) in enumerate(nodes.items(), start=1):
+            env = envs(mocks.named(container).inputs)
+            assert env["VLLM_FLASHINFER_MOE_BACKEND"] == "latency", container
+            assert env["PYTORCH_ALLOC_CONF"] == "expandable_segments:False"  # the stack file's
+            assert env["RAY_OVERRIDE_NODE_IP_ADDRESS"] == f"192.168.177.{10 + i}"
+            assert props[node]["VLLM_FLASHINFER_MOE_BACKEND"] == "latency"
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_the_dev_recipe_env_reaches_the_lab_containers(build, mocks):
+    h = build(2)  # Pulumi.dev.yaml: spark-lab-tiny-moe
+
+    def check(_):
+        for container in ("ray-head", "ray-worker-spark-2"):
+            assert envs(mocks.named(container).inputs)["VLLM_LOGGING_LEVEL"] == "INFO"
+
+    return settled(h).apply(check)
+
+
+@pytest.mark.parametrize("rdma", [False, True])
+@pulumi.runtime.test
+def test_a_recipe_may_not_set_what_the_containers_get_from_the_stack(build, mocks, rdma):
+    """config.models.STACK_ENV (refused in a recipe's env) is exactly what the Ray containers
+    get from the stack rather than from nccl.extraEnv and the recipe: kept in step here."""
+    from config.models import STACK_ENV
+
+    h = build(2, nccl={"rdma": rdma, "debug": "INFO"})
+
+    def check(_):
+        for container in ("ray-head", "ray-worker-spark-2"):
+            env = envs(mocks.named(container).inputs)
+            from_stack = set(env) - {"VLLM_LOGGING_LEVEL"}  # the dev recipe's env
+            assert from_stack <= STACK_ENV, from_stack - STACK_ENV
+        assert STACK_ENV - set(envs(mocks.named("ray-head").inputs)) <= {
+            "NCCL_IB_HCA" if not rdma else "", "NCCL_DEBUG_SUBSYS", "VLLM_CONFIG_ROOT",
+            "VLLM_API_KEY"}  # set by the serve script (or only with RDMA, or INFO)
 
     return settled(h).apply(check)

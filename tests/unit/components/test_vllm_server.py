@@ -2,30 +2,61 @@
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import shlex
 
 import pulumi
+import pytest
+import yaml
 
-from tests.conftest import is_secret, reveal
+from tests.conftest import ROOT, config_raw, is_secret, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
 
-QWEN = {
-    "servedModelName": "qwen3.5-122b",
-    "gpuMemoryUtilization": 0.8,
-    "kvCacheMemoryBytes": None,  # a GPU sizes its cache by utilization
-    "maxModelLen": 65536,
-    "maxNumSeqs": 4,
-    "kvCacheDtype": "fp8",
-    "enablePrefixCaching": True,
-    "loadFormat": "fastsafetensors",
-    "speculativeConfig": {"method": "mtp", "num_speculative_tokens": 1},
-    "enforceEager": False,
-    "host": "0.0.0.0",
-    "port": 8000,
-    "extraArgs": ["--max-num-batched-tokens", "16384"],
-}
+QWEN_REPO = "Qwen/Qwen3.5-122B-A10B-FP8"
+TEMPLATE = "/run/spark-vllm/chat-template.jinja"
+QWEN_RECIPE = "qwen3.5-122b-a10b-fp8"
+# A chat template of the tests' own (none is shipped): quotes, $, backquotes, a backslash and
+# newlines, so the shell quoting that carries it into the container is exercised.
+OWN_TEMPLATE = ("{%- for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+                "{% endfor %}{# it's \"$HOME\" `id` $(id) \\ #}\n")
+OWN_TEMPLATE_SHA = hashlib.sha256(OWN_TEMPLATE.encode()).hexdigest()
+
+
+def stack_vllm(name: str) -> dict:
+    """The `vllm` object of Pulumi.<name>.yaml."""
+    return copy.deepcopy(yaml.safe_load((ROOT / f"Pulumi.{name}.yaml").read_text())["config"][
+        "spark-vllm:vllm"])
+
+
+def qwen_raw(**vllm) -> dict:
+    """The unit config (2 lab-shaped nodes) serving the 122B model with prod's `vllm` object,
+    patched with `vllm`."""
+    raw = config_raw(2, model={"repo": QWEN_REPO})
+    raw["vllm"] = {**stack_vllm("prod"), **vllm}
+    return raw
+
+
+def recipes_with_template(folder, monkeypatch, template: str = OWN_TEMPLATE) -> None:
+    """Point config.recipes at `folder`: the shipped 122B recipe with `chatTemplate:
+    tool-args.jinja`, and that template (the test's own text)."""
+    from config import recipes
+
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = yaml.safe_load((ROOT / "config" / "recipes_data" / f"{QWEN_RECIPE}.yaml").read_text())
+    assert "chatTemplate" not in doc  # the shipped recipe serves the model's own
+    (folder / f"{QWEN_RECIPE}.yaml").write_text(
+        yaml.safe_dump({**doc, "chatTemplate": "tool-args.jinja"}))
+    (folder / "tool-args.jinja").write_bytes(template.encode())
+    monkeypatch.setattr(recipes, "RECIPES_DIR", folder)
+
+
+@pytest.fixture
+def own_template(tmp_path, monkeypatch) -> str:
+    """The 122B recipe naming a chat template the test wrote; returns the template's text."""
+    recipes_with_template(tmp_path / "recipes", monkeypatch)
+    return OWN_TEMPLATE
 
 
 def serve_line(create: str) -> list[str]:
@@ -37,33 +68,46 @@ def serve_line(create: str) -> list[str]:
     return shlex.split(inner.split("exec ", 1)[1].split(" >> ", 1)[0])
 
 
+PROD_ARGV = [
+    "vllm", "serve", "Qwen/Qwen3.5-122B-A10B-FP8",
+    "--served-model-name", "qwen3.5-122b",
+    "--revision", COMMIT,
+    "--tensor-parallel-size", "2",
+    "--pipeline-parallel-size", "1",
+    "--distributed-executor-backend", "ray",
+    "--gpu-memory-utilization", "0.7",
+    "--max-model-len", "262144",
+    "--max-num-seqs", "4",
+    "--max-num-batched-tokens", "8192",
+    "--kv-cache-dtype", "fp8",
+    "--enable-prefix-caching",
+    "--load-format", "fastsafetensors",
+    "--speculative-config", json.dumps(  # the drafter pinned to the served commit
+        {"method": "mtp", "num_speculative_tokens": 1, "revision": COMMIT},
+        separators=(",", ":")
+    ),
+    "--language-model-only",
+    "--enable-expert-parallel",
+    "--reasoning-parser", "qwen3",
+    "--enable-auto-tool-choice",
+    "--tool-call-parser", "qwen3_coder",
+    "--host", "0.0.0.0",
+    "--port", "8000",
+]
+
+
 @pulumi.runtime.test
 def test_vllm_command_line_exactly(build, mocks):
-    h = build(2, model={"repo": "Qwen/Qwen3.5-122B-A10B-FP8"}, vllm=QWEN)
+    """Pulumi.prod.yaml: the 122B recipe (config/recipes_data/qwen3.5-122b-a10b-fp8.yaml) with
+    prod's own keys (name, parallelism, where it listens). No chat template is shipped: vLLM
+    serves the model's own, so there is no flag and no template file."""
+    h = build(raw=qwen_raw())
 
     def check(_):
         create = mocks.named("vllm-serve").inputs["create"]
-        assert serve_line(create) == [
-            "vllm", "serve", "Qwen/Qwen3.5-122B-A10B-FP8",
-            "--served-model-name", "qwen3.5-122b",
-            "--revision", COMMIT,
-            "--tensor-parallel-size", "2",
-            "--pipeline-parallel-size", "1",
-            "--distributed-executor-backend", "ray",
-            "--gpu-memory-utilization", "0.8",
-            "--max-model-len", "65536",
-            "--max-num-seqs", "4",
-            "--kv-cache-dtype", "fp8",
-            "--enable-prefix-caching",
-            "--load-format", "fastsafetensors",
-            "--speculative-config", json.dumps(  # the drafter pinned to the served commit
-                {"method": "mtp", "num_speculative_tokens": 1, "revision": COMMIT},
-                separators=(",", ":")
-            ),
-            "--host", "0.0.0.0",
-            "--port", "8000",
-            "--max-num-batched-tokens", "16384",
-        ]
+        assert serve_line(create) == PROD_ARGV
+        assert "--chat-template" not in create and "chat template sha256" not in create
+        assert "chat-template.jinja" not in create
         # runs inside the head Ray container, on the head, gated on health
         assert reveal(mocks.named("vllm-serve").inputs["connection"])["host"] == "10.77.0.11"
         assert "docker exec -d spark-vllm-ray-head sh -c" in create
@@ -72,6 +116,148 @@ def test_vllm_command_line_exactly(build, mocks):
         # the Ray containers' IDs: a replaced container re-runs vLLM's start
         ids = " ".join(hashlib.sha256(n.encode()).hexdigest() for n in ("ray-head", "ray-worker-spark-2"))
         assert f"# ray containers: {ids}" in create
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_recipes_chat_template_reaches_vllm(build, mocks, own_template):
+    """The mechanism, with a template the test wrote into its recipes folder: `--chat-template
+    /run/spark-vllm/chat-template.jinja` after the recipe's flags, and the template's text
+    travels in the script, quoted, into the head container before vLLM starts."""
+    h = build(raw=qwen_raw())
+
+    def check(_):
+        create = mocks.named("vllm-serve").inputs["create"]
+        at_host = PROD_ARGV.index("--host")
+        assert serve_line(create) == [*PROD_ARGV[:at_host], "--chat-template", TEMPLATE,
+                                      *PROD_ARGV[at_host:]]
+        assert f"# chat template sha256: {OWN_TEMPLATE_SHA}" in create
+        at = create.index(f"# chat template sha256: {OWN_TEMPLATE_SHA}\n")
+        write = create[create.index("\n", at) + 1 : create.index("\ndocker exec -i ", at)]
+        words = shlex.split(write)  # one command: the template is a single quoted word
+        assert words[:5] == ["docker", "exec", "spark-vllm-ray-head", "sh", "-c"]
+        assert f"> {TEMPLATE}.new && mv {TEMPLATE}.new {TEMPLATE}" in words[5]
+        assert words[6:] == ["sh", own_template]
+        assert create.index(write) < create.index("docker exec -d ")
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_stack_file_keys_win_over_the_recipe(build, mocks, own_template):
+    """Against the 122B recipe naming a template of the test's own, so the stack file's null
+    has something to win over."""
+    h = build(raw=qwen_raw(maxModelLen=65536, gpuMemoryUtilization=0.8, chatTemplate=None,
+                           enableExpertParallel=False, max_num_batched_tokens=16384))
+
+    def check(_):
+        create = mocks.named("vllm-serve").inputs["create"]
+        argv = serve_line(create)
+        assert argv[argv.index("--max-model-len") + 1] == "65536"
+        assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.8"
+        assert argv[argv.index("--max-num-batched-tokens") + 1] == "16384"  # snake_case too
+        assert "--enable-expert-parallel" not in argv
+        # null: the model's own template, so no file and no flag
+        assert "--chat-template" not in argv and "chat template sha256" not in create
+        # what the stack file leaves alone still comes from the recipe
+        assert "--language-model-only" in argv and argv[argv.index("--max-num-seqs") + 1] == "4"
+        assert mocks.named("vllm").inputs["maxModelLen"] == 65536  # what the policies see
+
+    return settled(h).apply(check)
+
+
+def _registered(raw: dict, monkeypatch) -> dict[str, dict]:
+    """Every resource's inputs, by name, for one config: a fresh mocked program per call."""
+    import asyncio
+
+    from pulumi.runtime import settings
+
+    from components import model_cache, stack
+    from config import validate_config
+    from inspection.hub import ModelManifest
+    from inspection.preflight import Plan
+    from tests.conftest import PROJECT, RecordingMocks, _SyncExecutor, gb10_facts
+    from tests.unit.conftest import MODEL_FILES, secrets
+
+    monkeypatch.setattr(model_cache, "repair_token", lambda now=None: "repair-fixed")
+    loop = asyncio.new_event_loop()
+    loop.set_default_executor(_SyncExecutor())
+    asyncio.set_event_loop(loop)
+    settings.ROOT.set(None)
+    recorder = RecordingMocks()
+    recorder.monitor = pulumi.runtime.mocks.MockMonitor(recorder)
+    pulumi.runtime.set_mocks(recorder, project=PROJECT, stack="dev", preview=False,
+                             monitor=recorder.monitor)
+
+    @pulumi.runtime.test
+    def program():
+        cfg = validate_config(raw)
+        facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
+        manifest = ModelManifest(cfg.model.repo, cfg.model.revision, COMMIT, MODEL_FILES)
+        return settled(stack.build_stack(cfg, facts, Plan(), secrets(), manifest=manifest))
+
+    try:
+        program()
+    finally:
+        settings.ROOT.set(None)
+        asyncio.set_event_loop(None)
+        loop.close()
+    return {r.name: dict(r.inputs) for r in recorder.resources}
+
+
+def _changed(before: dict[str, dict], after: dict[str, dict]) -> set[str]:
+    assert before.keys() == after.keys()
+    return {n for n in before if json.dumps(before[n], sort_keys=True, default=str)
+            != json.dumps(after[n], sort_keys=True, default=str)}
+
+
+def test_a_recipe_change_is_a_serve_flag_or_an_env_change(tmp_path, monkeypatch):
+    """The change table (docs/design.md): a recipe's serve setting or chat template changes
+    only `vllm serve` (the component, its start and the NCCL log read that follows a start);
+    its env changes the Ray containers' environment (and so the containers) and nothing of the
+    image or the model. The recipe is the shipped 122B one naming a chat template of the
+    test's own, edited in a folder of the test's."""
+    name = QWEN_RECIPE
+    doc = yaml.safe_load((ROOT / "config" / "recipes_data" / f"{name}.yaml").read_text())
+
+    def variant(folder: str, template: str = OWN_TEMPLATE, **edits) -> dict[str, dict]:
+        d = tmp_path / folder
+        recipes_with_template(d, monkeypatch, template)
+        (d / f"{name}.yaml").write_text(
+            yaml.safe_dump({**doc, "chatTemplate": "tool-args.jinja", **edits}))
+        raw = qwen_raw()
+        raw["nccl"] = {**raw["nccl"], "rdma": True}
+        return _registered(raw, monkeypatch)
+
+    base = variant("base")
+    serve = _changed(base, variant("serve", maxNumBatchedTokens=4096, maxModelLen=131072))
+    assert serve == {"vllm", "vllm-serve", "vllm-nccl-log"}, serve
+    template = _changed(base, variant("template", template=OWN_TEMPLATE + "{# edited #}"))
+    assert template == {"vllm-serve", "vllm-nccl-log"}, template  # the text is in the script
+    env = _changed(base, variant("env", env={**doc["env"], "VLLM_FLASHINFER_MOE_BACKEND":
+                                             "throughput"}))
+    assert {"nccl", "ray-head", "ray-worker-spark-2"} <= env, env
+    assert not {r for r in env if r.startswith(("image", "model"))}, env
+    assert not env & {"vllm", "vllm-serve"}  # (in a real up the new container IDs re-run it)
+
+
+@pulumi.runtime.test
+def test_the_prod_recipe_fits_the_memory_budget(build, mocks):
+    """The recipe's 256k context x 4 sequences at fp8 and 0.7 utilization, through the policy
+    pack's memory-fit rule with its defaults and the real model's ~119 GB."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "policies"))
+    import rules
+
+    gib = 1024**3
+    h = build(raw=qwen_raw())
+
+    def check(_):
+        props = {**mocks.named("vllm").inputs, "modelBytes": 119 * 10**9}
+        assert props["gpuMemoryUtilization"] == 0.7 and props["maxModelLen"] == 262144
+        assert rules.memory_fit_findings(props, 8 * gib, 6 * gib, 4 * gib) == []
 
     return settled(h).apply(check)
 
@@ -236,3 +422,104 @@ def test_drafter_pinning_by_method():
     assert pin({"model": "org/m"}, "org/m", c)["revision"] == c  # auto-detected draft_model
     assert "revision" not in pin({"method": "ngram", "prompt_lookup_max": 3}, "org/m", c)
     assert "revision" not in pin({"method": "suffix"}, "org/m", c)
+
+
+# ------------------------------------------------ memory-fit's numbers (inspection/memory_fit.py)
+
+STAGING_VLLM = {"maxModelLen": 65536, "maxNumSeqs": 4, "kvCacheDtype": "fp8",
+                "kvCacheMemoryBytes": None, "gpuMemoryUtilization": 0.8,
+                "speculativeConfig": {"method": "mtp", "num_speculative_tokens": 1}}
+
+
+@pulumi.runtime.test
+def test_memory_fit_props_for_the_122b_with_the_staging_settings(build, mocks):
+    """The VllmServer carries the estimate the policy pack adds up: KV from the 122B's config.json
+    (tests/unit/inspection/model_configs.py) x 65536 tokens x 4 sequences at fp8, with MTP."""
+    h = build(2, model={"repo": "Qwen/Qwen3.5-122B-A10B-FP8"}, vllm=STAGING_VLLM)
+
+    def check(_):
+        props = mocks.named("vllm").inputs
+        assert props["maxNumSeqs"] == 4 and "kvCacheMemoryBytes" not in props
+        fit = props["memoryFit"]
+        assert fit["kvBytesPerTokenPerRank"] == 6656  # 13 KV layers x 2 x 1 head x 256 x 1 B
+        assert fit["kvCacheBytesPerRank"] == 1_744_830_464  # 1.625 GiB
+        assert fit["stateBytesPerRank"] == 927_203_328  # 4 x 221.1 MiB of Gated DeltaNet state
+        assert fit["oneSequenceBytesPerRank"] == 6656 * 65536 + 231_800_832
+        assert fit["weightsBytesPerRank"] == (1234 + 5_000_000 + 4_000_000 + 777) // 2
+        assert (fit["maxModelLen"], fit["maxNumSeqs"], fit["kvCacheDtype"]) == (65536, 4, "fp8")
+        assert fit["basis"].startswith("13 KV layers (incl. MTP) x 1 of 2 KV heads x 256 x 1 B")
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_memory_fit_props_for_the_labs_tiny_model(build, mocks):
+    h = build(2)  # Pulumi.dev.yaml: spark-lab/tiny-moe, 2048 tokens x 4, auto, 64 MiB KV
+
+    def check(_):
+        props = mocks.named("vllm").inputs
+        assert props["kvCacheMemoryBytes"] == 67108864
+        fit = props["memoryFit"]
+        assert fit["kvBytesPerTokenPerRank"] == 768  # 2 layers x 2 x 3 of 6 heads x 32 x 2 B
+        assert fit["kvCacheBytesPerRank"] == 768 * 2048 * 4
+        assert fit["stateBytesPerRank"] == 0
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_memory_fit_props_say_why_when_the_config_was_not_read(build, mocks):
+    h = build(2, model={"repo": "org/unknown-model"})
+
+    def check(_):
+        fit = mocks.named("vllm").inputs["memoryFit"]
+        assert fit.get("kvCacheBytesPerRank") is None
+        assert fit["basis"] == "model shape unknown: the model's config.json was not read"
+
+    return settled(h).apply(check)
+
+
+def _memory_fit_rule():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "policies"))
+    import rules
+
+    gib = 1024**3
+    # the pack's defaults: osReserveBytes, runtimeOverheadBytes, kvMinBytes
+    return lambda props: rules.memory_fit_findings(props, 8 * gib, 6 * gib, 4 * gib)
+
+
+@pulumi.runtime.test
+def test_the_policy_pack_passes_the_122b_with_the_staging_settings(build, mocks):
+    """End to end without the CLI: the registered props through the memory-fit rule, with the
+    real model's ~119 GB in place of the fixture's 9 MB."""
+    rule = _memory_fit_rule()
+    h = build(2, model={"repo": "Qwen/Qwen3.5-122B-A10B-FP8"}, vllm=STAGING_VLLM)
+
+    def check(_):
+        props = {**mocks.named("vllm").inputs, "modelBytes": 119 * 10**9}
+        assert rule(props) == []  # 55.4 + 6 + max(4, 2.5) GiB within 0.8 x 119.7 GiB
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_the_policy_pack_refuses_a_kv_cache_that_cannot_fit(build, mocks):
+    rule = _memory_fit_rule()
+    big = {**STAGING_VLLM, "maxModelLen": 262144, "maxNumSeqs": 64}
+    h = build(2, model={"repo": "Qwen/Qwen3.5-122B-A10B-FP8"}, vllm=big)
+
+    def check(_):
+        props = {**mocks.named("vllm").inputs, "modelBytes": 119 * 10**9}
+        msgs = rule(props)
+        assert len(msgs) == 2 and msgs[0].startswith(
+            "node spark-1: weights per GPU 55.4 GiB (modelBytes 110.8 GiB / (tp 2 x pp 1)) + "
+            "runtime overhead 6.0 GiB + KV cache 117.8 GiB for 64 x 262144 tokens at fp8 (13 KV "
+            "layers (incl. MTP)")
+        assert msgs[0].endswith("= 179.2 GiB exceeds the vLLM budget 95.8 GiB "
+                                "(gpuMemoryUtilization 0.80 x memTotal 119.7 GiB); short by "
+                                "83.5 GiB")
+
+    return settled(h).apply(check)

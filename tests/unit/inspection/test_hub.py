@@ -1,19 +1,28 @@
-"""resolve_model: revision -> commit and the file list, against a fake HfApi (no network)."""
+"""resolve_model: revision -> commit, the file list and the config.json shape, against a fake
+HfApi (no network)."""
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
 
 import huggingface_hub
 import pytest
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
+from inspection import hub
 from inspection.hub import ModelFile, ModelResolutionError
 from inspection.hub import resolve_model as real_resolve
+from tests.unit.inspection.model_configs import QWEN35_122B_A10B_FP8
 
 SHA = "e" * 40
 
 
 class FakeApi:
     calls: list = []
+    config: bytes | Exception = json.dumps(QWEN35_122B_A10B_FP8).encode()
+    tree_config = True  # the listing has config.json
 
     def __init__(self, endpoint=None, token=None):
         FakeApi.calls.append(("init", endpoint, token))
@@ -30,13 +39,28 @@ class FakeApi:
             RepoFolder(path="sub", oid="f" * 40),
             RepoFile(path="sub/w.safetensors", size=10, oid="1" * 40,
                      lfs={"size": 10, "oid": "2" * 64, "pointerSize": 130}),
-            RepoFile(path="config.json", size=3, oid="3" * 40),
+            *([RepoFile(path="config.json", size=3, oid="3" * 40)] if FakeApi.tree_config else []),
         ]
+
+    def hf_hub_download(self, repo_id, filename, *, revision=None, cache_dir=None, **_):
+        """What huggingface_hub does: a file under cache_dir (the endpoint and token are the
+        instance's, as HfApi's own method uses them)."""
+        FakeApi.calls.append(("download", repo_id, filename, revision, cache_dir))
+        if isinstance(FakeApi.config, Exception):
+            raise FakeApi.config
+        path = os.path.join(cache_dir, "snapshot", filename)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as out:
+            out.write(FakeApi.config)
+        return path
 
 
 @pytest.fixture(autouse=True)
-def fake_api(monkeypatch):
+def fake_api(monkeypatch, tmp_path):
+    monkeypatch.setenv("SPARK_VLLM_HOME", str(tmp_path / "home"))
     FakeApi.calls = []
+    FakeApi.config = json.dumps(QWEN35_122B_A10B_FP8).encode()
+    FakeApi.tree_config = True
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
 
 
@@ -60,3 +84,71 @@ def test_commit_revision_still_lists_files():
 def test_unknown_repo_is_a_clear_error():
     with pytest.raises(ModelResolutionError, match=r"cannot resolve org/missing@main at http://x"):
         real_resolve("org/missing", "main", "http://x", None)
+
+
+def test_the_commits_config_json_gives_the_shape(tmp_path):
+    m = real_resolve("org/m", "main", "http://10.77.0.1:8090", "tok")
+    # read at the resolved commit through the api made with the endpoint and token
+    (download,) = [c for c in FakeApi.calls if c[0] == "download"]
+    assert download[1:4] == ("org/m", "config.json", SHA)
+    assert ("init", "http://10.77.0.1:8090", "tok") in FakeApi.calls
+    # this tool's own cache, not an HF cache an operator uses
+    assert download[4] == str(tmp_path / "home" / "hub-configs")
+    assert m.shape is not None and m.shape.known
+    assert (m.shape.layers, m.shape.full_layers, m.shape.linear_layers) == (48, 12, 36)
+    assert (m.shape.kv_heads, m.shape.head_dim, m.shape.mtp_layers) == (2, 256, 1)
+    # the manifest is remembered: preflight.run and the VllmServer props find the shape
+    assert hub.known_manifest("org/m", SHA) is m and hub.known_manifest("org/m") is m
+
+
+def test_a_config_that_cannot_be_read_is_a_shape_problem_not_an_error():
+    FakeApi.config = b"{not json"
+    m = real_resolve("org/m", "main", None, None)
+    assert m.shape is not None and not m.shape.known
+    assert m.shape.problem.startswith("config.json is not JSON")
+    FakeApi.config = json.dumps({"model_type": "mystery"}).encode()
+    m = real_resolve("org/m", "main", None, None)
+    assert m.shape.problem == "config.json: no num_hidden_layers / num_layers / n_layer / n_layers"
+
+
+def test_a_commit_without_config_json_is_not_downloaded():
+    FakeApi.tree_config = False
+    m = real_resolve("org/m", "main", None, None)
+    assert m.shape.problem == f"org/m@{SHA} has no config.json"
+    assert not any(c[0] == "download" for c in FakeApi.calls)
+
+
+def test_a_failed_config_download_is_a_clear_error():
+    FakeApi.config = RuntimeError("401 Client Error: gated repo")
+    with pytest.raises(ModelResolutionError) as exc:
+        real_resolve("org/m", "main", "http://mirror:8090", None)
+    assert str(exc.value) == (
+        f"spark-vllm:model: cannot read config.json of org/m@{SHA} at http://mirror:8090 (the "
+        "memory fit needs the model's shape): 401 Client Error: gated repo")
+
+
+def test_a_commits_config_in_the_cache_is_read_without_the_hub(tmp_path, monkeypatch):
+    """What read_config relies on for a no-op `up` to fetch nothing: huggingface_hub's own
+    hf_hub_download answers a commit-hash revision from its cache without asking the hub (its
+    metadata request, recorded here, is made only for a file the cache lacks)."""
+    from huggingface_hub import file_download
+    from huggingface_hub.hf_api import HfApi  # the real one (the fixture patches the package's)
+
+    asked = []
+
+    def no_hub(url, *args, **kwargs):
+        asked.append(url)
+        raise OSError("no hub in this test")
+
+    monkeypatch.setattr(file_download, "get_hf_file_metadata", no_hub)
+    snapshot = tmp_path / "models--org--m" / "snapshots" / SHA
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "x"}')
+    api = HfApi(endpoint="http://127.0.0.1:9", token=None)
+    path = api.hf_hub_download(repo_id="org/m", filename="config.json", revision=SHA,
+                               cache_dir=str(tmp_path))
+    assert Path(path).read_text() == '{"model_type": "x"}' and asked == []
+    with pytest.raises(OSError, match="no hub in this test"):  # not cached: it asks the hub
+        api.hf_hub_download(repo_id="org/m", filename="other.json", revision=SHA,
+                            cache_dir=str(tmp_path))
+    assert len(asked) == 1 and asked[0].endswith("/other.json")

@@ -134,6 +134,38 @@ def test_meminfo_spark_values():
     assert mem.available_bytes == 123315515 * 1024
 
 
+def test_meminfo_reads_the_page_cache_breakdown():
+    mem = p.parse_meminfo(sample("meminfo-devbox.txt"))
+    kib = 1024
+    assert (mem.free_bytes, mem.buffers_bytes, mem.cached_bytes) == (
+        20862720 * kib, 31188 * kib, 2758064 * kib)
+    assert (mem.shmem_bytes, mem.mapped_bytes, mem.sreclaimable_bytes) == (
+        8952 * kib, 52176 * kib, 399416 * kib)
+    # Buffers + (Cached - Shmem - Mapped) + SReclaimable
+    assert mem.drop_reclaimable_bytes == (31188 + 2758064 - 8952 - 52176 + 399416) * kib
+
+
+def test_meminfo_without_the_breakdown_keeps_it_unknown():
+    mem = p.parse_meminfo("MemTotal: 100 kB\nMemAvailable: 50 kB\n")
+    assert not mem.has_breakdown and mem.free_bytes is None and mem.drop_reclaimable_bytes == 0
+
+
+def test_gb10_meminfo_built_from_the_recorded_free_output_agrees_with_it():
+    """No /proc/meminfo of a GB10 is recorded (fixtures/gb10/INDEX.md, Gaps): the test input is
+    built from free-kib-obrienlabs.txt; its columns must come out of it again."""
+    free = gb10("free-kib-obrienlabs.txt").splitlines()
+    header, mem_row = free[0].split(), free[1].split()
+    col = dict(zip(header, (int(v) for v in mem_row[1:]), strict=True))
+    mem = p.parse_meminfo(sample("meminfo-gb10-from-free-kib.txt"))
+    kib = 1024
+    assert mem.total_bytes == col["total"] * kib == 125513720 * kib
+    assert mem.free_bytes == col["free"] * kib and mem.available_bytes == col["available"] * kib
+    assert mem.shmem_bytes == col["shared"] * kib
+    assert (mem.buffers_bytes or 0) + (mem.cached_bytes or 0) + (mem.sreclaimable_bytes or 0) \
+        == col["buff/cache"] * kib
+    assert mem.drop_reclaimable_bytes == (2048 + 2398796 - 20596 - 300000 + 328000) * kib
+
+
 @pytest.mark.parametrize("text", ["", "MemTotal:       127600748 kB\n", "MemTotal: lots\nMemAvailable: 1 kB"])
 def test_meminfo_truncated(text):
     with pytest.raises(ParseError) as exc:

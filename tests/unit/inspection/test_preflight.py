@@ -306,14 +306,150 @@ def test_memory_below_budget_fails_with_the_formula():
     err = fail(cfg, seed_facts())
     (finding,) = only(err, "memory")
     assert finding.node == "spark-1"
-    assert "usable, below the budget" in finding.fact and "max(0.8 x MemTotal 119.7 GiB)" in finding.fact
+    assert "usable by vLLM, below the budget" in finding.fact
+    assert "max(0.8 x MemTotal 119.7 GiB)" in finding.fact
 
 
 def test_memory_budget_from_the_model_share():
     # a 240 GB model over tp=2 needs 120 GB + 8 GiB reserve per node: more than a Spark has
     err = fail(config(), good_facts(disk="Avail\n900000000000"), model_bytes=240 * 10**9)
     findings = only(err, "memory")
-    assert len(findings) == 2 and "model 223.5 GiB/(tp 2 x pp 1) + osReserve 8.0 GiB" in findings[0].fact
+    assert len(findings) == 2
+    assert ("weights 111.8 GiB (model 223.5 GiB/(tp 2 x pp 1)) + KV cache not counted (model "
+            "shape unknown: the model's config.json was not read) + osReserve 8.0 GiB"
+            in findings[0].fact)
+
+
+# -- what vLLM will actually get on unified memory: MemFree + what a page-cache drop reclaims.
+# No /proc/meminfo of a GB10 is recorded (tests/fixtures/gb10/INDEX.md, Gaps): the inputs are
+# built from free-kib-obrienlabs.txt (samples/meminfo-gb10-*.txt say how).
+
+def with_meminfo(facts, node: str, name: str):
+    """facts with `node`'s memory read from a meminfo sample (the full breakdown)."""
+    from inspection.parsers import parse_meminfo
+
+    mem = parse_meminfo(sample(name)).model_copy(update={"unified": True})
+    return {**facts, node: facts[node].model_copy(update={"memory": mem})}
+
+
+def test_memory_usable_is_memfree_plus_what_a_drop_reclaims_on_the_recorded_spark():
+    facts = with_meminfo(good_facts(), "spark-2", "meminfo-gb10-from-free-kib.txt")
+    plan = preflight.check(config(), facts, model_bytes=MODEL_BYTES)
+    # MemFree 118621120 + Buffers 2048 + Cached 2398796 - Shmem 20596 - Mapped 300000
+    # + SReclaimable 328000 (KiB)
+    assert plan.usable_memory_bytes["spark-2"] == (118621120 + 2408248) * 1024  # 115.4 GiB
+    assert plan.memory_budget_bytes["spark-2"] == int(0.8 * 125513720 * 1024)  # the claim
+
+
+def test_a_full_page_cache_after_the_model_copy_counts_what_the_drop_frees():
+    """Right after the 119 GB copy MemFree is 2.3 GiB; the drop the model commands run before
+    vLLM starts (hostscripts/models.py drop_page_cache) gives the cache back, and the finding
+    says so when the budget is still not met."""
+    facts = with_meminfo(good_facts(), "spark-2", "meminfo-gb10-after-model-copy.txt")
+    plan = preflight.check(config(), facts, model_bytes=MODEL_BYTES)
+    assert plan.usable_memory_bytes["spark-2"] == (2410182 + 118619186) * 1024  # 115.4 GiB, as before the copy
+    err = fail(config(vllm={"gpuMemoryUtilization": 0.99}), facts)
+    (finding,) = [f for f in only(err, "memory") if f.node == "spark-2"]
+    assert finding.fact.startswith(
+        "memory: MemFree 2.3 GiB + 113.1 GiB a page-cache drop reclaims (Cached 113.1 GiB - "
+        "Shmem 20 MiB - Mapped 293 MiB + Buffers 2 MiB + SReclaimable 320 MiB) = 115.4 GiB "
+        "usable by vLLM, below the budget 118.5 GiB = max(0.99 x MemTotal 119.7 GiB)")
+
+
+def test_page_cache_a_drop_cannot_free_is_not_usable():
+    """Failing before, passing after: with a 60 GiB model file mmapped by an allowed foreign
+    server, MemAvailable (what preflight counted before) still says 114.7 GiB, but the mapped
+    cache stays after a drop and CUDA on GB10 cannot have it: vLLM gets 55.4 GiB, less than
+    its 95.8 GiB claim."""
+    facts = with_meminfo(good_facts(), "spark-2", "meminfo-gb10-mapped-model.txt")
+    assert facts["spark-2"].memory.available_bytes >= int(0.8 * 125513720 * 1024)
+    err = fail(config(), facts, model_bytes=MODEL_BYTES)
+    (finding,) = only(err, "memory")
+    assert finding.node == "spark-2"
+    assert finding.fact.startswith(
+        "memory: MemFree 53.1 GiB + 2.3 GiB a page-cache drop reclaims (Cached 62.3 GiB - Shmem "
+        "20 MiB - Mapped 60.3 GiB + Buffers 2 MiB + SReclaimable 320 MiB) = 55.4 GiB usable by "
+        "vLLM, below the budget 95.8 GiB")
+    assert "Mapped 60.3 GiB (files mapped by processes) stay after a page-cache drop" in finding.fix
+
+
+def test_without_the_breakdown_memavailable_is_the_fallback_and_says_so():
+    err = fail(config(vllm={"gpuMemoryUtilization": 0.99}), good_facts())
+    (finding, _) = only(err, "memory")
+    assert finding.fact.startswith("memory: MemAvailable 114.8 GiB (the survey has no "
+                                   "MemFree/Cached breakdown) = 114.8 GiB usable by vLLM")
+
+
+def test_recon_keeps_the_page_cache_breakdown():
+    facts = facts_of(assemble(spark_sections(1, meminfo=sample("meminfo-gb10-after-model-copy.txt"))),
+                     names=("spark-1",))
+    assert facts["spark-1"].memory.free_bytes == 2410182 * 1024
+
+
+# -- the budget is KV-aware: weights per rank + the KV cache from the model's config.json
+
+def qwen_shape():
+    from inspection.memory_fit import shape_from_config
+    from tests.unit.inspection.model_configs import QWEN35_122B_A10B_FP8
+
+    return shape_from_config(QWEN35_122B_A10B_FP8)
+
+
+STAGING_VLLM = {"maxModelLen": 65536, "maxNumSeqs": 4, "kvCacheDtype": "fp8",
+                "speculativeConfig": {"method": "mtp", "num_speculative_tokens": 1}}
+
+
+def test_the_122b_with_the_staging_settings_fits_the_claim():
+    plan = preflight.check(config(vllm=STAGING_VLLM), good_facts(), model_bytes=MODEL_BYTES,
+                           shape=qwen_shape())
+    est = plan.memory_estimate
+    assert est is not None and est.kv_bytes_per_token == 6656
+    assert est.kv_cache_bytes == 1_744_830_464 and est.state_bytes == 927_203_328
+    # weights 55.4 GiB + KV 2.5 GiB + osReserve 8 GiB = 65.9 GiB: the 95.8 GiB claim decides
+    assert est.total_bytes == 59_500_000_000 + 2_672_033_792 + 8 * GIB
+    assert plan.memory_budget_bytes["spark-1"] == int(0.8 * 125513720 * 1024)
+
+
+def test_a_kv_cache_that_does_not_fit_fails_with_its_numbers():
+    vllm = {**STAGING_VLLM, "maxModelLen": 262144, "maxNumSeqs": 64}
+    err = fail(config(vllm=vllm), good_facts(), model_bytes=MODEL_BYTES, shape=qwen_shape())
+    finding = only(err, "memory")[0]
+    # 6656 B/token x 262144 x 64 = 104 GiB + 64 x 221.1 MiB of state = 13.8 GiB
+    assert ("weights 55.4 GiB (model 110.8 GiB/(tp 2 x pp 1)) + KV cache 117.8 GiB (64 x 262144 "
+            "tokens at fp8: 13 KV layers (incl. MTP) x 1 of 2 KV heads x 256 x 1 B (fp8) = 6656 "
+            "B/token/rank; 262144 tokens x 64 seqs; 36 linear-attention layers keep 221.1 MiB "
+            "state per sequence) + osReserve 8.0 GiB)" in finding.fact)
+    assert "below the budget 181.2 GiB" in finding.fact
+
+
+def test_kv_cache_memory_bytes_is_what_the_budget_counts():
+    vllm = {**STAGING_VLLM, "kvCacheMemoryBytes": 20 * GIB, "gpuMemoryUtilization": 0.5}
+    err = fail(config(vllm=vllm), good_facts(), model_bytes=240 * 10**9, shape=qwen_shape())
+    assert "+ KV cache 20.0 GiB (vllm.kvCacheMemoryBytes) + osReserve 8.0 GiB" in \
+        only(err, "memory")[0].fact
+
+
+def test_an_unreadable_model_config_is_a_warning_and_the_kv_is_not_counted():
+    from inspection.memory_fit import ModelShape
+
+    shape = ModelShape(problem="config.json: no num_hidden_layers")
+    plan = preflight.check(config(), good_facts(), model_bytes=MODEL_BYTES, shape=shape)
+    (warning,) = plan.warnings
+    assert warning.check == "memory" and warning.fact == (
+        "the memory budget does not count the KV cache: model shape unknown: config.json: no "
+        "num_hidden_layers")
+    assert plan.memory_estimate is not None and plan.memory_estimate.kv_held_bytes == 0
+
+
+def test_run_takes_the_shape_the_hub_lookup_read(monkeypatch):
+    from inspection import recon
+    from inspection.hub import ModelManifest
+    from tests.unit.conftest import COMMIT, MODEL_FILES
+
+    ModelManifest("Qwen/Qwen3.5-122B-A10B-FP8", "main", COMMIT, MODEL_FILES, qwen_shape())
+    monkeypatch.setattr(recon, "survey_all", lambda cfg, key_path=None, **kw: good_facts())
+    _, plan = preflight.run(config(vllm=STAGING_VLLM), model_bytes=MODEL_BYTES)
+    assert plan.memory_estimate is not None and plan.memory_estimate.kv_bytes_per_token == 6656
 
 
 def test_memory_held_by_the_stacks_own_containers_counts_as_usable():
