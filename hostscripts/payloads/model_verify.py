@@ -4,7 +4,7 @@
 # files crossed the fabric over plain HTTP from the head's seeder, so size is not enough.
 # Blobs already verified (same size and mtime as recorded in <cache>/.spark-vllm/verified-<repo dir>,
 # next to the cache's hub/ folder; one "<etag> <size> <mtime as seconds.nanoseconds>" line per blob, which recon's
-# hf_cache snippet also reads to spot a blob changed since) are not hashed again. argv = hf-cache-dir [--prune]; the manifest (hostscripts/models.py:
+# hf_cache snippet also reads to spot a blob changed since; it holds this commit's blobs only) are not hashed again. argv = hf-cache-dir [--prune]; the manifest (hostscripts/models.py:
 # model_manifest_json) on stdin. --prune deletes blobs whose content is wrong and succeeds (the
 # fetch that follows downloads them again); without it a wrong blob is deleted and the command
 # fails naming the file, so vLLM never starts on it and the next `up` copies it again.
@@ -65,6 +65,10 @@ for f in m["files"]:
         continue
     record[f["etag"]] = mark
     total += st.st_size
+# only this commit's blobs: a blob of another commit gone since (a wiped repo, a pruned cache)
+# must not count as changed for ever
+wanted = set(f["etag"] for f in m["files"])
+record = dict((e, v) for e, v in record.items() if e in wanted)
 os.makedirs(os.path.dirname(record_path), exist_ok=True)
 with open(record_path + ".new", "w") as fh:
     fh.writelines("%s %d %d.%09d\n" % (e, v[0], v[1] // 10**9, v[1] % 10**9)

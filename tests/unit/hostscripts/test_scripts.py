@@ -132,6 +132,29 @@ def test_recon_sees_a_verified_blob_changed_later_so_the_model_is_repaired(tmp_p
     assert seen().hf_cache[0].changed_blobs == 1
 
 
+def test_the_verified_record_holds_only_the_served_commits_blobs(tmp_path):
+    """After a revision change the old commit's blobs may go (a wiped repo restored with the
+    new commit only, a pruned cache): had the record kept them, recon would count them as
+    changed and plan a repair on every `up` (seen on the lab)."""
+    from inspection import parsers
+    from inspection.recon import snippet
+
+    old = _hf_cache(tmp_path, {"config.json": b"abc", "w.safetensors": b"12345"}, "a" * 40)
+    ok = subprocess.run(["sh", "-c", models.model_verify(str(tmp_path), "org/m", "a" * 40, old)],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    new = _hf_cache(tmp_path, {"config.json": b"abc", "w.safetensors": b"67890"}, "b" * 40)
+    ok = subprocess.run(["sh", "-c", models.model_verify(str(tmp_path), "org/m", "b" * 40, new)],
+                        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0, ok.stderr
+    record = (tmp_path / ".spark-vllm" / "verified-models--org--m").read_text().split("\n")
+    assert sorted(line.split()[0] for line in record if line) == sorted(f.etag for f in new)
+    (tmp_path / "hub" / "models--org--m" / "blobs" / old[1].etag).unlink()  # the old weights go
+    out = subprocess.run(["bash", "-c", snippet("hf_cache.sh"), "_", str(tmp_path)],
+                         capture_output=True, text=True, timeout=30)
+    assert parsers.parse_hf_cache(out.stdout)[0].changed_blobs == 0
+
+
 def test_sync_prunes_a_corrupted_blob_before_copying(tmp_path):
     """The prune step of model_sync/model_fetch: a wrong blob goes, the command succeeds (the
     copy that follows fetches the file again)."""
