@@ -58,12 +58,17 @@ _SYSTEM_TREES = ("/etc", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/share", "/us
                  "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys",
                  "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/root/.ssh")
 MAX_RAY_BYTES = 64 * GIB  # a Spark has 128 GB of unified memory: Ray must not take half
+# Upper bounds of vLLM's sizes: far above any real setting on a Spark, low enough that a typo
+# (an extra few digits) is refused here rather than met by vLLM at start-up.
+MAX_KV_CACHE_BYTES = 512 * GIB
+MAX_TOKENS = 2**24  # --max-model-len, --max-num-batched-tokens (16M tokens)
+MAX_NUM_SEQS = 65536
 # vLLM flags the stack sets from typed keys: extraArgs may not set them again (it would override
 # what the stack validated), so the message names the key to use instead.
 OWNED_FLAGS = {
     "--host": "spark-vllm:vllm.host", "--port": "spark-vllm:vllm.port",
     "--api-key": "the secret spark-vllm:vllmApiKey",
-    "--trust-remote-code": "nothing: the stack never runs a model's own code",
+    "--trust-remote-code": "the stack: off, it never runs a model's own code",
     "--model": "spark-vllm:model.repo", "--revision": "spark-vllm:model.revision",
     "--served-model-name": "spark-vllm:vllm.servedModelName",
     "--tensor-parallel-size": "spark-vllm:vllm.tensorParallelSize",
@@ -95,6 +100,28 @@ OWNED_FLAGS = {
     "--chat-template": "spark-vllm:vllm.chatTemplate (a template shipped in config/recipes_data/)",
 }
 
+
+
+def owned_flag(arg: str) -> str | None:
+    """The OWNED_FLAGS entry `arg` would set in vLLM's parser, or None.
+
+    vLLM's parser (vllm/utils/argparse_utils.py FlexibleArgumentParser, an argparse parser with
+    its default allow_abbrev) reads `--api_key` as `--api-key`, `--speculative-config.x` as a
+    key of `--speculative-config`, and an unambiguous prefix (`--hos`) as the whole flag; each
+    of those spellings is matched here too."""
+    if not arg.startswith("-") or arg in ("-", "--"):
+        return None
+    name = arg.split("=", 1)[0]
+    if name in OWNED_FLAGS:
+        return name
+    if not name.startswith("--"):
+        return None
+    name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+    if name in OWNED_FLAGS:
+        return name
+    prefixed = [f for f in OWNED_FLAGS if f.startswith("--") and f.startswith(name)]
+    # more than one: vLLM refuses the ambiguous abbreviation itself
+    return prefixed[0] if len(name) > 3 and len(prefixed) == 1 else None
 
 class _Model(BaseModel):
     model_config = ConfigDict(
@@ -449,11 +476,11 @@ class ServeSettings(_Model):
     `None` in a recipe: the recipe does not set it. One definition and one validation for both."""
 
     gpu_memory_utilization: float | None = None
-    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024)
-    max_model_len: int | None = Field(default=None, ge=16)
-    max_num_seqs: int | None = Field(default=None, ge=1)
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024, le=MAX_KV_CACHE_BYTES)
+    max_model_len: int | None = Field(default=None, ge=16, le=MAX_TOKENS)
+    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_NUM_SEQS)
     # --max-num-batched-tokens: the tokens one engine step schedules (prefill chunks + decodes)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
     kv_cache_dtype: str | None = None
     enable_prefix_caching: bool | None = None
     load_format: str | None = None
@@ -505,12 +532,18 @@ class ServeSettings(_Model):
     @classmethod
     def _extra(cls, v: list[str] | None) -> list[str] | None:
         for arg in v or ():
-            flag = arg.split("=", 1)[0]
-            if flag in OWNED_FLAGS:
-                raise ValueError(
-                    f"expected flags the stack does not set itself; {flag} is owned by "
-                    f"{OWNED_FLAGS[flag]} (set that key: the stack validates it there)"
-                )
+            flag = owned_flag(arg)
+            if flag is not None:
+                owner = OWNED_FLAGS[flag]
+                how = (" (set that key: the stack validates it there)"
+                       if owner.startswith(("spark-vllm:", "the secret")) else "")
+                spelled = "" if arg.split("=", 1)[0] == flag else f" (as {arg.split('=', 1)[0]!r})"
+                raise ValueError(f"expected flags the stack does not set itself; {flag}{spelled} "
+                                 f"is owned by {owner}{how}")
+            if arg.split("=", 1)[0] == "--config":
+                raise ValueError("expected flags the stack does not set itself; --config reads "
+                                 "flags from a file the stack cannot check: give them here or "
+                                 "in their typed keys")
             if any(ord(c) < 32 for c in arg):
                 raise ValueError(f"expected arguments without control characters, got {arg!r}")
         return v
@@ -604,7 +637,7 @@ class VllmConfig(ServeSettings):
     stack file does not set: an explicit stack-file key wins over the recipe, the recipe over
     the defaults here (config/recipes.py; the recipe's env is merged likewise in validate.py)."""
 
-    served_model_name: str
+    served_model_name: str = Field(max_length=128)
     # A recipe shipped in config/recipes_data/ (its file name without .yaml)
     recipe: str | None = None
     tensor_parallel_size: int | None = Field(default=None, ge=1)  # None: every GPU / pp
@@ -615,7 +648,7 @@ class VllmConfig(ServeSettings):
     # The KV cache's size in bytes (vLLM's --kv-cache-memory-bytes): when set, vLLM sizes the
     # cache to exactly this and ignores gpuMemoryUtilization. vLLM's CPU build (the lab) reads
     # gpuMemoryUtilization as a fraction of ALL memory per worker, so the lab sets this instead.
-    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024)
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024, le=MAX_KV_CACHE_BYTES)
     kv_cache_dtype: str = "auto"
     enable_prefix_caching: bool = True
     load_format: str = "auto"

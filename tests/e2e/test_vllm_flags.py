@@ -22,6 +22,7 @@ import yaml
 
 from components.vllm_server import serve_argv, serve_chat_template
 from config import StackConfig
+from config.models import VllmConfig
 from hostscripts.vllm import CHAT_TEMPLATE
 from lab.deployments import LAB, ROOT
 
@@ -78,9 +79,20 @@ def test_every_stack_files_argv_is_accepted_and_a_bad_flag_is_refused(lab_cfg):
         assert serve_chat_template(_stack_config(name).vllm) is None, name
     template = serve_chat_template(_stack_config("prod").vllm)
     bad = [*argvs["dev"], "--bogus-flag"]
-    results = _parse_in_image(lab_cfg, [*argvs.values(), bad], template)
-    assert len(results) == 4, results
+    # spellings vLLM's parser reads as the flags the stack owns (underscores, an abbreviation, a
+    # dotted key): the config refuses each, and the real parser shows why it must
+    sneaky = ["--hos", "10.9.9.9", "--api_key=leaked", "--trust_remote"]
+    for arg in ("--hos", "--api_key=leaked", "--trust_remote"):
+        with pytest.raises(ValueError, match="is owned by"):
+            VllmConfig.model_validate({"extraArgs": [arg]})
+    results = _parse_in_image(lab_cfg, [*argvs.values(), bad, [*argvs["dev"], *sneaky]], template)
+    assert len(results) == 5, results
     for (name, argv), got in zip(argvs.items(), results, strict=False):
-        assert got == {"ok": True}, (name, argv, got)
+        assert got["ok"] is True, (name, argv, got)
+        assert got["values"]["api_key"] is None and got["values"]["trust_remote_code"] is False
     assert results[3]["ok"] is False
     assert results[3]["error"] == "vllm serve: error: unrecognized arguments: --bogus-flag"
+    assert results[4]["ok"] is True, results[4]
+    assert results[4]["values"]["host"] == "10.9.9.9"  # the last --host wins: the stack's is moot
+    assert results[4]["values"]["api_key"] == ["leaked"]
+    assert results[4]["values"]["trust_remote_code"] is True

@@ -1,6 +1,7 @@
 """Runs INSIDE the lab's serving image (python3 of its venv): vLLM's own `vllm serve` parser on
-each argv of a JSON list read from stdin; prints one JSON line per argv: {"ok": true} or
-{"ok": false, "error": "<the parser's last stderr line>"}. Nothing is started.
+each argv of a JSON list read from stdin; prints one JSON line per argv: {"ok": true, "values":
+{...}} (the parsed host, port, api_key and trust_remote_code) or {"ok": false, "error": "<the
+parser's last stderr line>"}. Nothing is started.
 
 The parser is the one `vllm serve` builds (vllm.entrypoints.launchers.cli_args in vLLM 0.32.0),
 followed by the same validation `vllm serve` runs on the parsed arguments.
@@ -30,7 +31,8 @@ def check(argv):
         return {"ok": False, "error": lines[-1] if lines else "exit"}
     except Exception as exc:  # a validation error: the message is the answer
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    return {"ok": True}
+    values = {k: getattr(args, k, None) for k in ("host", "port", "api_key", "trust_remote_code")}
+    return {"ok": True, "values": values}
 
 
 for argv in json.load(sys.stdin):

@@ -114,6 +114,29 @@ WEAKENING = [
      "spark-vllm:vllm.extraArgs", "spark-vllm:vllm.port"),
     ("args-trust-remote-code", {"vllm.extraArgs": ["--trust-remote-code"]},
      "spark-vllm:vllm.extraArgs", "never runs a model's own code"),
+    # the spellings vLLM's parser reads as those flags (tests/e2e/test_vllm_flags.py shows it)
+    ("args-api-key-underscore", {"vllm.extraArgs": ["--api_key=x"]},
+     "spark-vllm:vllm.extraArgs", "--api-key (as '--api_key') is owned by the secret"),
+    ("args-host-abbreviated", {"vllm.extraArgs": ["--hos", "0.0.0.0"]},
+     "spark-vllm:vllm.extraArgs", "--host (as '--hos') is owned by spark-vllm:vllm.host"),
+    ("args-trust-abbreviated", {"vllm.extraArgs": ["--trust_remote"]},
+     "spark-vllm:vllm.extraArgs", "--trust-remote-code (as '--trust_remote') is owned by the "
+                                  "stack: off, it never runs a model's own code"),
+    ("args-dotted-key", {"vllm.extraArgs": ["--speculative-config.revision", "main"]},
+     "spark-vllm:vllm.extraArgs", "--speculative-config (as '--speculative-config.revision') is "
+                                  "owned by spark-vllm:vllm.speculativeConfig"),
+    ("max-model-len-huge", {"vllm.maxModelLen": 2**62},
+     "spark-vllm:vllm.maxModelLen", "less than or equal to 16777216"),
+    ("max-num-seqs-huge", {"vllm.maxNumSeqs": 10**9},
+     "spark-vllm:vllm.maxNumSeqs", "less than or equal to 65536"),
+    ("max-num-batched-tokens-huge", {"vllm.maxNumBatchedTokens": 2**40},
+     "spark-vllm:vllm.maxNumBatchedTokens", "less than or equal to 16777216"),
+    ("kv-cache-bytes-huge", {"vllm.kvCacheMemoryBytes": 2**62},
+     "spark-vllm:vllm.kvCacheMemoryBytes", "less than or equal to 549755813888"),
+    ("served-name-long", {"vllm.servedModelName": "m" * 200},
+     "spark-vllm:vllm.servedModelName", "at most 128 characters"),
+    ("args-config-file", {"vllm.extraArgs": ["--config", "/tmp/flags.yaml"]},
+     "spark-vllm:vllm.extraArgs", "--config reads flags from a file the stack cannot check"),
     ("port-seeder", {"vllm.port": 18472}, "spark-vllm:vllm.port", "the stack's seeders'"),
     ("ray-port-seeder", {"ray.port": 18471}, "spark-vllm:ray.port", "the stack's seeders'"),
     ("port-bool", {"ray.port": True}, "spark-vllm:ray.port", "expected an integer"),
@@ -284,3 +307,14 @@ def test_speculative_drafter_from_another_repo_or_with_its_own_revision_is_refus
     raw["vllm"]["speculativeConfig"] = {"method": "mtp", "num_speculative_tokens": 1}
     assert validate_config(raw).vllm.speculative_config == {"method": "mtp",
                                                            "num_speculative_tokens": 1}
+
+
+@pytest.mark.parametrize("arg", ["--moe-backend", "--chat-template-content-format=string",
+                                 "--reasoning-parser-plugin", "--tokenizer-revision", "-O3",
+                                 "--enable", "main", "-"])
+def test_flags_the_stack_does_not_own_pass_extra_args(arg):
+    """Longer flags that start like an owned one, a value, and an abbreviation that is
+    ambiguous among the owned flags (vLLM refuses that one itself) are not owned."""
+    from config.models import owned_flag
+
+    assert owned_flag(arg) is None
