@@ -78,7 +78,9 @@ class ContainerFacts(_Facts):
     image: str
     image_id: str = ""
     state: str = ""  # running, exited, ...
-    memory_bytes: int = 0  # from docker stats (0 when not running)
+    # its cgroup's usage minus the inactive page cache, what docker stats shows (recon's
+    # container_memory section); 0 when not running or unknown
+    memory_bytes: int = 0
     labels: dict[str, str] = Field(default_factory=dict)
 
     @property

@@ -8,10 +8,10 @@ tests/fixtures/gb10/ (see INDEX.md there for their sources and quirks).
 
 Lines end only at '\n' (what the node's shell prints): `str.splitlines` also breaks at '\r',
 '\x1c'-'\x1e', '\x85', '\u2028' ..., so a name holding one of them would become two records.
-The survey's own listings (HF cache, stopped markers, GPU runtime, vLLM liveness) are read in
-their exact format: a line that does not match it is refused, never guessed at. Their snippets
-never print a name that is not printable ASCII; they print a `skip\t<name in printf %q form>`
-record instead (see `skipped_names`).
+The survey's own listings (HF cache, stopped markers, GPU runtime, vLLM liveness, container
+memory) are read in their exact format: a line that does not match it is refused, never guessed
+at. Their snippets never print a name that is not printable ASCII; they print a
+`skip\t<name in printf %q form>` record instead (see `skipped_names`).
 """
 
 from __future__ import annotations
@@ -611,6 +611,59 @@ def parse_docker_stats_json(text: str) -> dict[str, int]:
         if ident:
             usage[ident] = value
     return usage
+
+
+_CGROUP_MEMORY = re.compile(
+    r"(?P<id>[0-9a-f]{64}) (?P<version>v1|v2) (?P<usage>\S+) (?P<inactive>\S+)")
+_CGROUP_UNAVAILABLE = re.compile(r"(?P<id>[0-9a-f]{64}) unavailable (?P<why>[\x20-\x7e]+)")
+_COUNTER = re.compile(r"[0-9]{1,20}")
+
+
+def parse_container_memory(text: str) -> tuple[dict[str, int], dict[str, str]]:
+    """The survey's own container_memory section -> ({full container ID: memory bytes},
+    {full container ID: why its memory is unknown}).
+
+    One line per running container (inspection/snippets/container_memory.sh):
+
+        <id> v2 <memory.current> <inactive_file>
+        <id> v1 <memory.usage_in_bytes> <total_inactive_file>
+        <id> unavailable <why>
+
+    The memory is the usage minus the inactive page cache, what `docker stats` shows as MEM
+    USAGE (the docker CLI's calculateMemUsageUnixNoCache). An inactive count above the usage
+    (the two counters are read a moment apart) gives 0, never a negative size (docker's CLI
+    shows the whole usage then; 0 never overstates what stopping a container frees). A counter
+    that is not a number makes that container's memory unknown; `skip\t<%q>` records (an ID
+    docker printed that is not 64 hex digits) are left out; any other line is refused.
+    """
+    kind = "container memory (cgroup counters)"
+    usage: dict[str, int] = {}
+    unknown: dict[str, str] = {}
+    for line in _nonblank(text):
+        if _skip_record(line.split("\t")):
+            continue
+        gone = _CGROUP_UNAVAILABLE.fullmatch(line)
+        m = _CGROUP_MEMORY.fullmatch(line) if gone is None else None
+        found = gone or m
+        if found is None:
+            raise ParseError(kind, "line is not '<64-hex id> v1|v2 <usage> <inactive>' or "
+                                   "'<64-hex id> unavailable <why>'", line)
+        ident = found.group("id")
+        if ident in usage or ident in unknown:
+            raise ParseError(kind, f"container {ident[:12]} is listed twice", line)
+        if m is None:
+            unknown[ident] = found.group("why")
+            continue
+        counters = ("memory.current", "inactive_file") if m.group("version") == "v2" else (
+            "memory.usage_in_bytes", "total_inactive_file")
+        bad = [name for name, value in zip(counters, (m.group("usage"), m.group("inactive")),
+                                           strict=True) if not _COUNTER.fullmatch(value)]
+        if bad:
+            unknown[ident] = (f"{bad[0]} is not a number" if len(bad) == 1
+                              else f"{' and '.join(bad)} are not numbers")
+            continue
+        usage[ident] = max(0, int(m.group("usage")) - int(m.group("inactive")))
+    return usage, unknown
 
 
 def parse_docker_images_json(text: str) -> list[ImageFacts]:

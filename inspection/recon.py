@@ -47,7 +47,7 @@ from config import NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.paths import STOPPED_DIR, VLLM_PID
 from inspection import parsers as p
-from inspection.facts import ContainerFacts, DockerFacts, NodeFacts, OsFacts
+from inspection.facts import DockerFacts, NodeFacts, OsFacts
 from inspection.parsers import ParseError
 
 try:  # ConfigError's base: the Pulumi CLI prints the message of a RunError without a traceback
@@ -62,6 +62,7 @@ MARKER_PREFIX = "=== spark-vllm:"  # what every marker starts with, this run's o
 # section -> (seconds, the tool whose absence empties it)
 COMMAND_TIMEOUT = 10
 DOCKER_TIMEOUT = 20
+CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 
 
 class ReconError(Exception):
@@ -112,8 +113,9 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str) -> str:
         f"# node: {node.name}",
         "main() {",
         f"SV_NONCE={_check_nonce(nonce)}",  # a shell variable only: not exported to any command
-        # Sections run concurrently (each read-only and independent; `docker stats` alone takes
-        # seconds) and are printed in start order, so a node costs its slowest section.
+        # Sections run concurrently (each read-only and independent) and are printed in start
+        # order, so a node costs its slowest section. Container memory is read from the cgroup
+        # counters (container_memory.sh), not `docker stats`: that samples for about 2 seconds.
         snippet("survey.sh").rstrip("\n"),
         f"sv_run clock_start {COMMAND_TIMEOUT} date +%s.%N",
         f"sv_bg os_release {COMMAND_TIMEOUT} cat /etc/os-release",
@@ -134,14 +136,17 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str) -> str:
         f"sv_bg rdma_link {COMMAND_TIMEOUT} rdma link",
         f"sv_bg docker_info {DOCKER_TIMEOUT} docker info --format '{{{{json .}}}}'",
         f"sv_bg docker_ps {DOCKER_TIMEOUT} docker ps -a --no-trunc --format '{{{{json .}}}}'",
-        f"sv_bg docker_stats {DOCKER_TIMEOUT} docker stats --no-stream --format '{{{{json .}}}}'",
+        f"sv_bg container_memory {DOCKER_TIMEOUT} bash -c {q(snippet('container_memory.sh'))} "
+        f"_ {q(CGROUP_ROOT)}",
         f"sv_bg docker_images {DOCKER_TIMEOUT} docker images --no-trunc --format '{{{{json .}}}}'",
         f"sv_bg gpu_runtime {COMMAND_TIMEOUT} bash -c {q(snippet('gpu_runtime.sh'))}",
         f"sv_bg vllm_serve {DOCKER_TIMEOUT} bash -c {q(snippet('vllm_serve.sh'))} _ {q(VLLM_PID)}",
         f"sv_bg stopped {COMMAND_TIMEOUT} bash -c {q(snippet('stopped.sh'))} _ {q(STOPPED_DIR)}",
         f"sv_bg hf_cache {DOCKER_TIMEOUT} bash -c {q(snippet('hf_cache.sh'))} _ {q(cache_dir)}",
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
-        f"sv_bg host_keys {COMMAND_TIMEOUT} bash -c 'cat /etc/ssh/ssh_host_*_key.pub'",
+        # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
+        # stays as it is and cat says so, as before
+        f"sv_bg host_keys {COMMAND_TIMEOUT} cat /etc/ssh/ssh_host_*_key.pub",
         "wait",
         'cat "$SV_DIR"/out.*',
         f"sv_run clock_end {COMMAND_TIMEOUT} date +%s.%N",
@@ -261,11 +266,11 @@ def _strip_added_newline(lines: list[str]) -> str:
 T = TypeVar("T")
 
 # the sections whose snippets print `skip\t<%q name>` records (inspection/parsers.py)
-SKIP_SECTIONS = ("hf_cache", "stopped", "gpu_runtime", "vllm_serve")
+SKIP_SECTIONS = ("hf_cache", "stopped", "gpu_runtime", "vllm_serve", "container_memory")
 
 _TOOL = {"nvidia_smi": "nvidia-smi", "nvidia_smi_query": "nvidia-smi",
          "nvidia_smi_list": "nvidia-smi", "ibdev2netdev": "ibdev2netdev", "rdma_link": "rdma",
-         "docker_info": "docker", "docker_ps": "docker", "docker_stats": "docker",
+         "docker_info": "docker", "docker_ps": "docker", "container_memory": "docker",
          "docker_images": "docker", "ip_addr": "ip"}
 
 
@@ -436,15 +441,16 @@ def _docker_facts(r: _Reader) -> DockerFacts | None:
         return None
     evidence = r.parse("gpu_runtime", p.parse_gpu_runtime) or []
     containers = r.parse("docker_ps", p.parse_docker_ps_json) or []
-    usage = r.parse("docker_stats", p.parse_docker_stats_json) or {}
+    usage, unknown = r.parse("container_memory", p.parse_container_memory) or ({}, {})
     images = r.parse("docker_images", p.parse_docker_images_json) or []
-
-    def memory_of(c: ContainerFacts) -> int:
-        if c.name in usage:
-            return usage[c.name]
-        return next((v for k, v in usage.items() if len(k) >= 12 and c.id.startswith(k)), 0)
-
-    containers = [c.model_copy(update={"memory_bytes": memory_of(c)}) for c in containers]
+    # both sections carry full IDs (`docker ps --no-trunc`); a container without counters holds
+    # 0 bytes here, as every container did when `docker stats` failed, and the section says why
+    containers = [c.model_copy(update={"memory_bytes": usage.get(c.id, 0)}) for c in containers]
+    if unknown:
+        names = {c.id: c.name for c in containers}
+        r.unreadable["container_memory"] = printable(
+            "memory unknown (counted as 0 bytes) for " + "; ".join(
+                f"{names.get(ident, ident[:12])} ({why})" for ident, why in unknown.items()))
     return info.model_copy(update={
         "gpu_support": info.gpu_support or any(e.startswith(("hook ", "cdi ")) for e in evidence),
         "containers": containers,

@@ -23,10 +23,12 @@ sv_run() {  # <section> <seconds> <command...>
   fi
   echo
   echo "=== spark-vllm:$SV_NONCE:stderr:$name ==="
-  head -c 2000 "$err"; echo
+  [ ! -s "$err" ] || head -c 2000 "$err"  # most sections print no error: no `head` for them
+  echo
   echo "=== spark-vllm:$SV_NONCE:end:$name rc=$rc ==="
 }
 sv_bg() {  # sv_run in the background; after `wait` the outputs are printed in start order
   SV_N=$((SV_N + 1))
-  sv_run "$@" >"$SV_DIR/out.$(printf %03d "$SV_N")" &
+  printf -v SV_OUT %03d "$SV_N"  # not $(printf ...): that forks a subshell per section
+  sv_run "$@" >"$SV_DIR/out.$SV_OUT" &
 }

@@ -105,7 +105,7 @@ def meminfo(total_kib: int, available_kib: int) -> str:
 # free-kib-obrienlabs.txt (a real Spark): total 125513720 KiB, available 120425308 KiB
 SPARK_TOTAL_KIB = 125513720
 SPARK_AVAILABLE_KIB = 120425308
-SEED_HELD_KIB = int((68.2 + 11.4 + 11.7) * 1024**2)  # docker-stats-json-seed.txt, in KiB
+SEED_HELD_KIB = int((68.2 + 11.4 + 11.7) * 1024**2)  # cgroup-memory-seed.txt (as docker stats), KiB
 
 
 def spark_sections(n: int = 1, *, seed: bool = False, **override) -> dict:
@@ -134,7 +134,7 @@ def spark_sections(n: int = 1, *, seed: bool = False, **override) -> dict:
         "rdma_link": gb10("rdma-link-sean70653-gb10.txt"),
         "docker_info": sample("docker-info-json-spark.txt"),
         "docker_ps": sample("docker-ps-json-seed.txt") if seed else "",
-        "docker_stats": sample("docker-stats-json-seed.txt") if seed else "",
+        "container_memory": sample("cgroup-memory-seed.txt") if seed else "",
         "docker_images": sample("docker-images-json-seed.txt"),
         "gpu_runtime": "cdi /etc/cdi/nvidia.yaml",
         "vllm_serve": "",  # no stack head container on the node yet

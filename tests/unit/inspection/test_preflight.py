@@ -459,11 +459,13 @@ def test_memory_held_by_the_stacks_own_containers_counts_as_usable():
         SPARK_TOTAL_KIB,
         meminfo,
     )
-    ours = ('{"ID":"ab12","Names":"spark-vllm-ray-worker","Image":"x","State":"running",'
+    worker = "ab12" * 16
+    ours = (f'{{"ID":"{worker}","Names":"spark-vllm-ray-worker","Image":"x","State":"running",'
             '"Labels":"spark-vllm.managed=true,spark-vllm.role=ray-worker"}')
-    stats = '{"Name":"spark-vllm-ray-worker","ID":"ab12","MemUsage":"91.3GiB / 121.7GiB"}'
+    held = round(91.3 * 1024**3)  # what docker stats showed as 91.3GiB, read from the cgroup
+    counters = f"{worker} v2 {held + 4096 * 1000} {4096 * 1000}"
     low = meminfo(SPARK_TOTAL_KIB, SPARK_AVAILABLE_KIB - SEED_HELD_KIB)
-    preflight.check(config(), good_facts(docker_ps=ours, docker_stats=stats, meminfo=low))
+    preflight.check(config(), good_facts(docker_ps=ours, container_memory=counters, meminfo=low))
     err = fail(config(), good_facts(meminfo=low))
     assert only(err, "memory")
 

@@ -37,7 +37,7 @@ def test_recon_script_is_pure_and_has_every_section():
     for section in ("clock_start", "os_release", "dgx_release", "uname", "meminfo",
                     "nvidia_smi_query", "nvidia_smi", "nvidia_smi_list", "ip_addr",
                     "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
-                    "docker_info", "docker_ps", "docker_stats", "docker_images", "gpu_runtime",
+                    "docker_info", "docker_ps", "container_memory", "docker_images", "gpu_runtime",
                     "vllm_serve", "stopped", "hf_cache", "disk", "host_keys", "clock_end"):
         # the clock readings bracket the run; everything between runs concurrently
         launcher = "sv_run" if section.startswith("clock_") else "sv_bg"
@@ -125,7 +125,7 @@ def test_missing_tools_become_empty_facts():
     sections = spark_sections(1, nvidia_smi_query=missing, nvidia_smi=missing,
                               nvidia_smi_list=missing, ibdev2netdev=("", 127),
                               rdma_link=("", 127), docker_info=("", 127), docker_ps=("", 127),
-                              docker_stats=("", 127), docker_images=("", 127))
+                              container_memory=("", 127), docker_images=("", 127))
     facts = parse(assemble(sections))
     assert facts.gpus == [] and facts.roce == [] and facts.docker is None
     assert facts.memory.unified is False

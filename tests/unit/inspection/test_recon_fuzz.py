@@ -99,7 +99,7 @@ SECTION_NAMES = sorted({n for b in BASES for n in b.names})
 # fact groups and the sections each depends on: the unit of "equal to the clean output"
 GPU = {"nvidia_smi_query", "nvidia_smi", "nvidia_smi_list"}
 DOCKER = {"docker_info"}
-DOCKER_READS = {"docker_ps", "docker_stats", "docker_images", "gpu_runtime"}
+DOCKER_READS = {"docker_ps", "container_memory", "docker_images", "gpu_runtime"}
 GROUPS: dict[str, tuple[Callable[[NodeFacts], Any], set[str]]] = {
     "uname": (lambda f: (f.hostname, f.os.kernel, f.os.arch), {"uname"}),
     "os_release": (lambda f: (f.os.id, f.os.version_id, f.os.pretty_name), {"os_release"}),
@@ -118,7 +118,7 @@ GROUPS: dict[str, tuple[Callable[[NodeFacts], Any], set[str]]] = {
     "containers": (lambda f: f.docker and [(c.id, c.name, c.image, c.state, c.labels)
                                            for c in f.docker.containers], DOCKER | {"docker_ps"}),
     "container_memory": (lambda f: f.docker and [c.memory_bytes for c in f.docker.containers],
-                         DOCKER | {"docker_ps", "docker_stats"}),
+                         DOCKER | {"docker_ps", "container_memory"}),
     "images": (lambda f: f.docker and f.docker.images, DOCKER | {"docker_images"}),
     "vllm_serve": (lambda f: f.vllm_serve, {"vllm_serve"}),
     "stopped": (lambda f: f.stopped_by, {"stopped"}),
