@@ -128,6 +128,8 @@ def cmd_down(args) -> None:
     remove_host_net()
     if os.path.isdir(LAB):
         rmtree_robust(LAB)
+    with contextlib.suppress(OSError):  # the nodes' mount point of their own /var/lib/spark-vllm
+        os.rmdir("/var/lib/spark-vllm")  # (empty on the host; left alone if anything is in it)
     if problems:
         die("lab down: everything else is removed, but " + "; ".join(problems) +
             " -- run `lab.py down` again once those processes have exited")

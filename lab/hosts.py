@@ -2,7 +2,8 @@
 
 A node is a network namespace (svl-spark-i) plus a mount + UTS namespace anchored by a holder
 process (`sleep infinity`). Its /run, /etc (overlay), /usr/local/sbin (the stand-ins), /tmp and
-/root (with the HF cache /root/.cache/huggingface in it) are bound from
+/root (with the HF cache /root/.cache/huggingface in it) and /var/lib/spark-vllm (the stack's
+own folder: Ray token, compile caches) are bound from
 /var/lib/spark-vllm-lab/spark-i, /dev/shm is its own tmpfs, and its Docker data-root is bound
 from the cache (/root/.cache/spark-vllm/lab/nodes/spark-i/docker), so pulled image layers outlive
 `down`. `up` checks these mounts on every running node and rebuilds a node whose mounts are wrong.
@@ -53,6 +54,8 @@ from lab.util import (
 )
 
 NODE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# The folder the stack keeps on each node (hostscripts/paths.py: /var/lib/spark-vllm/...)
+STACK_DIR = "/var/lib/spark-vllm"
 
 
 # --------------------------------------------------------------------------- namespaces
@@ -100,7 +103,7 @@ def start_holder(name: str, i: int) -> int:
     """
     d = node_dir(name)
     for sub in ("run/sshd", "docker", "logs", "sysfs", "etc-upper", "etc-work", "tmp",
-                "root/.cache/huggingface"):
+                "root/.cache/huggingface", "var-lib-spark-vllm"):
         os.makedirs(os.path.join(d, sub), exist_ok=True)
     os.chmod(os.path.join(d, "tmp"), 0o1777)
     os.chmod(os.path.join(d, "root"), 0o700)
@@ -127,6 +130,11 @@ def start_holder(name: str, i: int) -> int:
     ]
     if i > 0:  # root's home (and with it the HF cache /root/.cache/huggingface) is the node's own
         steps.append(f"mount --bind {q(d + '/root')} /root")
+        # the stack's own folder on a Spark (the Ray token, the compile caches, the records of
+        # stopped containers: hostscripts/paths.py) is the node's own too; shared, three nodes
+        # writing the token at once raced (seen: `mv: cannot stat .../auth-token.new`)
+        steps += [f"mkdir -p {STACK_DIR}",
+                  f"mount --bind {q(d + '/var-lib-spark-vllm')} {STACK_DIR}"]
     steps.append("exec sleep infinity")
     argv = ["nsenter", f"--net=/var/run/netns/{netns(name)}", "unshare", "--mount", "--uts",
             "--propagation", "private", "--", "/bin/sh", "-c", " && ".join(steps)]
@@ -176,7 +184,7 @@ def mount_problems(name: str, i: int, pid: int) -> list:
         bad.append("/sys/class/net is not the node's sysfs")
     binds = {"/run": d + "/run", "/usr/local/sbin": d + "/bin", "/tmp": d + "/tmp"}
     if i > 0:
-        binds.update({"/root": d + "/root",
+        binds.update({"/root": d + "/root", STACK_DIR: d + "/var-lib-spark-vllm",
                       d + "/docker": os.path.join(node_cache(name), "docker")})
         # the HF cache is the node's own as long as nothing is mounted between /root and it
         for m in ("/root/.cache", "/root/.cache/huggingface", "/root/.cache/huggingface/hub"):

@@ -59,3 +59,18 @@ def test_up_repairs_a_node_without_its_own_dev_shm_or_hf_cache(lab):
     finally:
         lab.ssh(a, f"rm -f {HF}/hub/lab-a-probe", check=False)
         shutil.rmtree(shared, ignore_errors=True)
+
+
+def test_the_stacks_own_folder_is_private_per_node(lab):
+    """/var/lib/spark-vllm (the Ray token, the compile caches, the records of stopped
+    containers) is each node's own, as on separate machines: shared, three nodes writing the
+    Ray token at once raced."""
+    a, b = list(lab.nodes)[:2]
+    probe = "/var/lib/spark-vllm/lab-private-probe"
+    lab.ssh(a, f"echo {a} > {probe}")
+    try:
+        assert lab.ssh(a, f"cat {probe}").stdout.strip() == a
+        assert lab.ssh(b, f"test -e {probe} && echo shared || echo own").stdout.strip() == "own"
+        assert not os.path.exists(probe), "the host sees a node's /var/lib/spark-vllm"
+    finally:
+        lab.ssh(a, f"rm -f {probe}")
