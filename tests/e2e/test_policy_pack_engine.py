@@ -5,10 +5,12 @@ virtualenv) given as `--policy-pack policies`: the CLI runs it through the Pytho
 against the resources the project's program registers after a live recon of the lab.
 
   (a) the dev stack, with the dev pack config, previews with no mandatory violation;
-  (b) the stack config of tests/policies/stack_breaking_rules_1_7_8.yaml, applied with
+  (b) the stack config of tests/policies/stack_breaking_rules_1_7.yaml, applied with
       `d.set(...)` over the lab's dev config, passes the program's own validation and preflight,
-      and the preview fails on exactly the pack's memory-fit, ray-not-exposed and vllm-api-key
-      (a key in plaintext in the stack file).
+      and the preview fails on exactly the pack's memory-fit and ray-not-exposed;
+  (c) rule 8 (vllm-api-key) has no config the program accepts that breaks it: a key in
+      plaintext in the stack file is refused by the program's own validation, before the pack
+      sees any resource.
 
 Previews only: nothing is created on the hosts (asserted).
 """
@@ -32,7 +34,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.engine]
 HEAD, WORKER = "spark-1", "spark-2"
 PACK = ROOT / "policies"
 DEV_PACK_CONFIG = ROOT / "policies" / "config.dev.json"
-BREAKING = ROOT / "tests" / "policies" / "stack_breaking_rules_1_7_8.yaml"
+BREAKING = ROOT / "tests" / "policies" / "stack_breaking_rules_1_7.yaml"
 # keys the lab owns (its host keys and image): never taken from the data file
 LAB_OWNED = {"nodes[0].hostKey", "nodes[1].hostKey", "image.ref", "image.plainHttpRegistry",
              "ssh.knownHostsFile"}
@@ -127,13 +129,11 @@ def test_dev_stack_previews_with_the_pack(deployment, pack_venv):
 _BREAKING: dict = {}
 
 
-def test_config_breaking_rules_1_7_8_fails_naming_them(deployment, pack_venv, tmp_path):
+def test_config_breaking_rules_1_7_fails_naming_them(deployment, pack_venv, tmp_path):
     d = deployment
     data = yaml.safe_load(BREAKING.read_text())
     pack_config = tmp_path / "pack-config.json"
-    # the pack reads the stack file (vllm-api-key's plaintext check) from the deployment's copy
-    pack_conf = {**data["policyPackConfig"], "vllm-api-key": {"projectDir": str(d.workdir)}}
-    pack_config.write_text(json.dumps(pack_conf))
+    pack_config.write_text(json.dumps(data["policyPackConfig"]))
     changed = apply_stack_config(d, data["stackConfig"]["config"])
     print("applied:", changed)
     before = d.snapshot()
@@ -141,7 +141,7 @@ def test_config_breaking_rules_1_7_8_fails_naming_them(deployment, pack_venv, tm
     ok, text, policy = _preview_with_pack(d, pack_config)
     violations = _violations(policy)
     _BREAKING.update(data=data, text=text, violations=violations)
-    assert not ok, "the preview passed with a config breaking rules 1, 7 and 8"
+    assert not ok, "the preview passed with a config breaking rules 1 and 7"
     # the program's own validation and preflight accepted the config: the pack refused it
     assert "preflight failed" not in text and "reconnaissance failed" not in text, text[-3000:]
     assert not re.search(r"spark-vllm:[\w.\[\]]+: got ", text), text[-3000:]
@@ -154,8 +154,17 @@ def test_config_breaking_rules_1_7_8_fails_naming_them(deployment, pack_venv, tm
     assert d.snapshot() == before
 
 
-def test_rule_8_vllm_api_key_is_named_too():
-    assert _BREAKING, "the breaking preview did not run"
-    fragment = _BREAKING["data"]["expectViolations"]["vllm-api-key"]
-    assert any(fragment in m for m in _BREAKING["violations"].get("vllm-api-key", [])), \
-        _BREAKING["violations"]
+def test_rule_8_a_plaintext_api_key_is_refused_by_the_program_before_the_pack(deployment,
+                                                                              pack_venv):
+    d = deployment
+    before = d.snapshot()
+    d.set("vllmApiKey", "sk-lab-plaintext-key-in-the-stack-file")
+    try:
+        ok, text, policy = _preview_with_pack(d, DEV_PACK_CONFIG)
+    finally:
+        d.stack.remove_config("spark-vllm:vllmApiKey")
+    assert not ok
+    assert ("spark-vllm:vllmApiKey: set in plaintext; expected a secret (pulumi config set "
+            "--secret vllmApiKey ...)") in text, text[-3000:]
+    assert _violations(policy) == {}  # no resource registered: nothing for the pack to judge
+    assert d.snapshot() == before
