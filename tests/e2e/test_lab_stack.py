@@ -305,6 +305,43 @@ def test_one_byte_changed_on_the_worker_is_found_and_repaired(deployment, lab_cf
     d.run("preview", expect_no_changes=True)
 
 
+def _metric(text: str, name: str) -> float:
+    """The sum of a Prometheus counter over its label sets in vLLM's /metrics."""
+    values = [float(m.group(1)) for m in re.finditer(
+        rf"^{re.escape(name)}(?:{{[^}}]*}})? ([0-9.eE+-]+)$", text, re.M)]
+    assert values, f"{name} not in /metrics"
+    return sum(values)
+
+
+def test_pinned_commit_serves_a_drafter_offline_from_the_served_commit(deployment, lab_cfg):
+    """Issue 16: vLLM gives a drafter its own revision (default None), not --revision. The stack
+    is pinned to the first commit by now while the nodes' refs/main names the other one, so an
+    unpinned drafter would load the other commit's weights (drafts, none accepted: measured
+    with this vLLM). The stack pins it to the served commit: vLLM serves offline with
+    `draft_model` from the same repo, and every draft is accepted (draft == target)."""
+    d = deployment
+    commit = d.stack.outputs()["modelCommit"].value
+    refs_main = d.ssh(WORKER, "cat /root/.cache/huggingface/hub/models--spark-lab--tiny-moe/refs/main")
+    assert refs_main.strip() != commit, "the test needs refs/main on another commit"
+    d.set("vllm.speculativeConfig.method", "draft_model")
+    d.set("vllm.speculativeConfig.model", lab_cfg["model"]["repo"])
+    d.set("vllm.speculativeConfig.num_speculative_tokens", 1)
+    d.run("up")
+    ops = d.ops()
+    assert "vllm-serve" in ops and not any(k.startswith(("ray-", "image-", "model-")) for k in ops), ops
+    argv = d.ssh(HEAD, "docker exec spark-vllm-ray-head sh -c 'tr \"\\000\" \" \" "
+                       "< /proc/$(cat /run/spark-vllm/vllm-serve.pid)/cmdline'")
+    assert f'"revision":"{commit}"' in argv, argv
+    for prompt in ("Say hello", "Count to five", "Name a colour"):
+        assert complete(d, prompt)
+    _, text = http(d.endpoint().rsplit("/v1", 1)[0] + "/metrics", key=d.api_key())
+    drafted = _metric(text, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = _metric(text, "vllm:spec_decode_num_accepted_tokens_total")
+    print(f"[observed] drafter pinned to {commit[:12]}: {accepted:.0f}/{drafted:.0f} drafts accepted")
+    assert drafted > 0 and accepted == drafted, (accepted, drafted)
+    d.run("preview", expect_no_changes=True)
+
+
 def test_destroy_keeps_model_cache_and_foreign_containers(deployment):
     d = deployment
     d.run("destroy")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import shlex
 
 import pulumi
@@ -312,6 +313,11 @@ def test_api_key_only_as_secret_never_on_a_command_line(build, mocks):
         assert fetch["logging"] == "none"
         # the key reaches vLLM through a file inside the container, read by the launching shell
         assert "VLLM_API_KEY=$(cat /run/spark-vllm/api-key)" in serve["create"]
+        # ...and vLLM's Ray executor is told not to copy it to the workers' processes: the
+        # list written just before ray_non_carry_over_env_vars.json
+        before = serve["create"].split("ray_non_carry_over_env_vars.json")[0]
+        keep = json.loads(re.findall(r'\[(?:"[A-Z_]+"(?:, )?)+\]', before)[-1])
+        assert "VLLM_API_KEY" in keep and "NCCL_IB_HCA" in keep, keep
 
     return settled(h).apply(check)
 
