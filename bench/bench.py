@@ -530,7 +530,7 @@ def report(res: dict, path: Path) -> None:
         f"Written by `make bench` ({res['started']}, {res['duration_min']} min) on the lab: "
         f"{env['cpus']} cores, {env['mem_gib']} GiB, kernel {env['kernel']}, Pulumi {env['pulumi']}. "
         "Every figure was measured in this run next to its baseline. The lab simulates the Sparks "
-        "(network namespaces, veth fabric at MTU 9000, no RDMA, a vLLM stand-in on real Ray, a "
+        "(network namespaces, veth fabric at MTU 9000, no RDMA, the real vLLM's CPU build on real Ray, a "
         f"{fmt_bytes(res['model_bytes'])} model): the times are this machine's, the counts and byte "
         "totals are the product's behaviour. Raw numbers: `docs/benchmarks.json`.",
         "",
