@@ -22,7 +22,7 @@ export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION := true
 export PATH := $(CACHE)/toolchain/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_CACHE_DIR ?= $(CACHE)/pip
 
-.PHONY: help setup venv toolchain toolchain-bundle lint test test-unit demo lab-up lab-down lab-seed recon bench promote
+.PHONY: help setup venv toolchain toolchain-bundle lint test test-unit demo lab-up lab-down lab-seed recon bench bench-serve promote
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -82,6 +82,10 @@ recon: venv ## survey the stack's nodes and print the side-by-side table
 
 bench: setup ## measure change costs, fan-out and scaling on the lab -> docs/benchmarks.md (~18 min)
 	$(PY) bench/bench.py $(BENCH_ARGS)
+
+bench-serve: venv ## vLLM's own serving benchmark against a deployed stack -> docs/serving-bench.md (STACK=dev)
+	$(PY) -m pip install -q -r bench/requirements.txt
+	$(PY) bench/serve.py --stack $(STACK) $(BENCH_SERVE_ARGS)
 
 promote: venv ## promote verified artifacts: FROM=dev TO=staging [PROMOTE_ARGS="--yes|--dry-run"]
 	$(VENV)/bin/spark-vllm-promote --from $(FROM) --to $(TO) $(PROMOTE_ARGS)

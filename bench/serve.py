@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""`make bench-serve STACK=dev`: what the deployed stack serves, measured with vLLM's own benchmark.
+
+Runs `vllm bench serve` (it ships in the serving image) inside the head's Ray container against
+the stack's own vLLM on 127.0.0.1, at concurrencies 1, 4 and 16 (--concurrency to change) on a
+fixed random dataset (seed 0), and writes:
+
+  docs/serving-bench.md    a table per concurrency: output tok/s, TTFT and ITL p50/p99, with the
+                           stack's model commit, image and recipe; the community's published
+                           figures for the 122B model on two Sparks next to it, as references
+  docs/serving-bench.json  the same numbers (and vLLM's raw result per run)
+  docs/serving-bench.png   throughput and latency against concurrency
+
+The API key never leaves the head: the benchmark reads it from the root-only file the stack
+wrote inside the container (hostscripts/paths.py VLLM_KEY) into its own environment
+(OPENAI_API_KEY, which vLLM's benchmark sends as the Bearer token). The node is reached with
+the stack's pinned host key, like recon (config/ssh.py). Stack outputs are read with
+`pulumi stack output --json` (no secrets).
+
+Exit codes: 0 written, 1 a run failed (its output printed), 2 config/usage problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from config import ConfigError, StackConfig  # noqa: E402
+from config.ssh import known_hosts_line  # noqa: E402
+from hostscripts.common import repo_dir  # noqa: E402
+from hostscripts.paths import HF_MOUNT, VLLM_KEY  # noqa: E402
+from inspection.recon import ssh_argv  # noqa: E402
+from tools.recon_report import last_up_outputs, load_stack_config  # noqa: E402
+
+HEAD_CONTAINER = "spark-vllm-ray-head"
+CONCURRENCIES = (1, 4, 16)
+INPUT_LEN, OUTPUT_LEN = 128, 64
+# Published figures next to ours, quoted from their sources, not measured here. No public
+# measurement of Qwen3.5-122B-A10B-FP8 at TP 2 on two Sparks was found (2026-12); the closest:
+REFERENCES: list[dict[str, str]] = [
+    {"what": "Qwen3.5-122B-A10B NVFP4, 2x Spark, expert parallel 2 (Atlas runtime), batch 1",
+     "figure": "~51 tok/s decode (max_model_len 4096)",
+     "url": "https://github.com/spark-arena/sparkrun (registry: official-recipes/qwen3.5/atlas/"
+            "qwen3.5-122b-a10b-nvfp4-ep2-atlas.yaml)"},
+    {"what": "Qwen3.8-Flash-Next FP8, vLLM TP 2 over RoCE, 2x Spark",
+     "figure": "30.17 output tok/s single stream, 140.3 at concurrency 16; TTFT p50 481 ms "
+               "(256 tokens in)",
+     "url": "https://github.com/0xBakeer/inference-atlas/pull/112"},
+    {"what": "Qwen3-235B-A22B GPTQ-Int4, vLLM Ray TP 2 EP 2, 2x Spark",
+     "figure": "17.0 tok/s single stream, 36.4 aggregate at 4",
+     "url": "https://conselara.dev/notes/dgx-spark-benchmarks/"},
+]
+def say(msg: str) -> None:
+    print(f"== {msg}", flush=True)
+
+
+def bench_script(served: str, tokenizer: str, port: int, concurrency: int, prompts: int) -> str:
+    """On the head: one `vllm bench serve` run inside the head container; prints its JSON."""
+    inner = " ".join(
+        [
+            f"OPENAI_API_KEY=$(cat {VLLM_KEY}); export OPENAI_API_KEY;",
+            "out=$(mktemp -d);",
+            "vllm bench serve --backend openai",
+            f"--base-url http://127.0.0.1:{port} --endpoint /v1/completions",
+            f"--model {shlex.quote(served)} --tokenizer {shlex.quote(tokenizer)}",
+            f"--dataset-name random --random-input-len {INPUT_LEN} "
+            f"--random-output-len {OUTPUT_LEN}",
+            f"--num-prompts {prompts} --max-concurrency {concurrency} --seed 0",
+            "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99",
+            "--save-result --result-dir \"$out\" --result-filename r.json >&2",
+            "&& cat \"$out/r.json\"; rc=$?; rm -rf \"$out\"; exit $rc",
+        ]
+    )
+    return f"set -eu\ndocker exec {HEAD_CONTAINER} sh -c {shlex.quote(inner)}\n"
+
+
+def run_on_head(cfg: StackConfig, key: str, script: str, timeout: float) -> str:
+    head = cfg.nodes[0]
+    with tempfile.TemporaryDirectory(prefix="spark-vllm-bench-") as tmp:
+        known = os.path.join(tmp, "known_hosts")
+        Path(known).write_text(known_hosts_line(head))
+        argv = ssh_argv(cfg, head, key_path=key, known_hosts=known)
+        done = subprocess.run(argv, input=script, capture_output=True, text=True,
+                              timeout=timeout)
+    if done.returncode != 0:
+        raise RuntimeError(f"the benchmark failed on {head.name} (rc {done.returncode}):\n"
+                           f"{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def summarize(raw: dict[str, Any]) -> dict[str, Any]:
+    keys = ("completed", "failed", "duration", "output_throughput", "request_throughput",
+            "p50_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "p50_e2el_ms",
+            "p99_e2el_ms", "max_concurrency", "num_prompts")
+    return {k: raw.get(k) for k in keys}
+
+
+def render(res: dict[str, Any]) -> str:
+    lines = [
+        "# Serving benchmark (`make bench-serve`)",
+        "",
+        "Written by bench/serve.py from one run: vLLM's own `vllm bench serve` inside the head's "
+        "container against the stack's vLLM, random prompts of "
+        f"{INPUT_LEN} tokens in and {OUTPUT_LEN} out, seed 0, {res['prompts_per_level']} "
+        "prompts per concurrency level.",
+        "",
+        f"- stack `{res['stack']}`, model `{res['model']}` at commit `{res['commit']}`, "
+        f"served as `{res['served']}`",
+        f"- image `{res['image']}`",
+        f"- recipe `{res.get('recipe') or '-'}`; measured {res['date']}",
+    ]
+    if res.get("cpu_build"):
+        lines += ["", f"**CPU build of vLLM** (the image reports `{res['image_probe']}`): these "
+                  "figures show the benchmark working end to end (the lab: a 1 M-parameter model, "
+                  "tensor parallel 2 over gloo, 2 shared cores), not what a Spark does. On real "
+                  "Sparks the same command gives the headline."]
+    lines += ["", "| concurrency | completed / failed | output tok/s | TTFT p50 / p99 ms | "
+              "ITL p50 / p99 ms |", "|---|---|---|---|---|"]
+    for r in res["runs"]:
+        s = r["summary"]
+
+        def ms(a: Any, b: Any) -> str:
+            return f"{a:.1f} / {b:.1f}" if isinstance(a, int | float) and isinstance(
+                b, int | float) else "-"
+        lines.append(f"| {r['concurrency']} | {s['completed']} / {s['failed']} | "
+                     f"{s['output_throughput']:.1f} | {ms(s['p50_ttft_ms'], s['p99_ttft_ms'])} | "
+                     f"{ms(s['p50_itl_ms'], s['p99_itl_ms'])} |")
+    lines += ["", "![throughput and latency against concurrency](serving-bench.png)", "",
+              "## References (published, not measured here)", ""]
+    lines += ["No public measurement of this exact model at TP 2 on two Sparks was found; the "
+              "closest published figures:", "", "| setup | figure | source |", "|---|---|---|"]
+    for ref in REFERENCES:
+        lines.append(f"| {ref['what']} | {ref['figure']} | {ref['url']} |")
+    lines += ["", "Raw numbers: [serving-bench.json](serving-bench.json). Rerun: "
+              f"`make bench-serve STACK={res['stack']}`.", ""]
+    return "\n".join(lines)
+
+
+def plot(res: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    conc = [r["concurrency"] for r in res["runs"]]
+    s = [r["summary"] for r in res["runs"]]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    a.plot(conc, [x["output_throughput"] for x in s], marker="o")
+    a.set(xscale="log", xlabel="concurrency", ylabel="output tok/s", title="throughput")
+    for key, label in (("p50_ttft_ms", "TTFT p50"), ("p99_ttft_ms", "TTFT p99"),
+                       ("p50_itl_ms", "ITL p50"), ("p99_itl_ms", "ITL p99")):
+        b.plot(conc, [x[key] or 0 for x in s], marker="o", label=label)
+    b.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="ms", title="latency")
+    b.legend(fontsize=8)
+    fig.suptitle(f"{res['served']} ({'CPU build' if res.get('cpu_build') else res['stack']})")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, metadata={"Software": None})
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--stack", default="dev")
+    ap.add_argument("--key", help="ssh private key file (default spark-vllm:ssh.privateKeyPath)")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=list(CONCURRENCIES))
+    ap.add_argument("--prompts", type=int, default=0,
+                    help="prompts per level (default 8 x concurrency, at least 16)")
+    ap.add_argument("--out", default=str(ROOT / "docs"), help="folder for the page, JSON, PNG")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per level")
+    args = ap.parse_args(argv)
+    try:
+        cfg = load_stack_config(args.stack, ROOT)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    outputs, why = last_up_outputs(args.stack)
+    if outputs is None:
+        print(f"bench-serve: the stack has no outputs to benchmark ({why}); run `pulumi up` "
+              "first", file=sys.stderr)
+        return 2
+    key = os.path.expanduser(args.key or cfg.ssh.private_key_path)
+    commit = str(outputs.get("modelCommit", ""))
+    tokenizer = f"{HF_MOUNT}/hub/{repo_dir(cfg.model.repo)}/snapshots/{commit}"
+    image = (outputs.get("imageIds") or {}).get(cfg.nodes[0].name, "?")
+    res: dict[str, Any] = {
+        "stack": args.stack, "model": cfg.model.repo, "commit": commit,
+        "served": cfg.vllm.served_model_name, "image": image,
+        "recipe": getattr(cfg.vllm, "recipe", None),
+        "image_probe": (outputs.get("imageProbe") or {}).get(cfg.nodes[0].name, ""),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": [],
+    }
+    res["cpu_build"] = "+cpu" in res["image_probe"]
+    for c in sorted(set(args.concurrency)):
+        prompts = args.prompts or max(16, 8 * c)
+        res["prompts_per_level"] = prompts
+        say(f"vllm bench serve, concurrency {c}, {prompts} prompts")
+        try:
+            out = run_on_head(cfg, key, bench_script(cfg.vllm.served_model_name, tokenizer,
+                                                     cfg.vllm.port, c, prompts), args.timeout)
+            raw = json.loads(out.strip().splitlines()[-1] if out.strip() else "{}")
+        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+            print(f"bench-serve: {exc}", file=sys.stderr)
+            return 1
+        summary = summarize(raw)
+        if not summary.get("completed") or summary.get("failed"):
+            print(f"bench-serve: {summary.get('failed')} of {prompts} requests failed at "
+                  f"concurrency {c}", file=sys.stderr)
+            return 1
+        print(json.dumps(summary), flush=True)
+        raw.pop("latencies", None)
+        raw.pop("queue_times", None)
+        res["runs"].append({"concurrency": c, "summary": summary, "raw": raw})
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "serving-bench.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")
+    (out_dir / "serving-bench.md").write_text(render(res))
+    plot(res, out_dir / "serving-bench.png")
+    say(f"wrote {out_dir}/serving-bench.md, .json, .png")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
