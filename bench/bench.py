@@ -43,6 +43,7 @@ import config  # noqa: E402
 from components import model_cache  # noqa: E402
 from hostscripts import common, models  # noqa: E402
 from inspection import recon  # noqa: E402
+from inspection.hub import ModelFile  # noqa: E402
 from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
 from lab.deployments import (  # noqa: E402
     Deployment,
@@ -398,9 +399,11 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
         f"docker pull -q {shlex.quote(image)} >/dev/null", timeout=600)
     lab("ssh", WORKER, "sh", "-c", f"docker pull -q {shlex.quote(image)} >/dev/null", timeout=600)
     manifest = models.model_manifest_json(BENCH_REPO, BENCH_COMMIT, BENCH_COMMIT,
-                                           [{"path": "weights.bin", "size": size, "etag": etag}], seed_ip)
-    start = models.model_seeder_start(image, cache, BENCH_REPO, seed_ip, labels, [WORKER], BENCH_COMMIT)
-    stop = models.model_seeder_stop([WORKER], BENCH_COMMIT, image)
+                                           [ModelFile("weights.bin", size, etag)],
+                                           [models.Seed(seed_ip, dst_ip)])
+    start = models.model_seeder_start(image, cache, BENCH_REPO, [seed_ip], labels, [WORKER],
+                                      BENCH_COMMIT)
+    stop = models.model_seeder_stop([WORKER], BENCH_COMMIT, image, [seed_ip])
     sync = models.model_sync(image, cache, labels)
     product, raw, fixed = [], [], []
     try:

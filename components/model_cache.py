@@ -10,6 +10,10 @@ Why this shape:
 * The other nodes get the files over the fabric from a short-lived, read-only seeder on the
   head, and only the files whose blob they do not have (hostscripts/models.py), so a new
   revision moves just the changed files and a new node never causes a second hub download.
+* Both ConnectX-7 twins carry the copy: the seeder listens on each head twin a worker pairs
+  with, and each worker's manifest lists those addresses with its own twin in the same fabric
+  subnet (`seeds_for`; by index where no subnet is known). Only twins recon saw with carrier
+  count, at plan time; the sync drops a twin that does not answer and goes on over the others.
 * A verify step on every node checks every file of the commit with its size.
 * Unified memory: on every node where the model moved (and was read again by the verify), the
   page cache is dropped before Ray and vLLM start (`drop-cache-<node>`, hostscripts/models.py:
@@ -26,6 +30,7 @@ Why this shape:
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -33,9 +38,11 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_command import remote
 
+from components.nccl import carrier_up
 from components.spark_node import Cluster, SparkNode
 from config import ModelConfig
 from hostscripts.models import (
+    Seed,
     drop_page_cache,
     model_fetch,
     model_manifest_json,
@@ -45,6 +52,42 @@ from hostscripts.models import (
     model_verify,
 )
 from inspection.hub import ModelManifest, cache_intact
+
+
+def seeds_for(
+    head: SparkNode, node: SparkNode, subnets: Sequence[str] = ()
+) -> list[Seed]:
+    """The head's seeder addresses `node` pulls from: for each of the node's carrier-up twins
+    (in its config order), the head's carrier-up twin in the same fabric subnet, or, where the
+    twin's address is in none of `subnets`, the head's twin at the same index. Each head address
+    once. No pair at all: the head's primary address, the source left to the kernel (the
+    single-stream copy of before)."""
+    nets = [ipaddress.IPv4Network(s) for s in subnets]
+
+    def net(ip: str) -> ipaddress.IPv4Network | None:
+        return next((n for n in nets if ipaddress.IPv4Address(ip) in n), None)
+
+    head_up = carrier_up(head)
+    head_ifaces = [f.interface for f in head.node.fabric]
+    out: list[Seed] = []
+    for iface, ip in carrier_up(node):
+        mine = net(ip)
+        if mine is not None:
+            peer = next((hip for _h, hip in head_up if net(hip) == mine), None)
+        else:
+            i = [f.interface for f in node.node.fabric].index(iface)
+            peer = next((hip for h, hip in head_up
+                         if head_ifaces.index(h) == i and net(hip) is None), None)
+        if peer is not None and all(s.ip != peer for s in out):
+            out.append(Seed(peer, ip))
+    return out or [Seed(head.fabric_ip)]
+
+
+def seeder_binds(head: SparkNode, seeds: Sequence[Sequence[Seed]]) -> list[str]:
+    """Every head address some worker pulls from, in the head's twin order."""
+    used = {s.ip for node_seeds in seeds for s in node_seeds}
+    order = [f.ip for f in head.node.fabric]
+    return sorted(used, key=lambda ip: order.index(ip) if ip in order else len(order))
 
 
 def repair_token(now: Callable[[], int] = time.time_ns) -> str:
@@ -75,6 +118,8 @@ class ModelCacheArgs:
     image_ids: Mapping[str, pulumi.Input[str]]  # per node: the serving image (huggingface_hub)
     labels: Mapping[str, str]  # ownership labels for helper containers
     hf_token: pulumi.Output[str] | None = None
+    # nccl.fabricSubnets: which twins of a worker and of the head share a subnet (seeds_for)
+    fabric_subnets: Sequence[str] = ()
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -166,12 +211,14 @@ class ModelCache(pulumi.ComponentResource):
         a, head, workers = self._args, self._args.cluster.head, self._args.cluster.workers
         targets = [n.name for n in workers]
         again = self._again(workers)
+        seeds = {n.name: seeds_for(head, n, a.fabric_subnets) for n in workers}
+        binds = seeder_binds(head, list(seeds.values()))
         start = head.command(
             f"{name}-seed",
             self,
             create=self._image(head).apply(
                 lambda image: model_seeder_start(
-                    image, a.model.cache_dir, a.model.repo, head.fabric_ip,
+                    image, a.model.cache_dir, a.model.repo, binds,
                     self._labels("model-seeder"), targets, a.manifest.commit,
                 )
             ),
@@ -179,11 +226,12 @@ class ModelCache(pulumi.ComponentResource):
             ignore_changes=again.ignore_changes,
             depends_on=[self.fetch],
         )
-        manifest = model_manifest_json(
-            a.model.repo, a.manifest.commit, a.model.revision, a.manifest.files, head.fabric_ip
-        )
         for node in workers:
             node_again = self._again([node])
+            manifest = model_manifest_json(
+                a.model.repo, a.manifest.commit, a.model.revision, a.manifest.files,
+                seeds[node.name],
+            )
             self.syncs[node.name] = node.command(
                 f"{name}-sync-{node.name}",
                 self,
@@ -200,7 +248,7 @@ class ModelCache(pulumi.ComponentResource):
             f"{name}-seed-stop",
             self,
             create=self._image(head).apply(
-                lambda image: model_seeder_stop(targets, a.manifest.commit, image)
+                lambda image: model_seeder_stop(targets, a.manifest.commit, image, binds)
             ),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,

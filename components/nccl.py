@@ -120,7 +120,7 @@ def docker_extras(nccl: NcclConfig) -> DockerExtras:
     return DockerExtras(devices=["/dev/infiniband"], cap_add=["IPC_LOCK"], memlock_unlimited=True)
 
 
-def _carrier_up(node: SparkNode) -> list[tuple[str, str]]:
+def carrier_up(node: SparkNode) -> list[tuple[str, str]]:
     """(interface, address) of the node's fabric twins whose link recon saw up."""
     out = []
     for f in node.node.fabric:
@@ -140,14 +140,14 @@ def fabric_pairs(nccl: NcclConfig, cluster: Cluster, node: SparkNode) -> list[Fa
         return next((n for n in subnets if ipaddress.IPv4Address(ip) in n), None)
 
     pairs = []
-    for iface, ip in _carrier_up(node):
+    for iface, ip in carrier_up(node):
         net = subnet(ip)
         if net is None:
             continue
         for peer in cluster.nodes:
             if peer is node:
                 continue
-            pairs += [FabricPair(iface, peer.name, peer_ip) for _i, peer_ip in _carrier_up(peer)
+            pairs += [FabricPair(iface, peer.name, peer_ip) for _i, peer_ip in carrier_up(peer)
                       if subnet(peer_ip) == net]
     return pairs
 

@@ -140,6 +140,7 @@ def build_stack(
             image_ids=image.image_ids,
             labels=labels,
             hf_token=secrets.hf_token,
+            fabric_subnets=cfg.nccl.fabric_subnets,
         ),
         opts=pulumi.ResourceOptions(depends_on=[image]),
     )

@@ -2,9 +2,12 @@
 over the fabric from a read-only seeder, verified on every node.
 
 The head downloads with the serving image's huggingface_hub (payloads/snapshot_download.py,
-the token on stdin); a seeder container serves the head's cache folder on its fabric address
-(payloads/model_seeder.py); every other node pulls only the files whose blob it lacks
-(payloads/model_sync.py, manifest on stdin); the seeder is stopped by a last command.
+the token on stdin); a seeder container serves the head's cache folder read-only on each of its
+carrier-up fabric addresses (payloads/model_seeder.py, HTTP with byte ranges); every other node
+pulls only the files whose blob it lacks (payloads/model_sync.py, manifest on stdin), over every
+twin it shares with the head at once: big files as byte ranges, small ones whole, a few streams
+per twin, a twin that does not answer dropped for the others. The seeder is stopped by a last
+command.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from hostscripts.common import image_id, label_flags, payload, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, MODEL_SEEDER, SEED_TIMEOUT_SECONDS
@@ -21,6 +25,21 @@ _SNAPSHOT_PY = payload("snapshot_download.py")
 _MODEL_SEEDER_PY = payload("model_seeder.py")
 _SYNC_PY = payload("model_sync.py")
 _VERIFY_PY = payload("model_verify.py")
+
+# The sync's pieces: files above this size are fetched as byte ranges of it, spread over the
+# twins; the rest whole. Two streams per twin: one TCP stream does not fill a 100G twin.
+SYNC_CHUNK_BYTES = 128 << 20
+SYNC_STREAMS_PER_SEED = 2
+# How long the sync waits for a first seeder address to answer (the seeder may be starting).
+SYNC_WAIT_SECONDS = 120
+
+
+class Seed(NamedTuple):
+    """One address of the head's seeder as a node reaches it: `ip` on the head, `via` the node's
+    own twin in the same subnet (the streams' source address; None: the kernel's choice)."""
+
+    ip: str
+    via: str | None = None
 
 
 def verify_manifest_json(repo: str, commit: str, files: Iterable[ModelFile]) -> str:
@@ -82,17 +101,21 @@ def model_seeder_start(
     image: str,
     cache_dir: str,
     repo: str,
-    bind_ip: str,
+    bind_ips: Sequence[str],
     labels: Mapping[str, str],
     targets: Sequence[str],
     commit: str,
 ) -> str:
-    """On the head: serve the repo's cache folder read-only over HTTP on the fabric address.
+    """On the head: serve the repo's cache folder read-only over HTTP on each fabric address in
+    `bind_ips` (the head's carrier-up twins, primary first), one listener each, same port.
 
     `targets` and `commit` are in the text so the seeder runs again whenever a pull will.
     """
+    if not bind_ips:
+        raise ValueError("model_seeder_start: no fabric address to listen on")
     image = image_id(image)  # the daemon's answer: its exact form before any shell
     root = f"{HF_MOUNT}/hub/{repo_dir(repo)}"
+    binds = ",".join(bind_ips)
     return "\n".join(
         [
             "set -eu",
@@ -101,21 +124,24 @@ def model_seeder_start(
             f"docker run -d --rm --name {MODEL_SEEDER} --network host {label_flags(labels)} "
             f"-v {q(cache_dir)}:{HF_MOUNT}:ro --entrypoint timeout {q(image)} "
             f"{SEED_TIMEOUT_SECONDS} python3 -c {q(_MODEL_SEEDER_PY)} "
-            f"{q(bind_ip)} {MODEL_SEED_PORT} {q(root)} >/dev/null",
-            f"echo model seeder on {bind_ip}:{MODEL_SEED_PORT}",
+            f"{q(binds)} {MODEL_SEED_PORT} {q(root)} >/dev/null",
+            f"echo model seeder on {' '.join(f'{ip}:{MODEL_SEED_PORT}' for ip in bind_ips)}",
         ]
     )
 
 
-def model_seeder_stop(targets: Sequence[str], commit: str, image: str) -> str:
-    """Stops what model_seeder_start started. Carries the same inputs (targets, commit and the
-    image the seeder runs): an image change re-runs the start, and without the image here the
-    stop would not run again and the seeder would stay up after the update."""
+def model_seeder_stop(
+    targets: Sequence[str], commit: str, image: str, bind_ips: Sequence[str]
+) -> str:
+    """Stops what model_seeder_start started. Carries the same inputs (targets, commit, the
+    image the seeder runs and the addresses it listens on): an image change re-runs the start,
+    and without the image here the stop would not run again and the seeder would stay up after
+    the update."""
     image = image_id(image)  # read back from the head's daemon, and it lands in a comment line
     return "\n".join(
         [
             "set -eu",
-            f"# commit {commit} for: {' '.join(targets)} image: {image}",
+            f"# commit {commit} for: {' '.join(targets)} image: {image} on: {','.join(bind_ips)}",
             f"docker rm -f {MODEL_SEEDER} >/dev/null 2>&1 || true",
             "echo model seeder stopped",
         ]
@@ -123,16 +149,22 @@ def model_seeder_stop(targets: Sequence[str], commit: str, image: str) -> str:
 
 
 def model_manifest_json(
-    repo: str, commit: str, revision: str, files: Iterable[ModelFile], seed_ip: str
+    repo: str, commit: str, revision: str, files: Iterable[ModelFile], seeds: Sequence[Seed]
 ) -> str:
-    """The stdin of a sync command: what to fetch, from where, at which commit."""
+    """The stdin of a sync command: what to fetch, from where (every seeder address the node
+    pairs with one of its twins, in the node's twin order), at which commit, in which pieces."""
+    if not seeds:
+        raise ValueError("model_manifest_json: no seeder address")
     return json.dumps(
         {
             "repoDir": repo_dir(repo),
             "commit": commit,
             "revision": revision,
-            "seedIp": seed_ip,
+            "seeds": [{"ip": s.ip, "via": s.via} for s in seeds],
             "seedPort": MODEL_SEED_PORT,
+            "chunkBytes": SYNC_CHUNK_BYTES,
+            "streamsPerSeed": SYNC_STREAMS_PER_SEED,
+            "waitSeconds": SYNC_WAIT_SECONDS,
             "files": [{"path": f.path, "size": f.size, "etag": f.etag} for f in files],
         },
         sort_keys=True,
@@ -140,7 +172,8 @@ def model_manifest_json(
 
 
 def model_sync(image: str, cache_dir: str, labels: Mapping[str, str]) -> str:
-    """On another node: pull missing/changed files from the head's seeder (manifest on stdin).
+    """On another node: pull missing/changed files from the head's seeder (manifest on stdin),
+    over every twin the manifest lists at once (payloads/model_sync.py says how).
 
     Files land in the Hugging Face cache layout (blobs named by etag, snapshot symlinks, refs), so
     a later revision moves only the files whose content changed. Blobs whose content is not

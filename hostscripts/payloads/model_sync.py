@@ -1,50 +1,251 @@
 # Model sync (the serving image's python, on every other node): reads a manifest on stdin
 # (hostscripts/models.py: model_manifest_json) and pulls from the head's seeder exactly the files
 # whose blob is missing or of the wrong size, into the HF cache layout (blobs by etag, snapshot
-# symlinks, the ref when the revision is not the commit). Prints {"files", "bytesMoved"}.
+# symlinks, the ref when the revision is not the commit).
+#
+# Every fabric twin at once: `seeds` lists the head's seeder addresses, each with this node's
+# own twin in the same subnet (`via`, the source address the streams bind to). Files larger than
+# `chunkBytes` are cut into byte ranges (HTTP Range, answered 206 by model_seeder.py), smaller
+# ones are whole-file GETs; the pieces are dealt to the seeds in manifest order, each to the
+# seed with the fewest bytes so far (one big safetensors file goes over both twins, small files
+# alternate), and `streamsPerSeed` threads per seed fetch their seed's share.
+# Before any transfer every seed is probed (TCP connect) until one answers (up to `waitSeconds`,
+# 120: the seeder may still be starting), then 3 s more for the rest. A seed that does not answer, or
+# whose stream breaks later, is dropped with a stderr line naming it and its pieces go to the
+# others; no seed left is fatal, with the errors. An HTTP answer other than the expected one
+# (404, a size other than the manifest's) or a local write error (a full disk) is fatal at once:
+# another twin would meet the same.
+#
+# Nothing half-written is ever visible under a blob name: a file's pieces are written (pwrite)
+# into `<blob>.incomplete`, sized up front; it is renamed onto the blob only when every piece
+# arrived with exactly its length and the file has the manifest's size. After a failure the
+# `.incomplete` files of unfinished blobs are removed. Prints a line per file finished (bytes
+# and rate per seed), then {"files", "bytesMoved", "bytesBySeed"} as the last line.
 # The lines above are not sent to the node.
 
-import json, os, sys, time, urllib.parse, urllib.request
+import collections, http.client, json, os, socket, sys, threading, time, urllib.parse
 m = json.load(sys.stdin)
 root = "/root/.cache/huggingface/hub/" + m["repoDir"]
 snap = root + "/snapshots/" + m["commit"]
-base = "http://%s:%d/snapshots/%s/" % (m["seedIp"], m["seedPort"], m["commit"])
-deadline = time.time() + 120
-moved = 0
-for f in m["files"]:
-    blob = root + "/blobs/" + f["etag"]
-    if not (os.path.isfile(blob) and os.path.getsize(blob) == f["size"]):
-        os.makedirs(root + "/blobs", exist_ok=True)
-        tmp = blob + ".incomplete"
-        while True:
-            try:
-                r = urllib.request.urlopen(base + urllib.parse.quote(f["path"]), timeout=60)
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(1)
-        buf = bytearray(1 << 22)
-        view = memoryview(buf)
-        with open(tmp, "wb") as out:
-            while True:
-                n = r.readinto(buf)
+base = "/snapshots/%s/" % m["commit"]
+port, chunk, streams = m["seedPort"], m["chunkBytes"], m["streamsPerSeed"]
+
+
+class Fatal(Exception):
+    pass
+
+
+class Seed:
+    def __init__(self, s):
+        self.ip, self.via = s["ip"], s.get("via")
+        self.name = "%s:%d" % (self.ip, port) + (" (from %s)" % self.via if self.via else "")
+        self.alive, self.queue, self.bytes, self.load = True, collections.deque(), 0, 0
+
+    def connect(self, timeout):
+        src = (self.via, 0) if self.via else None
+        return http.client.HTTPConnection(self.ip, port, timeout=timeout, source_address=src)
+
+
+class File:
+    def __init__(self, f):
+        self.path, self.size = f["path"], f["size"]
+        self.blob = root + "/blobs/" + f["etag"]
+        self.tmp = self.blob + ".incomplete"
+        self.url = base + urllib.parse.quote(self.path)
+        self.left, self.got = 0, 0
+
+
+def fetch(seed, piece, buf):
+    """One piece over one seed: exactly its bytes at its offset in the .incomplete file."""
+    f, start, length, ranged = piece
+    conn = seed.connect(60)
+    try:
+        conn.request("GET", f.url, headers={"Range": "bytes=%d-%d" % (start, start + length - 1)}
+                     if ranged else {})
+        r = conn.getresponse()
+        want = "bytes %d-%d/%d" % (start, start + length - 1, f.size) if ranged else None
+        if r.status != (206 if ranged else 200) or r.getheader("Content-Range") != want:
+            raise Fatal("seeder %s answered %d %s (Content-Range %s) for %s, expected %s"
+                        % (seed.name, r.status, r.reason, r.getheader("Content-Range"), f.path,
+                           want or "200"))
+        if r.getheader("Content-Length") != str(length):
+            raise Fatal("size mismatch for %s: the seeder %s sends %s bytes, the manifest "
+                        "says %d" % (f.path, seed.name, r.getheader("Content-Length"), length))
+        view, got = memoryview(buf), 0
+        try:
+            fd = os.open(f.tmp, os.O_WRONLY)
+        except OSError as e:
+            raise Fatal("cannot write %s: %s" % (f.tmp, e))
+        try:
+            while got < length:
+                n = r.readinto(view[:min(len(buf), length - got)])
                 if not n:
                     break
-                out.write(view[:n])
-        if os.path.getsize(tmp) != f["size"]:
-            sys.exit("size mismatch for %s: %d != %d"
-                     % (f["path"], os.path.getsize(tmp), f["size"]))
-        os.replace(tmp, blob)
-        moved += f["size"]
-    link = snap + "/" + f["path"]
+                try:
+                    os.pwrite(fd, view[:n], start + got)
+                except OSError as e:  # a full disk is not the twin's fault
+                    raise Fatal("cannot write %s: %s" % (f.tmp, e))
+                got += n
+        finally:
+            os.close(fd)
+        if got != length:
+            raise OSError("short read of %s: %d of %d bytes" % (f.path, got, length))
+        return got
+    finally:
+        conn.close()
+
+
+def human(n):
+    return "%.1f MiB" % (n / 1048576)
+
+
+files = [File(f) for f in m["files"]]
+missing = [f for f in files if not (os.path.isfile(f.blob) and os.path.getsize(f.blob) == f.size)]
+seeds = [Seed(s) for s in m["seeds"]]
+moved = 0
+if missing:
+    # probe: every seed until one answers (the seeder may be starting), then a grace for the rest
+    deadline, grace, errors = time.time() + m["waitSeconds"], None, {}
+    waiting = list(seeds)
+    while waiting:
+        for s in list(waiting):
+            try:
+                socket.create_connection((s.ip, port), 3,
+                                         (s.via, 0) if s.via else None).close()
+                waiting.remove(s)
+                grace = grace or time.time() + 3
+            except OSError as e:
+                errors[s] = e
+        now = time.time()
+        if not waiting or now > (grace or deadline):
+            break
+        time.sleep(0.2 if grace else 1)
+    for s in waiting:
+        s.alive = False
+        if len(waiting) < len(seeds):
+            print("model sync: seeder %s does not answer (%s); fetching over the other twins"
+                  % (s.name, errors[s]), file=sys.stderr, flush=True)
+    if len(waiting) == len(seeds):
+        sys.exit("model sync: no seeder address answers after %d s: %s (is the seeder on the "
+                 "head running?)" % (m["waitSeconds"], "; ".join(
+                     "%s: %s" % (s.name, errors[s]) for s in seeds)))
+
+    os.makedirs(root + "/blobs", exist_ok=True)
+    live = [s for s in seeds if s.alive]
+
+    def deal(pieces):  # each piece to the live seed with the fewest bytes so far
+        for p in pieces:
+            s = min((s for s in seeds if s.alive), key=lambda s: s.load)
+            s.load += p[2]
+            s.queue.append(p)
+
+    pieces = []
+    for f in missing:
+        with open(f.tmp, "wb") as out:
+            out.truncate(f.size)
+        ranged = f.size > chunk
+        step = chunk if ranged else max(f.size, 1)
+        for start in range(0, max(f.size, 1), step):
+            pieces.append((f, start, min(step, f.size - start), ranged))
+            f.left += 1
+    deal(pieces)
+    cond = threading.Condition()
+    state = {"pending": len(pieces), "fatal": None, "done": 0}
+    t0 = time.time()
+
+    def per_seed(el):
+        return ", ".join("%s %d B %.1f MB/s%s" % (s.ip, s.bytes, s.bytes / el / 1e6,
+                                                  "" if s.alive else " (dropped)") for s in seeds)
+
+    def report(f):
+        el = max(time.time() - t0, 1e-6)
+        print("%s done (%d B, %d/%d files); %s" % (f.path, f.size, state["done"], len(missing),
+                                                   per_seed(el)), flush=True)
+
+    def stream(seed):
+        buf = bytearray(1 << 22)
+        while True:
+            with cond:
+                while True:
+                    if state["fatal"] or not seed.alive:
+                        return
+                    if seed.queue:
+                        piece = seed.queue.popleft()
+                        break
+                    if not state["pending"]:
+                        return
+                    cond.wait()
+            f = piece[0]
+            try:
+                got = fetch(seed, piece, buf)
+            except Fatal as e:
+                with cond:
+                    state["fatal"] = state["fatal"] or str(e)
+                    cond.notify_all()
+                return
+            except (OSError, http.client.HTTPException) as e:
+                with cond:
+                    seed.load -= piece[2]
+                    back = [piece]
+                    if seed.alive:
+                        seed.alive = False
+                        back += list(seed.queue)
+                        seed.queue.clear()
+                        print("model sync: seeder %s failed (%s: %s); fetching over the other "
+                              "twins" % (seed.name, type(e).__name__, e), file=sys.stderr,
+                              flush=True)
+                    if any(s.alive for s in seeds):
+                        deal(back)
+                    else:
+                        state["fatal"] = state["fatal"] or (
+                            "model sync: no seeder address left (the last, %s, failed: %s)"
+                            % (seed.name, e))
+                    cond.notify_all()
+                return
+            with cond:
+                seed.bytes += got
+                f.got += got
+                f.left -= 1
+                last = f.left == 0
+            if last:
+                size = os.path.getsize(f.tmp)
+                if f.got != f.size or size != f.size:
+                    with cond:
+                        state["fatal"] = "size mismatch for %s: %d != %d" % (
+                            f.path, f.got if f.got != f.size else size, f.size)
+                        cond.notify_all()
+                    return
+                os.replace(f.tmp, f.blob)
+                with cond:
+                    state["done"] += 1
+                    report(f)
+            with cond:
+                state["pending"] -= 1
+                cond.notify_all()
+
+    threads = [threading.Thread(target=stream, args=(s,)) for s in live for _ in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if state["fatal"] or state["pending"]:
+        for f in missing:
+            if os.path.lexists(f.tmp):
+                os.remove(f.tmp)
+        sys.exit(state["fatal"] or "model sync: %d pieces not fetched" % state["pending"])
+    moved = sum(f.size for f in missing)
+    el = max(time.time() - t0, 1e-6)
+    print("moved %d B in %.1f s: %s" % (moved, el, per_seed(el)), flush=True)
+for f in files:
+    link = snap + "/" + f.path
     os.makedirs(os.path.dirname(link), exist_ok=True)
     if os.path.lexists(link):
         os.remove(link)
-    os.symlink(os.path.relpath(blob, os.path.dirname(link)), link)
+    os.symlink(os.path.relpath(f.blob, os.path.dirname(link)), link)
 if m["revision"] != m["commit"]:
     ref = root + "/refs/" + m["revision"]
     os.makedirs(os.path.dirname(ref), exist_ok=True)
     with open(ref, "w") as out:
         out.write(m["commit"])
-print(json.dumps({"files": len(m["files"]), "bytesMoved": moved}))
+print(json.dumps({"files": len(files), "bytesMoved": moved,
+                  "bytesBySeed": {s.ip: s.bytes for s in seeds}}))

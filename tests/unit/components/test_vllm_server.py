@@ -362,12 +362,18 @@ def test_model_fetched_once_on_head_and_fanned_out_over_fabric(build, mocks):
             "model-fetch"
         ]
         seed = mocks.named("model-seed").inputs["create"]
-        # bound to the head's fabric address only, the cache mounted read-only
-        assert "192.168.177.11 18472 /root/.cache/huggingface/hub/" in seed and ":ro" in seed
-        for w in ("spark-2", "spark-3"):
+        # bound to the head's fabric addresses only (both twins), the cache mounted read-only
+        assert ("192.168.177.11,192.168.178.11 18472 /root/.cache/huggingface/hub/" in seed
+                and ":ro" in seed)
+        for w, host in (("spark-2", 12), ("spark-3", 13)):
             sync = mocks.named(f"model-sync-{w}").inputs
             manifest = json.loads(sync["stdin"])
-            assert manifest["seedIp"] == "192.168.177.11" and manifest["commit"] == COMMIT
+            # each head twin paired with the worker's own twin in the same subnet
+            assert manifest["seeds"] == [
+                {"ip": "192.168.177.11", "via": f"192.168.177.{host}"},
+                {"ip": "192.168.178.11", "via": f"192.168.178.{host}"},
+            ]
+            assert manifest["commit"] == COMMIT
             assert len(manifest["files"]) == 4
         verify = mocks.named("model-verify-spark-3").inputs["create"]
         checked = json.loads(verify.split("printf '%s' '", 1)[1].split("' |", 1)[0])

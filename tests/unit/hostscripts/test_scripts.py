@@ -212,7 +212,7 @@ def test_an_image_id_read_from_a_host_must_be_of_its_exact_form(bad):
     with pytest.raises(common.RemoteValueError, match="not an image ID"):
         images.image_pull_from_head("repo:tag", "192.168.177.11", bad)
     with pytest.raises(common.RemoteValueError):
-        models.model_seeder_stop(["spark-2"], "c" * 40, bad)
+        models.model_seeder_stop(["spark-2"], "c" * 40, bad, ["192.168.177.11"])
 
 
 @pytest.mark.parametrize("bad", [f"{ID_A}\nrm -rf /", "ray-head-id", f"{ID_A} $(id)", ""])

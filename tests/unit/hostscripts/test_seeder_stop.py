@@ -17,16 +17,18 @@ from tests.unit.conftest import settled
 LABELS = {"spark-vllm.managed": "true"}
 
 
-def _model_pair(image="sha256:" + "a" * 64, commit="c" * 40, targets=("spark-2",)):
+def _model_pair(image="sha256:" + "a" * 64, commit="c" * 40, targets=("spark-2",),
+                binds=("192.168.177.11", "192.168.178.11")):
     start = models.model_seeder_start(
-        image, "/root/.cache/huggingface", "o/m", "192.168.177.11", LABELS, targets, commit
+        image, "/root/.cache/huggingface", "o/m", binds, LABELS, targets, commit
     )
-    return start, models.model_seeder_stop(targets, commit, image)
+    return start, models.model_seeder_stop(targets, commit, image, binds)
 
 
 def test_model_seeder_stop_changes_with_every_start_input():
     base_start, base_stop = _model_pair()
-    changes = ({"image": "sha256:" + "b" * 64}, {"commit": "d" * 40}, {"targets": ("spark-2", "spark-3")})
+    changes = ({"image": "sha256:" + "b" * 64}, {"commit": "d" * 40},
+               {"targets": ("spark-2", "spark-3")}, {"binds": ("192.168.177.11",)})
     for changed in changes:
         start, stop = _model_pair(**changed)
         assert start != base_start, changed
