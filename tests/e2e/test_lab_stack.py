@@ -315,14 +315,20 @@ def _metric(text: str, name: str) -> float:
 
 def test_pinned_commit_serves_a_drafter_offline_from_the_served_commit(deployment, lab_cfg):
     """Issue 16: vLLM gives a drafter its own revision (default None), not --revision. The stack
-    is pinned to the first commit by now while the nodes' refs/main names the other one, so an
-    unpinned drafter would load the other commit's weights (drafts, none accepted: measured
-    with this vLLM). The stack pins it to the served commit: vLLM serves offline with
-    `draft_model` from the same repo, and every draft is accepted (draft == target)."""
+    is pinned to the first commit by now; the head's refs/main names the other commit and the
+    worker has none, so an unpinned drafter would load the other commit's weights or nothing
+    (both measured with this vLLM). The stack pins it to the served commit: vLLM serves
+    offline with `draft_model` from the same repo, and every draft is accepted (draft ==
+    target)."""
     d = deployment
     commit = d.stack.outputs()["modelCommit"].value
-    refs_main = d.ssh(WORKER, "cat /root/.cache/huggingface/hub/models--spark-lab--tiny-moe/refs/main")
-    assert refs_main.strip() != commit, "the test needs refs/main on another commit"
+    refs = {n: d.ssh(n, "cat /root/.cache/huggingface/hub/models--spark-lab--tiny-moe/refs/main "
+                        "2>/dev/null || true").strip() for n in (HEAD, WORKER)}
+    # no node's refs/main leads an unpinned drafter to the served commit: it names the other
+    # commit (the head, from the first up on `main`) or is absent (the worker's copy was rebuilt
+    # for the pinned commit, which writes no ref): offline that is "Invalid repository ID"
+    assert all(ref != commit for ref in refs.values()), refs
+    assert refs[HEAD], refs
     d.set("vllm.speculativeConfig.method", "draft_model")
     d.set("vllm.speculativeConfig.model", lab_cfg["model"]["repo"])
     d.set("vllm.speculativeConfig.num_speculative_tokens", 1)
