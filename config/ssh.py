@@ -22,8 +22,13 @@ def host_key_alias(node: NodeConfig) -> str:
 
 
 def known_hosts_line(node: NodeConfig) -> str:
-    """The known_hosts entry that pins a node's key under its alias."""
-    return f"{host_key_alias(node)} {node.pinned_host_key}\n"
+    """The known_hosts entries that pin a node's key: under its alias (what every ssh of the
+    stack looks up, HostKeyAlias), and under its address for docker providers configured by a
+    release before 0.14, whose ssh options had no alias: `pulumi up --refresh` refreshes with
+    the provider settings kept in the state, before the program runs, and found no key. The
+    same pinned key either way."""
+    addr = node.host if node.port == 22 else f"[{node.host}]:{node.port}"
+    return f"{host_key_alias(node)} {node.pinned_host_key}\n{addr} {node.pinned_host_key}\n"
 
 
 def ssh_options(node: NodeConfig, *, key_path: str, known_hosts: str,

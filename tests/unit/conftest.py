@@ -42,6 +42,16 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", refuse)
 
 
+@pytest.fixture(autouse=True)
+def own_state_home(tmp_path_factory, monkeypatch):
+    """Unit tests write no file of the operator's: the stack's known_hosts, key file and hub
+    cache go under a folder of the test's own ($SPARK_VLLM_HOME, config/paths.py). Without
+    this, tests that build the stack wrote their fake host keys into
+    ~/.cache/spark-vllm/known_hosts/spark-vllm.dev, and the next `make demo` (its --refresh
+    runs before the program rewrites the file) failed host-key checks."""
+    monkeypatch.setenv("SPARK_VLLM_HOME", str(tmp_path_factory.mktemp("spark-vllm-home")))
+
+
 def fake_manifest(repo: str, revision: str) -> ModelManifest:
     """The fixed manifest, with the shape of the repo's config.json when the tests know it
     (tests/unit/inspection/model_configs.py: the 122B and the lab's tiny model)."""

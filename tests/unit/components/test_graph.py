@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from collections import Counter
 
 import pulumi
@@ -144,10 +145,15 @@ def test_docker_provider_pins_the_host_key(build, mocks, tmp_path):
         assert opts[opts.index("-i") + 1] == "/root/.cache/spark-vllm/lab/id_ed25519"
         kh = next(o.split("=", 1)[1] for o in opts if o.startswith("UserKnownHostsFile="))
         lines = open(kh).read().splitlines()
-        assert lines == [
-            "spark-vllm-spark-1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
-            "spark-vllm-spark-2 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests",
-        ]
+        key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeKeyForTests"
+        assert lines == [f"spark-vllm-spark-1 {key}", f"10.77.0.11 {key}",
+                         f"spark-vllm-spark-2 {key}", f"10.77.0.12 {key}"]
+        # OpenSSH finds the pin under the alias and, for provider settings kept in the state by
+        # a release before the alias (what `up --refresh` uses), under the address
+        for name in ("spark-vllm-spark-2", "10.77.0.12"):
+            found = subprocess.run(["ssh-keygen", "-F", name, "-f", kh], capture_output=True,
+                                   text=True, check=False)
+            assert found.returncode == 0 and key in found.stdout, (name, found)
         assert oct(os.stat(kh).st_mode & 0o777) == "0o600"
         # remote commands pin the same key, and carry the private key only as a secret
         raw_conn = mocks.named("ray-ready").inputs["connection"]
