@@ -16,9 +16,15 @@ flock -n 9 || { echo "make demo: waiting for the lab (a test run holds /run/spar
 say "lab: bringing up the simulated Sparks (python3 lab/lab.py up)"
 python3 lab/lab.py up --nodes "${NODES:-2}"
 
-say "pulumi up -s $stack (policy pack policies/, config policies/config.$stack.json)"
+pack=(--policy-pack policies --policy-pack-config "policies/config.$stack.json")
 pulumi stack select "$stack" --create >/dev/null
-pulumi up -s "$stack" --yes --refresh --policy-pack policies --policy-pack-config "policies/config.$stack.json"
+# The preview runs the program, which (after recon and preflight) writes the stack's known_hosts
+# from the pinned keys; `up --refresh` refreshes with the providers' settings from the state
+# before the program runs, so on a machine whose file is missing or stale it would find no key.
+say "pulumi preview -s $stack (what the up will change)"
+pulumi preview -s "$stack" "${pack[@]}"
+say "pulumi up -s $stack --refresh (policy pack policies/, config policies/config.$stack.json)"
+pulumi up -s "$stack" --yes --refresh "${pack[@]}"
 
 endpoint=$(pulumi stack output -s "$stack" endpoint)
 model=$(pulumi stack output -s "$stack" servedModelName)
