@@ -143,6 +143,17 @@ class Deployment:
         return self.stack.outputs()["vllmApiKey"].value
 
 
+def remove_leftover_stack_containers(cfg: dict) -> None:
+    """The lab is a test fixture: stack containers left by `make demo` or an interrupted run
+    would collide with a test's own (container names are fixed per host), so they go."""
+    for node in cfg["nodes"]:
+        left = lab("ssh", node["name"], "sh", "-c",
+                   "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f",
+                   check=False)
+        if left.stdout.strip():
+            print(f"{node['name']}: removed leftover stack containers {left.stdout.split()}")
+
+
 def hf_file_bytes() -> int:
     """Bytes of model files the lab's HF endpoint served (`/resolve/` downloads).
 

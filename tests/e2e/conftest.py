@@ -15,7 +15,14 @@ import time
 
 import pytest
 
-from lab.deployments import LAB_CACHE, _plugin_installed, lab, lock_lab, new_deployment
+from lab.deployments import (
+    LAB_CACHE,
+    _plugin_installed,
+    lab,
+    lock_lab,
+    new_deployment,
+    remove_leftover_stack_containers,
+)
 
 
 @pytest.fixture(scope="session")
@@ -33,14 +40,7 @@ def lab_cfg():
     lab("up", "--nodes", os.environ.get("E2E_NODES", "2"))
     print(f"lab up: {time.monotonic() - t0:.1f} s")
     cfg = json.loads((LAB_CACHE / "stack.json").read_text())
-    # The lab is a fixture: stack containers left by `make demo` or an interrupted run would
-    # collide with this run's (container names are fixed per host).
-    for node in cfg["nodes"]:
-        left = lab("ssh", node["name"], "sh", "-c",
-                   "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f",
-                   check=False)
-        if left.stdout.strip():
-            print(f"{node['name']}: removed leftover stack containers {left.stdout.split()}")
+    remove_leftover_stack_containers(cfg)
     yield json.loads((LAB_CACHE / "stack.json").read_text())
     held.close()
 

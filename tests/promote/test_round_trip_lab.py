@@ -19,7 +19,15 @@ import urllib.request
 import pytest
 import yaml
 
-from lab.deployments import LAB_CACHE, ROOT, _plugin_installed, lab, lock_lab, project_dir
+from lab.deployments import (
+    LAB_CACHE,
+    ROOT,
+    _plugin_installed,
+    lab,
+    lock_lab,
+    project_dir,
+    remove_leftover_stack_containers,
+)
 from tools import promote
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
@@ -65,6 +73,7 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         t0 = time.monotonic()
         lab("up", "--nodes", "2")
         t["lab up"] = time.monotonic() - t0
+        remove_leftover_stack_containers(json.loads((LAB_CACHE / "stack.json").read_text()))
 
         work = project_dir(tmp_path)  # the checkout's program, stack files here
         dev_text = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
