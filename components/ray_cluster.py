@@ -35,6 +35,8 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
+from components import model_cache
+from components.model_cache import Again
 from components.nccl import NcclEnvironment
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
@@ -120,6 +122,13 @@ class RayCluster(pulumi.ComponentResource):
             opts,
         )
         self._args = args
+        # A token file gone behind the stack (another stack's destroy on shared nodes, a node
+        # reinstalled) is written again: recon saw it absent, so its command gets a fresh
+        # trigger (components/model_cache.Again: no diff while the file is there). Delete
+        # before replace: the old command's delete removes the file the new one writes.
+        again = {n.name: Again.when_wiped([model_cache.repair_token()]
+                                          if n.facts.ray_token_present is False
+                                          else []) for n in cluster.nodes}
         self.tokens = {
             n.name: n.command(
                 f"{name}-token-{n.name}",
@@ -128,6 +137,9 @@ class RayCluster(pulumi.ComponentResource):
                 delete=ray_token_remove(),
                 stdin=args.ray_token,
                 secret_outputs=["stdout"],
+                triggers=again[n.name].triggers,
+                ignore_changes=again[n.name].ignore_changes,
+                delete_before_replace=True,
             )
             for n in cluster.nodes
         }

@@ -147,6 +147,9 @@ class NodeFacts(_Facts):
     vllm_serve: dict[str, bool] = Field(default_factory=dict)
     # foreign containers a stack stopped (marker files): {container name: "<project>/<stack>"}
     stopped_by: dict[str, str] = Field(default_factory=dict)
+    # the stack's Ray token file (hostscripts/paths.RAY_TOKEN_FILE) is on the node; None: not
+    # surveyed (an older recon output)
+    ray_token_present: bool | None = None
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output

@@ -794,6 +794,16 @@ def parse_host_keys(text: str) -> list[str]:
     return keys
 
 
+def parse_presence(text: str) -> bool:
+    """`present` or `absent` (a file the stack keeps on the node, e.g. the Ray token)."""
+    lines = _nonblank(text)
+    if lines == ["present"]:
+        return True
+    if lines == ["absent"]:
+        return False
+    raise ParseError("presence", "expected one line, present or absent", text[:80])
+
+
 def parse_stopped_markers(text: str) -> dict[str, str]:
     """`marker\t<container>\t<project>/<stack>` lines (recon's stopped section; `skip\t<%q>`
     records for file names that are not printable ASCII are left out) -> {container: stack}."""

@@ -45,7 +45,7 @@ from typing import TypeVar
 
 from config import NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
-from hostscripts.paths import STOPPED_DIR, VLLM_PID
+from hostscripts.paths import RAY_TOKEN_FILE, STOPPED_DIR, VLLM_PID
 from inspection import parsers as p
 from inspection.facts import DockerFacts, NodeFacts, OsFacts
 from inspection.parsers import ParseError
@@ -62,6 +62,7 @@ MARKER_PREFIX = "=== spark-vllm:"  # what every marker starts with, this run's o
 # section -> (seconds, the tool whose absence empties it)
 COMMAND_TIMEOUT = 10
 DOCKER_TIMEOUT = 20
+PRESENCE = 'if [ -s "$1" ]; then echo present; else echo absent; fi'  # a file, never its content
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 
 
@@ -144,6 +145,8 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str) -> str:
         f"sv_bg stopped {COMMAND_TIMEOUT} bash -c {q(snippet('stopped.sh'))} _ {q(STOPPED_DIR)}",
         f"sv_bg hf_cache {DOCKER_TIMEOUT} bash -c {q(snippet('hf_cache.sh'))} _ {q(cache_dir)}",
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
+        # whether the stack's Ray token file is on the node (never its content)
+        f"sv_bg ray_token {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ {q(RAY_TOKEN_FILE)}",
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before
         f"sv_bg host_keys {COMMAND_TIMEOUT} cat /etc/ssh/ssh_host_*_key.pub",
@@ -382,6 +385,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     stopped = r.parse("stopped", p.parse_stopped_markers) or {} if "stopped" in sections else {}
     hf_cache = r.parse("hf_cache", p.parse_hf_cache) or []
     disk = r.parse("disk", p.parse_df_avail) or 0
+    ray_token = r.parse("ray_token", p.parse_presence) if "ray_token" in sections else None
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
     for name in SKIP_SECTIONS:  # names the snippets refused to print: say so, never drop quietly
         s = sections.get(name)
@@ -411,6 +415,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         disk_free_bytes=disk,
         vllm_serve=vllm_serve,
         stopped_by=stopped,
+        ray_token_present=ray_token,
         clock_offset_seconds=clock_offset,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,

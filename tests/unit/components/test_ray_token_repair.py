@@ -1,0 +1,71 @@
+"""The Ray token file is written again when recon finds it gone from a node.
+
+The file lives on the node (hostscripts/paths.RAY_TOKEN_FILE) and commands have no Read, so a
+file removed behind the stack (another stack's destroy on shared nodes, a reinstalled node) was
+invisible: the Ray container's bind mount then failed (`bind source path does not exist:
+/var/lib/spark-vllm/ray/auth-token`, seen running `make demo` after the promote tier). Recon
+reports present/absent; an absent file gets a fresh trigger on that node only, a present one
+keeps whatever the state holds (no diff), and the command is deleted before it is replaced
+(its delete removes the file the replacement writes).
+"""
+
+from __future__ import annotations
+
+import pulumi
+import pytest
+
+from components import model_cache, stack
+from config import validate_config
+from inspection.parsers import ParseError, parse_presence
+from inspection.preflight import Plan
+from tests.unit.conftest import fake_manifest, secrets, settled
+
+
+@pytest.mark.parametrize("text,want", [("present\n", True), ("absent", False)])
+def test_presence_is_present_or_absent(text, want):
+    assert parse_presence(text) is want
+
+
+@pytest.mark.parametrize("text", ["", "yes", "present\nabsent", "-rw------- auth-token"])
+def test_anything_else_is_refused(text):
+    with pytest.raises(ParseError):
+        parse_presence(text)
+
+
+@pytest.fixture
+def registered(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes):
+    tokens = iter(f"repair-{i}" for i in range(100))
+    monkeypatch.setattr(model_cache, "repair_token", lambda: next(tokens))
+    dbr: dict[str, bool] = {}
+    original = mocks.monitor.RegisterResource
+
+    def record(request):
+        dbr[request.name] = bool(request.deleteBeforeReplace)
+        return original(request)
+
+    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+
+    def build(present: dict[str, bool | None]):
+        cfg = validate_config(config_raw(len(present)))
+        facts = {n.name: gb10_facts(n.name, index=i + 1).model_copy(
+            update={"ray_token_present": present[n.name]}) for i, n in enumerate(cfg.nodes)}
+        h = stack.build_stack(cfg, facts, Plan(), secrets(), manifest=fake_manifest(cfg.model.repo, cfg.model.revision))
+        return h, ignored_changes, dbr
+
+    return build
+
+
+@pulumi.runtime.test
+def test_a_node_without_the_token_file_writes_it_again(registered, mocks):
+    h, ignored, dbr = registered({"spark-1": True, "spark-2": False, "spark-3": None})
+
+    def check(_):
+        worker = mocks.named("ray-token-spark-2").inputs
+        (token,) = worker["triggers"]  # a fresh one (the model's commands take others)
+        assert token.startswith("repair-") and ignored["ray-token-spark-2"] == []
+        for n in ("spark-1", "spark-3"):  # present, or not surveyed: no diff
+            assert mocks.named(f"ray-token-{n}").inputs["triggers"] == ["intact"]
+            assert ignored[f"ray-token-{n}"] == ["triggers"]
+        assert all(dbr[f"ray-token-spark-{i}"] for i in (1, 2, 3))
+
+    return settled(h).apply(check)
