@@ -112,8 +112,9 @@ def render(res: dict[str, Any]) -> str:
         "",
         "Written by bench/serve.py from one run: vLLM's own `vllm bench serve` inside the head's "
         "container against the stack's vLLM, random prompts of "
-        f"{INPUT_LEN} tokens in and {OUTPUT_LEN} out, seed 0, {res['prompts_per_level']} "
-        "prompts per concurrency level.",
+        f"{INPUT_LEN} tokens in and {OUTPUT_LEN} out, seed 0; prompts per concurrency level: "
+        + ", ".join(str(r["summary"].get("num_prompts", "?")) for r in res["runs"])
+        + " (8 per concurrent request, at least 16).",
         "",
         f"- stack `{res['stack']}`, model `{res['model']}` at commit `{res['commit']}`, "
         f"served as `{res['served']}`",
@@ -122,8 +123,8 @@ def render(res: dict[str, Any]) -> str:
     ]
     if res.get("cpu_build"):
         lines += ["", f"**CPU build of vLLM** (the image reports `{res['image_probe']}`): these "
-                  "figures show the benchmark working end to end (the lab: a 1 M-parameter model, "
-                  "tensor parallel 2 over gloo, 2 shared cores), not what a Spark does. On real "
+                  "figures show the benchmark working end to end (the lab's tiny model, tensor "
+                  "parallel across simulated nodes on 2 shared CPU cores), not what a Spark does. On real "
                   "Sparks the same command gives the headline."]
     lines += ["", "| concurrency | completed / failed | output tok/s | TTFT p50 / p99 ms | "
               "ITL p50 / p99 ms |", "|---|---|---|---|---|"]
@@ -203,7 +204,6 @@ def main(argv: list[str] | None = None) -> int:
     res["cpu_build"] = "+cpu" in res["image_probe"]
     for c in sorted(set(args.concurrency)):
         prompts = args.prompts or max(16, 8 * c)
-        res["prompts_per_level"] = prompts
         say(f"vllm bench serve, concurrency {c}, {prompts} prompts")
         try:
             out = run_on_head(cfg, key, bench_script(cfg.vllm.served_model_name, tokenizer,

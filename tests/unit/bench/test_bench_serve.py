@@ -27,7 +27,7 @@ def test_the_page_has_a_row_per_level_and_labels_a_cpu_build():
     res = {"stack": "dev", "model": "spark-lab/tiny-moe", "commit": "c" * 40,
            "served": "tiny-moe", "image": "sha256:" + "a" * 64, "recipe": None,
            "image_probe": "python 3.11.2, vllm 0.32.0+cpu", "cpu_build": True,
-           "date": "2026-12-01 12:00 UTC", "prompts_per_level": 16,
+           "date": "2026-12-01 12:00 UTC",
            "runs": [{"concurrency": c, "summary": summarize({**RAW, "max_concurrency": c})}
                     for c in (1, 4, 16)]}
     page = render(res)
@@ -36,3 +36,5 @@ def test_the_page_has_a_row_per_level_and_labels_a_cpu_build():
     assert rows[1] == "| 4 | 16 / 0 | 134.4 | 79.2 / 127.1 | 20.7 / 256.3 |"
     assert "**CPU build of vLLM**" in page and "not measured here" in page
     assert "latencies" not in summarize(RAW)
+    # what was run, per level, from the runs themselves
+    assert "prompts per concurrency level: 16, 16, 16 (8 per concurrent request" in page
