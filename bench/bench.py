@@ -575,8 +575,8 @@ def report(res: dict, path: Path) -> None:
         f"the reconnaissance the preview would be {round((noop['stack_median_s'] - noop['recon_median_s']) / noop['empty_median_s'], 1)}x "
         "the empty program; recon on every preview is the design (nothing changes before every "
         "node was looked at), and on this 2-core machine its ~20 concurrent read-only commands per "
-        "node (lab stand-ins for nvidia-smi among them, each a Python start) and `docker stats` "
-        "(which samples for about a second) are what the goal misses by.",
+        "node (lab stand-ins for nvidia-smi among them, each a Python start) are its cost "
+        "(container memory comes from the cgroups' counters, not `docker stats` sampling).",
         "",
         "SSH connections each node's sshd accepted during one stack preview (its log): "
         + ", ".join(f"{n}: {'/'.join(map(str, v))}" for n, v in noop["ssh_per_node"].items())

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
 import pulumi
@@ -105,32 +106,36 @@ def build(mocks, gb10_facts, config_raw):
     return _build
 
 
-@pytest.fixture
-def ignored_changes(mocks, monkeypatch) -> dict[str, list[str]]:
-    """Resource name -> the ignore_changes it was registered with (mocks do not show options)."""
-    ignored: dict[str, list[str]] = {}
+def _record_option(mocks, monkeypatch, read: Callable[[Any], Any]) -> dict[str, Any]:
+    """Resource name -> `read(request)` of each RegisterResource request the mock monitor gets
+    (mocks do not show resource options)."""
+    seen: dict[str, Any] = {}
     original = mocks.monitor.RegisterResource
 
     def record(request):
-        ignored[request.name] = list(request.ignoreChanges)
+        seen[request.name] = read(request)
         return original(request)
 
     monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
-    return ignored
+    return seen
+
+
+@pytest.fixture
+def ignored_changes(mocks, monkeypatch) -> dict[str, list[str]]:
+    """Resource name -> the ignore_changes it was registered with."""
+    return _record_option(mocks, monkeypatch, lambda r: list(r.ignoreChanges))
 
 
 @pytest.fixture
 def retained(mocks, monkeypatch) -> dict[str, bool]:
     """Resource name -> whether it was registered with retain_on_delete (kept on destroy)."""
-    kept: dict[str, bool] = {}
-    original = mocks.monitor.RegisterResource
+    return _record_option(mocks, monkeypatch, lambda r: bool(r.retainOnDelete))
 
-    def record(request):
-        kept[request.name] = bool(request.retainOnDelete)
-        return original(request)
 
-    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
-    return kept
+@pytest.fixture
+def deleted_before_replace(mocks, monkeypatch) -> dict[str, bool]:
+    """Resource name -> whether it was registered with delete_before_replace."""
+    return _record_option(mocks, monkeypatch, lambda r: bool(r.deleteBeforeReplace))
 
 
 @pytest.fixture

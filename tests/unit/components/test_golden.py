@@ -24,17 +24,22 @@ from config import validate_config
 from inspection.facts import ContainerFacts
 from inspection.preflight import Plan
 from tests.conftest import SECRET_SIG
-from tests.unit.conftest import COMMIT, MODEL_FILES, secrets
+from tests.unit.conftest import API_KEY, COMMIT, MODEL_FILES, SSH_KEY, secrets
 
 GOLDEN = Path(__file__).parent / "golden"
 DIGEST_REF = "10.77.0.1:5000/spark-lab/vllm-spark@sha256:" + "ab" * 32
 PINNED = "c" * 40
+HF_TOKEN = "hf_goldenTokenValue"
+# The snapshots show where each secret goes, never its text: the test values are swapped for
+# names, so no tracked file looks like it holds a private key or a token.
+SECRET_NAMES = {SSH_KEY: "<the ssh private key>", API_KEY: "<the vllm api key>",
+                HF_TOKEN: "<the hf token>"}
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "dev-2-nodes": {"nodes": 2},
     "dev-3-nodes": {"nodes": 3},
     "staging-rdma-hf-token": {
-        "nodes": 2, "hf_token": "hf_goldenTokenValue",
+        "nodes": 2, "hf_token": HF_TOKEN,
         "overrides": {"environment": "staging", "nccl": {"rdma": True}},
     },
     "prod-pinned": {
@@ -62,6 +67,8 @@ def _normalize(value: Any, home: str) -> Any:
     if isinstance(value, list):
         return [_normalize(v, home) for v in value]
     if isinstance(value, str):
+        for text, name in SECRET_NAMES.items():
+            value = value.replace(text, name)
         return value.replace(home, "<home>")
     return value
 

@@ -33,17 +33,11 @@ def test_anything_else_is_refused(text):
 
 
 @pytest.fixture
-def registered(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes):
+def registered(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes,
+               deleted_before_replace):
     tokens = iter(f"repair-{i}" for i in range(100))
     monkeypatch.setattr(model_cache, "repair_token", lambda: next(tokens))
-    dbr: dict[str, bool] = {}
-    original = mocks.monitor.RegisterResource
-
-    def record(request):
-        dbr[request.name] = bool(request.deleteBeforeReplace)
-        return original(request)
-
-    monkeypatch.setattr(mocks.monitor, "RegisterResource", record)
+    dbr = deleted_before_replace
 
     def build(present: dict[str, bool | None]):
         cfg = validate_config(config_raw(len(present)))
