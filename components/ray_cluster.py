@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 import pulumi
 import pulumi_docker as docker
@@ -44,6 +45,8 @@ from hostscripts.paths import (
     COMPILE_CACHE_DIR,
     COMPILE_CACHE_MOUNT,
     HF_MOUNT,
+    RAY_SESSION_DIR,
+    RAY_SESSION_MOUNT,
     RAY_TOKEN_FILE,
     RAY_TOKEN_MOUNT,
 )
@@ -84,6 +87,24 @@ def ray_command(ray: RayConfig, node: SparkNode, head: SparkNode) -> list[str]:
             cmd.append(f"--dashboard-host={head.fabric_ip}")
         return cmd
     return ["ray", "start", "--block", "--address", f"{head.fabric_ip}:{ray.port}", *common]
+
+
+def session_volume() -> docker.ContainerVolumeArgs:
+    """Ray's session folder on the head, in the Ray head container and the vLLM container. A
+    `volumes` bind: Docker creates the host folder when it is missing (after a reboot)."""
+    return docker.ContainerVolumeArgs(host_path=RAY_SESSION_DIR, container_path=RAY_SESSION_MOUNT)
+
+
+class ContainerRuntime(TypedDict):
+    image: pulumi.Input[str]
+    network_mode: str
+    gpus: str
+    ipc_mode: str
+    ulimits: list[docker.ContainerUlimitArgs]
+    devices: list[docker.ContainerDeviceArgs] | None
+    capabilities: docker.ContainerCapabilitiesArgs | None
+    restart: str
+    privileged: bool
 
 
 @dataclass
@@ -182,6 +203,73 @@ class RayCluster(pulumi.ComponentResource):
             }
         )
 
+    @property
+    def args(self) -> RayClusterArgs:
+        return self._args
+
+    def env(self, node: SparkNode) -> dict[str, str]:
+        """The environment of the stack's containers on `node`: its NCCL/launcher values, the
+        HF cache offline, Ray's token auth, the compile caches."""
+        return {
+            **self._args.nccl.env[node.name],
+            "HF_HOME": HF_MOUNT,
+            "HF_HUB_OFFLINE": "1",
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_MOUNT,
+            # vLLM's processes on one node talk over ZeroMQ IPC sockets made in this folder:
+            # Ray's session folder, which the vLLM container shares with the Ray head's
+            "VLLM_RPC_BASE_PATH": RAY_SESSION_MOUNT,
+            **COMPILE_CACHE_ENV,
+        }
+
+    def runtime(self, node: SparkNode) -> ContainerRuntime:
+        """The docker.Container arguments every GPU container of the stack on `node` shares
+        (the Ray containers and the vLLM container): host network, every GPU, host IPC (and so
+        the host's /dev/shm, NCCL's and vLLM's shared memory between processes; Docker's
+        shm_size does not apply to it, so none is set), nofile raised, memlock and the RDMA
+        devices when RDMA is on, restarted by Docker, never privileged."""
+        args, ray = self._args, self._args.ray
+        extras = args.nccl.extras
+        ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=ray.nofile, hard=ray.nofile)]
+        if extras.memlock_unlimited:
+            ulimits.append(docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1))
+        return {
+            "image": args.image_ids[node.name],
+            "network_mode": "host",
+            "gpus": "all",
+            "ipc_mode": "host",
+            "ulimits": ulimits,
+            "devices": [
+                docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
+                for d in extras.devices
+            ]
+            or None,
+            "capabilities": (
+                docker.ContainerCapabilitiesArgs(adds=extras.cap_add) if extras.cap_add else None
+            ),
+            "restart": "unless-stopped",
+            "privileged": False,
+        }
+
+    def mounts(self) -> list[docker.ContainerMountArgs]:
+        """The HF cache, the Ray token (read-only) and the compile caches."""
+        return [
+            docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=self._args.cache_dir),
+            docker.ContainerMountArgs(
+                target=RAY_TOKEN_MOUNT, type="bind", source=RAY_TOKEN_FILE, read_only=True
+            ),
+            docker.ContainerMountArgs(
+                target=COMPILE_CACHE_MOUNT, type="bind", source=COMPILE_CACHE_DIR
+            ),
+        ]
+
+    def token_label(self, node: SparkNode) -> docker.ContainerLabelArgs:
+        """The token file's sha256: a new token replaces the container (Ray reads it once)."""
+        return docker.ContainerLabelArgs(
+            label="spark-vllm.ray-token",
+            value=self.tokens[node.name].stdout.apply(lambda s: s.split()[-1]),
+        )
+
     def _container(
         self,
         res_name: str,
@@ -191,65 +279,32 @@ class RayCluster(pulumi.ComponentResource):
         depends_on: list[pulumi.Resource],
     ) -> docker.Container:
         args, ray = self._args, self._args.ray
-        extras = args.nccl.extras
-        env = {
-            **args.nccl.env[node.name],
-            "HF_HOME": HF_MOUNT,
-            "HF_HUB_OFFLINE": "1",
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_MOUNT,
-            **COMPILE_CACHE_ENV,
-        }
-        token = self.tokens[node.name]
-        ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=ray.nofile, hard=ray.nofile)]
-        if extras.memlock_unlimited:
-            ulimits.append(docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1))
         labels = {**args.labels, "spark-vllm.role": role, "spark-vllm.node": node.name}
+        # On the head, Ray's session folder is shared with the vLLM container (the driver)
+        volumes = (
+            [session_volume()]
+            if node is args.cluster.head
+            else None
+        )
         return docker.Container(
             res_name,
             name=container_name,
-            image=args.image_ids[node.name],
             # Images such as vllm/vllm-openai set ENTRYPOINT ["vllm", "serve"]; env makes
             # `command` the whole command line whatever the image's entrypoint.
             entrypoints=["/usr/bin/env"],
             command=ray_command(ray, node, args.cluster.head),
-            envs=[f"{k}={v}" for k, v in sorted(env.items())],
-            network_mode="host",
-            gpus="all",
-            # the host's IPC namespace and /dev/shm (NCCL's and vLLM's shared memory between
-            # processes); Docker's shm_size does not apply to it, so none is set
-            ipc_mode="host",
-            ulimits=ulimits,
-            devices=[
-                docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
-                for d in extras.devices
-            ]
-            or None,
-            capabilities=(
-                docker.ContainerCapabilitiesArgs(adds=extras.cap_add) if extras.cap_add else None
-            ),
-            mounts=[
-                docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=args.cache_dir),
-                docker.ContainerMountArgs(
-                    target=RAY_TOKEN_MOUNT, type="bind", source=RAY_TOKEN_FILE, read_only=True
-                ),
-                docker.ContainerMountArgs(
-                    target=COMPILE_CACHE_MOUNT, type="bind", source=COMPILE_CACHE_DIR
-                ),
-            ],
+            envs=[f"{k}={v}" for k, v in sorted(self.env(node).items())],
+            mounts=self.mounts(),
+            volumes=volumes,
             labels=[
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
-                # the token file's sha256: a new token replaces the container (Ray reads it once)
-                docker.ContainerLabelArgs(
-                    label="spark-vllm.ray-token", value=token.stdout.apply(lambda s: s.split()[-1])
-                ),
+                self.token_label(node),
             ],
-            restart="unless-stopped",
-            privileged=False,
+            **self.runtime(node),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=node.provider,
                 delete_before_replace=True,
-                depends_on=[*depends_on, token, self.caches[node.name]],
+                depends_on=[*depends_on, self.tokens[node.name], self.caches[node.name]],
             ),
         )

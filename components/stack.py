@@ -4,7 +4,7 @@ Order of things on the hosts (each arrow a dependency the engine enforces):
 fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
 every node -> model fetched on the head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
-`vllm serve` in the head container -> health gate -> NCCL's transport read from the log.
+the vLLM container on the head -> health gate -> NCCL's transport read from its log.
 """
 
 from __future__ import annotations
@@ -34,24 +34,18 @@ def ownership_labels(project: str, stack: str) -> dict[str, str]:
 
 
 def vllm_restart_reason(facts: Mapping[str, NodeFacts], stack_label: str) -> str | None:
-    """Why `vllm serve` must start again although nothing in its configuration changed.
-
-    A stack Ray container that recon finds stopped (this up will start it again) or a dead
-    `vllm serve` in the head container: vLLM does not survive losing a tensor-parallel worker,
-    and starting the container again does not bring vLLM back. None when all is well.
+    """Why the health gate must look at vLLM again although nothing in its configuration
+    changed: the stack's vLLM container found not running (stopped behind the stack, or
+    restarting), or one of its Ray containers (vLLM cannot serve without them; they come back
+    by themselves, or with `up --refresh` when stopped by hand). None when all is well.
     """
     reasons = []
     for name, f in sorted(facts.items()):
         for c in f.docker.containers if f.docker else []:
             role = c.labels.get("spark-vllm.role")
             mine = c.labels.get("spark-vllm.stack") == stack_label
-            if mine and role in ("ray-head", "ray-worker") and c.state != "running":
+            if mine and role in ("ray-head", "ray-worker", "vllm-serve") and c.state != "running":
                 reasons.append(f"{name}: {c.name} is {c.state or 'not running'}")
-        reasons += [
-            f"{name}: vllm serve is not running in {c}"
-            for c, alive in sorted(f.vllm_serve.items())
-            if not alive
-        ]
     return "; ".join(reasons) or None
 
 

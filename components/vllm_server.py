@@ -1,20 +1,29 @@
-"""VllmServer: `vllm serve` inside the head Ray container, gated on health.
+"""VllmServer: vLLM as a supervised container on the head, gated on health.
 
-vLLM with the Ray executor runs as a Ray driver on the head, inside the head Ray container. So
-this is a `remote.Command` on the head, not a container: its create script stops a previous
-`vllm serve` in the head container, starts the new one detached with its output in a log file,
-and waits for `/health`, `/v1/models` listing the served name, and one smoke completion; on
-failure it prints the log tail (hostscripts/vllm.py).
+With the Ray executor vLLM is a Ray driver: the container `spark-vllm-serve` runs on the head
+from the same image as the Ray containers, with the same runtime (host network, every GPU, host
+IPC, the HF cache offline, the compile caches) and joins the stack's Ray cluster
+(RAY_ADDRESS, the cluster token). A Ray driver finds its node's raylet by the processes it sees
+and connects through the files in Ray's session folder, so the container shares the Ray head
+container's PID namespace and session folder (hostscripts/paths.RAY_SESSION_DIR).
+
+Supervision is Docker's: the container restarts (`unless-stopped`) whenever vLLM exits - an
+OOM, a lost Ray worker (vLLM's Ray executor shuts down when a worker dies), the Ray head
+restarting (the container shares its PID namespace), a reboot - and vLLM waits for the Ray
+cluster's GPUs as it starts, so it serves again with no `up`.
 
 Consequences that are the point of the design:
-* A vLLM flag change updates only this command (the Ray containers do not see vLLM flags),
-  and so does a recipe's serve setting or chat template: the template's text travels in this
-  command's script into the head container (hostscripts/vllm.py). A recipe's env is the Ray
-  containers' (components/nccl.node_env).
-* The script text carries the Ray container IDs, so a replaced Ray container (image or NCCL
-  change) re-runs it.
-* The API key travels on stdin into a root-only file in the container and reaches vLLM as
-  VLLM_API_KEY: it is in no command line, no log and no plaintext state.
+* The serve flags are the container's command: `pulumi preview --diff` shows a flag change as
+  this container's replacement, and only it restarts (the Ray containers do not see vLLM's
+  flags). A recipe's chat template is uploaded into the container; a recipe's env is the
+  nodes' (components/nccl.node_env).
+* A replaced Ray container replaces this one (their IDs are a label), so vLLM never runs on a
+  cluster it did not start with.
+* The API key travels on stdin into a root-only file on the head, mounted read-only; the
+  container's launcher exports it for vLLM as VLLM_API_KEY: it is in no command line, no
+  `docker inspect`, no container environment and no plaintext state.
+* After creation a command on the head gates the `up` on `/health`, `/v1/models` and one smoke
+  completion, and another reads which transport NCCL chose from the container's log.
 """
 
 from __future__ import annotations
@@ -25,14 +34,30 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
+import pulumi_docker as docker
 from pulumi_command import remote
 
 from components.nccl import PER_NODE_KEYS
-from components.ray_cluster import HEAD_CONTAINER, RayCluster
+from components.ray_cluster import HEAD_CONTAINER, RayCluster, session_volume
 from components.spark_node import Cluster
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
-from hostscripts.vllm import vllm_argv, vllm_nccl_lines, vllm_start, vllm_stop
+from hostscripts.paths import (
+    VLLM_CONFIG_ROOT,
+    VLLM_KEY,
+    VLLM_KEY_FILE,
+)
+from hostscripts.vllm import (
+    CHAT_TEMPLATE,
+    SERVE_CONTAINER,
+    api_key_remove,
+    api_key_write,
+    non_carry_over_json,
+    serve_entrypoint,
+    vllm_argv,
+    vllm_health_gate,
+    vllm_nccl_lines,
+)
 from inspection import hub, memory_fit
 from inspection.nccl_transport import parse_transport, verdict
 
@@ -102,7 +127,8 @@ class VllmServerArgs:
 
 
 class VllmServer(pulumi.ComponentResource):
-    serve: remote.Command
+    serve: docker.Container
+    health: remote.Command
     nccl_log: remote.Command
     transport_check: remote.Command
     transport: pulumi.Output[dict[str, str]]
@@ -114,50 +140,52 @@ class VllmServer(pulumi.ComponentResource):
     ) -> None:
         props = self._props(args)
         super().__init__("spark-vllm:vllm_server:VllmServer", name, props, opts)
-        v = args.vllm
+        v, ray, head = args.vllm, args.ray, args.cluster.head
         self.argv = pulumi.Output.from_input(args.commit).apply(
             lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size)
         )
-        create = pulumi.Output.all(self.argv, args.ray.container_ids).apply(
-            lambda a: vllm_start(
-                HEAD_CONTAINER,
-                a[0],
-                local_url(v),
-                v.served_model_name,
-                args.health.smoke_prompt,
-                args.health.timeout_seconds,
-                a[1],
-                NON_CARRY_OVER,
-                chat_template=serve_chat_template(v),
-            )
+        self.api_key_file = head.command(
+            f"{name}-api-key",
+            self,
+            create=api_key_write(),
+            delete=api_key_remove(),
+            stdin=args.api_key,
+            secret_outputs=["stdin", "stdout"],
+            delete_before_replace=True,
         )
-        # Recon's reason to start vLLM again with unchanged flags travels in `triggers`, not in
-        # the script: the script would change back once vLLM runs again and cost one more
-        # (idempotent) run. When there is no reason, ignore_changes keeps whatever marker the
-        # state holds, so nothing diffs. (Not `environment`: pulumi-command fails a command
-        # whose variables the node's sshd does not AcceptEnv.) A new marker replaces the
-        # command: its delete stops vLLM, then its create starts it (delete_before_replace, so
-        # the old command's delete cannot stop the new vLLM).
+        ray_containers = [ray.head, *ray.workers.values()]
+        self.serve = self._container(name, args, ray_containers)
+        # Recon's reason to look at vLLM again with unchanged flags (its container found stopped
+        # behind the stack) travels in `triggers`; when there is none, ignore_changes keeps
+        # whatever marker the state holds, so nothing diffs. A new marker replaces the gate,
+        # whose create starts the container again and waits for health.
         if args.restart_reason is None:
             marker, ignore = "none", ["triggers"]
         else:
             marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
-        api_key = args.api_key
-        self.serve = args.cluster.head.command(
-            f"{name}-serve",
+        ids = pulumi.Output.all(self.serve.id, ray.container_ids).apply(lambda a: " ".join(a))
+        self.health = head.command(
+            f"{name}-health",
             self,
-            create=create,
-            delete=vllm_stop(HEAD_CONTAINER),
-            stdin=api_key,
+            create=ids.apply(
+                lambda i: vllm_health_gate(
+                    SERVE_CONTAINER,
+                    HEAD_CONTAINER,
+                    i,
+                    local_url(v),
+                    v.served_model_name,
+                    args.health.smoke_prompt,
+                    args.health.timeout_seconds,
+                )
+            ),
             triggers=[marker],
-            depends_on=[args.ray.ready, *args.ray.workers.values(), args.ray.head, *args.after],
             ignore_changes=ignore,
             delete_before_replace=True,
-            secret_outputs=["stdin"],
+            depends_on=[self.serve],
             timeout_seconds=args.health.timeout_seconds + 300,
         )
-        self._transport(name, args, create)
-        public = args.cluster.head.node.host if v.host == "0.0.0.0" else v.host
+        self._transport(name, args)
+        public = head.node.host if v.host == "0.0.0.0" else v.host
         self.endpoint = pulumi.Output.from_input(f"http://{public}:{v.port}/v1")
         # The reviewable props are outputs too: stack-level policies (vllm-api-key) see a
         # component's registered outputs, not the inputs that resource-level policies see.
@@ -166,28 +194,90 @@ class VllmServer(pulumi.ComponentResource):
                 **props,
                 "endpoint": self.endpoint,
                 "servedModelName": v.served_model_name,
-                "health": self.serve.stdout,
+                "container": self.serve.name,
+                "health": self.health.stdout,
                 "ncclTransport": self.transport,
             }
         )
 
-    def _transport(self, name: str, args: VllmServerArgs, serve_text: pulumi.Output[str]) -> None:
+    def _container(
+        self, name: str, args: VllmServerArgs, ray_containers: list[docker.Container]
+    ) -> docker.Container:
+        """The vLLM container on the head (a Ray driver; see the module docstring)."""
+        v, ray, head = args.vllm, args.ray, args.cluster.head
+        env = {
+            **ray.env(head),
+            "RAY_ADDRESS": f"{head.fabric_ip}:{ray.args.ray.port}",
+            "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
+        }
+        uploads = [
+            docker.ContainerUploadArgs(
+                file=f"{VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json",
+                content=non_carry_over_json(NON_CARRY_OVER),
+            )
+        ]
+        template = serve_chat_template(v)
+        if template is not None:
+            uploads.append(docker.ContainerUploadArgs(file=CHAT_TEMPLATE, content=template))
+        mounts = [
+            *ray.mounts(),
+            docker.ContainerMountArgs(
+                target=VLLM_KEY, type="bind", source=VLLM_KEY_FILE, read_only=True
+            ),
+        ]
+        labels = {**ray.args.labels, "spark-vllm.role": "vllm-serve",
+                  "spark-vllm.node": head.name}
+        return docker.Container(
+            f"{name}-serve",
+            name=SERVE_CONTAINER,
+            entrypoints=serve_entrypoint(),
+            command=self.argv,
+            envs=[f"{k}={val}" for k, val in sorted(env.items())],
+            mounts=mounts,
+            volumes=[session_volume()],
+            # a Ray driver finds its raylet among the processes it sees: the Ray head's
+            pid_mode=ray.head.id.apply(lambda i: f"container:{i}"),
+            uploads=uploads,
+            labels=[
+                *(docker.ContainerLabelArgs(label=k, value=val)
+                  for k, val in sorted(labels.items())),
+                ray.token_label(head),
+                docker.ContainerLabelArgs(
+                    label="spark-vllm.api-key",
+                    value=self.api_key_file.stdout.apply(lambda s: s.split()[-1]),
+                ),
+                # a replaced Ray container replaces vLLM: it must start on the new cluster
+                docker.ContainerLabelArgs(label="spark-vllm.ray-containers",
+                                          value=ray.container_ids),
+            ],
+            # vLLM's own shutdown (SIGTERM) frees the GPU memory; give it time before SIGKILL
+            destroy_grace_seconds=60,
+            **ray.runtime(head),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=head.provider,
+                delete_before_replace=True,  # a fixed name and the port on the host network
+                depends_on=[ray.ready, *ray_containers, self.api_key_file, *args.after],
+            ),
+        )
+
+    def _transport(self, name: str, args: VllmServerArgs) -> None:
         """After the health gate: which transport NCCL chose on every node, read from the
         running vLLM's log (inspection/nccl_transport.py). With nccl.rdma a TCP fallback fails
-        the `up` outside dev and warns in dev. Runs again whenever vLLM was started again (its
-        script's hash is in the text)."""
+        the `up` outside dev and warns in dev. Runs again whenever the gate ran again (the
+        container's ID and the gate's run are in the text)."""
         head = args.cluster.head
         names = {f.ip: n.name for n in args.cluster.nodes for f in n.node.fabric}
         self.nccl_log = head.command(
             f"{name}-nccl-log",
             self,
-            create=pulumi.Output.all(serve_text, self.serve.id).apply(
+            create=pulumi.Output.all(self.serve.id, self.health.id).apply(
                 lambda a: vllm_nccl_lines(
-                    HEAD_CONTAINER, hashlib.sha256(f"{a[0]}\n{a[1]}".encode()).hexdigest()[:16]
+                    SERVE_CONTAINER, hashlib.sha256(f"{a[0]}\n{a[1]}".encode()).hexdigest()[:16]
                 )
             ),
             logging=remote.Logging.STDERR,  # the lines are kept in its stdout, not logged
-            depends_on=[self.serve],
+            depends_on=[self.health],
         )
         judged = self.nccl_log.stdout.apply(
             lambda text: verdict(

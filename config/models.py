@@ -428,10 +428,10 @@ class RayConfig(_Model):
 
 
 # Environment a recipe may not set: what the stack derives per node (components/nccl.node_env),
-# what the Ray containers and the serve script set themselves (components/ray_cluster.py,
-# hostscripts/vllm.py). A recipe value would override a value the stack validated, or be
-# overridden itself without a word. tests/unit/components/test_containers.py keeps this in step
-# with what the containers really get.
+# what the Ray and vLLM containers get from the stack (components/ray_cluster.py,
+# components/vllm_server.py, hostscripts/vllm.py). A recipe value would override a value the
+# stack validated, or be overridden itself without a word.
+# tests/unit/components/test_containers.py keeps this in step with what the containers get.
 STACK_ENV = frozenset({
     "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
     "VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS", "MASTER_ADDR",
@@ -439,7 +439,7 @@ STACK_ENV = frozenset({
     "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IGNORE_CPU_AFFINITY",
     "HF_HOME", "HF_HUB_OFFLINE", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "VLLM_CACHE_ROOT",
     "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH",
-    "VLLM_CONFIG_ROOT", "VLLM_API_KEY",
+    "VLLM_CONFIG_ROOT", "VLLM_API_KEY", "VLLM_RPC_BASE_PATH", "RAY_ADDRESS",
 })
 _NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")  # a recipe's name (its file name, no .yaml)
 _COMMIT_IN_URL = re.compile(r"/[0-9a-f]{40}(/|$|#)")

@@ -70,6 +70,25 @@ def payload(name: str) -> str:
     return "\n".join(lines[i:])
 
 
+def secret_file_write(path: str, what: str) -> str:
+    """On a node: a secret (stdin) into a root-only file, replaced atomically; prints
+    `<what> <sha256 of the file>` (containers carry the hash in a label, so a new secret replaces
+    them; the hash of a random token or key tells nothing about it)."""
+    d = path.rsplit("/", 1)[0]
+    return "\n".join(
+        [
+            "set -eu",
+            "umask 077",
+            f"mkdir -p {q(d)}",
+            f"chmod 700 {q(d)}",
+            f"cat > {q(path + '.new')}",
+            f"test -s {q(path + '.new')}",
+            f"mv {q(path + '.new')} {q(path)}",
+            f"echo \"{what} $(sha256sum {q(path)} | cut -d' ' -f1)\"",
+        ]
+    )
+
+
 def verdict_script(title: str, lines: Sequence[str], problems: Sequence[str],
                    warnings: Sequence[str] = ()) -> str:
     """A script that only reports a verdict the program made: the lines on stdout, warnings and

@@ -4,26 +4,13 @@ shows every node and every GPU)."""
 from __future__ import annotations
 
 from hostscripts.common import container_ids as checked_ids
-from hostscripts.common import q
+from hostscripts.common import q, secret_file_write
 from hostscripts.paths import COMPILE_CACHE_DIR, RAY_TOKEN_FILE
 
 
 def ray_token_write() -> str:
-    """On every node: the Ray cluster token (stdin) into a root-only file, replaced atomically;
-    prints the file's sha256 (containers carry it in a label, so a new token restarts them)."""
-    d = RAY_TOKEN_FILE.rsplit("/", 1)[0]
-    return "\n".join(
-        [
-            "set -eu",
-            "umask 077",
-            f"mkdir -p {q(d)}",
-            f"chmod 700 {q(d)}",
-            f"cat > {q(RAY_TOKEN_FILE + '.new')}",
-            f"test -s {q(RAY_TOKEN_FILE + '.new')}",
-            f"mv {q(RAY_TOKEN_FILE + '.new')} {q(RAY_TOKEN_FILE)}",
-            f"echo \"token $(sha256sum {q(RAY_TOKEN_FILE)} | cut -d' ' -f1)\"",
-        ]
-    )
+    """On every node: the Ray cluster token (stdin) into its root-only file (secret_file_write)."""
+    return secret_file_write(RAY_TOKEN_FILE, "token")
 
 
 def compile_cache_dir() -> str:

@@ -1,21 +1,22 @@
-"""`vllm serve` inside the head Ray container: its argv, its start (idempotent, health-gated by
-payloads/vllm_health.py) and its stop."""
+"""The vLLM container's pieces: its `vllm serve` argv, the launcher that hands it the API key,
+the API key's file on the head, the health gate after it starts and the NCCL lines of its log."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hostscripts.common import container_ids, payload, q
-from hostscripts.paths import VLLM_ARGV, VLLM_CONFIG_ROOT, VLLM_KEY, VLLM_LOG, VLLM_PID
+from hostscripts.common import container_ids, payload, q, secret_file_write
+from hostscripts.paths import VLLM_KEY, VLLM_KEY_FILE
 
 _HEALTH_PY = payload("vllm_health.py")
-# The chat template vLLM reads (`--chat-template`), inside the head Ray container: written by
-# vllm_start from the script's own text, so it is in the preview's diff.
-CHAT_TEMPLATE = "/run/spark-vllm/chat-template.jinja"
-
+SERVE_CONTAINER = "spark-vllm-serve"
+# The chat template vLLM reads (`--chat-template`): uploaded into the vLLM container when it is
+# created (components/vllm_server.py), so its text is in the preview's diff.
+CHAT_TEMPLATE = "/etc/spark-vllm/chat-template.jinja"
+# The line each start of vLLM writes first into the container's log: what follows is this run's.
+START_MARKER = "=== spark-vllm: vllm serve starts ==="
 
 def vllm_argv(
     *,
@@ -124,130 +125,117 @@ def pinned_speculative_config(
     return out
 
 
-def _stop_vllm_in(container: str) -> str:
-    inner = (
-        f"if [ -f {VLLM_PID} ]; then p=$(cat {VLLM_PID}); kill $p 2>/dev/null || true; "
-        "i=0; while kill -0 $p 2>/dev/null && [ $i -lt 60 ]; do sleep 1; i=$((i+1)); done; "
-        f"kill -9 $p 2>/dev/null || true; rm -f {VLLM_PID}; fi"
-    )
-    return f"docker exec {q(container)} sh -c {q(inner)} || true"
+# The container's entrypoint: `sh -c LAUNCHER spark-vllm-serve <argv...>`. The API key is read
+# from its root-only file and exported for vLLM (VLLM_API_KEY) by this shell only, so it is in no
+# command line, no `docker inspect` and no container environment.
+LAUNCHER = "; ".join(
+    [
+        f"echo {q(START_MARKER)}",
+        f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi",
+        'exec "$@"',
+    ]
+)
 
 
-def vllm_start(
+def serve_entrypoint() -> list[str]:
+    """What precedes the argv in the vLLM container (Docker runs entrypoint + command)."""
+    return ["/bin/sh", "-c", LAUNCHER, SERVE_CONTAINER]
+
+
+def api_key_write() -> str:
+    """On the head: the API key (stdin) into its root-only file, mounted read-only into the
+    vLLM container; prints the file's sha256 (a label on the container: a new key restarts it)."""
+    return secret_file_write(VLLM_KEY_FILE, "api key")
+
+
+def api_key_remove() -> str:
+    return f"rm -f {q(VLLM_KEY_FILE)}"
+
+
+def non_carry_over_json(keys: Sequence[str]) -> str:
+    """$VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json: env keys vLLM's Ray executor must not
+    copy from the head to the workers (per-node values, nccl.PER_NODE_KEYS)."""
+    return json.dumps(sorted(keys)) + "\n"
+
+
+def vllm_health_gate(
     container: str,
-    argv: Sequence[str],
+    probe_container: str,
+    ids_marker: str,
     health_url: str,
     served_model_name: str,
     smoke_prompt: str,
     timeout: int,
-    ray_ready_stdout_marker: str,
-    non_carry_over: Sequence[str] = (),
-    chat_template: str | None = None,
 ) -> str:
-    """On the head: make `vllm serve` run `argv` inside the head Ray container, gate on health.
+    """On the head, after the vLLM container is created: wait for `/health`, `/v1/models`
+    listing the served name and one smoke completion (payloads/vllm_health.py, run in
+    `probe_container`, the Ray head container, which shares the host network and outlives
+    vLLM's restarts), or fail with the tail of the vLLM container's log.
 
-    Idempotent: a vLLM that is alive with the same argv and the same API key is left running and
-    only re-checked, so running the command again never costs a restart. It runs again when its
-    text changes (new flags, a replaced Ray container: `ray_ready_stdout_marker` holds their IDs)
-    or when recon found the cluster under vLLM broken (VllmServer's restart marker).
+    A container stopped behind the stack (recon's restart reason) is started first. Docker
+    restarts the container whenever vLLM exits (its restart policy); the gate watches the
+    container while it waits and fails as soon as vLLM exits or restarts, so a flag vLLM refuses
+    fails the `up` in seconds, not after the timeout. The API key reaches the probe on stdin
+    from its root-only file.
 
-    stdin carries the API key (possibly empty); it is written to a root-only file inside the
-    container and exported as VLLM_API_KEY by the shell that execs vLLM, so it is never on a
-    command line.
-
-    `non_carry_over`: env keys vLLM's Ray executor must not copy from the head to the workers
-    (per-node values, nccl.PER_NODE_KEYS). vLLM reads them from
-    $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json; the stack keeps its own config root so
-    a file the image may carry elsewhere is left alone.
-
-    `chat_template`: the text of the chat template `argv` names (`--chat-template
-    CHAT_TEMPLATE`), written into the container on every run (the same bytes change nothing).
-    It is in the script, quoted, and its sha256 in a comment and in the configuration hash, so
-    a changed template shows in the preview and restarts vLLM.
+    `ids_marker`: the vLLM and Ray container IDs, so a replaced container re-runs the gate.
     """
-    ray_ready_stdout_marker = container_ids(ray_ready_stdout_marker)  # exact form, then a comment
-    at = [i for i, a in enumerate(argv) if a == "--chat-template"]
-    if bool(at) != (chat_template is not None) or any(
-        list(argv[i + 1 : i + 2]) != [CHAT_TEMPLATE] for i in at
-    ):
-        raise ValueError(f"vllm_start: a chat template's text goes with `--chat-template "
-                         f"{CHAT_TEMPLATE}` in argv, and only with it")
-    serve = " ".join(q(a) for a in argv)
-    keep = json.dumps(sorted(non_carry_over))
-    config = f"{serve}\n{keep}"
-    template_lines = []
-    if chat_template is not None:
-        digest = hashlib.sha256(chat_template.encode()).hexdigest()
-        config += f"\n{digest}"
-        write = (f"umask 022; mkdir -p $(dirname {CHAT_TEMPLATE}); "
-                 f"printf '%s' \"$1\" > {CHAT_TEMPLATE}.new && "
-                 f"mv {CHAT_TEMPLATE}.new {CHAT_TEMPLATE}")
-        template_lines = [
-            f"# chat template sha256: {digest}",
-            f"docker exec {q(container)} sh -c {q(write)} sh {q(chat_template)}",
-        ]
-    want = hashlib.sha256(config.encode()).hexdigest()[:16]
-    launch = (
-        f"mkdir -p $(dirname {VLLM_LOG}) {VLLM_CONFIG_ROOT}; echo $$ > {VLLM_PID}; "
-        f"printf '%s\\n' {q(keep)} > {VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json; "
-        f"VLLM_CONFIG_ROOT={VLLM_CONFIG_ROOT}; export VLLM_CONFIG_ROOT; "
-        f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi; "
-        f"echo {q(START_MARKER)} >> {VLLM_LOG}; exec {serve} >> {VLLM_LOG} 2>&1"
-    )
-    store_key = f"umask 077; mkdir -p $(dirname {VLLM_KEY}); cat > {VLLM_KEY}.new"
-    same = (
-        f"test -s {VLLM_PID} && kill -0 $(cat {VLLM_PID}) 2>/dev/null && "
-        f"[ \"$(cat {VLLM_ARGV} 2>/dev/null)\" = {want} ] && cmp -s {VLLM_KEY}.new {VLLM_KEY}"
-    )
-    adopt = f"mv {VLLM_KEY}.new {VLLM_KEY} && echo {want} > {VLLM_ARGV}"
+    ids_marker = container_ids(ids_marker)
+    c = q(container)
+    state = f"docker inspect -f '{{{{.State.Status}}}} {{{{.RestartCount}}}}' {c}"
     return "\n".join(
         [
             "set -eu",
-            f"# ray containers: {ray_ready_stdout_marker}",
-            *template_lines,
-            f"docker exec -i {q(container)} sh -c {q(store_key)}",
-            f"if docker exec {q(container)} sh -c {q(same)}; then",
-            f"  docker exec {q(container)} rm -f {VLLM_KEY}.new",
-            "  echo 'vllm serve already runs this configuration: not restarted'",
-            "else",
-            "  " + _stop_vllm_in(container).replace("\n", "\n  "),
-            f"  docker exec {q(container)} sh -c {q(adopt)}",
-            f"  docker exec -d {q(container)} sh -c {q(launch)}",
+            f"# containers: {ids_marker}",
+            f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
+            f"  docker start {c} >/dev/null",
             "fi",
-            f"if ! docker exec {q(container)} python3 -c {q(_HEALTH_PY)} {q(health_url)} "
-            f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)} {VLLM_KEY} {VLLM_PID}; then",
-            f"  echo '--- last 50 lines of {VLLM_LOG} in {container} ---' >&2",
-            f"  docker exec {q(container)} tail -n 50 {VLLM_LOG} >&2 || true",
-            "  exit 1",
-            "fi",
+            f"n0=$(docker inspect -f '{{{{.RestartCount}}}}' {c})",
+            "out=$(mktemp)",
+            "trap 'rm -f \"$out\"' EXIT",
+            f"docker exec -i {q(probe_container)} python3 -c {q(_HEALTH_PY)} {q(health_url)} "
+            f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)} "
+            f"< {q(VLLM_KEY_FILE)} > \"$out\" 2>&1 &",
+            "probe=$!",
+            "fail=",
+            "while kill -0 $probe 2>/dev/null; do",
+            f"  s=$({state} 2>&1 || echo gone)",
+            "  case $s in",
+            "    \"running $n0\") ;;",
+            "    *) fail=\"vllm serve exited while the gate waited (now: $s)\"; "
+            "kill $probe 2>/dev/null || true; break ;;",
+            "  esac",
+            "  sleep 2",
+            "done",
+            "if [ -z \"$fail\" ] && wait $probe; then cat \"$out\"; exit 0; fi",
+            "cat \"$out\" >&2",
+            "[ -z \"$fail\" ] || echo \"$fail\" >&2",
+            f"echo '--- vllm serve in {container}: the last 50 lines of its log ---' >&2",
+            f"docker logs --tail 50 {c} >&2 2>&1 || true",
+            "exit 1",
         ]
     )
 
 
-# The line each start of vLLM writes first into its log: what follows is this run's.
-START_MARKER = "=== spark-vllm: vllm serve starts ==="
 NCCL_LINES = 2000  # at most this many NCCL transport lines are read back
 
 
 def vllm_nccl_lines(container: str, serve_marker: str) -> str:
     """On the head, after the health gate: the NCCL lines about the transport (network choice,
-    devices, channels, GPU Direct RDMA) that the running vLLM's log holds since it started,
-    its own and its Ray workers' (Ray forwards them with an `(Actor pid=.., ip=..)` prefix).
+    devices, channels, GPU Direct RDMA) that the vLLM container's log holds since vLLM last
+    started, its own and its Ray workers' (Ray forwards them with an `(Actor pid=.., ip=..)`
+    prefix).
 
-    `serve_marker` (a hash of vllm-serve's script) is in the text so a vLLM started again
-    makes this run again."""
+    `serve_marker` (the vLLM container's ID and the gate's run) is in the text so a vLLM started
+    again makes this run again."""
     pattern = "NCCL INFO.*(NET/|Using network|via |GPU Direct RDMA|Init COMPLETE)"
-    read = (f"grep -aE {q(pattern + '|^' + START_MARKER + '$')} {VLLM_LOG} "
-            f"| awk -v m={q(START_MARKER)} '$0 == m {{n = 0; next}} {{b[n++] = $0}} "
-            f"END {{for (i = 0; i < n; i++) print b[i]}}' | tail -n {NCCL_LINES}")
     return "\n".join(
         [
             "set -eu",
             f"# vllm-serve: {q(serve_marker)}",
-            f"docker exec {q(container)} sh -c {q(read + ' || true')}",
+            f"{{ docker logs {q(container)} 2>&1 || true; }} "
+            f"| grep -aE {q(pattern + '|^' + START_MARKER + '$')} "
+            f"| awk -v m={q(START_MARKER)} '$0 == m {{n = 0; next}} {{b[n++] = $0}} "
+            f"END {{for (i = 0; i < n; i++) print b[i]}}' | tail -n {NCCL_LINES}",
         ]
     )
-
-
-def vllm_stop(container: str) -> str:
-    return "\n".join(["set -eu", _stop_vllm_in(container), "echo vllm serve stopped"])

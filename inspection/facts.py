@@ -143,8 +143,6 @@ class NodeFacts(_Facts):
     interfaces: list[InterfaceFacts] = Field(default_factory=list)
     roce: list[RoceFacts] = Field(default_factory=list)
     disk_free_bytes: int = 0  # free bytes on the filesystem holding the HF cache dir
-    # the stack's `vllm serve` inside each running Ray head container: {container name: alive}
-    vllm_serve: dict[str, bool] = Field(default_factory=dict)
     # foreign containers a stack stopped (marker files): {container name: "<project>/<stack>"}
     stopped_by: dict[str, str] = Field(default_factory=dict)
     # the stack's Ray token file (hostscripts/paths.RAY_TOKEN_FILE) is on the node; None: not

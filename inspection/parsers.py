@@ -818,16 +818,3 @@ def parse_stopped_markers(text: str) -> dict[str, str]:
                              line)
         out[parts[1]] = parts[2]
     return out
-
-
-def parse_vllm_serve(text: str) -> dict[str, bool]:
-    """`<container> running|stopped` lines (recon's vllm_serve section) -> {container: alive}."""
-    out: dict[str, bool] = {}
-    for line in _nonblank(text):
-        if _skip_record(line.split("\t")):
-            continue
-        m = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9_.-]*) (running|stopped)", line)
-        if not m:
-            raise ParseError("vllm_serve", "expected '<container> running|stopped'", line)
-        out[m.group(1)] = m.group(2) == "running"
-    return out

@@ -45,7 +45,7 @@ from typing import TypeVar
 
 from config import NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
-from hostscripts.paths import RAY_TOKEN_FILE, STOPPED_DIR, VLLM_PID
+from hostscripts.paths import RAY_TOKEN_FILE, STOPPED_DIR
 from inspection import parsers as p
 from inspection.facts import DockerFacts, NodeFacts, OsFacts
 from inspection.parsers import ParseError
@@ -141,7 +141,6 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str) -> str:
         f"_ {q(CGROUP_ROOT)}",
         f"sv_bg docker_images {DOCKER_TIMEOUT} docker images --no-trunc --format '{{{{json .}}}}'",
         f"sv_bg gpu_runtime {COMMAND_TIMEOUT} bash -c {q(snippet('gpu_runtime.sh'))}",
-        f"sv_bg vllm_serve {DOCKER_TIMEOUT} bash -c {q(snippet('vllm_serve.sh'))} _ {q(VLLM_PID)}",
         f"sv_bg stopped {COMMAND_TIMEOUT} bash -c {q(snippet('stopped.sh'))} _ {q(STOPPED_DIR)}",
         f"sv_bg hf_cache {DOCKER_TIMEOUT} bash -c {q(snippet('hf_cache.sh'))} _ {q(cache_dir)}",
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
@@ -269,7 +268,7 @@ def _strip_added_newline(lines: list[str]) -> str:
 T = TypeVar("T")
 
 # the sections whose snippets print `skip\t<%q name>` records (inspection/parsers.py)
-SKIP_SECTIONS = ("hf_cache", "stopped", "gpu_runtime", "vllm_serve", "container_memory")
+SKIP_SECTIONS = ("hf_cache", "stopped", "gpu_runtime", "container_memory")
 
 _TOOL = {"nvidia_smi": "nvidia-smi", "nvidia_smi_query": "nvidia-smi",
          "nvidia_smi_list": "nvidia-smi", "ibdev2netdev": "ibdev2netdev", "rdma_link": "rdma",
@@ -381,7 +380,6 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
 
     docker = _docker_facts(r)
 
-    vllm_serve = r.parse("vllm_serve", p.parse_vllm_serve) or {}
     stopped = r.parse("stopped", p.parse_stopped_markers) or {} if "stopped" in sections else {}
     hf_cache = r.parse("hf_cache", p.parse_hf_cache) or []
     disk = r.parse("disk", p.parse_df_avail) or 0
@@ -413,7 +411,6 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         interfaces=interfaces,
         roce=roce or [],
         disk_free_bytes=disk,
-        vllm_serve=vllm_serve,
         stopped_by=stopped,
         ray_token_present=ray_token,
         clock_offset_seconds=clock_offset,

@@ -494,16 +494,18 @@ def test_nested_sh_c_scripts_are_inspected():
                     "chars); pass it on stdin from a secret, never inline"]
 
 
-def test_the_programs_vllm_start_script_passes_the_secret_rules():
-    """The program's own start script (not a copy of it) against the secret rules."""
-    from hostscripts.vllm import vllm_start
+def test_the_programs_vllm_scripts_pass_the_secret_rules():
+    """The program's own API key file and health gate scripts (not copies) against the secret
+    rules."""
+    from hostscripts.vllm import api_key_write, vllm_health_gate
 
-    script = vllm_start("spark-vllm-ray-head", ["vllm", "serve", "m", "--port", "8000"],
-                        "http://127.0.0.1:8000", "m", "Say hello", 60, "ab" * 32)
-    serve = res(REMOTE, {"create": script, "stdin": secret("sk-live-123")}, "serve",
-                aso=["stdin"])
-    assert run(rules.vllm_api_key, sargs([serve])) == []
-    assert run(rules.hf_token_secret, sargs([serve])) == []
+    key = res(REMOTE, {"create": api_key_write(), "stdin": secret("sk-live-123")}, "api-key",
+              aso=["stdin"])
+    gate = res(REMOTE, {"create": vllm_health_gate("spark-vllm-serve", "spark-vllm-ray-head",
+                                                   "ab" * 32, "http://127.0.0.1:8000", "m",
+                                                   "Say hello", 60)}, "health")
+    assert run(rules.vllm_api_key, sargs([key, gate])) == []
+    assert run(rules.hf_token_secret, sargs([key, gate])) == []
 
 
 def test_memory_fit_reserve_check_runs_while_model_bytes_are_unknown():

@@ -42,10 +42,11 @@ def test_outputs_are_known_so_applies_run(build, mocks):
     @pulumi.runtime.test
     def body():
         h = build(2)
-        return settled(h, h.model.commit, h.vllm.serve.create).apply(ran.append)
+        return settled(h, h.model.commit, h.vllm.serve.command, h.vllm.health.create).apply(
+            ran.append)
 
     body()
-    assert ran and ran[0][0] and "vllm serve" in ran[0][1]
+    assert ran and ran[0][0] and ran[0][1][:2] == ["vllm", "serve"] and "/health" in ran[0][2]
 
 
 def _fail(ok: bool) -> None:

@@ -252,12 +252,12 @@ def test_a_recipe_may_not_set_what_the_containers_get_from_the_stack(build, mock
     h = build(2, nccl={"rdma": rdma, "debug": "INFO"})
 
     def check(_):
-        for container in ("ray-head", "ray-worker-spark-2"):
+        for container in ("ray-head", "ray-worker-spark-2", "vllm-serve"):
             env = envs(mocks.named(container).inputs)
             from_stack = set(env) - {"VLLM_LOGGING_LEVEL"}  # the dev recipe's env
             assert from_stack <= STACK_ENV, from_stack - STACK_ENV
-        assert STACK_ENV - set(envs(mocks.named("ray-head").inputs)) <= {
-            "NCCL_IB_HCA" if not rdma else "", "NCCL_DEBUG_SUBSYS", "VLLM_CONFIG_ROOT",
-            "VLLM_API_KEY"}  # set by the serve script (or only with RDMA, or INFO)
+        assert STACK_ENV - set(envs(mocks.named("vllm-serve").inputs)) <= {
+            "NCCL_IB_HCA" if not rdma else "", "NCCL_DEBUG_SUBSYS",
+            "VLLM_API_KEY"}  # set by the launcher (or only with RDMA, or INFO)
 
     return settled(h).apply(check)

@@ -43,11 +43,12 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:vllm_server:VllmServer": 1,
             PROVIDER: n,
             IMAGE: n,
-            CONTAINER: n,
+            CONTAINER: n + 1,  # a Ray container per node, the vLLM container on the head
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
-            # ray ready; vllm serve + its NCCL log + transport check; n fabric checks; n image
-            # probes + the image check; n page-cache drops; n compile-cache folders
-            COMMAND: 3 + (n - 1) + n + n + 1 + 3 + n + n + 1 + n + n,
+            # ray ready; vLLM's API key file + health gate + NCCL log + transport check; n
+            # fabric checks; n image probes + the image check; n page-cache drops; n
+            # compile-cache folders
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n,
         }
     )
 

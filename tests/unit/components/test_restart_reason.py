@@ -1,4 +1,5 @@
-"""vLLM restarts when recon finds the cluster under it broken, and only then."""
+"""The health gate looks at vLLM again when recon finds the stack's vLLM or Ray containers not
+running, and only then."""
 
 from __future__ import annotations
 
@@ -14,16 +15,21 @@ from tests.unit.conftest import settled
 STACK = "spark-vllm/dev"
 
 
-def ray(name: str, role: str, state: str, stack: str = STACK) -> ContainerFacts:
+def box(name: str, role: str, state: str, stack: str = STACK) -> ContainerFacts:
     labels = {"spark-vllm.managed": "true", "spark-vllm.stack": stack, "spark-vllm.role": role}
     return ContainerFacts(id=name + "-id", name=name, image="img", state=state, labels=labels)
 
 
-def test_healthy_cluster_needs_no_restart():
-    head = gb10_facts("spark-1", containers=[ray("spark-vllm-ray-head", "ray-head", "running")])
-    head = head.model_copy(update={"vllm_serve": {"spark-vllm-ray-head": True}})
+def _cluster(vllm_state: str, worker_state: str):
+    head = gb10_facts("spark-1", containers=[box("spark-vllm-ray-head", "ray-head", "running"),
+                                             box("spark-vllm-serve", "vllm-serve", vllm_state)])
     worker = gb10_facts("spark-2", index=2,
-                        containers=[ray("spark-vllm-ray-worker", "ray-worker", "running")])
+                        containers=[box("spark-vllm-ray-worker", "ray-worker", worker_state)])
+    return head, worker
+
+
+def test_healthy_cluster_needs_no_restart():
+    head, worker = _cluster("running", "running")
     assert vllm_restart_reason({"spark-1": head, "spark-2": worker}, STACK) is None
 
 
@@ -31,28 +37,23 @@ def test_first_up_on_empty_hosts_needs_no_restart():
     assert vllm_restart_reason({"spark-1": gb10_facts("spark-1")}, STACK) is None
 
 
-def test_stopped_worker_or_dead_vllm_asks_for_a_restart():
-    head = gb10_facts("spark-1", containers=[ray("spark-vllm-ray-head", "ray-head", "running")])
-    head = head.model_copy(update={"vllm_serve": {"spark-vllm-ray-head": False}})
-    worker = gb10_facts("spark-2", index=2,
-                        containers=[ray("spark-vllm-ray-worker", "ray-worker", "exited")])
+def test_stopped_worker_or_vllm_container_asks_for_a_look():
+    head, worker = _cluster("restarting", "exited")
     reason = vllm_restart_reason({"spark-1": head, "spark-2": worker}, STACK)
     assert "spark-2: spark-vllm-ray-worker is exited" in reason
-    assert "spark-1: vllm serve is not running in spark-vllm-ray-head" in reason
+    assert "spark-1: spark-vllm-serve is restarting" in reason
 
 
 def test_other_stacks_containers_do_not_count():
-    other = gb10_facts("spark-2", containers=[ray("x", "ray-worker", "exited", stack="p/other")])
+    other = gb10_facts("spark-2", containers=[box("x", "ray-worker", "exited", stack="p/other"),
+                                              box("y", "vllm-serve", "exited", stack="p/other")])
     assert vllm_restart_reason({"spark-2": other}, STACK) is None
 
 
-def test_start_script_is_idempotent_and_carries_no_recon_state():
+def test_gate_starts_a_stopped_container_and_carries_no_recon_state():
     """The reason is not in the script: the script would change back once vLLM runs again."""
-    text = vllm.vllm_start("c", ["vllm", "serve", "m"], "http://127.0.0.1:8000", "m", "hi",
-                              60, "ab" * 32)
-    # a running vLLM with the same argv hash and API key is kept, not restarted
-    assert "not restarted" in text and "kill -0" in text and "cmp -s" in text
-    assert "restart" not in text.split("docker exec")[0]
+    text = vllm.vllm_health_gate("c", "head", "ab" * 32, "http://127.0.0.1:8000", "m", "hi", 60)
+    assert "docker start c" in text and "restart" not in text.split("docker exec")[0]
 
 
 @pytest.fixture
@@ -66,36 +67,29 @@ def serve_registration(build, ignored_changes):
     return run
 
 
-def _cluster(vllm_alive: bool, worker_state: str):
-    head = gb10_facts("spark-1", containers=[ray("spark-vllm-ray-head", "ray-head", "running")])
-    head = head.model_copy(update={"vllm_serve": {"spark-vllm-ray-head": vllm_alive}})
-    worker = gb10_facts("spark-2", index=2,
-                        containers=[ray("spark-vllm-ray-worker", "ray-worker", worker_state)])
-    return head, worker
-
-
 @pulumi.runtime.test
 def test_healthy_cluster_keeps_the_state_marker(serve_registration, mocks):
-    h, ignored = serve_registration(*_cluster(True, "running"))
+    h, ignored = serve_registration(*_cluster("running", "running"))
 
     def check(_):
-        serve = mocks.named("vllm-serve").inputs
-        assert serve["triggers"] == ["none"]
-        assert "environment" not in serve, "sshd may refuse it (pulumi-command then fails)"
-        assert ignored["vllm-serve"] == ["triggers"], "a healthy cluster must not diff"
+        gate = mocks.named("vllm-health").inputs
+        assert gate["triggers"] == ["none"]
+        assert "environment" not in gate, "sshd may refuse it (pulumi-command then fails)"
+        assert ignored["vllm-health"] == ["triggers"], "a healthy cluster must not diff"
 
     return settled(h).apply(check)
 
 
 @pulumi.runtime.test
-def test_broken_cluster_sets_a_new_marker_so_vllm_starts_again(serve_registration, mocks):
-    h, ignored = serve_registration(*_cluster(False, "exited"))
+def test_broken_cluster_sets_a_new_marker_so_the_gate_runs_again(serve_registration, mocks):
+    h, ignored = serve_registration(*_cluster("exited", "exited"))
 
     def check(_):
-        [marker] = mocks.named("vllm-serve").inputs["triggers"]
+        [marker] = mocks.named("vllm-health").inputs["triggers"]
         assert "spark-2: spark-vllm-ray-worker is exited" in marker and " @" in marker
-        assert ignored["vllm-serve"] == []
-        # and the start script is the healthy one: only the marker differs
-        assert "restart" not in mocks.named("vllm-serve").inputs["create"].split("docker exec")[0]
+        assert "spark-1: spark-vllm-serve is exited" in marker
+        assert ignored["vllm-health"] == []
+        # the gate's script is the healthy one: only the marker differs
+        assert "restart" not in mocks.named("vllm-health").inputs["create"].split("docker exec")[0]
 
     return settled(h).apply(check)

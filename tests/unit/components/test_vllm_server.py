@@ -1,22 +1,22 @@
-"""The `vllm serve` command line, and where the API key may (not) appear."""
+"""The vLLM container: its `vllm serve` command line, its runtime, and where the API key may
+(not) appear."""
 
 from __future__ import annotations
 
 import copy
 import hashlib
 import json
-import re
-import shlex
 
 import pulumi
 import pytest
 import yaml
 
+from hostscripts import vllm
 from tests.conftest import ROOT, config_raw, is_secret, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
 
 QWEN_REPO = "Qwen/Qwen3.5-122B-A10B-FP8"
-TEMPLATE = "/run/spark-vllm/chat-template.jinja"
+TEMPLATE = "/etc/spark-vllm/chat-template.jinja"
 QWEN_RECIPE = "qwen3.5-122b-a10b-fp8"
 # A chat template of the tests' own (none is shipped): quotes, $, backquotes, a backslash and
 # newlines, so the shell quoting that carries it into the container is exercised.
@@ -60,13 +60,14 @@ def own_template(tmp_path, monkeypatch) -> str:
     return OWN_TEMPLATE
 
 
-def serve_line(create: str) -> list[str]:
-    """The argv of `exec vllm serve ...` inside the launch script."""
-    launch = next(
-        line.strip() for line in create.splitlines() if line.strip().startswith("docker exec -d ")
-    )
-    inner = shlex.split(launch)[-1]  # the sh -c script
-    return shlex.split(inner.split("exec ", 1)[1].split(" >> ", 1)[0])
+def serve_argv(mocks) -> list[str]:
+    """The vLLM container's command: the `vllm serve` argv."""
+    return list(mocks.named("vllm-serve").inputs["command"])
+
+
+def uploads(mocks) -> dict[str, str]:
+    """The files uploaded into the vLLM container: {path: content}."""
+    return {u["file"]: u["content"] for u in mocks.named("vllm-serve").inputs.get("uploads", [])}
 
 
 PROD_ARGV = [
@@ -105,18 +106,28 @@ def test_vllm_command_line_exactly(build, mocks):
     h = build(raw=qwen_raw())
 
     def check(_):
-        create = mocks.named("vllm-serve").inputs["create"]
-        assert serve_line(create) == PROD_ARGV
-        assert "--chat-template" not in create and "chat template sha256" not in create
-        assert "chat-template.jinja" not in create
-        # runs inside the head Ray container, on the head, gated on health
-        assert reveal(mocks.named("vllm-serve").inputs["connection"])["host"] == "10.77.0.11"
-        assert "docker exec -d spark-vllm-ray-head sh -c" in create
-        assert "/v1/models" in create and "/v1/completions" in create and "/health" in create
-        assert "tail -n 50 /var/log/spark-vllm/vllm-serve.log" in create
-        # the Ray containers' IDs: a replaced container re-runs vLLM's start
-        ids = " ".join(hashlib.sha256(n.encode()).hexdigest() for n in ("ray-head", "ray-worker-spark-2"))
-        assert f"# ray containers: {ids}" in create
+        serve = mocks.named("vllm-serve").inputs
+        assert serve_argv(mocks) == PROD_ARGV
+        assert TEMPLATE not in uploads(mocks)
+        # the launcher hands the key over and execs the argv; nothing else is on its line
+        assert serve["entrypoints"] == ["/bin/sh", "-c", vllm.LAUNCHER, "spark-vllm-serve"]
+        assert vllm.LAUNCHER.endswith('exec "$@"')
+        # a container of its own on the head, joined to the stack's Ray cluster
+        assert serve["name"] == "spark-vllm-serve" and serve["restart"] == "unless-stopped"
+        assert serve["networkMode"] == "host" and serve["ipcMode"] == "host"
+        assert serve["pidMode"] == "container:" + hashlib.sha256(b"ray-head").hexdigest()
+        assert "RAY_ADDRESS=192.168.177.11:6379" in serve["envs"]
+        assert {"hostPath": "/run/spark-vllm/ray-session", "containerPath": "/tmp/ray"} in [
+            {k: v for k, v in m.items() if k in ("hostPath", "containerPath")}
+            for m in serve["volumes"]]
+        # gated on health, on the head; the Ray and vLLM containers' IDs re-run the gate
+        gate = mocks.named("vllm-health").inputs
+        assert reveal(gate["connection"])["host"] == "10.77.0.11"
+        assert "/v1/models" in gate["create"] and "/v1/completions" in gate["create"]
+        assert "docker logs --tail 50 spark-vllm-serve" in gate["create"]
+        ids = " ".join(hashlib.sha256(n.encode()).hexdigest()
+                       for n in ("vllm-serve", "ray-head", "ray-worker-spark-2"))
+        assert f"# containers: {ids}" in gate["create"]
 
     return settled(h).apply(check)
 
@@ -124,23 +135,15 @@ def test_vllm_command_line_exactly(build, mocks):
 @pulumi.runtime.test
 def test_a_recipes_chat_template_reaches_vllm(build, mocks, own_template):
     """The mechanism, with a template the test wrote into its recipes folder: `--chat-template
-    /run/spark-vllm/chat-template.jinja` after the recipe's flags, and the template's text
-    travels in the script, quoted, into the head container before vLLM starts."""
+    /etc/spark-vllm/chat-template.jinja` after the recipe's flags, and the template's exact
+    text uploaded there into the vLLM container (so it is in the preview's diff)."""
     h = build(raw=qwen_raw())
 
     def check(_):
-        create = mocks.named("vllm-serve").inputs["create"]
         at_host = PROD_ARGV.index("--host")
-        assert serve_line(create) == [*PROD_ARGV[:at_host], "--chat-template", TEMPLATE,
-                                      *PROD_ARGV[at_host:]]
-        assert f"# chat template sha256: {OWN_TEMPLATE_SHA}" in create
-        at = create.index(f"# chat template sha256: {OWN_TEMPLATE_SHA}\n")
-        write = create[create.index("\n", at) + 1 : create.index("\ndocker exec -i ", at)]
-        words = shlex.split(write)  # one command: the template is a single quoted word
-        assert words[:5] == ["docker", "exec", "spark-vllm-ray-head", "sh", "-c"]
-        assert f"> {TEMPLATE}.new && mv {TEMPLATE}.new {TEMPLATE}" in words[5]
-        assert words[6:] == ["sh", own_template]
-        assert create.index(write) < create.index("docker exec -d ")
+        assert serve_argv(mocks) == [*PROD_ARGV[:at_host], "--chat-template", TEMPLATE,
+                                     *PROD_ARGV[at_host:]]
+        assert uploads(mocks)[TEMPLATE] == own_template
 
     return settled(h).apply(check)
 
@@ -153,14 +156,13 @@ def test_stack_file_keys_win_over_the_recipe(build, mocks, own_template):
                            enableExpertParallel=False, max_num_batched_tokens=16384))
 
     def check(_):
-        create = mocks.named("vllm-serve").inputs["create"]
-        argv = serve_line(create)
+        argv = serve_argv(mocks)
         assert argv[argv.index("--max-model-len") + 1] == "65536"
         assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.8"
         assert argv[argv.index("--max-num-batched-tokens") + 1] == "16384"  # snake_case too
         assert "--enable-expert-parallel" not in argv
         # null: the model's own template, so no file and no flag
-        assert "--chat-template" not in argv and "chat template sha256" not in create
+        assert "--chat-template" not in argv and TEMPLATE not in uploads(mocks)
         # what the stack file leaves alone still comes from the recipe
         assert "--language-model-only" in argv and argv[argv.index("--max-num-seqs") + 1] == "4"
         assert mocks.named("vllm").inputs["maxModelLen"] == 65536  # what the policies see
@@ -215,7 +217,7 @@ def _changed(before: dict[str, dict], after: dict[str, dict]) -> set[str]:
 
 def test_a_recipe_change_is_a_serve_flag_or_an_env_change(tmp_path, monkeypatch):
     """The change table (docs/design.md): a recipe's serve setting or chat template changes
-    only `vllm serve` (the component, its start and the NCCL log read that follows a start);
+    only the vLLM container (with the component's props for a flag the policies review);
     its env changes the Ray containers' environment (and so the containers) and nothing of the
     image or the model. The recipe is the shipped 122B one naming a chat template of the
     test's own, edited in a folder of the test's."""
@@ -233,14 +235,15 @@ def test_a_recipe_change_is_a_serve_flag_or_an_env_change(tmp_path, monkeypatch)
 
     base = variant("base")
     serve = _changed(base, variant("serve", maxNumBatchedTokens=4096, maxModelLen=131072))
-    assert serve == {"vllm", "vllm-serve", "vllm-nccl-log"}, serve
+    assert serve == {"vllm", "vllm-serve"}, serve  # (a new container ID re-runs its gate)
     template = _changed(base, variant("template", template=OWN_TEMPLATE + "{# edited #}"))
-    assert template == {"vllm-serve", "vllm-nccl-log"}, template  # the text is in the script
+    assert template == {"vllm-serve"}, template  # the text is an upload
     env = _changed(base, variant("env", env={**doc["env"], "VLLM_FLASHINFER_MOE_BACKEND":
                                              "throughput"}))
-    assert {"nccl", "ray-head", "ray-worker-spark-2"} <= env, env
+    # the nodes' env: the Ray containers and the vLLM container (the head's env is its too)
+    assert {"nccl", "ray-head", "ray-worker-spark-2", "vllm-serve"} <= env, env
     assert not {r for r in env if r.startswith(("image", "model"))}, env
-    assert not env & {"vllm", "vllm-serve"}  # (in a real up the new container IDs re-run it)
+    assert "vllm" not in env
 
 
 @pulumi.runtime.test
@@ -269,7 +272,7 @@ def test_kv_cache_bytes_when_set(build, mocks):
     h = build(2)
 
     def check(_):
-        line = serve_line(mocks.named("vllm-serve").inputs["create"])
+        line = serve_argv(mocks)
         assert line[line.index("--kv-cache-memory-bytes") + 1] == "67108864"
         assert mocks.named("vllm").inputs["kvCacheMemoryBytes"] == 67108864
 
@@ -282,7 +285,7 @@ def test_optional_flags(build, mocks):
                        "maxNumSeqs": None})
 
     def check(_):
-        argv = serve_line(mocks.named("vllm-serve").inputs["create"])
+        argv = serve_argv(mocks)
         assert "--no-enable-prefix-caching" in argv and "--enable-prefix-caching" not in argv
         assert "--enforce-eager" in argv
         assert "--max-model-len" not in argv and "--max-num-seqs" not in argv
@@ -304,20 +307,25 @@ def test_api_key_only_as_secret_never_on_a_command_line(build, mocks):
             assert API_KEY not in blob, f"{r.name} exposes the API key"
             assert "hf_unit_test_token" not in blob, f"{r.name} exposes the HF token"
             assert SSH_KEY not in blob, f"{r.name} exposes the SSH key"
-        serve = mocks.named("vllm-serve").inputs
-        assert is_secret(serve["stdin"]) and reveal(serve["stdin"]) == API_KEY
+        key_file = mocks.named("vllm-api-key").inputs
+        assert is_secret(key_file["stdin"]) and reveal(key_file["stdin"]) == API_KEY
         component = mocks.named("vllm").inputs
         assert is_secret(component["apiKey"]) and reveal(component["apiKey"]) == API_KEY
         fetch = mocks.named("model-fetch").inputs
         assert is_secret(fetch["stdin"]) and reveal(fetch["stdin"]) == "hf_unit_test_token"
         assert fetch["logging"] == "none"
-        # the key reaches vLLM through a file inside the container, read by the launching shell
-        assert "VLLM_API_KEY=$(cat /run/spark-vllm/api-key)" in serve["create"]
-        # ...and vLLM's Ray executor is told not to copy it to the workers' processes: the
-        # list written just before ray_non_carry_over_env_vars.json
-        before = serve["create"].split("ray_non_carry_over_env_vars.json")[0]
-        keep = json.loads(re.findall(r'\[(?:"[A-Z_]+"(?:, )?)+\]', before)[-1])
+        # the key reaches vLLM through a root-only file on the head, mounted read-only into the
+        # container and read by the launching shell; no environment value holds it
+        serve = mocks.named("vllm-serve").inputs
+        assert "VLLM_API_KEY=$(cat /run/spark-vllm/api-key)" in vllm.LAUNCHER
+        assert {"target": "/run/spark-vllm/api-key", "source": "/var/lib/spark-vllm/vllm/api-key",
+                "type": "bind", "readOnly": True} in serve["mounts"]
+        assert not any(e.startswith("VLLM_API_KEY=") for e in serve["envs"])
+        # ...and vLLM's Ray executor is told not to copy it to the workers' processes
+        keep = json.loads(uploads(mocks)[
+            "/etc/spark-vllm/vllm-config/ray_non_carry_over_env_vars.json"])
         assert "VLLM_API_KEY" in keep and "NCCL_IB_HCA" in keep, keep
+        assert "VLLM_CONFIG_ROOT=/etc/spark-vllm/vllm-config" in serve["envs"]
 
     return settled(h).apply(check)
 
@@ -391,9 +399,9 @@ def test_the_transport_is_read_after_the_health_gate_and_exported(build, mocks, 
 
     def check(values):
         (transport,) = values
-        assert "vllm-serve" in dependencies["vllm-nccl-log"]
+        assert "vllm-health" in dependencies["vllm-nccl-log"]
         log = mocks.named("vllm-nccl-log").inputs["create"]
-        assert "docker exec spark-vllm-ray-head sh -c" in log and "NCCL INFO" in log
+        assert "docker logs spark-vllm-serve" in log and "NCCL INFO" in log
         text = mocks.named("vllm-transport").inputs["create"]
         # the mock log holds no NCCL lines: unknown, and with RDMA on a warning, no failure
         assert "nccl transport warning: the NCCL transport cannot be verified" in text
@@ -413,7 +421,7 @@ def test_mtp_drafter_is_pinned_to_the_served_commit_offline(build, mocks):
               vllm={"speculativeConfig": {"method": "mtp", "num_speculative_tokens": 1}})
 
     def check(_):
-        argv = serve_line(mocks.named("vllm-serve").inputs["create"])
+        argv = serve_argv(mocks)
         assert argv[argv.index("--revision") + 1] == COMMIT
         spec = argv[argv.index("--speculative-config") + 1]
         assert spec == ('{"method":"mtp","num_speculative_tokens":1,'

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -171,32 +169,68 @@ def test_sync_prunes_a_corrupted_blob_before_copying(tmp_path):
     assert "--prune" in models.model_sync("sha256:" + "a" * 64, "/c", {})
 
 
-def test_vllm_start_keeps_the_key_off_every_command_line():
-    argv = ["vllm", "serve", "org/m", "--port", "8000"]
-    text = vllm.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, ID_A)
-    assert "--api-key" not in text and "VLLM_API_KEY=" in text
-    assert "docker exec -i head sh -c" in text  # stdin (the key) goes into the container file
+def test_the_launcher_keeps_the_key_off_every_command_line(tmp_path):
+    """The vLLM container runs `sh -c LAUNCHER spark-vllm-serve <argv>`: the key file's content
+    becomes VLLM_API_KEY of the exec'd argv only, and the argv runs exactly as given."""
+    key = tmp_path / "api-key"
+    key.write_text("sk-unit\n")
+    launcher = vllm.LAUNCHER.replace(paths.VLLM_KEY, str(key))
+    argv = ["sh", "-c", 'printf "%s|" "$VLLM_API_KEY" "$@"', "x", "a b", "$(id)"]
+    out = subprocess.run(["sh", "-c", launcher, vllm.SERVE_CONTAINER, *argv],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == [vllm.START_MARKER, "sk-unit|a b|$(id)|"]
+    assert "--api-key" not in vllm.LAUNCHER and "sk-unit" not in vllm.LAUNCHER
 
 
-def test_vllm_start_keeps_per_node_env_on_the_workers():
+def test_the_non_carry_over_list_keeps_per_node_env_on_the_workers():
     """vLLM's Ray executor copies NCCL_*/UCX_* from the head to every worker unless they are
     listed in $VLLM_CONFIG_ROOT/ray_non_carry_over_env_vars.json (https://github.com/spark-arena/sparkrun issue #135)."""
-    argv = ["vllm", "serve", "org/m"]
-
-    def start(keys):
-        return vllm.vllm_start("head", argv, "http://127.0.0.1:8000", "m", "hi", 60, ID_A,
-                                  non_carry_over=keys)
-
-    text = start(nccl.PER_NODE_KEYS)
     assert "NCCL_IB_HCA" in nccl.PER_NODE_KEYS and "NCCL_SOCKET_IFNAME" in nccl.PER_NODE_KEYS
-    listed = json.dumps(sorted(nccl.PER_NODE_KEYS))
-    assert shlex.quote(listed) in text or listed in text
-    assert f"{paths.VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json" in text
-    assert f"VLLM_CONFIG_ROOT={paths.VLLM_CONFIG_ROOT}; export VLLM_CONFIG_ROOT" in text
-    # a different list is a different configuration: a running vLLM is restarted for it
-    want = re.compile(r"echo ([0-9a-f]{16}) > " + re.escape(paths.VLLM_ARGV))
-    assert want.search(text).group(1) != want.search(start(("NCCL_IB_HCA",))).group(1)
-    assert want.search(text).group(1) == want.search(start(tuple(reversed(nccl.PER_NODE_KEYS)))).group(1)
+    text = vllm.non_carry_over_json(nccl.PER_NODE_KEYS)
+    assert json.loads(text) == sorted(nccl.PER_NODE_KEYS)
+    assert text == vllm.non_carry_over_json(tuple(reversed(nccl.PER_NODE_KEYS)))  # stable
+
+
+def _gate(tmp_path: Path, states: list[str], probe: str) -> subprocess.CompletedProcess[str]:
+    """Run vllm_health_gate against a fake docker: `docker inspect` answers `states` in turn
+    (the last one repeats), `docker exec` runs `probe`, `docker logs` prints a line."""
+    (tmp_path / "states").write_text("\n".join(states) + "\n")
+    env = _fake_docker(tmp_path, f"""
+case "$1" in
+  inspect) case "$3" in
+    *Running*) echo true ;;
+    *Status*) s=$(head -n 1 {tmp_path}/states); [ "$(wc -l < {tmp_path}/states)" -gt 1 ] &&
+              sed -i 1d {tmp_path}/states; echo "$s" ;;
+    *) echo 0 ;;
+  esac ;;
+  exec) {probe} ;;
+  logs) echo "vllm: error: unrecognized arguments: --bogus" ;;
+esac
+""")
+    script = vllm.vllm_health_gate("serve", "head", ID_A, "http://127.0.0.1:8000", "m", "hi", 60)
+    script = script.replace(paths.VLLM_KEY_FILE, "/dev/null")
+    return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_the_gate_prints_the_probe_when_vllm_answers(tmp_path):
+    ok = _gate(tmp_path, ["running 0"], 'echo \'{"health": "ok"}\'')
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.strip() == '{"health": "ok"}'
+
+
+def test_the_gate_fails_at_once_when_vllm_exits_while_it_waits(tmp_path):
+    """A refused flag: vLLM exits, Docker restarts the container. The probe would wait for the
+    whole timeout; the gate stops within seconds with the log's tail."""
+    import time
+
+    t0 = time.monotonic()
+    bad = _gate(tmp_path, ["running 0", "running 0", "restarting 1"], "sleep 50")
+    assert bad.returncode == 1
+    assert time.monotonic() - t0 < 30
+    assert "vllm serve exited while the gate waited (now: restarting 1)" in bad.stderr
+    assert "unrecognized arguments: --bogus" in bad.stderr
 
 
 def test_foreign_container_stop_and_start_are_inverse():
@@ -218,7 +252,7 @@ def test_an_image_id_read_from_a_host_must_be_of_its_exact_form(bad):
 @pytest.mark.parametrize("bad", [f"{ID_A}\nrm -rf /", "ray-head-id", f"{ID_A} $(id)", ""])
 def test_container_ids_read_from_a_host_must_be_ids_before_a_comment(bad):
     with pytest.raises(common.RemoteValueError, match="not container IDs"):
-        vllm.vllm_start("head", ["vllm", "serve", "m"], "http://127.0.0.1:8000", "m", "hi", 60, bad)
+        vllm.vllm_health_gate("serve", "head", bad, "http://127.0.0.1:8000", "m", "hi", 60)
     with pytest.raises(common.RemoteValueError):
         ray.ray_ready("head", 2, 2, 5, bad)
 
@@ -270,9 +304,8 @@ def test_fabric_check_names_both_nodes_the_interface_and_the_largest_size(tmp_pa
 
 
 def test_nccl_lines_are_read_from_the_current_vllm_run_only(tmp_path):
-    """vllm_nccl_lines: the transport lines after the last start marker, nothing else."""
-    import shlex
-
+    """vllm_nccl_lines: the transport lines of the container's log after the last start
+    marker (Docker keeps one log across the container's restarts), nothing else."""
     log = tmp_path / "vllm-serve.log"
     log.write_text(
         "spark-1:1:2 [0] NCCL INFO NET/IB : Using [0]old:1/RoCE [RO]; OOB x\n"
@@ -280,11 +313,10 @@ def test_nccl_lines_are_read_from_the_current_vllm_run_only(tmp_path):
         "spark-1:1:2 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.177.11<0>\n"
         "(RayWorkerWrapper pid=5, ip=192.168.177.12) spark-2:5:6 [0] NCCL INFO Channel 00/0 : "
         "1[0] -> 0[0] [send] via NET/Socket/0\n")
-    script = vllm.vllm_nccl_lines("head", "abc123")
+    script = vllm.vllm_nccl_lines("serve", "abc123")
     assert "# vllm-serve: abc123" in script
-    inner = shlex.split(script.split("docker exec head sh -c ", 1)[1])[0]
-    out = subprocess.run(["sh", "-c", inner.replace(vllm.VLLM_LOG, str(log))],
-                         capture_output=True, text=True, timeout=30)
+    env = _fake_docker(tmp_path, f'[ "$1 $2" = "logs serve" ] && cat {log}\n')
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         "spark-1:1:2 [0] NCCL INFO NET/Socket : Using [0]enp1s0f1np1:192.168.177.11<0>",

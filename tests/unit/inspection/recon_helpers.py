@@ -137,7 +137,6 @@ def spark_sections(n: int = 1, *, seed: bool = False, **override) -> dict:
         "container_memory": sample("cgroup-memory-seed.txt") if seed else "",
         "docker_images": sample("docker-images-json-seed.txt"),
         "gpu_runtime": "cdi /etc/cdi/nvidia.yaml",
-        "vllm_serve": "",  # no stack head container on the node yet
         "hf_cache": sample("hf-cache-listing.txt"),
         "disk": "      Avail\n500000000000",
         "host_keys": f"{key} root@spark-{n}\necdsa-sha2-nistp256 AAAAE2VjZHNh= root@spark-{n}",

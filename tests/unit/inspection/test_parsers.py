@@ -488,14 +488,6 @@ def test_stopped_markers():
         p.parse_stopped_markers("marker\tvllm_node\n")
 
 
-def test_vllm_serve_liveness_lines():
-    assert p.parse_vllm_serve("spark-vllm-ray-head running\n") == {"spark-vllm-ray-head": True}
-    assert p.parse_vllm_serve("spark-vllm-ray-head stopped\n") == {"spark-vllm-ray-head": False}
-    assert p.parse_vllm_serve("") == {}
-    with pytest.raises(p.ParseError, match=r"running\|stopped"):
-        p.parse_vllm_serve("spark-vllm-ray-head maybe\n")
-
-
 # --------------------------------------------------------------------------- exact formats only
 
 def test_lines_break_only_at_newline():
@@ -543,8 +535,6 @@ def test_meminfo_refuses_lines_it_does_not_know_the_shape_of(text):
     (p.parse_df_avail, "      Avail\n80656420864\n12\n"),
     (p.parse_epoch, "1764480000.1\n1764480999.9\n"),
     (p.parse_ethtool_speed, "\tSpeed: 200000Mb/s\nsomething else\n"),
-    (p.parse_vllm_serve, "bad\x1bname running\n"),
-    (p.parse_vllm_serve, "spark-vllm-ray-head\u2028 running\n"),
     (p.parse_host_keys, "ssh-ed25519\u2028AAAAC3NzaC1lZDI1NTE5AAAAIB\n"),
     (p.parse_stopped_markers, "vllm_node\tspark-vllm/dev\n"),  # the old, untagged form
     (p.parse_stopped_markers, "marker\tbad name\tspark-vllm/dev\n"),

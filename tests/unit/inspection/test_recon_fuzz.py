@@ -86,9 +86,8 @@ def _base(sections: dict[str, Any], pinned: str) -> Base:
 
 
 BASES = [
-    # the reference head: foreign containers, a stopped marker, vLLM alive, a partial HF cache
-    _base(spark_sections(1, seed=True, stopped="marker\tvllm_node\tspark-vllm/dev\n",
-                         vllm_serve="spark-vllm-ray-head running\n"), KEY_1),
+    # the reference head: foreign containers, a stopped marker, a partial HF cache
+    _base(spark_sections(1, seed=True, stopped="marker\tvllm_node\tspark-vllm/dev\n"), KEY_1),
     # a worker where some tools are missing or answer with errors
     _base(spark_sections(2, ibdev2netdev=("", 127, "ibdev2netdev: command not found"),
                          dgx_release=("", 1, "cat: /etc/dgx-release: No such file or directory"),
@@ -120,7 +119,6 @@ GROUPS: dict[str, tuple[Callable[[NodeFacts], Any], set[str]]] = {
     "container_memory": (lambda f: f.docker and [c.memory_bytes for c in f.docker.containers],
                          DOCKER | {"docker_ps", "container_memory"}),
     "images": (lambda f: f.docker and f.docker.images, DOCKER | {"docker_images"}),
-    "vllm_serve": (lambda f: f.vllm_serve, {"vllm_serve"}),
     "stopped": (lambda f: f.stopped_by, {"stopped"}),
     "hf_cache": (lambda f: f.hf_cache, {"hf_cache"}),
     "disk": (lambda f: f.disk_free_bytes, {"disk"}),

@@ -68,17 +68,6 @@ def test_gpu_runtime_finds_the_hook_on_path(tmp_path):
     assert p.parse_gpu_runtime(out.stdout) == [f"hook {tmp_path / 'bin' / 'nvidia-container-runtime-hook'}"]
 
 
-def test_vllm_serve_reports_each_stack_head_container(tmp_path):
-    fake_tool(tmp_path / "bin", "docker", """
-case "$1" in
-  ps) echo spark-vllm-ray-head; echo other-head ;;
-  exec) [ "$2" = spark-vllm-ray-head ] ;;
-esac
-""")
-    out = run("vllm_serve.sh", "/run/spark-vllm/vllm-serve.pid", path=tmp_path / "bin")
-    assert out.returncode == 0, out.stderr
-    assert p.parse_vllm_serve(out.stdout) == {"spark-vllm-ray-head": True, "other-head": False}
-
 
 def test_stopped_lists_the_markers_with_their_stack(tmp_path):
     (tmp_path / "vllm_node").write_text("spark-vllm/prod\n")
@@ -173,14 +162,3 @@ def test_gpu_runtime_never_prints_a_path_raw(tmp_path):
     assert p.parse_gpu_runtime(out.stdout) == []
 
 
-def test_vllm_serve_never_prints_a_name_raw(tmp_path):
-    fake_tool(tmp_path / "bin", "docker", """
-case "$1" in
-  ps) printf 'spark-vllm-ray-head\\nbad\\033name\\n' ;;
-  exec) exit 0 ;;
-esac
-""")
-    out = run("vllm_serve.sh", "/run/spark-vllm/vllm-serve.pid", path=tmp_path / "bin")
-    assert out.returncode == 0, out.stderr
-    _printable_lines(out.stdout)
-    assert p.parse_vllm_serve(out.stdout) == {"spark-vllm-ray-head": True}

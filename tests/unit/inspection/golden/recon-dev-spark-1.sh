@@ -147,20 +147,6 @@ x=$(command -v nvidia-container-runtime) && found hook "$x"
 for f in /etc/cdi/*nvidia* /var/run/cdi/*nvidia*; do [ -e "$f" ] && found cdi "$f"; done
 exit 0
 '
-sv_bg vllm_serve 20 bash -c '# Is the stack'"'"'s own `vllm serve` alive inside each running Ray head container? $1 is the pid
-# file hostscripts/vllm.py writes in the container. One line per head: "<name> running|stopped".
-# A name that is not a docker container name is never printed raw: "skip\t<%q form>".
-export LC_ALL=C
-docker ps --filter label=spark-vllm.managed=true --filter label=spark-vllm.role=ray-head --format '"'"'{{.Names}}'"'"' |
-while IFS= read -r c; do
-  case $c in
-    '"'"''"'"') continue ;;
-    [!A-Za-z0-9]* | *[!A-Za-z0-9_.-]*) printf '"'"'skip\t%q\n'"'"' "$c"; continue ;;
-  esac
-  if docker exec "$c" sh -c "kill -0 \$(cat $1) 2>/dev/null" </dev/null; then echo "$c running"; else echo "$c stopped"; fi
-done
-exit 0
-' _ /run/spark-vllm/vllm-serve.pid
 sv_bg stopped 10 bash -c '# Foreign containers a stack stopped (preflight.foreignContainers: stop) leave a marker in $1
 # holding the stack'"'"'s label (hostscripts/foreign.py): "marker\t<container>\t<project>/<stack>"
 # per marker. A file name or label that is not printable ASCII is never printed raw (it could
