@@ -4,6 +4,7 @@ Stdlib only (runs before any venv exists). Must run as root.
     python3 lab/lab.py up [--nodes N] | down | status | config
     python3 lab/lab.py seed | hf-bytes [--json] | ssh NODE [CMD...]
     python3 lab/lab.py sshd-stop|sshd-start|fabric-cut|fabric-restore NODE | kill NODE CONTAINER
+    python3 lab/lab.py crash NODE CONTAINER | dockerd-restart NODE
 See lab/README.md for what is real and what is simulated.
 """
 
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 
@@ -28,6 +30,7 @@ from lab.hosts import (
     retire_docker,
     shm_dev,
     sshd_running,
+    start_dockerd,
     start_sshd,
     stop_host,
     stop_sshd,
@@ -53,7 +56,19 @@ from lab.layout import (
 from lab.net import ensure_host_net, host_ifs, link_exists, remove_host_net, set_fabric_carrier
 from lab.registry import ensure_registry, ensure_stack_tag, registry_running
 from lab.state import save_state, state, write_known_hosts, write_stack_json
-from lab.util import die, ensure_prereqs, log, ok, out, require_root, rmtree_robust, run
+from lab.util import (
+    die,
+    ensure_prereqs,
+    log,
+    ok,
+    out,
+    pid_alive,
+    read_pid,
+    require_root,
+    rmtree_robust,
+    run,
+    wait_for,
+)
 
 
 def node_index(name: str) -> int:
@@ -216,6 +231,53 @@ def cmd_kill(args) -> None:
     log(f"{args.node}: killed container {args.container}")
 
 
+def cmd_crash(args) -> None:
+    """A crash, not a stop: SIGKILL to the container's main process, sent from the machine (it
+    sees every lab process). `docker kill`/`docker stop` count as a manual stop, after which
+    Docker's restart policy leaves the container stopped; a process that dies of a signal is
+    restarted by it."""
+    require_root()
+    node_index(args.node)
+    dk = node_docker(args.node)
+    fmt = "{{.State.Pid}} {{.State.Status}} {{.RestartCount}} {{.HostConfig.RestartPolicy.Name}}"
+    got = run([*dk, "inspect", "-f", fmt, args.container], check=False, capture=True)
+    if got.returncode != 0:
+        die(f"{args.node}: no container {args.container}: {got.stderr.strip()}")
+    pid_s, status, restarts, policy = [*got.stdout.split(), "", "", "", ""][:4]
+    pid = int(pid_s or 0)
+    if status != "running" or pid <= 0:
+        die(f"{args.node}: {args.container} is {status}, not running: nothing to crash")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not pid_alive(pid), 30, f"pid {pid} of {args.container} to die")
+    log(f"{args.node}: crashed {args.container}: kill -9 of its main process (host pid {pid}); "
+        f"restart count was {restarts}, restart policy {policy or 'no'}")
+
+
+def cmd_dockerd_restart(args) -> None:
+    """The node's dockerd stopped (SIGTERM: it stops its containers as a shutdown does) and
+    started again the way `up` starts it; returns once it answers. Containers whose restart
+    policy applies (not stopped by hand) are started again by dockerd itself."""
+    require_root()
+    i = node_index(args.node)
+    hpid = holder_pid(args.node)
+    if not hpid:
+        die(f"{args.node} is not running")
+    pidfile = os.path.join(node_dir(args.node), "dockerd.pid")
+    pid = read_pid(pidfile)
+    t0 = time.time()
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        wait_for(lambda: not pid_alive(pid), 180, f"dockerd (pid {pid}) of {args.node} to exit")
+        log(f"{args.node}: dockerd (pid {pid}) got SIGTERM and exited after "
+            f"{time.time() - t0:.1f}s")
+    else:
+        log(f"{args.node}: dockerd was not running")
+    t1 = time.time()
+    start_dockerd(args.node, i, hpid, base_key())  # waits until `docker version` answers
+    log(f"{args.node}: dockerd started again (pid {read_pid(pidfile)}), answering after "
+        f"{time.time() - t1:.1f}s")
+
+
 def cmd_seed(args) -> None:
     require_root()
     st = state()
@@ -269,14 +331,17 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("cmd", nargs=argparse.REMAINDER)
     for v in ("sshd-stop", "sshd-start", "fabric-cut", "fabric-restore"):
         sp.add_parser(v).add_argument("node")
-    s = sp.add_parser("kill")
-    s.add_argument("node")
-    s.add_argument("container")
+    for v in ("kill", "crash"):
+        s = sp.add_parser(v)
+        s.add_argument("node")
+        s.add_argument("container")
+    sp.add_parser("dockerd-restart").add_argument("node")
     return p
 
 
 VERBS = {"up": cmd_up, "down": cmd_down, "status": cmd_status, "config": cmd_config,
          "seed": cmd_seed, "hf-bytes": cmd_hf_bytes, "ssh": cmd_ssh, "kill": cmd_kill,
+         "crash": cmd_crash, "dockerd-restart": cmd_dockerd_restart,
          "sshd-stop": lambda a: cmd_sshd(a, False), "sshd-start": lambda a: cmd_sshd(a, True),
          "fabric-cut": lambda a: cmd_fabric(a, False),
          "fabric-restore": lambda a: cmd_fabric(a, True)}

@@ -1,0 +1,258 @@
+"""The stack heals itself on the lab: after a crash it serves again with no `up`, and the engine
+finds nothing to do afterwards.
+
+Docker supervises every container of the stack (restart `unless-stopped`). vLLM runs in its own
+container on the head (spark-vllm-serve, a Ray driver): it exits when its Ray executor loses a
+worker, and it waits for the cluster's GPUs when it starts. One deployment for the module,
+brought up once from empty; then, ordered on purpose, three faults, none followed by an `up`
+before the stack serves again:
+
+(a) vLLM crashes: `lab crash` sends kill -9 to its container's main process from the machine.
+    A crash, not `docker kill`/`docker stop`: Docker counts those as a manual stop and its
+    restart policy leaves such a container stopped (that case is the drift test in
+    test_lab_stack.py);
+(b) the Ray worker on spark-2 crashes the same way: the worker restarts, vLLM's Ray executor
+    notices its dead worker, vLLM exits and Docker starts it again;
+(c) the head's dockerd is stopped (SIGTERM: it stops its containers, as a shutdown does) and
+    started again (`lab dockerd-restart`): dockerd starts the stack's containers again.
+
+After each: a completion within the stack's health.timeoutSeconds of the fault (the recovery
+time is printed), every container kept its ID (restarted by Docker, not replaced: the restart
+counts are in the messages), `refresh` finds no drift, `preview` plans no change and an `up`
+changes nothing and restarts nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from lab.deployments import complete, lab
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+HEAD, WORKER = "spark-1", "spark-2"
+SERVE, RAY_HEAD, RAY_WORKER = "spark-vllm-serve", "spark-vllm-ray-head", "spark-vllm-ray-worker"
+# every container of the stack, by node
+STACK = {HEAD: (RAY_HEAD, SERVE), WORKER: (RAY_WORKER,)}
+POLL_SECONDS = 2
+
+TIMES: dict[str, float] = {}
+STATE: dict = {}
+
+Key = tuple[str, str]  # (node, container)
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def _inspect(d) -> dict[Key, dict]:
+    """(node, container) -> id, status, start time and restart count of every stack container
+    that exists (a node whose dockerd is down has none)."""
+    fmt = "{{.Name}} {{.Id}} {{.State.Status}} {{.State.StartedAt}} {{.RestartCount}}"
+    res: dict[Key, dict] = {}
+    for node, names in STACK.items():
+        out = d.ssh(node, f"docker inspect -f '{fmt}' {' '.join(names)} 2>/dev/null", check=False)
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 5:
+                name, cid, status, started, restarts = parts
+                res[(node, name.lstrip("/"))] = {"id": cid, "status": status,
+                                                 "started": started, "restarts": int(restarts)}
+    return res
+
+
+def _fmt(states: dict[Key, dict]) -> str:
+    return "; ".join(f"{node}/{name}: {s['status']}, restarts {s['restarts']}, "
+                     f"started {s['started']}, id {s['id'][:12]}"
+                     for (node, name), s in sorted(states.items())) or "none"
+
+
+def _restarts(before: dict[Key, dict], after: dict[Key, dict]) -> str:
+    """The restart counts before -> after, for the assertion messages."""
+    keys = sorted(set(before) | set(after))
+    return ", ".join(f"{n}/{c} {before.get((n, c), {}).get('restarts', '-')} -> "
+                     f"{after.get((n, c), {}).get('restarts', '-')}" for n, c in keys)
+
+
+def _fault(*args: str) -> None:
+    """Run a lab chaos verb; print what it did."""
+    done = lab(*args, check=False, timeout=600)
+    assert done.returncode == 0, f"lab {' '.join(args)} failed: {done.stderr.strip()}"
+    print(f"[fault] {done.stdout.strip()}", flush=True)
+
+
+def _health_timeout(d) -> int:
+    return int(d.stack.get_config("spark-vllm:health.timeoutSeconds", path=True).value)
+
+
+def _serve_log(d) -> str:
+    return d.ssh(HEAD, f"docker logs --tail 50 {SERVE} 2>&1", check=False)
+
+
+def _serving_before(d, what: str) -> dict[Key, dict]:
+    """The stack serves and every container runs, before the fault (else an earlier case left
+    it broken: that case's failure is the one to read)."""
+    if "up" not in STATE:
+        pytest.skip("needs the stack of test_up_from_empty_serves")
+    states = _inspect(d)
+    assert set(states) == {(n, c) for n, cs in STACK.items() for c in cs} and all(
+        s["status"] == "running" for s in states.values()), \
+        f"before {what}: the stack's containers are not all running: {_fmt(states)}"
+    try:
+        assert complete(d)
+    except Exception as e:  # reported with vLLM's log
+        pytest.fail(f"before {what}: the stack does not serve ({e!r}); an earlier case left "
+                    f"it broken?\n--- docker logs --tail 50 {SERVE} ---\n{_serve_log(d)}")
+    return states
+
+
+def _wait_serving(d, what: str, t0: float, before: dict[Key, dict],
+                  restarted: set[Key]) -> tuple[float, dict[Key, dict]]:
+    """Poll until every container in `restarted` runs with a new start time and a completion
+    answers; fail after the stack's health.timeoutSeconds (counted from the fault at `t0`)
+    with the vLLM container's log tail. Returns the seconds from the fault and the states."""
+    timeout = _health_timeout(d)
+    deadline = t0 + timeout
+    last: object = "no container restarted yet"
+    states = before
+    while time.monotonic() < deadline:
+        states = _inspect(d)
+        fresh = [k for k in restarted if k in states and states[k]["status"] == "running"
+                 and states[k]["started"] != before[k]["started"]]
+        if len(fresh) == len(restarted):
+            try:
+                if complete(d, f"Say hello after {what}"):
+                    return time.monotonic() - t0, states
+                last = "an empty completion"
+            except Exception as e:  # not yet: vLLM is still starting
+                last = e
+        else:
+            last = f"not restarted yet: {sorted(set(restarted) - set(fresh))}"
+        time.sleep(POLL_SECONDS)
+    pytest.fail(
+        f"{what}: not serving {timeout} s (health.timeoutSeconds) after the fault; last: "
+        f"{last!r}\ncontainers: {_fmt(states)}\nrestart counts: {_restarts(before, states)}\n"
+        f"--- docker logs --tail 50 {SERVE} ---\n{_serve_log(d)}")
+
+
+def _same_ids(before: dict[Key, dict], after: dict[Key, dict], what: str) -> None:
+    """Restarted by Docker, never replaced: every container has the ID it had."""
+    assert set(after) == set(before), f"{what}: containers {_fmt(before)} -> {_fmt(after)}"
+    changed = {k: (before[k]["id"][:12], after[k]["id"][:12]) for k in before
+               if after[k]["id"] != before[k]["id"]}
+    assert not changed, f"{what}: containers were replaced: {changed}"
+
+
+def _kept(before: dict[Key, dict], after: dict[Key, dict], keys: list[Key], what: str) -> None:
+    """These containers did not restart (same start time and restart count)."""
+    moved = [f"{n}/{c}" for n, c in keys
+             if (after[(n, c)]["started"], after[(n, c)]["restarts"])
+             != (before[(n, c)]["started"], before[(n, c)]["restarts"])]
+    assert not moved, (f"{what}: {moved} restarted too (restart counts "
+                       f"{_restarts(before, after)}; {_fmt(after)})")
+
+
+def _record(what: str, secs: float, before: dict[Key, dict], after: dict[Key, dict]) -> None:
+    TIMES[what] = round(secs, 1)
+    print(f"[time] {what} -> serving again: {secs:.1f} s (restart counts "
+          f"{_restarts(before, after)})", flush=True)
+
+
+def _quiet_afterwards(d, what: str) -> None:
+    """No `up` was needed: refresh finds no drift, preview plans nothing, up changes nothing
+    and restarts nothing, and the stack still serves."""
+    states = _inspect(d)
+    assert all(s["status"] == "running" for s in states.values()), _fmt(states)
+    r = d.run("refresh")
+    assert r.summary.result == "succeeded", r.summary.result
+    changes = dict(r.summary.resource_changes or {})
+    print(f"[observed] refresh after {what}: {changes}")
+    assert set(changes) <= {"same"}, f"refresh after {what} found drift: {changes}"
+    d.run("preview", expect_no_changes=True)
+    r = d.run("up")
+    assert r.summary.result == "succeeded"
+    assert d.ops() == {}, f"up after {what} changed: {d.ops()}"
+    after = _inspect(d)
+    assert after == states, (f"refresh/preview/up after {what} restarted something: "
+                             f"{_fmt(states)} -> {_fmt(after)}")
+    assert complete(d)
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_up_from_empty_serves(deployment):
+    d = deployment
+    t0 = time.monotonic()
+    r = d.run("up")
+    TIMES["up from empty"] = round(time.monotonic() - t0, 1)
+    print(f"[time] up from empty: {TIMES['up from empty']} s")
+    assert r.summary.result == "succeeded"
+    ops = d.ops()
+    assert {"ray-head", f"ray-worker-{WORKER}", "vllm-serve", "vllm-health"} <= set(ops), ops
+    states = _inspect(d)
+    policy = d.ssh(HEAD, f"docker inspect -f '{{{{.HostConfig.RestartPolicy.Name}}}}' {SERVE}")
+    assert policy.strip() == "unless-stopped", policy
+    assert all(s["status"] == "running" for s in states.values()), _fmt(states)
+    assert complete(d)
+    STATE["up"] = True
+
+
+def test_vllm_crash_serves_again_by_itself(deployment):
+    d = deployment
+    what = "vLLM crash (kill -9)"
+    before = _serving_before(d, what)
+    t0 = time.monotonic()
+    _fault("crash", HEAD, SERVE)
+    secs, after = _wait_serving(d, what, t0, before, {(HEAD, SERVE)})
+    _record(what, secs, before, after)
+    _same_ids(before, after, what)
+    assert after[(HEAD, SERVE)]["restarts"] == before[(HEAD, SERVE)]["restarts"] + 1, \
+        f"{what}: Docker's restart count of {SERVE}: {_restarts(before, after)}"
+    # Ray did not go with it
+    _kept(before, after, [(HEAD, RAY_HEAD), (WORKER, RAY_WORKER)], what)
+    _quiet_afterwards(d, what)
+
+
+def test_ray_worker_crash_restarts_worker_and_vllm_by_themselves(deployment):
+    d = deployment
+    what = f"Ray worker crash on {WORKER} (kill -9)"
+    before = _serving_before(d, what)
+    t0 = time.monotonic()
+    _fault("crash", WORKER, RAY_WORKER)
+    # the worker comes back, and vLLM, which lost a tensor-parallel rank, starts again
+    secs, after = _wait_serving(d, what, t0, before, {(WORKER, RAY_WORKER), (HEAD, SERVE)})
+    _record(what, secs, before, after)
+    _same_ids(before, after, what)
+    worker = (WORKER, RAY_WORKER)
+    assert after[worker]["restarts"] == before[worker]["restarts"] + 1, \
+        f"{what}: Docker's restart count of {RAY_WORKER}: {_restarts(before, after)}"
+    assert after[(HEAD, SERVE)]["restarts"] > before[(HEAD, SERVE)]["restarts"], \
+        f"{what}: vLLM was not restarted by Docker: {_restarts(before, after)}"
+    _kept(before, after, [(HEAD, RAY_HEAD)], what)
+    _quiet_afterwards(d, what)
+
+
+def test_head_dockerd_restart_brings_everything_back(deployment):
+    d = deployment
+    what = f"dockerd restart on {HEAD}"
+    before = _serving_before(d, what)
+    t0 = time.monotonic()
+    _fault("dockerd-restart", HEAD)
+    print(f"[time] dockerd of {HEAD} stopped and answering again: {time.monotonic() - t0:.1f} s")
+    # dockerd starts the head's containers again (they were not stopped by hand)
+    secs, after = _wait_serving(d, what, t0, before, {(HEAD, RAY_HEAD), (HEAD, SERVE)})
+    _record(what, secs, before, after)
+    _same_ids(before, after, what)
+    worker = "restarted" if after[(WORKER, RAY_WORKER)]["started"] != \
+        before[(WORKER, RAY_WORKER)]["started"] else "kept running"
+    print(f"[observed] {WORKER}/{RAY_WORKER} {worker} while the head's dockerd restarted "
+          f"(restart counts {_restarts(before, after)})")
+    _quiet_afterwards(d, what)
+
+
+def test_zz_times():
+    print(f"\n[times] {json.dumps(TIMES)}")
