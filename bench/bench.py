@@ -87,9 +87,11 @@ def nic_rx(d: Deployment, node: str) -> dict[str, int]:
     return res
 
 
-def vllm_pid(d: Deployment) -> str:
-    return d.ssh(HEAD, "docker exec spark-vllm-ray-head cat /run/spark-vllm/vllm-serve.pid 2>/dev/null || true",
-                 check=False).strip()
+def vllm_identity(d: Deployment) -> str:
+    """vLLM's container on the head, as its ID and start time ("" when there is none): a
+    replacement changes the ID, a restart by Docker the start time."""
+    return d.ssh(HEAD, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' spark-vllm-serve "
+                       "2>/dev/null || true", check=False).strip()
 
 
 def ray_containers(d: Deployment, nodes) -> dict[str, tuple[str, str]]:
@@ -116,7 +118,7 @@ class Observation:
     def __init__(self, d: Deployment, nodes: list[str]):
         self.d, self.nodes = d, nodes
         self.ray = ray_containers(d, nodes)
-        self.pid = vllm_pid(d)
+        self.vllm = vllm_identity(d)
         self.hub = hf_file_bytes()
         self.rx = {n: nic_rx(d, n) for n in nodes}
         self.images = {n: image_ids(d, n) for n in nodes}
@@ -127,7 +129,7 @@ class Observation:
         now = {n: nic_rx(d, n) for n in nodes}
         return {
             "ray_restarted": sorted(k for k, v in self.ray.items() if ray.get(k) != v),
-            "vllm_restarted": bool(self.pid) and vllm_pid(d) != self.pid,
+            "vllm_restarted": bool(self.vllm) and vllm_identity(d) != self.vllm,
             "hub_bytes": hf_file_bytes() - self.hub,
             "fabric_rx_bytes": sum(fabric_bytes(now[n]) - fabric_bytes(self.rx[n]) for n in nodes),
             "mgmt_rx_bytes": sum(now[n].get(MGMT_IF, 0) - self.rx[n].get(MGMT_IF, 0) for n in nodes),

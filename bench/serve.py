@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """`make bench-serve STACK=dev`: what the deployed stack serves, measured with vLLM's own benchmark.
 
-Runs `vllm bench serve` (it ships in the serving image) inside the head's Ray container against
-the stack's own vLLM on 127.0.0.1, at concurrencies 1, 4 and 16 (--concurrency to change) on a
-fixed random dataset (seed 0), and writes:
+Runs `vllm bench serve` (it ships in the serving image) inside vLLM's own container on the head
+(spark-vllm-serve, host network) against the stack's vLLM on 127.0.0.1, at concurrencies 1, 4
+and 16 (--concurrency to change) on a fixed random dataset (seed 0), and writes:
 
   docs/serving-bench.md    a table per concurrency: output tok/s, TTFT and ITL p50/p99, with the
                            stack's model commit, image and recipe; the community's published
@@ -12,10 +12,10 @@ fixed random dataset (seed 0), and writes:
   docs/serving-bench.png   throughput and latency against concurrency
 
 The API key never leaves the head: the benchmark reads it from the root-only file the stack
-wrote inside the container (hostscripts/paths.py VLLM_KEY) into its own environment
-(OPENAI_API_KEY, which vLLM's benchmark sends as the Bearer token). The node is reached with
-the stack's pinned host key, like recon (config/ssh.py). Stack outputs are read with
-`pulumi stack output --json` (no secrets).
+mounts into that container (hostscripts/paths.py VLLM_KEY; the Ray containers do not have it)
+into its own environment (OPENAI_API_KEY, which vLLM's benchmark sends as the Bearer token).
+The node is reached with the stack's pinned host key, like recon (config/ssh.py). Stack outputs
+are read with `pulumi stack output --json` (no secrets).
 
 Exit codes: 0 written, 1 a run failed (its output printed), 2 config/usage problem.
 """
@@ -43,7 +43,8 @@ from hostscripts.paths import HF_MOUNT, VLLM_KEY  # noqa: E402
 from inspection.recon import ssh_argv  # noqa: E402
 from tools.recon_report import last_up_outputs, load_stack_config  # noqa: E402
 
-HEAD_CONTAINER = "spark-vllm-ray-head"
+# vLLM's container: the one container on the head with the API key (mounted read-only)
+SERVE_CONTAINER = "spark-vllm-serve"
 CONCURRENCIES = (1, 4, 16)
 INPUT_LEN, OUTPUT_LEN = 128, 64
 # Published figures next to ours, quoted from their sources, not measured here. No public
@@ -66,7 +67,7 @@ def say(msg: str) -> None:
 
 
 def bench_script(served: str, tokenizer: str, port: int, concurrency: int, prompts: int) -> str:
-    """On the head: one `vllm bench serve` run inside the head container; prints its JSON."""
+    """On the head: one `vllm bench serve` run inside vLLM's container; prints its JSON."""
     inner = " ".join(
         [
             f"OPENAI_API_KEY=$(cat {VLLM_KEY}); export OPENAI_API_KEY;",
@@ -82,7 +83,7 @@ def bench_script(served: str, tokenizer: str, port: int, concurrency: int, promp
             "&& cat \"$out/r.json\"; rc=$?; rm -rf \"$out\"; exit $rc",
         ]
     )
-    return f"set -eu\ndocker exec {HEAD_CONTAINER} sh -c {shlex.quote(inner)}\n"
+    return f"set -eu\ndocker exec {SERVE_CONTAINER} sh -c {shlex.quote(inner)}\n"
 
 
 def run_on_head(cfg: StackConfig, key: str, script: str, timeout: float) -> str:

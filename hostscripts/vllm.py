@@ -47,8 +47,8 @@ def vllm_argv(
 ) -> list[str]:
     """The `vllm serve` command line. The API key is not here: it comes from VLLM_API_KEY.
 
-    `chat_template`: vLLM reads a chat template from CHAT_TEMPLATE, the file vllm_start writes
-    into the head container."""
+    `chat_template`: vLLM reads a chat template from CHAT_TEMPLATE, uploaded into the vLLM
+    container (components/vllm_server.py)."""
     argv = [
         "vllm",
         "serve",

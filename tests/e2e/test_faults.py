@@ -8,8 +8,9 @@ file backend in a temporary folder, destroyed at the end):
 2. the one full `up`, with every secret set: no plaintext secret (or its base64) in the raw state
    files, the stack YAML, the engine's events and output, or any command's stdout/stderr; the
    API key is enforced;
-3. a vLLM flag that makes the server die at start: `up` fails showing vLLM's log tail; putting
-   the last good value back converges;
+3. a vLLM flag that makes the server die at start: the health gate sees the vLLM container exit
+   and fails the `up` in seconds with vLLM's log tail; putting the last good value back
+   converges;
 4. two `up`s at once: the second is refused by the stack lock, the first completes, the stack is
    quiet afterwards.
 
@@ -300,12 +301,15 @@ def test_secrets_never_in_plaintext_and_api_key_enforced(deployment):
             streams += 1
             if hit := leaks(json.dumps(value), what):
                 found[f"{res['urn'].split('::')[-1]}.{field}"] = hit
-    # on the head: the container's config and process list do not carry the API key either
-    for node, container in ((HEAD, "spark-vllm-ray-head"), (WORKER, "spark-vllm-ray-worker")):
+    # on the nodes: no container's config (vLLM's included: the key is a mounted file its
+    # launcher exports), process list or log carries a secret either
+    for node, container in ((HEAD, "spark-vllm-ray-head"), (HEAD, "spark-vllm-serve"),
+                            (WORKER, "spark-vllm-ray-worker")):
         inspect = d.ssh(node, f"docker inspect {container}; docker exec {container} "
-                              "sh -c 'cat /proc/[0-9]*/cmdline | tr \"\\0\" \" \"'")
+                              "sh -c 'cat /proc/[0-9]*/cmdline | tr \"\\0\" \" \"'; "
+                              f"docker logs {container} 2>&1")
         if hit := leaks(inspect, {"vllmApiKey": API_KEY, "hfToken": HF_TOKEN, "rayToken": token}):
-            found[f"{container} inspect/cmdline"] = hit
+            found[f"{container} inspect/cmdline/log"] = hit
     print(f"[observed] searched {len(state_files)} state files, the stack YAML, {len(events)} "
           f"events, {len(output)} output lines, {streams} stdout/stderr of {len(commands)} "
           f"commands: leaks={found}")
@@ -335,18 +339,25 @@ def test_vllm_bad_flag_fails_with_log_tail_then_recovers(deployment):
         with timed("up with --bogus-flag (fails)"), pytest.raises(auto.CommandError) as info:
             d.run("up")
         text = str(info.value)
-        assert "last 50 lines of /var/log/spark-vllm/vllm-serve.log" in text, text[-3000:]
+        # the gate watches the vLLM container: it fails as soon as vLLM exits, not at the
+        # timeout, and shows the container's log tail
+        assert "vllm serve exited while the gate waited" in text, text[-3000:]
+        assert ("--- vllm serve in spark-vllm-serve: the last 50 lines of its log ---"
+                in text), text[-3000:]
         m = re.search(r"[^\n]*unrecognized arguments: --bogus-flag[^\n]*", text)
         assert m, f"argparse's error is not in the failure:\n{text[-3000:]}"
         print(f"[observed] {m.group(0).strip()}")
-        assert "vllm serve exited before /health answered" in text
+        # in seconds, not after health.timeoutSeconds (the whole up, replacement included)
+        timeout = int(d.stack.get_config("spark-vllm:health.timeoutSeconds", path=True).value)
+        took = TIMES["up with --bogus-flag (fails)"]
+        assert took < timeout, f"the failing up took {took} s: the gate waited for its timeout"
     finally:  # back to the last good config: extraArgs: []
         d.stack.remove_config("spark-vllm:vllm.extraArgs[0]", path=True)
     assert "extraArgs: []" in (d.workdir / "Pulumi.dev.yaml").read_text()
     with timed("up back to extraArgs []"):
         r = d.run("up")
     assert r.summary.result == "succeeded"
-    assert "vllm-serve" in d.ops(), d.ops()
+    assert d.ops().get("vllm-serve") == "replace", d.ops()  # the command without the flag
     status, body = complete(d)
     assert status == 200, (status, body)
 
@@ -438,7 +449,7 @@ def test_worker_lost_mid_up_then_next_up_converges(deployment):
     import pulumi.automation as auto
 
     d = deployment
-    d.set("nccl.debug", "INFO")  # replaces ray-head, then ray-worker-spark-2, restarts vLLM
+    d.set("nccl.debug", "INFO")  # replaces ray-head, ray-worker-spark-2, then vLLM's container
     cut = threading.Event()
     lines: list[str] = []
 
@@ -493,11 +504,12 @@ def cancel_stale_lock(d) -> None:
 
 def test_up_interrupted_with_sigint_then_next_up_converges(deployment):
     """Ctrl-C in the operator's terminal (SIGINT to the process group of `pulumi up`, the plain
-    CLI running the program through the language host) while vLLM restarts."""
+    CLI running the program through the language host) while vLLM restarts: during the health
+    gate, which waits for the replaced vLLM container to serve (the longest step of the up)."""
     import signal
 
     d = deployment
-    d.set("vllm.maxNumSeqs", 6)  # vllm-serve runs again: a stop, a start and the health gate
+    d.set("vllm.maxNumSeqs", 6)  # vllm-serve is replaced, then vllm-health waits for it
     env = {**os.environ, **d.stack.workspace.env_vars}
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -509,9 +521,9 @@ def test_up_interrupted_with_sigint_then_next_up_converges(deployment):
         for line in proc.stdout:
             seen.append(line.rstrip())
             print(f"[interrupted] {line.rstrip()}", flush=True)
-            if sent is None and "vllm-serve" in line and re.search(
-                    r"(updating|creating|replacing|deleting)", line):
-                time.sleep(1)
+            # the gate's create (not the delete of its previous run, which comes first)
+            if sent is None and re.search(r"\bvllm-health\b.*\b(creating|updating)\b", line):
+                time.sleep(5)
                 os.killpg(proc.pid, signal.SIGINT)
                 sent = time.monotonic()
         rc = proc.wait(timeout=300)
@@ -521,7 +533,7 @@ def test_up_interrupted_with_sigint_then_next_up_converges(deployment):
             proc.wait()
         if sent is None:
             cancel_stale_lock(d)
-    assert sent is not None, "the vllm-serve step never started:\n" + "\n".join(seen[-30:])
+    assert sent is not None, "the vllm-health step never started:\n" + "\n".join(seen[-30:])
     print(f"[observed] pulumi exit code {rc}, {time.monotonic() - sent:.1f} s after SIGINT")
     pending, locks = _pending_and_locks(d)
     pending_ops = [(p["type"], p["resource"]["urn"].split("::")[-1]) for p in pending]

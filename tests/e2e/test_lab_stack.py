@@ -19,6 +19,11 @@ from lab.deployments import complete, hf_file_bytes, http, lab
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD, WORKER = "spark-1", "spark-2"
+SERVE = "spark-vllm-serve"  # vLLM's own container on the head (a Ray driver)
+START_MARKER = "=== spark-vllm: vllm serve starts ==="  # the first line of each start's log
+# What a change of vLLM's flags may touch: the vLLM container (replaced), the gate after it and
+# the NCCL transport read from its log (and the VllmServer component's own props)
+VLLM_STEPS = {"vllm", "vllm-serve", "vllm-health", "vllm-nccl-log", "vllm-transport"}
 
 
 def _models(d) -> list[str]:
@@ -54,7 +59,33 @@ def _fabric_bytes(d, node: str, iface: str = "enp1s0f1np1") -> int:
 
 
 def _vllm_log(d) -> str:
-    return d.ssh(HEAD, "docker exec spark-vllm-ray-head cat /var/log/spark-vllm/vllm-serve.log")
+    """vLLM's log since it last started (`docker logs` of its container, from the last start
+    marker on)."""
+    text = d.ssh(HEAD, f"docker logs {SERVE} 2>&1")
+    return text.rsplit(START_MARKER, 1)[-1]
+
+
+def _vllm(d) -> tuple[str, str, str]:
+    """vLLM's identity: its container's ID, start time and restart count (a restart by Docker
+    keeps the ID and changes the start time and the count; a replacement changes the ID)."""
+    cid, started, restarts = d.ssh(
+        HEAD, f"docker inspect -f '{{{{.Id}}}} {{{{.State.StartedAt}}}} {{{{.RestartCount}}}}' "
+              f"{SERVE}").split()
+    return cid, started, restarts
+
+
+def _vllm_proc(d, what: str) -> list[str]:
+    """/proc/<pid>/<what> (cmdline, environ) of the running vLLM, one entry per line: its
+    container's main process, read on the head (the node shares the machine's PID space)."""
+    out = d.ssh(HEAD, f"pid=$(docker inspect -f '{{{{.State.Pid}}}}' {SERVE}) && "
+                      f"test \"$pid\" -gt 0 && tr '\\000' '\\n' < /proc/$pid/{what}")
+    return out.splitlines()
+
+
+def _ray(snapshot: dict) -> dict:
+    """Only the Ray containers of a snapshot (vLLM's container and helpers come and go)."""
+    return {node: {n: v for n, v in cs.items() if n.startswith("spark-vllm-ray-")}
+            for node, cs in snapshot.items()}
 
 
 def test_up_from_empty_serves(deployment, lab_cfg):
@@ -72,8 +103,10 @@ def test_up_from_empty_serves(deployment, lab_cfg):
     print(f"model {model} B; worker fabric rx during up {fabric} B")
     assert fabric >= model, "the worker's model copy did not come over the fabric"
     ops = d.ops()
-    assert {"ray-head", f"ray-worker-{WORKER}", "vllm-serve", "model-fetch"} <= set(ops), ops
+    assert {"ray-head", f"ray-worker-{WORKER}", "vllm-serve", "vllm-health",
+            "model-fetch"} <= set(ops), ops
     assert all(op == "create" for op in ops.values()), ops
+    assert SERVE in d.containers(HEAD), d.containers(HEAD)
 
     assert "tiny-moe" in _models(d)
     assert complete(d)
@@ -129,26 +162,32 @@ def test_tensor_parallel_traffic_crosses_the_fabric(deployment):
 
 def test_second_up_changes_nothing(deployment):
     d = deployment
-    before = d.snapshot()
+    before, vllm = d.snapshot(), _vllm(d)
     bytes_before = hf_file_bytes()
     r = d.run("up")
     assert d.ops() == {}, d.ops()
     assert r.summary.resource_changes.get("same", 0) == sum(r.summary.resource_changes.values())
     d.run("preview", expect_no_changes=True)
     assert d.snapshot() == before, "a container was restarted by a no-op up"
+    assert _vllm(d) == vllm, f"vLLM restarted during a no-op up: {vllm} -> {_vllm(d)}"
     assert hf_file_bytes() == bytes_before, "a no-op up fetched from the hub"
 
 
 def test_vllm_flag_restarts_only_vllm(deployment):
     d = deployment
-    before = d.snapshot()
+    before, vllm = _ray(d.snapshot()), _vllm(d)
     bytes_before = hf_file_bytes()
     d.set("vllm.maxNumSeqs", 8)
     d.run("up")
     ops = d.ops()
-    assert "vllm-serve" in ops, ops
-    assert not any(k.startswith(("ray-head", "ray-worker", "image-", "model-")) for k in ops), ops
-    assert d.snapshot() == before, "Ray containers must keep running"
+    print(f"flag change ops: {ops}")
+    # the flags are the vLLM container's command: it is replaced, its gate runs again
+    assert ops.get("vllm-serve") == "replace" and "vllm-health" in ops, ops
+    assert set(ops) <= VLLM_STEPS, f"a flag change touched more than vLLM: {ops}"
+    assert not any(k.startswith(("ray-", "image-", "model-")) for k in ops), ops
+    assert _ray(d.snapshot()) == before, "Ray containers must keep running"
+    assert _vllm(d)[0] != vllm[0], "the vLLM container was not replaced"
+    assert "--max-num-seqs\n8" in "\n".join(_vllm_proc(d, "cmdline")), _vllm_proc(d, "cmdline")
     assert hf_file_bytes() == bytes_before
     assert "tiny-moe" in _models(d)
 
@@ -161,19 +200,20 @@ def test_nccl_env_restarts_ray_and_vllm_only(deployment):
     d.run("up")
     ops = d.ops()
     assert ops.get("ray-head") == "replace" and ops.get(f"ray-worker-{WORKER}") == "replace", ops
-    assert "vllm-serve" in ops, ops
+    # a replaced Ray container replaces vLLM's (their IDs are its label)
+    assert ops.get("vllm-serve") == "replace", ops
     assert not any(k.startswith(("image-", "model-")) for k in ops), ops
     assert hf_file_bytes() == bytes_before
     images = {n: d.ssh(n, "docker images -q --no-trunc | sort") for n in (HEAD, WORKER)}
     assert images == image_before
-    # vLLM (restarted in the new head container) keeps the per-node NCCL keys off the workers
-    keep = d.ssh(HEAD, "docker exec spark-vllm-ray-head cat "
-                       "/run/spark-vllm/vllm-config/ray_non_carry_over_env_vars.json")
+    # vLLM (its new container, on the new cluster) keeps the per-node NCCL keys off the workers
+    keep = d.ssh(HEAD, f"docker exec {SERVE} cat "
+                       "/etc/spark-vllm/vllm-config/ray_non_carry_over_env_vars.json")
     assert set(json.loads(keep)) >= {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "UCX_NET_DEVICES"}, keep
-    environ = d.ssh(HEAD, "docker exec spark-vllm-ray-head sh -c "
-                          "'tr \"\\000\" \"\\n\" "
-                          "< /proc/$(cat /run/spark-vllm/vllm-serve.pid)/environ'")
-    assert "VLLM_CONFIG_ROOT=/run/spark-vllm/vllm-config" in environ.split(), environ
+    # the running vLLM has it (the launcher's export of the API key is left out of the message)
+    environ = [e for e in _vllm_proc(d, "environ") if not e.startswith("VLLM_API_KEY=")]
+    assert "VLLM_CONFIG_ROOT=/etc/spark-vllm/vllm-config" in environ, environ
+    assert "NCCL_DEBUG=INFO" in environ, environ
     assert complete(d)
 
 
@@ -181,14 +221,14 @@ def test_model_revision_moves_files_and_restarts_vllm(deployment, lab_cfg):
     d = deployment
     commits = lab_cfg["model"]["commits"]
     first = commits.get("first") or commits.get("v1") or min(commits.values())
-    before = d.snapshot()
+    before = _ray(d.snapshot())
     bytes_before = hf_file_bytes()
     d.set("model.revision", first)
     d.run("up")
     ops = d.ops()
-    assert "model-fetch" in ops and "vllm-serve" in ops, ops
+    assert "model-fetch" in ops and ops.get("vllm-serve") == "replace", ops
     assert not any(k.startswith(("ray-head", "ray-worker", "image-")) for k in ops), ops
-    assert d.snapshot() == before, "a model revision must not restart Ray"
+    assert _ray(d.snapshot()) == before, "a model revision must not restart Ray"
     # Only the files that differ between the revisions may come from the hub (and nothing if an
     # earlier run already cached this revision: the cache is kept by design); the worker gets
     # its copy over the fabric.
@@ -206,34 +246,50 @@ def test_model_revision_moves_files_and_restarts_vllm(deployment, lab_cfg):
     assert d.stack.outputs()["modelCommit"].value == first
 
 
-def _vllm_pid(d) -> str:
-    return d.ssh(HEAD, "docker exec spark-vllm-ray-head cat /run/spark-vllm/vllm-serve.pid").strip()
-
-
 def test_drift_worker_killed_is_found_and_repaired(deployment):
+    """`docker kill` of the worker is a manual stop: Docker's restart policy leaves it stopped
+    (a crash is restarted by Docker alone: test_self_healing.py). vLLM, which loses its TP
+    worker, exits and is restarted by Docker, but cannot serve until the worker is back."""
     d = deployment
+    worker_before, vllm_before = d.containers(WORKER)["spark-vllm-ray-worker"], _vllm(d)
     lab("kill", WORKER, "spark-vllm-ray-worker")
     r = d.run("refresh")
     assert r.summary.result == "succeeded"
     d.run("preview")
     drifted = d.ops()
-    assert f"ray-worker-{WORKER}" in drifted, drifted
+    print(f"drift planned: {drifted}")
+    # the stopped worker is drift, and recon's restart reason (a stack container not running)
+    # plans the health gate again
+    assert f"ray-worker-{WORKER}" in drifted and "vllm-health" in drifted, drifted
     before_head = d.containers(HEAD)
     d.run("up")
     ops = d.ops()
-    # the worker is started again, and vLLM (which died with its TP worker) with it
-    assert f"ray-worker-{WORKER}" in ops and "vllm-serve" in ops, ops
+    print(f"drift repair ops: {ops}")
+    worker = d.containers(WORKER).get("spark-vllm-ray-worker")
+    assert worker is not None, "the worker does not run after the repair"
+    # the worker runs again: started again (same ID) or created again (a new ID, and then
+    # vLLM's container, whose label holds the Ray containers' IDs, is replaced with it)
+    assert f"ray-worker-{WORKER}" in ops and worker[1] != worker_before[1], (ops, worker)
+    recreated = worker[0] != worker_before[0]
+    assert (ops.get("vllm-serve") == "replace") == recreated, (ops, recreated)
+    # and the gate waited for vLLM to serve again
+    assert "vllm-health" in ops, ops
     assert "ray-head" not in ops and not any(k.startswith(("image-", "model-")) for k in ops), ops
     assert d.containers(HEAD)["spark-vllm-ray-head"] == before_head["spark-vllm-ray-head"]
+    vllm = _vllm(d)
+    print(f"[observed] worker {'recreated' if recreated else 'started again'}; vLLM container "
+          f"{'replaced' if vllm[0] != vllm_before[0] else 'kept'}, restart count "
+          f"{vllm_before[2]} -> {vllm[2]}")
+    assert vllm[1] != vllm_before[1], "vLLM did not start again after losing its worker"
     assert complete(d)
 
     # Right after the repair the stack is quiet: recon's restart marker is kept, not flipped back
     # (it used to be part of the start script, which cost one more idempotent run).
-    pid, snapshot = _vllm_pid(d), d.snapshot()
+    vllm, snapshot = _vllm(d), d.snapshot()
     d.run("preview", expect_no_changes=True)
     d.run("up")
     assert d.ops() == {}, d.ops()
-    assert _vllm_pid(d) == pid and d.snapshot() == snapshot, "the follow-up up restarted something"
+    assert _vllm(d) == vllm and d.snapshot() == snapshot, "the follow-up up restarted something"
 
 
 def test_model_cache_wiped_behind_the_stack_is_restored(deployment):
@@ -333,10 +389,11 @@ def test_pinned_commit_serves_a_drafter_offline_from_the_served_commit(deploymen
     d.set("vllm.speculativeConfig.num_speculative_tokens", 1)
     d.run("up")
     ops = d.ops()
-    assert "vllm-serve" in ops and not any(k.startswith(("ray-", "image-", "model-")) for k in ops), ops
-    argv = d.ssh(HEAD, "docker exec spark-vllm-ray-head sh -c 'tr \"\\000\" \" \" "
-                       "< /proc/$(cat /run/spark-vllm/vllm-serve.pid)/cmdline'")
-    assert f'"revision":"{commit}"' in argv, argv
+    assert ops.get("vllm-serve") == "replace", ops
+    assert not any(k.startswith(("ray-", "image-", "model-")) for k in ops), ops
+    argv = _vllm_proc(d, "cmdline")  # what the running vLLM was given
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert spec.get("revision") == commit, argv
     for prompt in ("Say hello", "Count to five", "Name a colour"):
         assert complete(d, prompt)
     _, text = http(d.endpoint().rsplit("/v1", 1)[0] + "/metrics", key=d.api_key())

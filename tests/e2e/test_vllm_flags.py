@@ -7,8 +7,8 @@ Staging and prod serve with the 122B recipe (config/recipes_data/qwen3.5-122b-a1
 its flags (--max-num-batched-tokens, --language-model-only, --enable-expert-parallel, the
 reasoning and tool-call parsers) are in their argv. The recipe names no chat template (none is
 shipped), so there is no --chat-template: vLLM serves the model's own. Were a template given,
-vLLM's validation would want the file to exist, so it is written where vllm_start writes it on
-the head (hostscripts/vllm.CHAT_TEMPLATE) before the parser runs."""
+vLLM's validation would want the file to exist, so it is written where the stack uploads it into
+vLLM's container (hostscripts/vllm.CHAT_TEMPLATE) before the parser runs."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ RAW = {"completed": 16, "failed": 0, "duration": 2.5, "output_throughput": 134.4
 def test_the_key_is_read_inside_the_container_never_passed():
     script = bench_script("tiny-moe", "/root/.cache/huggingface/hub/x/snapshots/c", 8000, 4, 32)
     inner = shlex.split(script.splitlines()[1])
-    assert inner[:3] == ["docker", "exec", "spark-vllm-ray-head"]
+    assert inner[:3] == ["docker", "exec", "spark-vllm-serve"]
     body = inner[-1]
     assert body.startswith("OPENAI_API_KEY=$(cat /run/spark-vllm/api-key); export OPENAI_API_KEY;")
     assert "--max-concurrency 4" in body and "--num-prompts 32" in body and "--seed 0" in body
