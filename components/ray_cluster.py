@@ -1,12 +1,9 @@
 """RayCluster: one Ray head container and one Ray worker container per other node.
 
 Each container is created through its own node's docker provider and runs the image ID that
-VllmImage verified on that node. Runtime settings: host network (Ray and NCCL bind the fabric
-address), every GPU, host IPC (and so the host's /dev/shm), nofile raised, memlock unlimited
-with the RDMA device when RDMA is on, the HF cache mounted with HF_HUB_OFFLINE=1 (the model is
-already on every node; a container must never download it), object store capped (Ray's default
-takes ~30% of memory, which on a Spark's unified memory is GPU memory) and the dashboard off by
-default.
+VllmImage verified on that node, with the runtime every GPU container of the stack shares
+(components/node_runtime.py); Ray's object store is capped (Ray's default takes ~30% of
+memory, which on a Spark's unified memory is GPU memory) and the dashboard is off by default.
 `ray start` and its flags: https://docs.ray.io/en/latest/ray-core/starting-ray.html
 
 Ray runs with token authentication (https://docs.ray.io/en/latest/ray-security/token-auth.html):
@@ -15,11 +12,6 @@ token (StackSecrets) is written from stdin into a root-only file on every node, 
 read-only into each Ray container, and named by RAY_AUTH_MODE=token + RAY_AUTH_TOKEN_PATH. The
 token is never in an environment value, a command line, `docker inspect` or plain state; a
 client without it (from the management network, say) is refused by the GCS.
-
-Compile and JIT caches (vLLM's torch.compile artifacts, torch inductor, Triton, FlashInfer, CUDA's
-PTX cache) live in a stack-owned folder per node, mounted into the containers and kept on
-`destroy` like the model, so a replaced container (a new image, an env change) does not compile
-again from nothing.
 
 `delete_before_replace=True`: host networking and fixed container names mean the replacement
 can only start once the old container is gone. Readiness: a command on the head polls
@@ -30,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TypedDict
 
 import pulumi
 import pulumi_docker as docker
@@ -38,32 +29,14 @@ from pulumi_command import remote
 
 from components import model_cache
 from components.model_cache import Again
-from components.nccl import NcclEnvironment
+from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
 from hostscripts.paths import (
-    COMPILE_CACHE_DIR,
-    COMPILE_CACHE_MOUNT,
-    HF_MOUNT,
     RAY_SESSION_DIR,
     RAY_SESSION_MOUNT,
-    RAY_TOKEN_FILE,
-    RAY_TOKEN_MOUNT,
 )
-from hostscripts.ray import compile_cache_dir, ray_ready, ray_token_remove, ray_token_write
-
-# Where each compiler keeps its cache, inside COMPILE_CACHE_MOUNT. vLLM: VLLM_CACHE_ROOT holds
-# torch_compile_cache/ (and points inductor there while compiling); TORCHINDUCTOR_CACHE_DIR is
-# inductor's own (used with VLLM_USE_AOT_COMPILE=0); TRITON_CACHE_DIR; FlashInfer appends
-# .cache/flashinfer to FLASHINFER_WORKSPACE_BASE (python/flashinfer/jit/env.py in
-# https://github.com/flashinfer-ai/flashinfer); CUDA_CACHE_PATH is the driver's PTX JIT cache.
-COMPILE_CACHE_ENV = {
-    "VLLM_CACHE_ROOT": f"{COMPILE_CACHE_MOUNT}/vllm",
-    "TORCHINDUCTOR_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/torchinductor",
-    "TRITON_CACHE_DIR": f"{COMPILE_CACHE_MOUNT}/triton",
-    "FLASHINFER_WORKSPACE_BASE": f"{COMPILE_CACHE_MOUNT}/flashinfer",
-    "CUDA_CACHE_PATH": f"{COMPILE_CACHE_MOUNT}/cuda",
-}
+from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
 
 HEAD_CONTAINER = "spark-vllm-ray-head"
 WORKER_CONTAINER = "spark-vllm-ray-worker"
@@ -95,26 +68,12 @@ def session_volume() -> docker.ContainerVolumeArgs:
     return docker.ContainerVolumeArgs(host_path=RAY_SESSION_DIR, container_path=RAY_SESSION_MOUNT)
 
 
-class ContainerRuntime(TypedDict):
-    image: pulumi.Input[str]
-    network_mode: str
-    gpus: str
-    ipc_mode: str
-    ulimits: list[docker.ContainerUlimitArgs]
-    devices: list[docker.ContainerDeviceArgs] | None
-    capabilities: docker.ContainerCapabilitiesArgs | None
-    restart: str
-    privileged: bool
-
-
 @dataclass
 class RayClusterArgs:
     ray: RayConfig
-    cache_dir: str  # the nodes' HF cache (model.cacheDir), mounted into every container
+    runtime: NodeRuntime  # what the containers share with the vLLM container (Ray on)
     ready_timeout_seconds: int  # how long `ray status` may take to show every node and GPU
     cluster: Cluster
-    image_ids: Mapping[str, pulumi.Input[str]]
-    nccl: NcclEnvironment
     labels: Mapping[str, str]  # managed + stack; the role is added per container
     ray_token: pulumi.Output[str]  # secret (StackSecrets)
     after: list[pulumi.Resource] = field(default_factory=list)  # model, image, stopped containers
@@ -158,21 +117,14 @@ class RayCluster(pulumi.ComponentResource):
                 delete=ray_token_remove(),
                 stdin=args.ray_token,
                 secret_outputs=["stdout"],
+                logging=remote.Logging.STDERR,  # its stdout (the file's hash) is for a label only
                 triggers=again[n.name].triggers,
                 ignore_changes=again[n.name].ignore_changes,
                 delete_before_replace=True,
             )
             for n in cluster.nodes
         }
-        self.caches = {
-            n.name: n.command(
-                f"{name}-compile-cache-{n.name}",
-                self,
-                create=compile_cache_dir(),
-                retain_on_delete=True,  # kept on destroy, like the model
-            )
-            for n in cluster.nodes
-        }
+        self.caches = compile_cache_dirs(name, self, cluster)
         self.head = self._container(f"{name}-head", HEAD_CONTAINER, "ray-head", cluster.head,
                                     list(args.after))
         self.workers = {
@@ -207,62 +159,6 @@ class RayCluster(pulumi.ComponentResource):
     def args(self) -> RayClusterArgs:
         return self._args
 
-    def env(self, node: SparkNode) -> dict[str, str]:
-        """The environment of the stack's containers on `node`: its NCCL/launcher values, the
-        HF cache offline, Ray's token auth, the compile caches."""
-        return {
-            **self._args.nccl.env[node.name],
-            "HF_HOME": HF_MOUNT,
-            "HF_HUB_OFFLINE": "1",
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN_PATH": RAY_TOKEN_MOUNT,
-            # vLLM's processes on one node talk over ZeroMQ IPC sockets made in this folder:
-            # Ray's session folder, which the vLLM container shares with the Ray head's
-            "VLLM_RPC_BASE_PATH": RAY_SESSION_MOUNT,
-            **COMPILE_CACHE_ENV,
-        }
-
-    def runtime(self, node: SparkNode) -> ContainerRuntime:
-        """The docker.Container arguments every GPU container of the stack on `node` shares
-        (the Ray containers and the vLLM container): host network, every GPU, host IPC (and so
-        the host's /dev/shm, NCCL's and vLLM's shared memory between processes; Docker's
-        shm_size does not apply to it, so none is set), nofile raised, memlock and the RDMA
-        devices when RDMA is on, restarted by Docker, never privileged."""
-        args, ray = self._args, self._args.ray
-        extras = args.nccl.extras
-        ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=ray.nofile, hard=ray.nofile)]
-        if extras.memlock_unlimited:
-            ulimits.append(docker.ContainerUlimitArgs(name="memlock", soft=-1, hard=-1))
-        return {
-            "image": args.image_ids[node.name],
-            "network_mode": "host",
-            "gpus": "all",
-            "ipc_mode": "host",
-            "ulimits": ulimits,
-            "devices": [
-                docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
-                for d in extras.devices
-            ]
-            or None,
-            "capabilities": (
-                docker.ContainerCapabilitiesArgs(adds=extras.cap_add) if extras.cap_add else None
-            ),
-            "restart": "unless-stopped",
-            "privileged": False,
-        }
-
-    def mounts(self) -> list[docker.ContainerMountArgs]:
-        """The HF cache, the Ray token (read-only) and the compile caches."""
-        return [
-            docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=self._args.cache_dir),
-            docker.ContainerMountArgs(
-                target=RAY_TOKEN_MOUNT, type="bind", source=RAY_TOKEN_FILE, read_only=True
-            ),
-            docker.ContainerMountArgs(
-                target=COMPILE_CACHE_MOUNT, type="bind", source=COMPILE_CACHE_DIR
-            ),
-        ]
-
     def token_label(self, node: SparkNode) -> docker.ContainerLabelArgs:
         """The token file's sha256: a new token replaces the container (Ray reads it once)."""
         return docker.ContainerLabelArgs(
@@ -293,14 +189,14 @@ class RayCluster(pulumi.ComponentResource):
             # `command` the whole command line whatever the image's entrypoint.
             entrypoints=["/usr/bin/env"],
             command=ray_command(ray, node, args.cluster.head),
-            envs=[f"{k}={v}" for k, v in sorted(self.env(node).items())],
-            mounts=self.mounts(),
+            envs=[f"{k}={v}" for k, v in sorted(args.runtime.env(node).items())],
+            mounts=args.runtime.mounts(),
             volumes=volumes,
             labels=[
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
                 self.token_label(node),
             ],
-            **self.runtime(node),
+            **args.runtime.runtime(node),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=node.provider,

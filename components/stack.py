@@ -4,7 +4,8 @@ Order of things on the hosts (each arrow a dependency the engine enforces):
 fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
 every node -> model fetched on the head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
-the vLLM container on the head -> health gate -> NCCL's transport read from its log.
+the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
+vllm.executor mp there is no Ray: a vLLM container on every node follows the model.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pulumi
 
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
+from components.node_runtime import NodeRuntime
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.spark_node import Cluster, SparkNode, SparkNodeArgs, write_known_hosts
 from components.stack_secrets import StackSecrets, StackSecretsArgs
@@ -57,7 +59,7 @@ class StackHandles:
     nccl: NcclEnvironment
     image: VllmImage
     model: ModelCache
-    ray: RayCluster
+    ray: RayCluster | None  # None with vllm.executor mp
     vllm: VllmServer
 
     @property
@@ -139,20 +141,21 @@ def build_stack(
         opts=pulumi.ResourceOptions(depends_on=[image]),
     )
     stopped = [c for n in cluster.nodes for c in n.stopped]
+    with_ray = cfg.vllm.executor == "ray"
+    runtime = NodeRuntime(nccl=nccl, cache_dir=cfg.model.cache_dir, image_ids=image.image_ids,
+                          nofile=cfg.ray.nofile, ray=with_ray)
     ray = RayCluster(
         "ray",
         RayClusterArgs(
             ray=cfg.ray,
-            cache_dir=cfg.model.cache_dir,
+            runtime=runtime,
             ready_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             cluster=cluster,
-            image_ids=image.image_ids,
-            nccl=nccl,
             labels=labels,
             ray_token=made.ray_token,
             after=[image, model, *stopped],
         ),
-    )
+    ) if with_ray else None
     vllm = VllmServer(
         "vllm",
         VllmServerArgs(
@@ -163,8 +166,11 @@ def build_stack(
             tensor_parallel_size=cfg.tensor_parallel_size,
             cluster_gpus=cfg.cluster_gpus,
             cluster=cluster,
+            runtime=runtime,
+            labels=labels,
             ray=ray,
             commit=model.commit,
+            after=[] if with_ray else [image, model, *stopped],
             model_bytes=model.model_bytes,
             api_key=made.api_key,
             rdma=cfg.nccl.rdma,

@@ -12,6 +12,12 @@ OOM, a lost Ray worker (vLLM's Ray executor shuts down when a worker dies), the 
 restarting (the container shares its PID namespace), a reboot - and vLLM waits for the Ray
 cluster's GPUs as it starts, so it serves again with no `up`.
 
+With vLLM's own multi-node executor (`vllm.executor: mp`) there is no Ray: every node runs a
+`spark-vllm-serve` container with the same flags plus its place (`--nnodes`, `--node-rank`,
+`--master-addr` the head's fabric address, `--master-port`); the head's serves the API, the
+others run `--headless`. A headless node that dies takes its vLLM down; the head's vLLM notices
+at its next request (vLLM's executor, not the stack) and restarts too.
+
 Consequences that are the point of the design:
 * The serve flags are the container's command: `pulumi preview --diff` shows a flag change as
   this container's replacement, and only it restarts (the Ray containers do not see vLLM's
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,8 +45,9 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components.nccl import PER_NODE_KEYS
+from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import HEAD_CONTAINER, RayCluster, session_volume
-from components.spark_node import Cluster
+from components.spark_node import Cluster, SparkNode
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
 from hostscripts.paths import (
@@ -52,6 +60,7 @@ from hostscripts.vllm import (
     SERVE_CONTAINER,
     api_key_remove,
     api_key_write,
+    mp_node_flags,
     non_carry_over_json,
     serve_entrypoint,
     vllm_argv,
@@ -66,7 +75,8 @@ from inspection.nccl_transport import parse_transport, verdict
 NON_CARRY_OVER = (*PER_NODE_KEYS, "VLLM_API_KEY")
 
 
-def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int) -> list[str]:
+def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int,
+               node_flags: Sequence[str] = ()) -> list[str]:
     return vllm_argv(
         model=model,
         served_model_name=vllm.served_model_name,
@@ -92,6 +102,8 @@ def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: 
         tool_call_parser=vllm.tool_call_parser,
         enable_auto_tool_choice=vllm.enable_auto_tool_choice,
         chat_template=vllm.chat_template is not None,
+        executor=vllm.executor,
+        node_flags=node_flags,
     )
 
 
@@ -115,7 +127,9 @@ class VllmServerArgs:
     tensor_parallel_size: int
     cluster_gpus: int
     cluster: Cluster
-    ray: RayCluster
+    runtime: NodeRuntime
+    labels: Mapping[str, str]  # managed + stack; the role is added per container
+    ray: RayCluster | None  # None with vllm.executor mp
     commit: pulumi.Input[str]
     model_bytes: pulumi.Input[int]
     api_key: pulumi.Output[str]  # configured or generated (StackSecrets): vLLM never serves open
@@ -127,7 +141,8 @@ class VllmServerArgs:
 
 
 class VllmServer(pulumi.ComponentResource):
-    serve: docker.Container
+    serve: docker.Container  # the head's (the API)
+    headless: dict[str, docker.Container]  # mp: the other nodes' `--headless` vLLM
     health: remote.Command
     nccl_log: remote.Command
     transport_check: remote.Command
@@ -141,9 +156,7 @@ class VllmServer(pulumi.ComponentResource):
         props = self._props(args)
         super().__init__("spark-vllm:vllm_server:VllmServer", name, props, opts)
         v, ray, head = args.vllm, args.ray, args.cluster.head
-        self.argv = pulumi.Output.from_input(args.commit).apply(
-            lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size)
-        )
+        self.argv = self._argv(args, head)
         self.api_key_file = head.command(
             f"{name}-api-key",
             self,
@@ -151,10 +164,17 @@ class VllmServer(pulumi.ComponentResource):
             delete=api_key_remove(),
             stdin=args.api_key,
             secret_outputs=["stdin", "stdout"],
+            logging=remote.Logging.STDERR,  # its stdout (the file's hash) is for a label only
             delete_before_replace=True,
         )
-        ray_containers = [ray.head, *ray.workers.values()]
-        self.serve = self._container(name, args, ray_containers)
+        # Without Ray nothing else makes the nodes' compile-cache folders
+        self.caches = (ray.caches if ray is not None
+                       else compile_cache_dirs(name, self, args.cluster))
+        self.headless = {
+            n.name: self._container(f"{name}-serve-{n.name}", args, n)
+            for n in (args.cluster.workers if ray is None else ())
+        }
+        self.serve = self._container(f"{name}-serve", args, head)
         # Recon's reason to look at vLLM again with unchanged flags (its container found stopped
         # behind the stack) travels in `triggers`; when there is none, ignore_changes keeps
         # whatever marker the state holds, so nothing diffs. A new marker replaces the gate,
@@ -163,14 +183,19 @@ class VllmServer(pulumi.ComponentResource):
             marker, ignore = "none", ["triggers"]
         else:
             marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
-        ids = pulumi.Output.all(self.serve.id, ray.container_ids).apply(lambda a: " ".join(a))
+        ids = pulumi.Output.all(
+            self.serve.id, *[c.id for c in self.headless.values()],
+            *([ray.container_ids] if ray is not None else [])
+        ).apply(lambda a: " ".join(a))
         self.health = head.command(
             f"{name}-health",
             self,
             create=ids.apply(
                 lambda i: vllm_health_gate(
                     SERVE_CONTAINER,
-                    HEAD_CONTAINER,
+                    # the probe runs where it outlives vLLM's restarts: the Ray head container,
+                    # or without Ray the vLLM container itself
+                    HEAD_CONTAINER if ray is not None else SERVE_CONTAINER,
                     i,
                     local_url(v),
                     v.served_model_name,
@@ -181,7 +206,7 @@ class VllmServer(pulumi.ComponentResource):
             triggers=[marker],
             ignore_changes=ignore,
             delete_before_replace=True,
-            depends_on=[self.serve],
+            depends_on=[self.serve, *self.headless.values()],
             timeout_seconds=args.health.timeout_seconds + 300,
         )
         self._transport(name, args)
@@ -200,64 +225,87 @@ class VllmServer(pulumi.ComponentResource):
             }
         )
 
-    def _container(
-        self, name: str, args: VllmServerArgs, ray_containers: list[docker.Container]
-    ) -> docker.Container:
-        """The vLLM container on the head (a Ray driver; see the module docstring)."""
-        v, ray, head = args.vllm, args.ray, args.cluster.head
-        env = {
-            **ray.env(head),
-            "RAY_ADDRESS": f"{head.fabric_ip}:{ray.args.ray.port}",
-            "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT,
-        }
-        uploads = [
-            docker.ContainerUploadArgs(
+    @staticmethod
+    def _argv(args: VllmServerArgs, node: SparkNode) -> pulumi.Output[list[str]]:
+        """`vllm serve` on `node`: with Ray the head's only; with mp every node's, with its rank."""
+        v, cluster = args.vllm, args.cluster
+        flags: list[str] = []
+        if v.executor == "mp" and len(cluster.nodes) > 1:
+            rank = [n.name for n in cluster.nodes].index(node.name)
+            flags = mp_node_flags(len(cluster.nodes), rank, cluster.head.fabric_ip, v.master_port)
+        return pulumi.Output.from_input(args.commit).apply(
+            lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size, flags)
+        )
+
+    def _container(self, res_name: str, args: VllmServerArgs, node: SparkNode) -> docker.Container:
+        """A vLLM container on `node`: with Ray, the head's Ray driver (see the module
+        docstring); with mp, the head's API server or another node's headless vLLM."""
+        v, ray, runtime = args.vllm, args.ray, args.runtime
+        is_head = node is args.cluster.head
+        env = runtime.env(node)
+        mounts = runtime.mounts()
+        labels = {**args.labels, "spark-vllm.role": "vllm-serve", "spark-vllm.node": node.name}
+        extra_labels: list[docker.ContainerLabelArgs] = []
+        uploads: list[docker.ContainerUploadArgs] = []
+        depends: list[pulumi.Resource] = [self.caches[node.name], *args.after]
+        ray_opts: dict[str, Any] = {}
+        if is_head:
+            mounts.append(docker.ContainerMountArgs(
+                target=VLLM_KEY, type="bind", source=VLLM_KEY_FILE, read_only=True))
+            extra_labels.append(docker.ContainerLabelArgs(
+                label="spark-vllm.api-key",
+                value=self.api_key_file.stdout.apply(lambda s: s.split()[-1])))
+            depends.append(self.api_key_file)
+            template = serve_chat_template(v)
+            if template is not None:
+                uploads.append(docker.ContainerUploadArgs(file=CHAT_TEMPLATE, content=template))
+            if self.headless:  # mp: a replaced headless vLLM replaces the head's, which
+                # would otherwise serve on with a dead rank until its next request fails
+                extra_labels.append(docker.ContainerLabelArgs(
+                    label="spark-vllm.headless-containers",
+                    value=pulumi.Output.all(*[c.id for c in self.headless.values()]).apply(
+                        lambda ids: " ".join(ids))))
+                depends += list(self.headless.values())
+        if ray is not None:  # the head's Ray driver
+            env.update({"RAY_ADDRESS": f"{node.fabric_ip}:{ray.args.ray.port}",
+                        "VLLM_CONFIG_ROOT": VLLM_CONFIG_ROOT})
+            uploads.append(docker.ContainerUploadArgs(
                 file=f"{VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json",
-                content=non_carry_over_json(NON_CARRY_OVER),
-            )
-        ]
-        template = serve_chat_template(v)
-        if template is not None:
-            uploads.append(docker.ContainerUploadArgs(file=CHAT_TEMPLATE, content=template))
-        mounts = [
-            *ray.mounts(),
-            docker.ContainerMountArgs(
-                target=VLLM_KEY, type="bind", source=VLLM_KEY_FILE, read_only=True
-            ),
-        ]
-        labels = {**ray.args.labels, "spark-vllm.role": "vllm-serve",
-                  "spark-vllm.node": head.name}
-        return docker.Container(
-            f"{name}-serve",
-            name=SERVE_CONTAINER,
-            entrypoints=serve_entrypoint(),
-            command=self.argv,
-            envs=[f"{k}={val}" for k, val in sorted(env.items())],
-            mounts=mounts,
-            volumes=[session_volume()],
-            # a Ray driver finds its raylet among the processes it sees: the Ray head's
-            pid_mode=ray.head.id.apply(lambda i: f"container:{i}"),
-            uploads=uploads,
-            labels=[
-                *(docker.ContainerLabelArgs(label=k, value=val)
-                  for k, val in sorted(labels.items())),
-                ray.token_label(head),
-                docker.ContainerLabelArgs(
-                    label="spark-vllm.api-key",
-                    value=self.api_key_file.stdout.apply(lambda s: s.split()[-1]),
-                ),
+                content=non_carry_over_json(NON_CARRY_OVER)))
+            extra_labels += [
+                ray.token_label(node),
                 # a replaced Ray container replaces vLLM: it must start on the new cluster
                 docker.ContainerLabelArgs(label="spark-vllm.ray-containers",
                                           value=ray.container_ids),
+            ]
+            ray_opts = {
+                "volumes": [session_volume()],
+                # a Ray driver finds its raylet among the processes it sees: the Ray head's
+                "pid_mode": ray.head.id.apply(lambda i: f"container:{i}"),
+            }
+            depends += [ray.ready, ray.head, *ray.workers.values()]
+        return docker.Container(
+            res_name,
+            name=SERVE_CONTAINER,
+            entrypoints=serve_entrypoint(),
+            command=self.argv if is_head else self._argv(args, node),
+            envs=[f"{k}={val}" for k, val in sorted(env.items())],
+            mounts=mounts,
+            uploads=uploads or None,
+            labels=[
+                *(docker.ContainerLabelArgs(label=k, value=val)
+                  for k, val in sorted(labels.items())),
+                *extra_labels,
             ],
             # vLLM's own shutdown (SIGTERM) frees the GPU memory; give it time before SIGKILL
             destroy_grace_seconds=60,
-            **ray.runtime(head),
+            **ray_opts,
+            **runtime.runtime(node),
             opts=pulumi.ResourceOptions(
                 parent=self,
-                provider=head.provider,
+                provider=node.provider,
                 delete_before_replace=True,  # a fixed name and the port on the host network
-                depends_on=[ray.ready, *ray_containers, self.api_key_file, *args.after],
+                depends_on=depends,
             ),
         )
 
@@ -308,6 +356,7 @@ class VllmServer(pulumi.ComponentResource):
         v = args.vllm
         props: dict[str, Any] = {
             "environment": args.environment,
+            "executor": v.executor,
             "tensorParallelSize": args.tensor_parallel_size,
             "pipelineParallelSize": v.pipeline_parallel_size,
             "clusterGpus": args.cluster_gpus,

@@ -75,7 +75,14 @@ OWNED_FLAGS = {
     "-tp": "spark-vllm:vllm.tensorParallelSize",
     "--pipeline-parallel-size": "spark-vllm:vllm.pipelineParallelSize",
     "-pp": "spark-vllm:vllm.pipelineParallelSize",
-    "--distributed-executor-backend": "the stack (Ray)",
+    "--distributed-executor-backend": "spark-vllm:vllm.executor",
+    "--nnodes": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
+    "-n": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
+    "--node-rank": "the stack (with vllm.executor mp)",
+    "-r": "the stack (with vllm.executor mp)",
+    "--master-addr": "the stack (the head's fabric address, with vllm.executor mp)",
+    "--master-port": "spark-vllm:vllm.masterPort",
+    "--headless": "the stack (every node but the head, with vllm.executor mp)",
     "--gpu-memory-utilization": "spark-vllm:vllm.gpuMemoryUtilization",
     "--kv-cache-memory-bytes": "spark-vllm:vllm.kvCacheMemoryBytes",
     "--max-model-len": "spark-vllm:vllm.maxModelLen",
@@ -640,6 +647,13 @@ class VllmConfig(ServeSettings):
     served_model_name: str = Field(max_length=128)
     # A recipe shipped in config/recipes_data/ (its file name without .yaml)
     recipe: str | None = None
+    # How vLLM spreads over the nodes: `ray` (a Ray cluster, vLLM a Ray driver on the head) or
+    # `mp` (vLLM's own multi-node executor: a vLLM container per node, the head's serving the
+    # API, the others `--headless`, no Ray). vLLM's own docs:
+    # https://docs.vllm.ai/en/latest/serving/parallelism_scaling.html
+    executor: Literal["ray", "mp"] = "ray"
+    # mp: the head's torch.distributed port the other nodes join (--master-port)
+    master_port: StrictInt = 29501
     tensor_parallel_size: int | None = Field(default=None, ge=1)  # None: every GPU / pp
     pipeline_parallel_size: int = Field(default=1, ge=1)
     # 0.80 leaves the OS, Ray and CUDA graphs room on 128 GB unified memory (the community's
@@ -685,7 +699,7 @@ class VllmConfig(ServeSettings):
             recipes.load_recipe(v)  # RecipeError: an unknown name or a broken recipe file
         return v
 
-    @field_validator("port")
+    @field_validator("port", "master_port")
     @classmethod
     def _port_range(cls, v: int) -> int:
         return check_port(v)

@@ -80,7 +80,14 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
             f"{key_path(('vllm', 'port'))}: got {cfg.vllm.port}; expected a port other than "
             "spark-vllm:ray.port (both bind on the head's host network)"
         )
-    for key, port in ((("vllm", "port"), cfg.vllm.port), (("ray", "port"), cfg.ray.port)):
+    if cfg.vllm.executor == "mp" and cfg.vllm.master_port in (cfg.vllm.port, cfg.ray.port):
+        problems.append(
+            f"{key_path(('vllm', 'masterPort'))}: got {cfg.vllm.master_port}; expected a port "
+            "other than spark-vllm:vllm.port and spark-vllm:ray.port (they bind on the head's "
+            "host network)"
+        )
+    for key, port in ((("vllm", "port"), cfg.vllm.port), (("ray", "port"), cfg.ray.port),
+                      (("vllm", "masterPort"), cfg.vllm.master_port)):
         if port in SEEDER_PORTS:
             problems.append(
                 f"{key_path(key)}: got {port}; expected a port other than the stack's seeders' "

@@ -44,8 +44,13 @@ def vllm_argv(
     tool_call_parser: str | None = None,
     enable_auto_tool_choice: bool = False,
     chat_template: bool = False,
+    executor: str = "ray",
+    node_flags: Sequence[str] = (),
 ) -> list[str]:
     """The `vllm serve` command line. The API key is not here: it comes from VLLM_API_KEY.
+
+    `executor`: vLLM's --distributed-executor-backend; `node_flags`: this node's place in a
+    multi-node mp run (mp_node_flags), before the listen address.
 
     `chat_template`: vLLM reads a chat template from CHAT_TEMPLATE, uploaded into the vLLM
     container (components/vllm_server.py)."""
@@ -62,7 +67,7 @@ def vllm_argv(
         "--pipeline-parallel-size",
         str(pipeline_parallel_size),
         "--distributed-executor-backend",
-        "ray",
+        executor,
         "--gpu-memory-utilization",
         f"{gpu_memory_utilization:g}",
     ]
@@ -94,9 +99,18 @@ def vllm_argv(
         argv += ["--tool-call-parser", tool_call_parser]
     if chat_template:
         argv += ["--chat-template", CHAT_TEMPLATE]
+    argv += list(node_flags)
     argv += ["--host", host, "--port", str(port)]
     argv += list(extra_args)
     return argv
+
+
+def mp_node_flags(nnodes: int, rank: int, master_addr: str, master_port: int) -> list[str]:
+    """vLLM's own multi-node executor: every node runs `vllm serve` with the same flags and its
+    rank; the head (rank 0) serves the API, the others run `--headless` (no API server)."""
+    flags = ["--nnodes", str(nnodes), "--node-rank", str(rank), "--master-addr", master_addr,
+             "--master-port", str(master_port)]
+    return [*flags, "--headless"] if rank else flags
 
 
 # Speculative methods that load no drafter weights (vLLM's config/speculative.py)

@@ -1,5 +1,5 @@
-"""2. same-image-everywhere: every node runs the same vLLM image ID, and all Ray containers the
-same image."""
+"""2. same-image-everywhere: every node runs the same vLLM image ID, and all serving containers
+(Ray's and vLLM's, whichever executor runs) the same image."""
 from __future__ import annotations
 
 from pulumi_policy import (
@@ -10,7 +10,7 @@ from pulumi_policy import (
 )
 
 from ._common import CONTAINER, VLLM_IMAGE, Report, get, mapping_items, text
-from ._containers import is_ray_container
+from ._containers import is_ray_container, labels_of
 
 
 def _short(image_id: str) -> str:
@@ -31,11 +31,16 @@ def _image_id_finding(r: PolicyResource) -> str | None:
             f"{_listing(known)}")
 
 
+def _serving(props: object) -> bool:
+    """A container that runs Ray or vLLM (`spark-vllm.role` vllm-serve)."""
+    return is_ray_container(props) or text(labels_of(props).get("spark-vllm.role")) == "vllm-serve"
+
+
 def _ray_images(resources: list[PolicyResource]) -> dict[str, str]:
-    """Container name -> image, for the containers that run Ray."""
+    """Container name -> image, for the containers that run Ray or vLLM."""
     images: dict[str, str] = {}
     for r in resources:
-        if r.resource_type != CONTAINER or not is_ray_container(r.props):
+        if r.resource_type != CONTAINER or not _serving(r.props):
             continue
         image = text(get(r.props, "image"))
         if image:
@@ -51,12 +56,13 @@ def validate_same_image(args: StackValidationArgs, report: Report) -> None:
                 report(msg, r.urn)
     images = _ray_images(args.resources)
     if len(set(images.values())) > 1:
-        report(f"Ray containers run different images: {_listing(images)}", None)
+        report(f"Ray and vLLM containers run different images: {_listing(images)}", None)
 
 
 same_image_everywhere = StackValidationPolicy(
     name="same-image-everywhere",
-    description="Every node runs the same vLLM image ID, and all Ray containers the same image.",
+    description="Every node runs the same vLLM image ID, and all Ray and vLLM containers the "
+                "same image.",
     validate=validate_same_image,
     enforcement_level=EnforcementLevel.MANDATORY,
     remediation_steps="Pin image.ref by digest and let VllmImage distribute that one image to "

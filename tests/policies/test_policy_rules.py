@@ -159,7 +159,7 @@ def test_same_image_fails_on_different_ids_and_container_images():
     msgs = run(rules.same_image_everywhere, sargs(stack))
     assert any("different image IDs per node" in m and "spark-2=sha256:bbbbbbbbbbbb" in m
                for m in msgs), msgs
-    assert any("Ray containers run different images" in m and "vllm-spark:latest" in m
+    assert any("Ray and vLLM containers run different images" in m and "vllm-spark:latest" in m
                for m in msgs), msgs
 
 

@@ -167,10 +167,11 @@ def settled(h, *outputs):
     leaves += [r for r in (*h.image.seeder, *h.model.seeder) if r is not None]
     leaves += [h.model.fetch, *h.model.syncs.values(), *h.model.verifies.values()]
     leaves += list(h.model.drops.values())
-    leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, h.vllm.serve]
+    if h.ray is not None:
+        leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, *h.ray.tokens.values()]
+    leaves += [h.vllm.serve, *h.vllm.headless.values(), *h.vllm.caches.values()]
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
-    leaves += [*h.ray.tokens.values(), *h.ray.caches.values(), h.vllm.nccl_log,
-               h.vllm.transport_check]
+    leaves += [h.vllm.api_key_file, h.vllm.health, h.vllm.nccl_log, h.vllm.transport_check]
     return pulumi.Output.all(*[r.urn for r in leaves], *outputs).apply(
         lambda values: values[len(leaves):]
     )

@@ -1,0 +1,102 @@
+"""`vllm.executor: mp`: vLLM's own multi-node executor, one vLLM container per node, no Ray."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pulumi
+import pytest
+
+from config import ConfigError, validate_config
+from hostscripts import vllm
+from tests.conftest import config_raw, reveal
+from tests.unit.components.test_vllm_server import _changed, _registered
+from tests.unit.conftest import settled
+
+MP = {"executor": "mp"}
+
+
+def _flags(argv: list[str], rank: int, nodes: int) -> None:
+    """The node's place in argv: after the serve flags, before the listen address."""
+    at = argv.index("--nnodes")
+    want = ["--nnodes", str(nodes), "--node-rank", str(rank), "--master-addr", "192.168.177.11",
+            "--master-port", "29501"] + (["--headless"] if rank else [])
+    assert argv[at: at + len(want)] == want, argv
+    assert argv[at + len(want)] == "--host"
+    assert argv[argv.index("--distributed-executor-backend") + 1] == "mp"
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pulumi.runtime.test
+def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
+    h = build(n, vllm=MP)
+
+    def check(_):
+        names = {r.name for r in mocks.resources}
+        assert h.ray is None
+        assert not {x for x in names if x.startswith("ray-")}, sorted(names)
+        # the stack's Ray token stays made (a switch back to Ray reuses it), on no node
+        assert {x for x in names if "token" in x} == {"secrets-ray-token"}, sorted(names)
+        head = mocks.named("vllm-serve").inputs
+        _flags(list(head["command"]), 0, n)
+        for rank in range(1, n):
+            node = f"spark-{rank + 1}"
+            worker = mocks.named(f"vllm-serve-{node}").inputs
+            _flags(list(worker["command"]), rank, n)
+            assert worker["name"] == "spark-vllm-serve"
+            assert f"VLLM_HOST_IP=192.168.177.{11 + rank}" in worker["envs"]
+            # headless: no API, so no API key
+            assert not any(m["target"] == "/run/spark-vllm/api-key" for m in worker["mounts"])
+            assert reveal(mocks.named(f"vllm-compile-cache-{node}").inputs["connection"])[
+                "host"] == f"10.77.0.{11 + rank}"
+        for c in [head, *(mocks.named(f"vllm-serve-spark-{i}").inputs for i in range(2, n + 1))]:
+            assert c["restart"] == "unless-stopped" and c["networkMode"] == "host"
+            assert "pidMode" not in c and "volumes" not in c  # nothing of Ray's
+            assert not [e for e in c["envs"] if e.startswith(("RAY_AUTH", "RAY_ADDRESS",
+                                                              "VLLM_RPC_BASE_PATH"))]
+            assert not any(m["target"] == "/run/spark-vllm/ray-auth-token" for m in c["mounts"])
+        assert any(m["target"] == "/run/spark-vllm/api-key" for m in head["mounts"])
+        # a replaced headless vLLM replaces the head's: their IDs are one of its labels
+        label = {x["label"]: x["value"] for x in head["labels"]}["spark-vllm.headless-containers"]
+        assert label.split() == [hashlib.sha256(f"vllm-serve-spark-{i}".encode()).hexdigest()
+                                 for i in range(2, n + 1)]
+        # the gate probes from the vLLM container itself (there is no Ray head container)
+        gate = mocks.named("vllm-health").inputs["create"]
+        assert "docker exec -i spark-vllm-serve python3" in gate
+
+    return settled(h).apply(check)
+
+
+def test_switching_executor_moves_neither_image_nor_model(monkeypatch):
+    """The change table's executor row: Ray's containers go, the vLLM container is replaced and
+    others come; the image and the model stay as they are."""
+    ray = _registered(config_raw(2), monkeypatch)
+    mp = _registered(config_raw(2, vllm=MP), monkeypatch)
+    gone, new = ray.keys() - mp.keys(), mp.keys() - ray.keys()
+    assert gone == {"ray", "ray-head", "ray-worker-spark-2", "ray-ready", "ray-token-spark-1",
+                    "ray-token-spark-2", "ray-compile-cache-spark-1",
+                    "ray-compile-cache-spark-2"}, gone
+    assert new == {"vllm-serve-spark-2", "vllm-compile-cache-spark-1",
+                   "vllm-compile-cache-spark-2"}, new
+    same = {k: ray[k] for k in ray.keys() & mp.keys()}
+    changed = _changed(same, {k: mp[k] for k in same})
+    assert not {r for r in changed if r.startswith(("image", "model", "nccl"))}, changed
+    assert "vllm-serve" in changed
+
+
+@pytest.mark.parametrize("vllm_over, key", [
+    ({"executor": "mp", "masterPort": 8000}, "spark-vllm:vllm.masterPort"),
+    ({"executor": "mpi"}, "spark-vllm:vllm.executor"),
+    ({"extraArgs": ["--nnodes", "3"]}, "spark-vllm:vllm.extraArgs"),
+    ({"extraArgs": ["--headless"]}, "spark-vllm:vllm.extraArgs"),
+    ({"extraArgs": ["--distributed-executor-backend=mp"]}, "spark-vllm:vllm.extraArgs"),
+])
+def test_executor_settings_are_checked(vllm_over, key):
+    with pytest.raises(ConfigError) as err:
+        validate_config(config_raw(2, vllm=vllm_over))
+    assert key in str(err.value), str(err.value)
+
+
+def test_every_node_but_the_head_is_headless():
+    assert vllm.mp_node_flags(2, 1, "10.0.0.1", 1)[-1] == "--headless"
+    assert "--headless" not in vllm.mp_node_flags(2, 0, "10.0.0.1", 1)
