@@ -284,6 +284,8 @@ MUST_NOT = {
     "model revision": ("image pull", "Ray restart", "hub moved more than changed"),
     "image": ("model bytes moved",),
     "add a node": ("re-download from the hub",),
+    "executor ray -> mp": ("image pull", "model transfer"),
+    "executor mp -> ray": ("image pull", "model transfer"),
 }
 
 
@@ -340,7 +342,10 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict]) -> list[dict]:
                        extra={"changed_bytes": changed, "model_bytes": sum(s for _, s in new.values())}))
     ref, _id = second_image(d, HEAD, cfg["image"]["ref"], V2_REPO)
     rows.append(change(d, "image", two, lambda: d.set("image.ref", ref)))
-    rows.append(change(d, "add a node", [n["name"] for n in nodes3], lambda: set_nodes(d, nodes3)))
+    three = [n["name"] for n in nodes3]
+    rows.append(change(d, "add a node", three, lambda: set_nodes(d, nodes3)))
+    rows.append(change(d, "executor ray -> mp", three, lambda: d.set("vllm.executor", "mp")))
+    rows.append(change(d, "executor mp -> ray", three, lambda: d.set("vllm.executor", "ray")))
     return rows
 
 
@@ -361,7 +366,7 @@ def bench_compile_cache(d: Deployment) -> dict:
     vLLM containers), with torch.compile on: once with the nodes' compile caches wiped first
     (cold), once with them kept (warm, what the stack does). The measure is the health gate's
     span: from the vLLM container's creation to a served smoke completion."""
-    nodes = [HEAD, WORKER]
+    nodes = [n["name"] for n in d.cfg["nodes"]]
     d.set("vllm.enforceEager", False)
     if run_op(d, "up").summary.result != "succeeded":  # compiles once (not counted)
         raise SystemExit("up with torch.compile on failed")
