@@ -193,8 +193,8 @@ class VllmServer(pulumi.ComponentResource):
             create=ids.apply(
                 lambda i: vllm_health_gate(
                     SERVE_CONTAINER,
-                    # the probe runs where it outlives vLLM's restarts: the Ray head container,
-                    # or without Ray the vLLM container itself
+                    # the probe runs in the Ray head container, which outlives vLLM's restarts;
+                    # without Ray in the vLLM container (the gate stops it if vLLM exits)
                     HEAD_CONTAINER if ray is not None else SERVE_CONTAINER,
                     i,
                     local_url(v),
