@@ -44,6 +44,8 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
+from components import model_cache
+from components.model_cache import Again
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import HEAD_CONTAINER, RayCluster, session_volume
@@ -157,6 +159,11 @@ class VllmServer(pulumi.ComponentResource):
         super().__init__("spark-vllm:vllm_server:VllmServer", name, props, opts)
         v, ray, head = args.vllm, args.ray, args.cluster.head
         self.argv = self._argv(args, head)
+        # A key file gone behind the stack (another stack's destroy on shared nodes) is written
+        # again: recon saw it absent, so the command gets a fresh trigger (model_cache.Again);
+        # the command is deleted before it is replaced (its delete removes the file)
+        again = Again.when_wiped([model_cache.repair_token()]
+                                 if head.facts.vllm_key_present is False else [])
         self.api_key_file = head.command(
             f"{name}-api-key",
             self,
@@ -165,6 +172,8 @@ class VllmServer(pulumi.ComponentResource):
             stdin=args.api_key,
             secret_outputs=["stdin", "stdout"],
             logging=remote.Logging.STDERR,  # its stdout (the file's hash) is for a label only
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
             delete_before_replace=True,
         )
         # Without Ray nothing else makes the nodes' compile-cache folders

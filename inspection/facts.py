@@ -148,6 +148,8 @@ class NodeFacts(_Facts):
     # the stack's Ray token file (hostscripts/paths.RAY_TOKEN_FILE) is on the node; None: not
     # surveyed (an older recon output)
     ray_token_present: bool | None = None
+    # the stack's vLLM API key file (hostscripts/paths.VLLM_KEY_FILE; the head's matters)
+    vllm_key_present: bool | None = None
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output

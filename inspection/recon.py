@@ -45,7 +45,7 @@ from typing import TypeVar
 
 from config import NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
-from hostscripts.paths import RAY_TOKEN_FILE, STOPPED_DIR
+from hostscripts.paths import RAY_TOKEN_FILE, STOPPED_DIR, VLLM_KEY_FILE
 from inspection import parsers as p
 from inspection.facts import DockerFacts, NodeFacts, OsFacts
 from inspection.parsers import ParseError
@@ -146,6 +146,8 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str) -> str:
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
         # whether the stack's Ray token file is on the node (never its content)
         f"sv_bg ray_token {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ {q(RAY_TOKEN_FILE)}",
+        # and whether the head's vLLM API key file is there (never its content)
+        f"sv_bg vllm_key {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ {q(VLLM_KEY_FILE)}",
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before
         f"sv_bg host_keys {COMMAND_TIMEOUT} cat /etc/ssh/ssh_host_*_key.pub",
@@ -384,6 +386,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     hf_cache = r.parse("hf_cache", p.parse_hf_cache) or []
     disk = r.parse("disk", p.parse_df_avail) or 0
     ray_token = r.parse("ray_token", p.parse_presence) if "ray_token" in sections else None
+    vllm_key = r.parse("vllm_key", p.parse_presence) if "vllm_key" in sections else None
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
     for name in SKIP_SECTIONS:  # names the snippets refused to print: say so, never drop quietly
         s = sections.get(name)
@@ -413,6 +416,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         disk_free_bytes=disk,
         stopped_by=stopped,
         ray_token_present=ray_token,
+        vllm_key_present=vllm_key,
         clock_offset_seconds=clock_offset,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,

@@ -63,3 +63,45 @@ def test_a_node_without_the_token_file_writes_it_again(registered, mocks):
         assert all(dbr[f"ray-token-spark-{i}"] for i in (1, 2, 3))
 
     return settled(h).apply(check)
+
+
+@pytest.fixture
+def registered_key(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes,
+                   deleted_before_replace):
+    """The same for the head's vLLM API key file (hostscripts/paths.VLLM_KEY_FILE): seen
+    missing in a fresh clone's `make demo` after `make test`, whose e2e stacks' destroys remove
+    it from the shared lab nodes (`bind source path does not exist: .../vllm/api-key`)."""
+    monkeypatch.setattr(model_cache, "repair_token", lambda: "repair-key")
+
+    def build(present: bool | None):
+        cfg = validate_config(config_raw(2))
+        facts = {n.name: gb10_facts(n.name, index=i + 1).model_copy(
+            update={"vllm_key_present": present}) for i, n in enumerate(cfg.nodes)}
+        h = stack.build_stack(cfg, facts, Plan(), secrets(),
+                              manifest=fake_manifest(cfg.model.repo, cfg.model.revision))
+        return h, ignored_changes, deleted_before_replace
+
+    return build
+
+
+@pytest.mark.parametrize("present", [True, None])
+@pulumi.runtime.test
+def test_a_present_or_unsurveyed_api_key_file_does_not_diff(registered_key, mocks, present):
+    h, ignored, dbr = registered_key(present)
+
+    def check(_):
+        assert mocks.named("vllm-api-key").inputs["triggers"] == ["intact"]
+        assert ignored["vllm-api-key"] == ["triggers"] and dbr["vllm-api-key"]
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_head_without_the_api_key_file_writes_it_again(registered_key, mocks):
+    h, ignored, _ = registered_key(False)
+
+    def check(_):
+        assert mocks.named("vllm-api-key").inputs["triggers"] == ["repair-key"]
+        assert ignored["vllm-api-key"] == []
+
+    return settled(h).apply(check)

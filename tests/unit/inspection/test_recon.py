@@ -38,7 +38,7 @@ def test_recon_script_is_pure_and_has_every_section():
                     "nvidia_smi_query", "nvidia_smi", "nvidia_smi_list", "ip_addr",
                     "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
                     "docker_info", "docker_ps", "container_memory", "docker_images", "gpu_runtime",
-                    "stopped", "hf_cache", "disk", "ray_token", "host_keys",
+                    "stopped", "hf_cache", "disk", "ray_token", "vllm_key", "host_keys",
                     "clock_end"):
         # the clock readings bracket the run; everything between runs concurrently
         launcher = "sv_run" if section.startswith("clock_") else "sv_bg"
