@@ -1,10 +1,13 @@
 """spark-vllm: a multi-node vLLM serving stack on DGX Spark, as one Pulumi program.
 
 Thin on purpose, and in the order the design reads: the config (validated, host keys pinned),
-the model resolved at the hub (its commit and size), a look at every node before touching any
-(recon + preflight, which stops here on a failed check), then the components, then the outputs.
+the model resolved at the hub (its commit and size) while recon looks at every node before
+touching any (recon + preflight, which stops here on a failed check), then the components, then
+the outputs.
 recon, preflight and the hub lookup are reached through their modules so tests can replace them.
 """
+
+from concurrent.futures import ThreadPoolExecutor
 
 import pulumi
 
@@ -15,10 +18,13 @@ from inspection import hub, preflight
 cfg = config.load_config()
 secrets = config.load_secrets(cfg)
 key_path = config.ssh_key_path(cfg)
-manifest = hub.resolve_model(
-    cfg.model.repo, cfg.model.revision, cfg.model.endpoint, config.secret_plaintext("hfToken")
-)
-facts, plan = preflight.run(cfg, key_path=key_path, model_bytes=manifest.total_bytes)
+# the hub is asked while recon surveys the nodes: a preview waits for the slower, not for both
+with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub") as pool:
+    lookup = pool.submit(hub.resolve_model, cfg.model.repo, cfg.model.revision,
+                         cfg.model.endpoint, config.secret_plaintext("hfToken"))
+    facts, plan = preflight.run(cfg, key_path=key_path,
+                                model_bytes=lambda: lookup.result().total_bytes)
+manifest = lookup.result()
 handles = stack.build_stack(cfg, facts, plan, secrets, manifest=manifest, key_path=key_path)
 
 for key, value in handles.exports().items():

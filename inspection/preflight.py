@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -561,23 +561,27 @@ def _stack_label() -> str | None:
         return None
 
 
-def run(cfg: StackConfig, *, key_path: str | None = None, model_bytes: int | None = None,
+def run(cfg: StackConfig, *, key_path: str | None = None,
+        model_bytes: int | Callable[[], int] | None = None,
         runner: Runner | None = None,
         shape: ModelShape | None = None) -> tuple[dict[str, NodeFacts], Plan]:
     """Survey every node and check it: what __main__ calls before registering any resource.
 
-    Unreachable nodes are reported together with every other failed check. shape None: the one
-    the hub lookup of cfg.model.repo read in this process (inspection/hub.known_manifest).
+    Unreachable nodes are reported together with every other failed check. `model_bytes` may be
+    a callable, called once the nodes are surveyed (__main__ asks the hub meanwhile, so a
+    preview waits for the slower of the two, not for both). shape None: the one the hub lookup
+    of cfg.model.repo read in this process (inspection/hub.known_manifest).
     """
     from inspection import hub, recon
-
-    if shape is None:
-        manifest = hub.known_manifest(cfg.model.repo)
-        shape = manifest.shape if manifest is not None else None
 
     if runner is None:
         results = recon.survey_all(cfg, key_path=key_path)
     else:
         results = recon.survey_all(cfg, key_path=key_path, runner=runner)
+    if callable(model_bytes):
+        model_bytes = model_bytes()
+    if shape is None:
+        manifest = hub.known_manifest(cfg.model.repo)
+        shape = manifest.shape if manifest is not None else None
     plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label(), shape=shape)
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

@@ -23,7 +23,9 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
     calls = {}
 
     def run_preflight(cfg, *, key_path=None, model_bytes=None):
-        calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model_bytes)
+        # the hub's answer is asked for once the nodes are surveyed (it was looked up meanwhile)
+        assert callable(model_bytes)
+        calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model_bytes())
         return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, _Plan()
 
     monkeypatch.setattr(preflight, "run", run_preflight)
