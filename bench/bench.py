@@ -17,9 +17,10 @@ Every figure is measured in the same run as its baseline:
 
 Run as root with the toolchain set up (`make setup`). Options (make bench BENCH_ARGS=...):
 --noop-reps, --scale-reps, --fanout-mb, --fanout-reps, --out, --report-only (re-render the page
-from the last run's JSON), --sections (run some of scaling,changes,fanout and keep the last run's
-figures for the others; "changes" is the no-op, change-table and compile-cache part). What a run
-measured is written as it goes, so a section that fails loses only its own figures.
+from the last run's JSON), --sections (run some of scaling,changes,fanout and keep the figures of
+the others from docs/benchmarks.partial.json, an interrupted run's, else docs/benchmarks.json;
+"changes" is the no-op, change-table and compile-cache part). What a run measured is written as
+it goes, so a section that fails loses only its own figures.
 """
 
 from __future__ import annotations
@@ -529,6 +530,8 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
         f"ln -sf ../../blobs/{etag} {root}/snapshots/{BENCH_COMMIT}/weights.bin; sync; "
         f"docker pull -q {shlex.quote(image)} >/dev/null", timeout=600)
     lab("ssh", WORKER, "sh", "-c", f"docker pull -q {shlex.quote(image)} >/dev/null", timeout=600)
+    # the scripts take the image by the ID the daemon reports, as the stack gives it to them
+    image = lab("ssh", HEAD, "docker", "image", "inspect", "-f", "{{.Id}}", image).stdout.strip()
     files = [ModelFile("weights.bin", size, etag)]
     start = models.model_seeder_start(image, cache, BENCH_REPO, [h for h, _ in pairs], labels,
                                       [WORKER], BENCH_COMMIT)
@@ -655,7 +658,9 @@ def report(res: dict, path: Path) -> None:
         "",
         f"Written by `make bench` ({res['started']}, {res['duration_min']} min) on the lab: "
         f"{env['cpus']} cores, {env['mem_gib']} GiB, kernel {env['kernel']}, Pulumi {env['pulumi']}. "
-        "Every figure was measured in this run next to its baseline. The lab simulates the Sparks "
+        + (f"The sections {', '.join(res['kept']['sections'])} were measured by the run of "
+           f"{res['kept']['started']} and kept. " if res.get("kept") else "")
+        + "Every figure was measured in its run next to its baseline. The lab simulates the Sparks "
         "(network namespaces, veth fabric at MTU 9000, no RDMA, the real vLLM's CPU build on real Ray, a "
         f"{fmt_bytes(res['model_bytes'])} model): the times are this machine's, the counts and byte "
         "totals are the product's behaviour. Raw numbers: `docs/benchmarks.json`.",
@@ -909,11 +914,19 @@ def main() -> int:
     held = labkit.lock_lab()
     work = Path(tempfile.mkdtemp(prefix="spark-vllm-bench-"))
     res: dict = {}
-    if set(sections) != set(SECTIONS) and out.with_suffix(".json").exists():
-        res = json.loads(out.with_suffix(".json").read_text())  # keep the sections not re-run
+    partial = out.with_suffix(".partial.json")
+    if set(sections) != set(SECTIONS):  # keep the figures of the sections not re-run: those of
+        # an interrupted run when there is one (it is newer), else the last complete run's
+        for last in (partial, out.with_suffix(".json")):
+            if last.exists():
+                res = json.loads(last.read_text())
+                kept = [x for x in SECTIONS if x not in sections]
+                res["kept"] = {"sections": kept, "started": res.get("started"),
+                               "duration_min": res.get("duration_min")}
+                say(f"keeping {kept} from {last}")
+                break
     res["started"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(started))
     res["sections"] = sections
-    partial = out.with_suffix(".partial.json")
 
     def save() -> None:  # after each section: a later failure keeps what was measured
         partial.write_text(json.dumps(res, indent=1, default=str) + "\n")
