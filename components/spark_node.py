@@ -27,7 +27,7 @@ from pulumi_command import remote
 
 from config import NodeConfig, SshConfig, StackConfig
 from config.paths import local_state_dir
-from config.ssh import known_hosts_line, ssh_options, write_private
+from config.ssh import host_key_alias, known_hosts_line, ssh_options, write_private
 from hostscripts.foreign import start_foreign_container, stop_foreign_container
 from inspection.facts import ContainerFacts, NodeFacts
 
@@ -40,9 +40,20 @@ def write_known_hosts(cfg: StackConfig, project: str, stack: str) -> Path:
     Written on every run (preview included): the docker provider dials the nodes at configure
     time, before any resource exists, so the file must be there already. One line per node,
     under the node's HostKeyAlias (config/ssh.py), through a temporary file of its own.
+
+    A node taken out of the config keeps its alias line: the engine deletes that node's
+    containers through the provider settings in the state, which name this file, so its key
+    must still be here (it is the key that was pinned; a node of the same name back in the
+    config gets its configured key again).
     """
     path = local_state_dir() / "known_hosts" / f"{project}.{stack}"
-    text = "".join(known_hosts_line(n) for n in cfg.nodes)
+    current = {host_key_alias(n) for n in cfg.nodes}
+    kept = ""
+    if path.is_file() and not path.is_symlink():
+        kept = "".join(line + "\n" for line in path.read_text().splitlines()
+                       if line.split(" ", 1)[0].startswith("spark-vllm-")
+                       and line.split(" ", 1)[0] not in current)
+    text = "".join(known_hosts_line(n) for n in cfg.nodes) + kept
     if not path.is_file() or path.is_symlink() or path.read_text() != text:
         write_private(path, text)
     return path
@@ -177,6 +188,7 @@ class SparkNode(pulumi.ComponentResource):
         parent: pulumi.Resource,
         *,
         create: pulumi.Input[str],
+        update: pulumi.Input[str] | None = None,
         delete: pulumi.Input[str] | None = None,
         stdin: pulumi.Input[str] | None = None,
         triggers: Sequence[Any] | None = None,
@@ -199,6 +211,7 @@ class SparkNode(pulumi.ComponentResource):
             connection=self.connection,
             add_previous_output_in_env=False,
             create=create,
+            update=update,
             delete=delete,
             stdin=stdin,
             triggers=list(triggers) if triggers is not None else None,

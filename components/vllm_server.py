@@ -15,8 +15,12 @@ cluster's GPUs as it starts, so it serves again with no `up`.
 With vLLM's own multi-node executor (`vllm.executor: mp`) there is no Ray: every node runs a
 `spark-vllm-serve` container with the same flags plus its place (`--nnodes`, `--node-rank`,
 `--master-addr` the head's fabric address, `--master-port`); the head's serves the API, the
-others run `--headless`. A headless node that dies takes its vLLM down; the head's vLLM notices
-at its next request (vLLM's executor, not the stack) and restarts too.
+others run `--headless`. vLLM's ranks do not find each other again by themselves: a headless
+rank waits on its head forever, and a head whose headless rank died exits when a request fails
+(Docker restarts it). So a headless container's main
+process (payloads/vllm_rank_watch.py) ends it when the head's /health stopped answering, and
+Docker starts the rank again to meet the head's next start; and when recon finds a rank stopped,
+the health gate restarts the head's vLLM, so every rank starts again together.
 
 Consequences that are the point of the design:
 * The serve flags are the container's command: `pulumi preview --diff` shows a flag change as
@@ -68,6 +72,7 @@ from hostscripts.vllm import (
     vllm_argv,
     vllm_health_gate,
     vllm_nccl_lines,
+    vllm_ranks_restart,
 )
 from inspection import hub, memory_fit
 from inspection.nccl_transport import parse_transport, verdict
@@ -120,6 +125,13 @@ def local_url(vllm: VllmConfig) -> str:
     return f"http://{host}:{vllm.port}"
 
 
+def head_health_url(vllm: VllmConfig, head: SparkNode) -> str:
+    """The head's /health as the other nodes reach it (mp): its fabric address when vLLM listens
+    on every address (config refuses a loopback `vllm.host` with mp on more than one node)."""
+    host = head.fabric_ip if vllm.host == "0.0.0.0" else vllm.host
+    return f"http://{host}:{vllm.port}/health"
+
+
 @dataclass
 class VllmServerArgs:
     vllm: VllmConfig
@@ -145,6 +157,7 @@ class VllmServerArgs:
 class VllmServer(pulumi.ComponentResource):
     serve: docker.Container  # the head's (the API)
     headless: dict[str, docker.Container]  # mp: the other nodes' `--headless` vLLM
+    ranks_restart: remote.Command | None  # mp on more than one node
     health: remote.Command
     nccl_log: remote.Command
     transport_check: remote.Command
@@ -192,6 +205,22 @@ class VllmServer(pulumi.ComponentResource):
             marker, ignore = "none", ["triggers"]
         else:
             marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
+        gate_after: list[pulumi.Resource] = [self.serve, *self.headless.values()]
+        self.ranks_restart = None
+        if self.headless:
+            # mp: a rank found stopped restarts the head's vLLM, and the headless ranks follow
+            # it, so all start again together. The reason travels on stdin, whose change is an
+            # update (`update` runs); on creation nothing needs restarting.
+            self.ranks_restart = head.command(
+                f"{name}-ranks-restart",
+                self,
+                create="true",
+                update=vllm_ranks_restart(SERVE_CONTAINER),
+                stdin=marker,
+                ignore_changes=["stdin"] if ignore else None,
+                depends_on=gate_after,
+            )
+            gate_after.append(self.ranks_restart)
         ids = pulumi.Output.all(
             self.serve.id, *[c.id for c in self.headless.values()],
             *([ray.container_ids] if ray is not None else [])
@@ -215,7 +244,7 @@ class VllmServer(pulumi.ComponentResource):
             triggers=[marker],
             ignore_changes=ignore,
             delete_before_replace=True,
-            depends_on=[self.serve, *self.headless.values()],
+            depends_on=gate_after,
             timeout_seconds=args.health.timeout_seconds + 300,
         )
         self._transport(name, args)
@@ -296,7 +325,9 @@ class VllmServer(pulumi.ComponentResource):
         return docker.Container(
             res_name,
             name=SERVE_CONTAINER,
-            entrypoints=serve_entrypoint(),
+            # a headless rank follows the head's restarts (payloads/vllm_rank_watch.py)
+            entrypoints=serve_entrypoint(
+                None if is_head else head_health_url(v, args.cluster.head)),
             command=self.argv if is_head else self._argv(args, node),
             envs=[f"{k}={val}" for k, val in sorted(env.items())],
             mounts=mounts,

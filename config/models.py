@@ -759,6 +759,15 @@ class StackConfig(_Model):
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
 
+    @model_validator(mode="after")
+    def _mp_head_reachable(self) -> StackConfig:
+        if (self.vllm.executor == "mp" and len(self.nodes) > 1
+                and ipaddress.ip_address(self.vllm.host).is_loopback):
+            raise ValueError(
+                f"vllm.host: {self.vllm.host} is loopback, but with vllm.executor mp the other "
+                "nodes' ranks watch the head's /health to follow its restarts; use 0.0.0.0 or "
+                "an address they reach")
+        return self
     @property
     def head(self) -> NodeConfig:
         return self.nodes[0]

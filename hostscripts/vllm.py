@@ -11,6 +11,12 @@ from hostscripts.common import container_ids, payload, q, secret_file_write
 from hostscripts.paths import VLLM_KEY, VLLM_KEY_FILE
 
 _HEALTH_PY = payload("vllm_health.py")
+_RANK_WATCH_PY = payload("vllm_rank_watch.py")
+# A headless rank stops when the head's /health missed this many checks this far apart (after it
+# had answered): about 15-30 s, well inside a head's restart (its API comes back only after
+# every rank joined), and more than a busy head's slow answer.
+RANK_WATCH_INTERVAL_S = 5
+RANK_WATCH_MISSES = 3
 SERVE_CONTAINER = "spark-vllm-serve"
 # The chat template vLLM reads (`--chat-template`): uploaded into the vLLM container when it is
 # created (components/vllm_server.py), so its text is in the preview's diff.
@@ -151,9 +157,17 @@ LAUNCHER = "; ".join(
 )
 
 
-def serve_entrypoint() -> list[str]:
-    """What precedes the argv in the vLLM container (Docker runs entrypoint + command)."""
-    return ["/bin/sh", "-c", LAUNCHER, SERVE_CONTAINER]
+def serve_entrypoint(head_health_url: str | None = None) -> list[str]:
+    """What precedes the argv in the vLLM container (Docker runs entrypoint + command).
+
+    `head_health_url`: in a `--headless` container (vllm.executor mp), the head's /health; the
+    container's main process is then payloads/vllm_rank_watch.py, which ends the container when
+    the head's vLLM went away, so Docker starts this rank again to meet the head's next start."""
+    launcher = ["/bin/sh", "-c", LAUNCHER, SERVE_CONTAINER]
+    if head_health_url is None:
+        return launcher
+    return ["python3", "-c", _RANK_WATCH_PY, head_health_url, str(RANK_WATCH_INTERVAL_S),
+            str(RANK_WATCH_MISSES), *launcher]
 
 
 def api_key_write() -> str:
@@ -227,6 +241,23 @@ def vllm_health_gate(
             f"echo '--- vllm serve in {container}: the last 50 lines of its log ---' >&2",
             f"docker logs --tail 50 {c} >&2 2>&1 || true",
             "exit 1",
+        ]
+    )
+
+
+def vllm_ranks_restart(container: str) -> str:
+    """On the head (vllm.executor mp), when recon found one of the stack's vLLM ranks stopped:
+    restart the head's vLLM, so that every rank starts again together. A head that kept running
+    holds the dead rank (its next request would fail), and a rank started again alone waits on
+    that head; the headless ranks follow the head's restart (payloads/vllm_rank_watch.py). The
+    reason arrives on stdin and is printed; the health gate runs after this."""
+    c = q(container)
+    return "\n".join(
+        [
+            "set -eu",
+            "why=$(cat)",
+            f"echo \"restarting vllm serve in {container}: $why\"",
+            f"docker restart -t 60 {c} >/dev/null",
         ]
     )
 

@@ -9,6 +9,7 @@ import pytest
 
 from config import ConfigError, validate_config
 from hostscripts import vllm
+from hostscripts.common import payload
 from tests.conftest import config_raw, reveal
 from tests.unit.components.test_vllm_server import _changed, _registered
 from tests.unit.conftest import settled
@@ -63,6 +64,18 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
         # the gate probes from the vLLM container itself (there is no Ray head container)
         gate = mocks.named("vllm-health").inputs["create"]
         assert "docker exec -i spark-vllm-serve python3" in gate
+        # the head's main process is the launcher; every headless one runs under the rank
+        # watcher, which follows the head's /health at its fabric address
+        assert head["entrypoints"] == vllm.serve_entrypoint()
+        for rank in range(1, n):
+            ep = list(mocks.named(f"vllm-serve-spark-{rank + 1}").inputs["entrypoints"])
+            assert ep[:3] == ["python3", "-c", payload("vllm_rank_watch.py")], ep[:2]
+            assert ep[3:6] == ["http://192.168.177.11:8000/health", "5", "3"], ep[3:6]
+            assert ep[6:] == vllm.serve_entrypoint()
+        # nothing to restart on a healthy or new cluster: the restart's reason is ignored
+        restart = mocks.named("vllm-ranks-restart").inputs
+        assert restart["create"] == "true" and restart["stdin"] == "none"
+        assert "docker restart -t 60 spark-vllm-serve" in restart["update"]
 
     return settled(h).apply(check)
 
@@ -77,7 +90,7 @@ def test_switching_executor_moves_neither_image_nor_model(monkeypatch):
                     "ray-token-spark-2", "ray-compile-cache-spark-1",
                     "ray-compile-cache-spark-2"}, gone
     assert new == {"vllm-serve-spark-2", "vllm-compile-cache-spark-1",
-                   "vllm-compile-cache-spark-2"}, new
+                   "vllm-compile-cache-spark-2", "vllm-ranks-restart"}, new
     same = {k: ray[k] for k in ray.keys() & mp.keys()}
     changed = _changed(same, {k: mp[k] for k in same})
     assert not {r for r in changed if r.startswith(("image", "model", "nccl"))}, changed
@@ -95,6 +108,14 @@ def test_executor_settings_are_checked(vllm_over, key):
     with pytest.raises(ConfigError) as err:
         validate_config(config_raw(2, vllm=vllm_over))
     assert key in str(err.value), str(err.value)
+
+
+def test_mp_on_more_nodes_needs_a_head_address_the_ranks_reach():
+    with pytest.raises(ConfigError) as err:
+        validate_config(config_raw(2, vllm={**MP, "host": "127.0.0.1"}))
+    assert "vllm.host" in str(err.value) and "loopback" in str(err.value), str(err.value)
+    validate_config(config_raw(1, vllm={**MP, "host": "127.0.0.1"}))  # one node: no one watches
+    validate_config(config_raw(2, vllm={"host": "127.0.0.1"}))  # Ray: the workers do not watch
 
 
 def test_every_node_but_the_head_is_headless():

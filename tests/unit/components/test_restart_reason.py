@@ -93,3 +93,31 @@ def test_broken_cluster_sets_a_new_marker_so_the_gate_runs_again(serve_registrat
         assert "restart" not in mocks.named("vllm-health").inputs["create"].split("docker exec")[0]
 
     return settled(h).apply(check)
+
+
+@pytest.mark.parametrize("stopped", ["headless", "head", "none"])
+@pulumi.runtime.test
+def test_mp_rank_found_stopped_restarts_every_rank(build, ignored_changes, mocks, stopped):
+    """vllm.executor mp: a rank found stopped restarts the head's vLLM (the headless follow it),
+    through an update of `vllm-ranks-restart` (its stdin is the reason); a healthy cluster
+    keeps the state's stdin, so nothing diffs."""
+    head = gb10_facts("spark-1", containers=[
+        box("spark-vllm-serve", "vllm-serve", "exited" if stopped == "head" else "running")])
+    worker = gb10_facts("spark-2", index=2, containers=[
+        box("spark-vllm-serve", "vllm-serve", "exited" if stopped == "headless" else "running")])
+    h = build(2, facts={"spark-1": head, "spark-2": worker}, vllm={"executor": "mp"})
+
+    def check(_):
+        restart = mocks.named("vllm-ranks-restart")
+        gate = mocks.named("vllm-health")
+        if stopped == "none":
+            assert restart.inputs["stdin"] == "none"
+            assert ignored_changes["vllm-ranks-restart"] == ["stdin"]
+            return
+        node = "spark-2" if stopped == "headless" else "spark-1"
+        assert restart.inputs["stdin"].startswith(f"{node}: spark-vllm-serve is exited @")
+        assert ignored_changes["vllm-ranks-restart"] == []
+        assert restart.inputs["stdin"] == gate.inputs["triggers"][0]  # the gate runs after it
+        assert "docker restart -t 60 spark-vllm-serve" in restart.inputs["update"]
+
+    return settled(h).apply(check)

@@ -40,3 +40,30 @@ def test_a_symlinked_folder_is_refused(tmp_path):
     with pytest.raises(OSError, match="is a symlink; refusing to write a private file there"):
         write_private(tmp_path / "link" / "key", "SECRET")
     assert list(real.iterdir()) == []
+
+
+def test_a_node_taken_out_keeps_its_pinned_key_for_the_deletes(tmp_path, monkeypatch):
+    """The engine deletes a removed node's containers through the provider settings in the
+    state, which name the stack's known_hosts file: the removed node's alias line stays; a node
+    of the same name back in the config gets its configured key."""
+    from components.spark_node import write_known_hosts
+    from config import validate_config
+    from tests.conftest import config_raw
+
+    monkeypatch.setenv("SPARK_VLLM_HOME", str(tmp_path))
+    three = validate_config(config_raw(3))
+    path = write_known_hosts(three, "p", "s")
+    spark3 = [ln for ln in path.read_text().splitlines() if ln.startswith("spark-vllm-spark-3 ")]
+    assert len(spark3) == 1
+    two = write_known_hosts(validate_config(config_raw(2)), "p", "s").read_text().splitlines()
+    assert spark3[0] in two, "the removed node's pinned key must stay for its deletes"
+    assert [ln for ln in two if ln.startswith("spark-vllm-spark-1 ")] == [
+        ln for ln in path.read_text().splitlines() if ln.startswith("spark-vllm-spark-1 ")]
+    # back with another key: the configured key, once
+    raw = config_raw(3)
+    other = "ssh-ed25519 " + "A" * 68
+    raw["nodes"][2]["hostKey"] = other
+    back = write_known_hosts(validate_config(raw), "p", "s").read_text().splitlines()
+    assert [ln for ln in back if ln.startswith("spark-vllm-spark-3 ")] == [
+        f"spark-vllm-spark-3 {other}"]
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
