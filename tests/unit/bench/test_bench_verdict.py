@@ -104,5 +104,20 @@ def test_report_states_every_goal_and_marks_misses(tmp_path):
     assert "image-spark-1 0-30, image-spark-2 0-31" in text
     report(_result(no_op_ratio=3.5, violations=["image pull"]), out)
     text = out.read_text()
-    assert "| no-op preview at most 3x an empty program's | 3.5x" in text
+    assert ("| no-op preview at most 3x an empty program's (run alike: the Python language host) "
+            "| 3.5x") in text
     assert text.count("**missed**") == 3 and "| image pull |" in text
+
+
+def test_report_names_both_baselines_and_the_run_that_measured_kept_sections(tmp_path):
+    from bench.bench import report
+
+    res = _result()
+    res["noop"].update(empty_inline_median_s=0.5, empty_inline_s=[0.5], ratio_inline=8.0)
+    res["kept"] = {"sections": ["scaling"], "started": "2026-11-29 10:00 UTC", "duration_min": 20}
+    out = tmp_path / "b.md"
+    report(res, out)
+    text = out.read_text()
+    assert "4.0 s vs 2.0 s; 8.0x an inline empty program's) | met |" in text
+    assert "| empty program, inline | 0.5 s | 0.5 |" in text
+    assert "The sections scaling were measured by the run of 2026-11-29 10:00 UTC and kept." in text
