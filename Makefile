@@ -80,7 +80,7 @@ lab-down: ## remove everything the lab made
 recon: venv ## survey the stack's nodes and print the side-by-side table
 	$(VENV)/bin/spark-vllm-recon --stack $(STACK) $(RECON_ARGS)
 
-bench: setup ## measure change costs, fan-out and scaling on the lab -> docs/benchmarks.md (~18 min)
+bench: setup ## measure change costs, fan-out and scaling on the lab -> docs/benchmarks.md (~1 h)
 	$(PY) bench/bench.py $(BENCH_ARGS)
 
 bench-serve: venv ## vLLM's own serving benchmark against a deployed stack -> docs/serving-bench.md (STACK=dev)

@@ -2,7 +2,8 @@
 """`make bench`: what every change costs on the lab, measured side by side in one run.
 
 Writes docs/benchmarks.md (and the raw numbers as JSON next to it). Not part of `make test`:
-it takes the lab for ~18 minutes, grows it to 3 nodes and gives it back with 2.
+it takes the lab for about an hour (45 minutes with --scale-reps 1), grows it to 3 nodes and
+gives it back with 2.
 
 Every figure is measured in the same run as its baseline:
 1. no-op cost: `preview` of the converged dev stack vs `preview` of an empty program on the same
