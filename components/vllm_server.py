@@ -17,10 +17,10 @@ With vLLM's own multi-node executor (`vllm.executor: mp`) there is no Ray: every
 `--master-addr` the head's fabric address, `--master-port`); the head's serves the API, the
 others run `--headless`. vLLM's ranks do not find each other again by themselves: a headless
 rank waits on its head forever, and a head whose headless rank died exits when a request fails
-(Docker restarts it). So a headless container's main
-process (payloads/vllm_rank_watch.py) ends it when the head's /health stopped answering, and
-Docker starts the rank again to meet the head's next start; and when recon finds a rank stopped,
-the health gate restarts the head's vLLM, so every rank starts again together.
+(Docker restarts it). So a headless container's main process (payloads/vllm_rank_watch.py)
+ends it when the head's /health stopped answering, and Docker starts the rank again to meet the
+head's next start; and when recon finds a rank stopped, `vllm-ranks-restart` restarts the
+head's vLLM before the health gate runs, so every rank starts again together.
 
 Consequences that are the point of the design:
 * The serve flags are the container's command: `pulumi preview --diff` shows a flag change as
