@@ -768,6 +768,7 @@ class StackConfig(_Model):
                 "nodes' ranks watch the head's /health to follow its restarts; use 0.0.0.0 or "
                 "an address they reach")
         return self
+
     @property
     def head(self) -> NodeConfig:
         return self.nodes[0]
