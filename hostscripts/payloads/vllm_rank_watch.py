@@ -1,6 +1,6 @@
 # The main process of a `--headless` vLLM container (vllm.executor mp): runs vLLM and watches
 # the head's. vLLM's headless ranks wait on the head forever (their workers block on the head's
-# message queue): when the head's vLLM restarts (a crash, a reboot, the health gate restarting
+# message queue): when the head's vLLM restarts (a crash, a reboot, vllm-ranks-restart restarting
 # it), they keep the old head's queues and the new head waits for ranks that never come. So this
 # process ends the container when the head's /health stopped answering after it had answered;
 # Docker's restart policy then starts this rank afresh, to meet the head's next start. vLLM
