@@ -19,13 +19,20 @@ cfg = config.load_config()
 secrets = config.load_secrets(cfg)
 key_path = config.ssh_key_path(cfg)
 # the hub is asked while recon surveys the nodes: a preview waits for the slower, not for both
-with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub") as pool:
+token = config.secret_plaintext("hfToken")
+with ThreadPoolExecutor(max_workers=1 + len(cfg.services), thread_name_prefix="hub") as pool:
     lookup = pool.submit(hub.resolve_model, cfg.model.repo, cfg.model.revision,
-                         cfg.model.endpoint, config.secret_plaintext("hfToken"))
-    facts, plan = preflight.run(cfg, key_path=key_path,
-                                model_bytes=lambda: lookup.result().total_bytes)
+                         cfg.model.endpoint, token)
+    services = {s.name: pool.submit(hub.resolve_model, s.repo, s.revision, cfg.model.endpoint,
+                                    token) for s in cfg.services}
+    facts, plan = preflight.run(
+        cfg, key_path=key_path, model_bytes=lambda: lookup.result().total_bytes,
+        service_models=lambda: {n: (f.result().total_bytes, f.result().shape)
+                                for n, f in services.items()})
 manifest = lookup.result()
-handles = stack.build_stack(cfg, facts, plan, secrets, manifest=manifest, key_path=key_path)
+handles = stack.build_stack(cfg, facts, plan, secrets, manifest=manifest,
+                            service_manifests={n: f.result() for n, f in services.items()},
+                            key_path=key_path)
 
 for key, value in handles.exports().items():
     pulumi.export(key, value)

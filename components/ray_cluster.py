@@ -36,10 +36,13 @@ from hostscripts.paths import (
     RAY_SESSION_DIR,
     RAY_SESSION_MOUNT,
 )
-from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
-
-HEAD_CONTAINER = "spark-vllm-ray-head"
-WORKER_CONTAINER = "spark-vllm-ray-worker"
+from hostscripts.ray import (
+    HEAD_CONTAINER,
+    WORKER_CONTAINER,
+    ray_ready,
+    ray_token_remove,
+    ray_token_write,
+)
 
 
 def ray_command(ray: RayConfig, node: SparkNode, head: SparkNode) -> list[str]:

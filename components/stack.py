@@ -24,6 +24,7 @@ from components.spark_node import Cluster, SparkNode, SparkNodeArgs, write_known
 from components.stack_secrets import StackSecrets, StackSecretsArgs
 from components.vllm_image import VllmImage, VllmImageArgs, registry_host
 from components.vllm_server import VllmServer, VllmServerArgs
+from components.vllm_service import VllmService, VllmServiceArgs, restart_reasons
 from config import Secrets, StackConfig
 from inspection.facts import NodeFacts
 from inspection.hub import ModelManifest
@@ -61,6 +62,7 @@ class StackHandles:
     model: ModelCache
     ray: RayCluster | None  # None with vllm.executor mp
     vllm: VllmServer
+    services: dict[str, VllmService]
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -88,6 +90,17 @@ class StackHandles:
             },
             "recon": {name: n.summary for name, n in self.nodes.items()},
             "ncclTransport": self.vllm.transport,  # per node, as NCCL's INFO lines show it
+            # spark-vllm:services, by name: where each answers and what it serves
+            "services": {
+                name: {
+                    "task": s.args.service.task,
+                    "servedModelName": s.args.service.served_name,
+                    "modelCommit": s.model.commit,
+                    "endpoints": s.endpoints,
+                    "health": {n: g.stdout for n, g in s.gates.items()},
+                }
+                for name, s in self.services.items()
+            },
         }
 
 
@@ -98,6 +111,7 @@ def build_stack(
     secrets: Secrets,
     *,
     manifest: ModelManifest,
+    service_manifests: Mapping[str, ModelManifest] | None = None,
     key_path: str | None = None,
     project: str | None = None,
     stack: str | None = None,
@@ -105,8 +119,8 @@ def build_stack(
     """Create every component, in the order of the module docstring.
 
     `facts` and `plan` come from recon and preflight; `manifest` is the model resolved at the
-    hub before recon (its size fed preflight); `key_path` the SSH key file the docker
-    provider's ssh transport uses (config.ssh_key_path).
+    hub before recon (its size fed preflight), `service_manifests` each service's, by name;
+    `key_path` the SSH key file the docker provider's ssh transport uses (config.ssh_key_path).
     """
     project = project or pulumi.get_project()
     stack = stack or pulumi.get_stack()
@@ -176,9 +190,55 @@ def build_stack(
             rdma=cfg.nccl.rdma,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
+            service_shares={n.name: {s.name: s.gpu_memory_utilization
+                                     for s in cfg.services_on(n.name)} for n in cfg.nodes},
         ),
     )
-    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm)
+    services = _services(cfg, facts, secrets, cluster, runtime, labels, stack, made, model,
+                         vllm, service_manifests or {})
+    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services)
+
+
+def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets,
+              cluster: Cluster, runtime: NodeRuntime, labels: Mapping[str, str], stack: str,
+              made: StackSecrets, model: ModelCache, vllm: VllmServer,
+              manifests: Mapping[str, ModelManifest]) -> dict[str, VllmService]:
+    """A VllmService per `services` entry. Each one's model follows the main model's and the
+    previous service's (one seeder at a time on a node); nothing of the main model waits for a
+    service."""
+    missing = [s.name for s in cfg.services if s.name not in manifests]
+    if missing:
+        raise ValueError(f"build_stack: no hub manifest for the services {missing}")
+    by_name = {n.name: n for n in cluster.nodes}
+    containers = {name: f.docker.containers if f.docker else [] for name, f in facts.items()}
+    out: dict[str, VllmService] = {}
+    after: list[pulumi.Resource] = [model]
+    for svc in cfg.services:
+        nodes = [by_name[n] for n in cfg.service_nodes(svc)]
+        out[svc.name] = VllmService(
+            f"svc-{svc.name}",
+            VllmServiceArgs(
+                service=svc,
+                model=cfg.service_model(svc),
+                manifest=manifests[svc.name],
+                cluster=Cluster(head=nodes[0], workers=tuple(nodes[1:])),
+                runtime=runtime,
+                labels=labels,
+                stack=stack,
+                api_key=made.api_key,
+                health=cfg.health,
+                environment=cfg.environment,
+                caches=vllm.caches,
+                hf_token=secrets.hf_token,
+                fabric_subnets=cfg.nccl.fabric_subnets,
+                after=list(after),
+                restart_reasons=restart_reasons(
+                    {n.name: containers.get(n.name, []) for n in nodes},
+                    labels["spark-vllm.stack"], svc.name),
+            ),
+        )
+        after.append(out[svc.name].model)
+    return out
 
 
 def _nodes(

@@ -52,7 +52,7 @@ from components import model_cache
 from components.model_cache import Again
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
-from components.ray_cluster import HEAD_CONTAINER, RayCluster, session_volume
+from components.ray_cluster import RayCluster, session_volume
 from components.spark_node import Cluster, SparkNode
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
@@ -61,6 +61,7 @@ from hostscripts.paths import (
     VLLM_KEY,
     VLLM_KEY_FILE,
 )
+from hostscripts.ray import HEAD_CONTAINER
 from hostscripts.vllm import (
     CHAT_TEMPLATE,
     SERVE_CONTAINER,
@@ -152,6 +153,9 @@ class VllmServerArgs:
     after: list[pulumi.Resource] = field(default_factory=list)
     # recon's reason to start vLLM again with unchanged flags (stack.vllm_restart_reason)
     restart_reason: str | None = None
+    # per node, the memory shares (gpuMemoryUtilization) of the services placed there: the
+    # policy pack adds them to this model's (policies/rules/memory.py)
+    service_shares: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -413,6 +417,8 @@ class VllmServer(pulumi.ComponentResource):
                     "name": n.name,
                     "memTotalBytes": n.facts.memory.total_bytes,
                     "unifiedMemory": n.facts.memory.unified,
+                    **({"services": dict(args.service_shares[n.name])}
+                       if args.service_shares.get(n.name) else {}),
                 }
                 for n in args.cluster.nodes
             ],

@@ -26,6 +26,7 @@ from config.models import (
     PreflightConfig,
     RayConfig,
     Recipe,
+    ServiceConfig,
     SshConfig,
     StackConfig,
     VllmConfig,
@@ -36,7 +37,7 @@ from config.validate import validate_config
 __all__ = [
     "NAMESPACE", "PLACEHOLDER", "SECRET_KEYS", "ConfigError", "FabricInterface", "HealthConfig",
     "ImageConfig", "ModelConfig", "NcclConfig", "NodeConfig", "PreflightConfig", "RayConfig",
-    "Recipe", "RecipeError", "Secrets", "SshConfig", "StackConfig", "VllmConfig",
+    "Recipe", "RecipeError", "Secrets", "ServiceConfig", "SshConfig", "StackConfig", "VllmConfig",
     "chat_template_text", "key_path", "known_host_keys", "load_config", "load_recipe",
     "load_secrets", "pin_host_keys", "secret_plaintext", "ssh_key_path", "validate_config",
 ]

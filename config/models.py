@@ -639,6 +639,30 @@ class Recipe(ServeSettings):
                 if n in self.model_fields_set}
 
 
+def _with_recipe(cls: type[BaseModel], data: Any) -> Any:
+    """The recipe's serve settings under the keys the stack file sets (VllmConfig and
+    ServiceConfig). An unknown or broken recipe is left to the `recipe` field's validator, which
+    names the key path."""
+    if not isinstance(data, dict) or not isinstance(data.get("recipe"), str):
+        return data
+    from config import recipes
+
+    try:
+        recipe = recipes.load_recipe(data["recipe"])
+    except recipes.RecipeError:
+        return data
+    given = {n for n, f in cls.model_fields.items() if n in data or (f.alias or n) in data}
+    return {**{n: v for n, v in recipe.serve_settings().items() if n not in given}, **data}
+
+
+def _check_recipe(v: str | None) -> str | None:
+    if v is not None:
+        from config import recipes
+
+        recipes.load_recipe(v)  # RecipeError: an unknown name or a broken recipe file
+    return v
+
+
 class VllmConfig(ServeSettings):
     """`spark-vllm:vllm`. With `recipe`, the recipe's serve settings fill in every key the
     stack file does not set: an explicit stack-file key wins over the recipe, the recipe over
@@ -677,27 +701,12 @@ class VllmConfig(ServeSettings):
     @model_validator(mode="before")
     @classmethod
     def _apply_recipe(cls, data: Any) -> Any:
-        """The recipe's serve settings under the keys the stack file sets. An unknown or broken
-        recipe is left to the `recipe` field's validator, which names the key path."""
-        if not isinstance(data, dict) or not isinstance(data.get("recipe"), str):
-            return data
-        from config import recipes
-
-        try:
-            recipe = recipes.load_recipe(data["recipe"])
-        except recipes.RecipeError:
-            return data
-        given = {n for n, f in cls.model_fields.items() if n in data or (f.alias or n) in data}
-        return {**{n: v for n, v in recipe.serve_settings().items() if n not in given}, **data}
+        return _with_recipe(cls, data)
 
     @field_validator("recipe")
     @classmethod
     def _recipe(cls, v: str | None) -> str | None:
-        if v is not None:
-            from config import recipes
-
-            recipes.load_recipe(v)  # RecipeError: an unknown name or a broken recipe file
-        return v
+        return _check_recipe(v)
 
     @field_validator("port", "master_port")
     @classmethod
@@ -715,6 +724,88 @@ class VllmConfig(ServeSettings):
     @classmethod
     def _host(cls, v: str) -> str:
         return _ipv4(v)
+
+
+# What a service serves, and the flags that make vLLM serve it so (vLLM 0.32's --runner and
+# --convert: a pooling model answers /v1/embeddings, a classifier with one label /score and
+# /rerank; https://docs.vllm.ai/en/latest/models/pooling_models.html)
+ServiceTask = Literal["generate", "embed", "score"]
+
+
+class ServiceConfig(ServeSettings):
+    """One entry of `spark-vllm:services`: another model beside the main one, served by its own
+    supervised vLLM container (one per listed node, tensor parallel 1: a Spark has one GPU) with
+    its own health gate on the endpoint its task uses. Its share of each node's memory is
+    `gpuMemoryUtilization`, which it must set: preflight and the policy pack add every share on
+    a node (the main model's too) to the OS reserve and refuse an overflow."""
+
+    name: str = Field(max_length=40)
+    repo: str
+    revision: str = "main"
+    task: ServiceTask
+    nodes: list[str] | None = None  # None: the head only
+    port: StrictInt
+    served_model_name: str | None = Field(default=None, max_length=128)  # None: the name
+    recipe: str | None = None
+    gpu_memory_utilization: float  # its share of each node's memory (required)
+    kv_cache_dtype: str = "auto"
+    enable_prefix_caching: bool = False  # pooling models do not reuse a prefix
+    load_format: str = "auto"
+    enforce_eager: bool = False
+    extra_args: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _apply_recipe(cls, data: Any) -> Any:
+        return _with_recipe(cls, data)
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe(cls, v: str | None) -> str | None:
+        return _check_recipe(v)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _DNS_LABEL.fullmatch(v):
+            raise ValueError("expected a lowercase DNS label such as embed or rerank (it names "
+                             "the service's container and resources)")
+        return v
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if not _REPO_ID.fullmatch(v):
+            raise ValueError("expected a Hugging Face repo id such as Qwen/Qwen3-Embedding-0.6B")
+        return v
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, v: str) -> str:
+        problem = check_ref_name(v)
+        if problem:
+            raise ValueError(f"expected a branch, tag or 40-hex commit ({problem})")
+        return v
+
+    @field_validator("port")
+    @classmethod
+    def _port(cls, v: int) -> int:
+        return check_port(v)
+
+    @field_validator("served_model_name")
+    @classmethod
+    def _served(cls, v: str | None) -> str | None:
+        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v):
+            raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
+        return v
+
+    @property
+    def served_name(self) -> str:
+        return self.served_model_name or self.name
+
+    @property
+    def pinned(self) -> bool:
+        return is_commit(self.revision)
 
 
 class PreflightConfig(_Model):
@@ -758,6 +849,7 @@ class StackConfig(_Model):
     vllm: VllmConfig
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
+    services: list[ServiceConfig] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _mp_head_reachable(self) -> StackConfig:
@@ -788,6 +880,17 @@ class StackConfig(_Model):
         if tp is not None:
             return tp
         return max(1, self.cluster_gpus // self.vllm.pipeline_parallel_size)
+
+    def service_nodes(self, service: ServiceConfig) -> list[str]:
+        """The nodes a service runs on (the head when it names none)."""
+        return list(service.nodes) if service.nodes is not None else [self.head.name]
+
+    def service_model(self, service: ServiceConfig) -> ModelConfig:
+        """The service's model, fetched into the same cache from the same hub as the main one."""
+        return self.model.model_copy(update={"repo": service.repo, "revision": service.revision})
+
+    def services_on(self, node: str) -> list[ServiceConfig]:
+        return [s for s in self.services if node in self.service_nodes(s)]
 
     def node(self, name: str) -> NodeConfig:
         return next(n for n in self.nodes if n.name == name)

@@ -94,6 +94,8 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                 f"{SEEDER_PORTS} (they listen on the head's fabric address)"
             )
 
+    problems += _service_checks(cfg)
+
     spec = cfg.vllm.speculative_config or {}
     spec_key = key_path(("vllm", "speculativeConfig"))
     if "model" in spec and spec["model"] != cfg.model.repo:
@@ -133,11 +135,61 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                     "the real "
                     "host key (ssh-keyscan -t ed25519 <host>) in prod, not a placeholder"
                 )
+        for i, svc in enumerate(cfg.services):
+            if not svc.pinned:
+                problems.append(
+                    f"{key_path(('services', i, 'revision'))}: got {svc.revision!r}; expected "
+                    "a 40-hex commit in prod (promote the commit resolved in staging)"
+                )
         if not cfg.nccl.rdma:
             problems.append(
                 f"{key_path(('nccl', 'rdma'))}: got False; expected true in prod (NCCL over RoCE; "
                 "TCP sockets cost most of the interconnect bandwidth)"
             )
+    return problems
+
+
+def _service_checks(cfg: StackConfig) -> list[str]:
+    """`services`: unique names, nodes of the cluster, and ports no other listener of the stack
+    holds on the same node (the main vLLM, Ray and vLLM's master port bind on the head; the
+    seeders on the head's fabric addresses; every container uses the host network)."""
+    problems: list[str] = []
+    nodes = [n.name for n in cfg.nodes]
+    taken_head = {cfg.vllm.port: "spark-vllm:vllm.port", cfg.ray.port: "spark-vllm:ray.port"}
+    if cfg.vllm.executor == "mp":
+        taken_head[cfg.vllm.master_port] = "spark-vllm:vllm.masterPort"
+    names: dict[str, int] = {}
+    served: dict[str, str] = {cfg.vllm.served_model_name: "spark-vllm:vllm.servedModelName"}
+    ports: dict[tuple[str, int], int] = {}
+    for i, svc in enumerate(cfg.services):
+        if svc.name in names:
+            problems.append(f"{key_path(('services', i, 'name'))}: got {svc.name!r}; expected a "
+                            f"unique service name (also services[{names[svc.name]}])")
+        names.setdefault(svc.name, i)
+        if svc.served_name in served:
+            problems.append(f"{key_path(('services', i, 'servedModelName'))}: got "
+                            f"{svc.served_name!r}; expected a served name of its own (also "
+                            f"{served[svc.served_name]})")
+        served.setdefault(svc.served_name, f"services[{i}]")
+        if svc.nodes is not None:
+            unknown = [n for n in svc.nodes if n not in nodes]
+            if unknown or not svc.nodes or len(set(svc.nodes)) != len(svc.nodes):
+                problems.append(f"{key_path(('services', i, 'nodes'))}: got {svc.nodes}; "
+                                f"expected distinct names of spark-vllm:nodes {nodes}")
+        if svc.port in SEEDER_PORTS:
+            problems.append(f"{key_path(('services', i, 'port'))}: got {svc.port}; expected a "
+                            f"port other than the stack's seeders' {SEEDER_PORTS}")
+        for node in cfg.service_nodes(svc):
+            if node == cfg.head.name and svc.port in taken_head:
+                problems.append(
+                    f"{key_path(('services', i, 'port'))}: got {svc.port}; expected a port other "
+                    f"than {taken_head[svc.port]} (both bind on {node}'s host network)")
+            other = ports.get((node, svc.port))
+            if other is not None:
+                problems.append(
+                    f"{key_path(('services', i, 'port'))}: got {svc.port}; expected a port other "
+                    f"than services[{other}]'s on {node} (both bind on its host network)")
+            ports.setdefault((node, svc.port), i)
     return problems
 
 

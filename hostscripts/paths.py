@@ -14,6 +14,7 @@ __all__ = [
            "RAY_TOKEN_FILE",
            "RAY_TOKEN_MOUNT",
            "SEED_TIMEOUT_SECONDS",
+           "STACK_DIR",
            "STOPPED_DIR",
            "VLLM_CONFIG_ROOT",
            "VLLM_KEY",
@@ -23,6 +24,9 @@ __all__ = [
 HF_MOUNT = "/root/.cache/huggingface"  # HF_HOME inside every container
 SEED_TIMEOUT_SECONDS = 3600
 MODEL_SEEDER = "spark-vllm-model-seeder"
+# Files of one stack only, in a folder per stack (<STACK_DIR>/<stack>/): what several stacks
+# sharing a node must not share. The services' API key files live there.
+STACK_DIR = "/var/lib/spark-vllm/stacks"
 STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the stack stopped
 VLLM_KEY_FILE = "/var/lib/spark-vllm/vllm/api-key"  # on the head, root only (0600)
 VLLM_KEY = "/run/spark-vllm/api-key"  # where the vLLM container reads it

@@ -7,6 +7,9 @@ from hostscripts.common import container_ids as checked_ids
 from hostscripts.common import q, secret_file_write
 from hostscripts.paths import COMPILE_CACHE_DIR, RAY_TOKEN_FILE
 
+HEAD_CONTAINER = "spark-vllm-ray-head"
+WORKER_CONTAINER = "spark-vllm-ray-worker"
+
 
 def ray_token_write() -> str:
     """On every node: the Ray cluster token (stdin) into its root-only file (secret_file_write)."""

@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hostscripts.common import container_ids, payload, q, secret_file_write
-from hostscripts.paths import VLLM_KEY, VLLM_KEY_FILE
+from hostscripts.paths import STACK_DIR, VLLM_KEY, VLLM_KEY_FILE
 
 _HEALTH_PY = payload("vllm_health.py")
 _RANK_WATCH_PY = payload("vllm_rank_watch.py")
@@ -170,14 +170,46 @@ def serve_entrypoint(head_health_url: str | None = None) -> list[str]:
             str(RANK_WATCH_MISSES), *launcher]
 
 
-def api_key_write() -> str:
-    """On the head: the API key (stdin) into its root-only file, mounted read-only into the
-    vLLM container; prints the file's sha256 (a label on the container: a new key restarts it)."""
-    return secret_file_write(VLLM_KEY_FILE, "api key")
+def api_key_write(path: str = VLLM_KEY_FILE) -> str:
+    """On the head (a service's node for `service_key_file`): the API key (stdin) into its
+    root-only file, mounted read-only into the vLLM container; prints the file's sha256 (a label
+    on the container: a new key restarts it)."""
+    return secret_file_write(path, "api key")
 
 
-def api_key_remove() -> str:
-    return f"rm -f {q(VLLM_KEY_FILE)}"
+def api_key_remove(path: str = VLLM_KEY_FILE) -> str:
+    return f"rm -f {q(path)}"
+
+
+# What makes vLLM serve a service's task (config.ServiceTask): the pooling runner for embed and
+# score. Its `--convert auto` picks what the checkpoint needs (vLLM 0.32, vllm/config/model.py
+# `_get_default_convert_type`): nothing for a native embedding or classification model, `embed`
+# for a *ForCausalLM (Qwen3-Embedding), `classify` for a *ForSequenceClassification (a reranker,
+# or a causal LM given that architecture with `--hf-overrides` in extraArgs).
+TASK_FLAGS: dict[str, tuple[str, ...]] = {
+    "generate": (),
+    "embed": ("--runner", "pooling"),
+    "score": ("--runner", "pooling"),
+}
+
+
+def service_container(stack: str, service: str) -> str:
+    """A service's vLLM container: named by stack and service, so stacks sharing nodes differ."""
+    return f"spark-vllm-{stack}-{service}"
+
+
+def service_key_remove(stack: str, service: str) -> str:
+    """The service's key file and its folders, as far as they are empty (the stack's folder
+    stays while another service keeps a file there)."""
+    path = service_key_file(stack, service)
+    folders = [path.rsplit("/", 1)[0], f"{STACK_DIR}/{stack}/services", f"{STACK_DIR}/{stack}"]
+    return f"rm -f {q(path)}; rmdir {' '.join(q(d) for d in folders)} 2>/dev/null || true"
+
+
+def service_key_file(stack: str, service: str) -> str:
+    """Where a service's node keeps its copy of the API key (root only), its own folder: adding
+    or removing a service never touches the main vLLM's key file or another stack's."""
+    return f"{STACK_DIR}/{stack}/services/{service}/api-key"
 
 
 def non_carry_over_json(keys: Sequence[str]) -> str:
@@ -194,6 +226,10 @@ def vllm_health_gate(
     served_model_name: str,
     smoke_prompt: str,
     timeout: int,
+    *,
+    task: str = "generate",
+    dimension: int = 0,
+    key_file: str = VLLM_KEY_FILE,
 ) -> str:
     """On the head, after the vLLM container is created: wait for `/health`, `/v1/models`
     listing the served name and one smoke completion (payloads/vllm_health.py, run in
@@ -207,6 +243,8 @@ def vllm_health_gate(
     from its root-only file.
 
     `ids_marker`: the vLLM and Ray container IDs, so a replaced container re-runs the gate.
+    `task`/`dimension`: a service's smoke request (an embedding of `dimension` values when that
+    is known, two scores) instead of a completion; `key_file`: where its node keeps the key.
     """
     ids_marker = container_ids(ids_marker)
     c = q(container)
@@ -222,8 +260,9 @@ def vllm_health_gate(
             "out=$(mktemp)",
             "trap 'rm -f \"$out\"' EXIT",
             f"docker exec -i {q(probe_container)} python3 -c {q(_HEALTH_PY)} {q(health_url)} "
-            f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)} "
-            f"< {q(VLLM_KEY_FILE)} > \"$out\" 2>&1 &",
+            f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)}"
+            + ("" if task == "generate" else f" {q(task)} {int(dimension)}")
+            + f" < {q(key_file)} > \"$out\" 2>&1 &",
             "probe=$!",
             "fail=",
             "while kill -0 $probe 2>/dev/null; do",

@@ -95,6 +95,7 @@ class ModelShape:
     linear: LinearState | None = None
     mtp_layers: int = 0  # mtp_num_hidden_layers / num_nextn_predict_layers
     max_position_embeddings: int | None = None
+    hidden_size: int | None = None  # an embedding model's vector length (no projection)
     notes: tuple[str, ...] = ()  # assumptions made while reading
     problem: str | None = None
 
@@ -287,12 +288,14 @@ def shape_from_config(config: Any) -> ModelShape:
         state = _linear_state(section, top, size) if linear_layers else None
         mtp = _optional(section, top, "mtp_num_hidden_layers", "num_nextn_predict_layers") or 0
         max_pos = _optional(section, top, "max_position_embeddings")
+        hidden_size = _optional(section, top, "hidden_size", "n_embd")
     except _Unreadable as exc:
         return replace(partial, notes=tuple(notes), problem=f"config.json: {exc}")
     return ModelShape(model_type=model_type, dtype=dtype, dtype_bytes=size, layers=layers,
                       full_layers=full, linear_layers=linear_layers, kv_heads=kv_heads,
                       head_dim=head_dim, mla_latent=mla, linear=state, mtp_layers=mtp,
-                      max_position_embeddings=max_pos, notes=tuple(notes))
+                      max_position_embeddings=max_pos, hidden_size=hidden_size,
+                      notes=tuple(notes))
 
 
 # --------------------------------------------------------------------------- per rank

@@ -56,7 +56,9 @@ from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from config import NodeConfig, StackConfig
+from config import NodeConfig, ServiceConfig, StackConfig
+from hostscripts.ray import HEAD_CONTAINER, WORKER_CONTAINER
+from hostscripts.vllm import SERVE_CONTAINER, service_container
 from inspection import memory_fit
 from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
 from inspection.memory_fit import Estimate, ModelShape
@@ -66,6 +68,9 @@ try:
     from pulumi import RunError as _UserError
 except ImportError:  # pragma: no cover
     _UserError = Exception  # type: ignore[misc,assignment]
+
+# per service name: its model's bytes and its config.json's shape (the hub lookups)
+ServiceModels = Mapping[str, tuple[int | None, ModelShape | None]]
 
 GB10_NAME = "NVIDIA GB10"
 SPARK_LINK_MBPS = 200000
@@ -404,11 +409,16 @@ def _need_text(cfg: StackConfig, est: Estimate, model_bytes: int) -> str:
 
 def check_memory(cfg: StackConfig, f: NodeFacts, stopping: list[ContainerFacts],
                  model_bytes: int | None,
-                 shape: ModelShape | None = None) -> tuple[list[Finding], int, int]:
-    """-> (errors, budget, usable)."""
-    budget = memory_budget(cfg, f, model_bytes, shape)
+                 shape: ModelShape | None = None, services: ServiceModels | None = None,
+                 stack_label: str | None = None) -> tuple[list[Finding], int, int]:
+    """-> (errors, budget, usable). The budget is the main model's plus every service's on the
+    node; the stack's own running containers count as usable (another stack's do not)."""
+    placed = cfg.services_on(f.node)
+    budget = memory_budget(cfg, f, model_bytes, shape) + sum(
+        service_budget(s, f, services or {}) for s in placed)
     ours = sum(c.memory_bytes for c in (f.docker.containers if f.docker else [])
-               if c.managed and c.state == "running")
+               if c.managed and c.state == "running"
+               and (stack_label is None or c.labels.get("spark-vllm.stack") == stack_label))
     freed = sum(c.memory_bytes for c in stopping)
     gets, parts = vllm_gets(f.memory)
     usable = gets + freed + ours
@@ -419,6 +429,9 @@ def check_memory(cfg: StackConfig, f: NodeFacts, stopping: list[ContainerFacts],
     if model_bytes:
         how += ", " + _need_text(cfg, memory_estimate(cfg, model_bytes, shape), model_bytes)
     how += ")"
+    if placed:
+        how += " + " + " + ".join(f"service {s.name} {gib(service_budget(s, f, services or {}))}"
+                                  for s in placed)
     if freed:
         parts.append(f"{gib(freed)} freed by stopping {', '.join(c.name for c in stopping)}")
     if ours:
@@ -438,6 +451,123 @@ def check_memory(cfg: StackConfig, f: NodeFacts, stopping: list[ContainerFacts],
     return [Finding(node=f.node, check="memory",
                     fact=f"memory: {' + '.join(parts)} = {gib(usable)} usable by vLLM, below the "
                          f"budget {gib(budget)} = {how}", fix=fix)], budget, usable
+
+
+def service_estimate(svc: ServiceConfig, model_bytes: int | None,
+                     shape: ModelShape | None) -> Estimate:
+    """Weights + KV cache of a service (tensor parallel 1; memory_fit.estimate, as its props for
+    the policy pack). No overhead term: the policy pack adds its runtimeOverheadBytes."""
+    return memory_fit.estimate(
+        shape, model_bytes=model_bytes, tensor_parallel_size=1,
+        max_model_len=svc.max_model_len, max_num_seqs=svc.max_num_seqs,
+        kv_cache_dtype=svc.kv_cache_dtype, kv_cache_memory_bytes=svc.kv_cache_memory_bytes,
+        speculative_config=svc.speculative_config, prefix_caching=svc.enable_prefix_caching)
+
+
+def service_budget(svc: ServiceConfig, f: NodeFacts, models: ServiceModels) -> int:
+    share = int(svc.gpu_memory_utilization * f.memory.total_bytes)
+    model_bytes, shape = models.get(svc.name, (None, None))
+    need = service_estimate(svc, model_bytes, shape).total_bytes if model_bytes else None
+    return max(share, need or 0)
+
+
+def check_shares(cfg: StackConfig, f: NodeFacts, models: ServiceModels) -> list[Finding]:
+    """A node with services: every share (gpuMemoryUtilization x MemTotal, the main model's
+    and each service's) plus osReserve fits in MemTotal, and each service's weights + KV cache
+    fit in its own share. Nothing to say on a node without services."""
+    services = cfg.services_on(f.node)
+    mem = f.memory.total_bytes
+    if not services or mem <= 0:
+        return []
+    out: list[Finding] = []
+    shares = [(f"the main model {cfg.vllm.served_model_name}", cfg.vllm.gpu_memory_utilization),
+              *((f"service {s.name}", s.gpu_memory_utilization) for s in services)]
+    reserve = int(cfg.preflight.os_reserve_bytes)
+    total = sum(int(u * mem) for _, u in shares) + reserve
+    if total > mem:
+        terms = " + ".join(f"{what} {u:.2f} ({gib(u * mem)})" for what, u in shares)
+        out.append(Finding(
+            node=f.node, check="memory",
+            fact=f"memory shares: {terms} + osReserve {gib(reserve)} = {gib(total)}, above "
+                 f"MemTotal {gib(mem)} by {gib(total - mem)}",
+            fix="lower spark-vllm:vllm.gpuMemoryUtilization or a service's "
+                "gpuMemoryUtilization (spark-vllm:services), or place a service on another node"))
+    index = {s.name: i for i, s in enumerate(cfg.services)}
+    for svc in services:
+        model_bytes, shape = models.get(svc.name, (None, None))
+        if not model_bytes:
+            continue
+        est = service_estimate(svc, model_bytes, shape)
+        share = int(svc.gpu_memory_utilization * mem)
+        need = est.total_bytes or 0
+        if need > share:
+            kv = (f"KV cache {gib(est.kv_held_bytes)} ({est.basis})" if est.kv_known
+                  or est.kv_cache_memory_bytes is not None else f"KV cache not counted "
+                  f"({est.basis})")
+            out.append(Finding(
+                node=f.node, check="memory",
+                fact=f"service {svc.name}: weights {gib(est.weights_bytes or 0)} + {kv} = "
+                     f"{gib(need)}, above its share {svc.gpu_memory_utilization:.2f} x MemTotal "
+                     f"{gib(mem)} = {gib(share)}",
+                fix=f"raise spark-vllm:services[{index[svc.name]}].gpuMemoryUtilization, or lower "
+                    "its maxModelLen / maxNumSeqs (or set its kvCacheMemoryBytes)"))
+    return out
+
+
+def wanted_containers(cfg: StackConfig, node: str, stack: str | None) -> dict[str, str]:
+    """The container names the stack runs on `node`, each with what it is."""
+    names = {SERVE_CONTAINER: "the main vLLM"}
+    if cfg.vllm.executor == "ray":
+        names[HEAD_CONTAINER if node == cfg.head.name else WORKER_CONTAINER] = "Ray"
+    if stack is not None:
+        for svc in cfg.services_on(node):
+            names[service_container(stack, svc.name)] = f"service {svc.name}"
+    return names
+
+
+def wanted_ports(cfg: StackConfig, node: str) -> dict[int, str]:
+    """The host ports the stack's containers listen on at `node`, with their config keys."""
+    ports: dict[int, str] = {}
+    if node == cfg.head.name:
+        ports[cfg.vllm.port] = "spark-vllm:vllm.port"
+        if cfg.vllm.executor == "ray":
+            ports[cfg.ray.port] = "spark-vllm:ray.port"
+    for i, svc in enumerate(cfg.services):
+        if node in cfg.service_nodes(svc):
+            ports[svc.port] = f"spark-vllm:services[{i}].port"
+    return ports
+
+
+def check_other_stacks(cfg: StackConfig, f: NodeFacts,
+                       stack_label: str | None) -> list[Finding]:
+    """Another stack's containers on the node (stacks may share nodes): a container name this
+    stack needs, or a port one of them declares (`spark-vllm.port`) that this stack listens on,
+    is refused before any change, naming the other stack."""
+    if stack_label is None:
+        return []
+    names = wanted_containers(cfg, f.node, stack_label.rsplit("/", 1)[-1])
+    ports = wanted_ports(cfg, f.node)
+    out: list[Finding] = []
+    for c in f.docker.containers if f.docker else []:
+        other = c.labels.get("spark-vllm.stack")
+        if not c.managed or other in (None, stack_label):
+            continue
+        if c.name in names:
+            out.append(Finding(
+                node=f.node, check="other_stack",
+                fact=f"container {c.name} ({c.state or 'created'}) belongs to the stack {other}; "
+                     f"this stack needs that name for {names[c.name]}",
+                fix=f"run one of the two stacks on other nodes, or `pulumi destroy` {other} "
+                    "first (stacks sharing nodes can only share services, whose containers "
+                    "are named by stack)"))
+        port = c.labels.get("spark-vllm.port", "")
+        if port.isdigit() and int(port) in ports:
+            out.append(Finding(
+                node=f.node, check="other_stack",
+                fact=f"port {port} is taken by {c.name} of the stack {other}; this stack listens "
+                     f"there ({ports[int(port)]})",
+                fix=f"choose another port for {ports[int(port)]}"))
+    return out
 
 
 def check_disk(cfg: StackConfig, f: NodeFacts,
@@ -487,11 +617,12 @@ def notes(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]
 
 def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
           model_bytes: int | None = None, stack_label: str | None = None,
-          shape: ModelShape | None = None) -> Plan:
+          shape: ModelShape | None = None, services: ServiceModels | None = None) -> Plan:
     """Run every check over every node; return the Plan or raise PreflightError (all findings).
 
     stack_label (`<project>/<stack>`) picks the stopped-container markers that are this stack's.
     shape: the model's config.json read by the hub lookup (None: the KV cache is not counted).
+    services: per service name, its model's bytes and shape (the hub lookups of its repo).
     """
     errors: list[Finding] = []
     warnings: list[Finding] = []
@@ -531,8 +662,11 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         warnings += w
         if stopping:
             stops[f.node] = stopping
-        e, budgets[f.node], usable[f.node] = check_memory(cfg, f, stopping, model_bytes, shape)
+        e, budgets[f.node], usable[f.node] = check_memory(cfg, f, stopping, model_bytes, shape,
+                                                          services, stack_label)
         errors += e
+        errors += check_shares(cfg, f, services or {})
+        errors += check_other_stacks(cfg, f, stack_label)
         e, missing[f.node] = check_disk(cfg, f, model_bytes)
         errors += e
         warnings += notes(cfg, node_cfg, f)
@@ -564,13 +698,16 @@ def _stack_label() -> str | None:
 def run(cfg: StackConfig, *, key_path: str | None = None,
         model_bytes: int | Callable[[], int] | None = None,
         runner: Runner | None = None,
-        shape: ModelShape | None = None) -> tuple[dict[str, NodeFacts], Plan]:
+        shape: ModelShape | None = None,
+        service_models: ServiceModels | Callable[[], ServiceModels] | None = None,
+        ) -> tuple[dict[str, NodeFacts], Plan]:
     """Survey every node and check it: what __main__ calls before registering any resource.
 
     Unreachable nodes are reported together with every other failed check. `model_bytes` may be
     a callable, called once the nodes are surveyed (__main__ asks the hub meanwhile, so a
     preview waits for the slower of the two, not for both). shape None: the one the hub lookup
-    of cfg.model.repo read in this process (inspection/hub.known_manifest).
+    of cfg.model.repo read in this process (inspection/hub.known_manifest). `service_models`
+    (or a callable, likewise): each service's model bytes and shape.
     """
     from inspection import hub, recon
 
@@ -583,5 +720,8 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
     if shape is None:
         manifest = hub.known_manifest(cfg.model.repo)
         shape = manifest.shape if manifest is not None else None
-    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label(), shape=shape)
+    if callable(service_models):
+        service_models = service_models()
+    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label(), shape=shape,
+                 services=service_models)
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

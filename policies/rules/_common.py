@@ -48,6 +48,7 @@ GIB: Final = 1024 ** 3
 
 # Resource types reviewed (docs/contract.md "What policies see").
 VLLM_SERVER: Final = "spark-vllm:vllm_server:VllmServer"
+VLLM_SERVICE: Final = "spark-vllm:vllm_service:VllmService"
 NCCL_ENV: Final = "spark-vllm:nccl:NcclEnvironment"
 VLLM_IMAGE: Final = "spark-vllm:vllm_image:VllmImage"
 SPARK_NODE: Final = "spark-vllm:spark_node:SparkNode"
@@ -60,6 +61,10 @@ DEFAULTS: dict[str, Json] = {
     "osReserveBytes": 8 * GIB,
     "runtimeOverheadBytes": 6 * GIB,
     "kvMinBytes": 4 * GIB,
+    # a service (spark-vllm:services) is a small model: its CUDA context, activations and graphs
+    # are a fraction of the 122B's, and its KV cache is sized for it
+    "serviceOverheadBytes": 2 * GIB,
+    "serviceKvMinBytes": 256 * 1024 * 1024,
     "minMtu": 9000,
     "includeCarrierDown": False,
     "allowedCapabilities": ["IPC_LOCK"],

@@ -32,8 +32,10 @@ def _image_id_finding(r: PolicyResource) -> str | None:
 
 
 def _serving(props: object) -> bool:
-    """A container that runs Ray or vLLM (`spark-vllm.role` vllm-serve)."""
-    return is_ray_container(props) or text(labels_of(props).get("spark-vllm.role")) == "vllm-serve"
+    """A container that runs Ray or vLLM (`spark-vllm.role` vllm-serve, or vllm-service: a
+    service of spark-vllm:services runs the stack's one image too)."""
+    return is_ray_container(props) or text(labels_of(props).get("spark-vllm.role")) in (
+        "vllm-serve", "vllm-service")
 
 
 def _ray_images(resources: list[PolicyResource]) -> dict[str, str]:

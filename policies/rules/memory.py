@@ -18,6 +18,7 @@ from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceVali
 from ._common import (
     DEFAULTS,
     VLLM_SERVER,
+    VLLM_SERVICE,
     Json,
     Props,
     Report,
@@ -26,6 +27,7 @@ from ._common import (
     flag,
     get,
     gib,
+    mapping_items,
     num,
     text,
 )
@@ -88,12 +90,22 @@ def _node_findings(node: Json, util: float, shard: _Shard | None, overhead: floa
                 f"overhead {gib(overhead)} + {shard.kv_text} = {gib(need)} "
                 f"exceeds the vLLM budget {gib(budget)} (gpuMemoryUtilization {util:.2f} x "
                 f"memTotal {gib(mem)}); short by {gib(need - budget)}")
-    if flag(get(node, "unifiedMemory")) and budget > mem - os_reserve:
+    # the services the stack places on the node (spark-vllm:services) take their shares too
+    shares = [(s, u) for s, v in mapping_items(get(node, "services"))
+              if (u := num(v)) is not None]
+    total = util + sum(u for _, u in shares)
+    if flag(get(node, "unifiedMemory")) and total * mem > mem - os_reserve:
+        what = (f"vLLM budget {gib(budget)} (gpuMemoryUtilization {util:.2f} x memTotal "
+                f"{gib(mem)})")
+        if shares:
+            what = (f"vLLM budgets {gib(total * mem)} (gpuMemoryUtilization {util:.2f} + "
+                    + " + ".join(f"service {s} {u:.2f}" for s, u in shares)
+                    + f" = {total:.2f} x memTotal {gib(mem)})")
         out.append(
-            f"node {name}: vLLM budget {gib(budget)} (gpuMemoryUtilization {util:.2f} x memTotal "
-            f"{gib(mem)}) leaves {gib(mem - budget)} for the OS on unified memory, less than "
-            f"the OS reserve {gib(os_reserve)}; highest safe utilization "
-            f"{max(0.0, (mem - os_reserve) / mem):.2f}")
+            f"node {name}: {what} leave {gib(mem - total * mem)} for the OS on unified memory, "
+            f"less than the OS reserve {gib(os_reserve)}; highest safe utilization "
+            f"{max(0.0, (mem - os_reserve) / mem):.2f}"
+            + (" for all of them together" if shares else ""))
     return out
 
 
@@ -135,20 +147,23 @@ def memory_fit_findings(props: Props, os_reserve: float, overhead: float,
 
 
 def validate_memory_fit(args: ResourceValidationArgs, report: Report) -> None:
-    if args.resource_type != VLLM_SERVER:
+    if args.resource_type not in (VLLM_SERVER, VLLM_SERVICE):
         return
-    for msg in memory_fit_findings(args.props, float(conf(args, "osReserveBytes")),
-                                   float(conf(args, "runtimeOverheadBytes")),
-                                   float(conf(args, "kvMinBytes"))):
+    service = args.resource_type == VLLM_SERVICE
+    for msg in memory_fit_findings(
+            args.props, float(conf(args, "osReserveBytes")),
+            float(conf(args, "serviceOverheadBytes" if service else "runtimeOverheadBytes")),
+            float(conf(args, "serviceKvMinBytes" if service else "kvMinBytes"))):
         report(msg, None)
 
 
 memory_fit = ResourceValidationPolicy(
     name="memory-fit",
-    description="On every node, weights per GPU + the KV cache (from the model's config.json x "
-                "maxModelLen x maxNumSeqs, at least kvMinBytes) + runtime overhead fit in the "
-                "vLLM budget (gpuMemoryUtilization x memTotal), and the budget keeps the OS "
-                "reserve on unified-memory nodes.",
+    description="For the main model and every service, on every node: weights per GPU + the "
+                "KV cache (from the model's config.json x maxModelLen x maxNumSeqs, at least "
+                "kvMinBytes) + runtime overhead fit in the vLLM budget (gpuMemoryUtilization x "
+                "memTotal), and the budgets of the main model and the services on a node "
+                "together keep the OS reserve on unified-memory nodes.",
     validate=validate_memory_fit,
     enforcement_level=EnforcementLevel.MANDATORY,
     remediation_steps="Raise tensorParallelSize/pipelineParallelSize (more nodes), choose a "
@@ -166,5 +181,12 @@ memory_fit = ResourceValidationPolicy(
         kvMinBytes={"type": "number", "minimum": 0, "default": DEFAULTS["kvMinBytes"],
                     "description": "smallest useful KV cache per GPU; the KV cache counted "
                                    "when the model's config gives no estimate"},
+        serviceOverheadBytes={"type": "number", "minimum": 0,
+                              "default": DEFAULTS["serviceOverheadBytes"],
+                              "description": "runtimeOverheadBytes of a service's vLLM "
+                                             "(spark-vllm:services: small models)"},
+        serviceKvMinBytes={"type": "number", "minimum": 0,
+                           "default": DEFAULTS["serviceKvMinBytes"],
+                           "description": "kvMinBytes of a service's vLLM"},
     ),
 )

@@ -31,6 +31,7 @@ from rules import (
     SPARK_NODE,
     VLLM_IMAGE,
     VLLM_SERVER,
+    VLLM_SERVICE,
 )
 
 REMOTE = "command:remote:Command"
@@ -127,6 +128,34 @@ def test_memory_fit_fails_when_the_os_reserve_is_eaten():
                for m in msgs), msgs
 
 
+def test_memory_fit_adds_the_services_shares_on_a_node_to_the_main_models():
+    """spark-vllm:services: the VllmServer's nodes carry the shares of the services placed
+    there; together they must leave the OS its reserve (0.80 + 0.05 fits, 0.80 + 0.15 not)."""
+    fits = vllm_server(nodes=[{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True,
+                               "services": {"embed": 0.05, "rerank": 0.05}}])
+    assert run(rules.memory_fit, rargs(VLLM_SERVER, fits)) == []
+    over = vllm_server(nodes=[{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True,
+                               "services": {"embed": 0.10, "rerank": 0.05}}])
+    (msg,) = run(rules.memory_fit, rargs(VLLM_SERVER, over))
+    assert ("node spark-1: vLLM budgets 113.2 GiB (gpuMemoryUtilization 0.80 + service embed "
+            "0.10 + service rerank 0.05 = 0.95 x memTotal") in msg, msg
+    assert "less than the OS reserve 8.0 GiB" in msg and "for all of them together" in msg
+
+
+def test_memory_fit_judges_a_service_in_its_own_share():
+    service = {"environment": "prod", "tensorParallelSize": 1, "pipelineParallelSize": 1,
+               "gpuMemoryUtilization": 0.05, "modelBytes": 1_200_000_000,
+               "memoryFit": {"kvCacheBytesPerRank": 2**28, "maxNumSeqs": 8, "maxModelLen": 8192,
+                             "kvCacheDtype": "auto", "basis": "test"},
+               "nodes": [{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True}]}
+    assert run(rules.memory_fit, rargs(VLLM_SERVICE, service)) == []
+    small = {**service, "gpuMemoryUtilization": 0.02}
+    (msg,) = run(rules.memory_fit, rargs(VLLM_SERVICE, small))
+    assert "node spark-1: weights per GPU 1.1 GiB" in msg and "exceeds the vLLM budget" in msg
+    # a service's own overhead and KV floor (serviceOverheadBytes, serviceKvMinBytes)
+    assert "runtime overhead 2.0 GiB" in msg and "KV cache 0.2 GiB" in msg
+
+
 def test_memory_fit_reserve_only_on_unified_memory_and_is_configurable():
     discrete = vllm_server(gpuMemoryUtilization=0.95, nodes=[
         {"name": "dgx", "memTotalBytes": MEM, "unifiedMemory": False}])
@@ -160,6 +189,16 @@ def test_same_image_fails_on_different_ids_and_container_images():
     assert any("different image IDs per node" in m and "spark-2=sha256:bbbbbbbbbbbb" in m
                for m in msgs), msgs
     assert any("Ray and vLLM containers run different images" in m and "vllm-spark:latest" in m
+               for m in msgs), msgs
+
+
+def test_same_image_covers_the_service_containers():
+    service = ray_head(image="vllm-spark:other", command=["vllm", "serve", "x"],
+                       labels=[{"label": "spark-vllm.managed", "value": "true"},
+                               {"label": "spark-vllm.role", "value": "vllm-service"}])
+    stack = [*healthy_stack(), res(CONTAINER, service, "svc-embed-serve-spark-1")]
+    msgs = run(rules.same_image_everywhere, sargs(stack))
+    assert any("Ray and vLLM containers run different images" in m and "vllm-spark:other" in m
                for m in msgs), msgs
 
 

@@ -100,8 +100,9 @@ def build(mocks, gb10_facts, config_raw):
         if facts is None:
             facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
         manifest = fake_manifest(cfg.model.repo, cfg.model.revision)
+        services = {s.name: fake_manifest(s.repo, s.revision) for s in cfg.services}
         return stack.build_stack(cfg, facts, plan or Plan(), secrets(api_key, hf_token),
-                                 manifest=manifest)
+                                 manifest=manifest, service_manifests=services)
 
     return _build
 
@@ -172,6 +173,10 @@ def settled(h, *outputs):
     leaves += [h.vllm.serve, *h.vllm.headless.values(), *h.vllm.caches.values()]
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
     leaves += [h.vllm.api_key_file, h.vllm.health, h.vllm.nccl_log, h.vllm.transport_check]
+    for svc in h.services.values():
+        m = svc.model
+        leaves += [m.fetch, *m.syncs.values(), *m.verifies.values(), *m.drops.values()]
+        leaves += [*svc.containers.values(), *svc.gates.values()]
     return pulumi.Output.all(*[r.urn for r in leaves], *outputs).apply(
         lambda values: values[len(leaves):]
     )

@@ -22,10 +22,11 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
     """Run __main__.py with recon + preflight replaced by fixture facts; returns the exports."""
     calls = {}
 
-    def run_preflight(cfg, *, key_path=None, model_bytes=None):
-        # the hub's answer is asked for once the nodes are surveyed (it was looked up meanwhile)
-        assert callable(model_bytes)
+    def run_preflight(cfg, *, key_path=None, model_bytes=None, service_models=None):
+        # the hub's answers are asked for once the nodes are surveyed (looked up meanwhile)
+        assert callable(model_bytes) and callable(service_models)
         calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model_bytes())
+        calls["services"] = service_models()
         return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, _Plan()
 
     monkeypatch.setattr(preflight, "run", run_preflight)
@@ -52,8 +53,9 @@ def test_main_exports(program):
     assert model_bytes == sum(f.size for f in MODEL_FILES)
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
-        "fabricCheck", "nodes", "recon", "ncclTransport"
+        "fabricCheck", "nodes", "recon", "ncclTransport", "services"
     }
+    assert exports["services"] == {} and calls["services"] == {}
     assert exports["servedModelName"] == "tiny-moe"
     assert exports["recon"]["spark-2"]["gpu"] == "NVIDIA GB10"
     assert exports["recon"]["spark-2"]["memTotalBytes"] == 125513720 * 1024

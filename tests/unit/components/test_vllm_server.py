@@ -181,7 +181,7 @@ def _registered(raw: dict, monkeypatch) -> dict[str, dict]:
     from inspection.hub import ModelManifest
     from inspection.preflight import Plan
     from tests.conftest import PROJECT, RecordingMocks, _SyncExecutor, gb10_facts
-    from tests.unit.conftest import MODEL_FILES, secrets
+    from tests.unit.conftest import MODEL_FILES, fake_manifest, secrets
 
     monkeypatch.setattr(model_cache, "repair_token", lambda now=None: "repair-fixed")
     loop = asyncio.new_event_loop()
@@ -198,7 +198,9 @@ def _registered(raw: dict, monkeypatch) -> dict[str, dict]:
         cfg = validate_config(raw)
         facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
         manifest = ModelManifest(cfg.model.repo, cfg.model.revision, COMMIT, MODEL_FILES)
-        return settled(stack.build_stack(cfg, facts, Plan(), secrets(), manifest=manifest))
+        services = {s.name: fake_manifest(s.repo, s.revision) for s in cfg.services}
+        return settled(stack.build_stack(cfg, facts, Plan(), secrets(), manifest=manifest,
+                                         service_manifests=services))
 
     try:
         program()

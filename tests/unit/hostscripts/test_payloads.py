@@ -97,8 +97,15 @@ class _FakeVllm(http.server.BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers["Content-Length"])
         body = json.loads(self.rfile.read(length))
-        self.seen.append(f"POST {self.path} {body['prompt']}")
-        self._send(200, {"choices": [{"text": " hello"}]})
+        if self.path == "/v1/embeddings":  # a fake model of dimension 4
+            self.seen.append(f"POST {self.path} {body['input']}")
+            self._send(200, {"data": [{"embedding": [0.5, 0.5, 0.5, 0.5]}]})
+        elif self.path == "/score":
+            self.seen.append(f"POST {self.path} {body['text_1']} {body['text_2']}")
+            self._send(200, {"data": [{"score": 0.9}, {"score": 0.1}]})
+        else:
+            self.seen.append(f"POST {self.path} {body['prompt']}")
+            self._send(200, {"choices": [{"text": " hello"}]})
 
     def log_message(self, *args: object) -> None:
         pass
@@ -135,3 +142,25 @@ def test_health_gate_refuses_a_server_that_serves_another_name(tmp_path, fake_vl
     out = subprocess.run([sys.executable, "-c", vllm._HEALTH_PY, fake_vllm, "other", "x", "30"],
                          input="", capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and "/v1/models lists ['tiny'], not other" in out.stderr
+
+
+@pytest.mark.parametrize(("task", "dim", "smoke", "request_seen"), [
+    ("embed", "4", {"dimension": 4}, "POST /v1/embeddings ['Say hi']"),
+    ("embed", "0", {"dimension": 4}, "POST /v1/embeddings ['Say hi']"),
+    ("score", "0", {"scores": [0.9, 0.1]}, "POST /score Say hi ['Say hi', 'an unrelated text']"),
+])
+def test_health_gate_asks_the_endpoint_of_a_services_task(fake_vllm, task, dim, smoke,
+                                                          request_seen):
+    out = subprocess.run([sys.executable, "-c", vllm._HEALTH_PY, fake_vllm, "tiny", "Say hi",
+                          "30", task, dim], input="", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["smoke"] == smoke
+    assert request_seen in _FakeVllm.seen
+    assert not [s for s in _FakeVllm.seen if "/v1/completions" in s]
+
+
+def test_health_gate_refuses_an_embedding_of_another_dimension(fake_vllm):
+    out = subprocess.run([sys.executable, "-c", vllm._HEALTH_PY, fake_vllm, "tiny", "x", "30",
+                          "embed", "128"], input="", capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1
+    assert "/v1/embeddings gave a vector of 4 values, expected 128" in out.stderr

@@ -86,7 +86,38 @@ LLAMA_31_8B = {
     "torch_dtype": "bfloat16",
 }
 
+# A tiny dense Qwen3 served as an embedding model (the lab's spark-lab/tiny-embed kind): hidden 128.
+TINY_EMBED = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 6,
+    "num_key_value_heads": 6,
+    "head_dim": 32,
+    "max_position_embeddings": 4096,
+    "torch_dtype": "bfloat16",
+}
+
+# Qwen/Qwen3-Embedding-0.6B and Qwen/Qwen3-Reranker-0.6B (both Qwen3ForCausalLM, 28 layers,
+# 16 heads, 8 KV heads of 128, hidden 1024, 32768 positions, bfloat16), as their model cards at
+# https://huggingface.co/Qwen/Qwen3-Embedding-0.6B describe them; UNVERIFIED here (no hub).
+QWEN3_06B_POOLING = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "hidden_size": 1024,
+    "num_hidden_layers": 28,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "max_position_embeddings": 32768,
+    "torch_dtype": "bfloat16",
+}
+
 CONFIGS = {
     "Qwen/Qwen3.5-122B-A10B-FP8": QWEN35_122B_A10B_FP8,
     "spark-lab/tiny-moe": TINY_MOE,
+    "spark-lab/tiny-embed": TINY_EMBED,
+    "Qwen/Qwen3-Embedding-0.6B": QWEN3_06B_POOLING,
+    "Qwen/Qwen3-Reranker-0.6B": QWEN3_06B_POOLING,
 }

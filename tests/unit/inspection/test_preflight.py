@@ -558,3 +558,69 @@ def test_stopped_containers_are_given_back_when_no_longer_in_stop_mode():
     engine deletes the stop commands, which start them again)."""
     plan = preflight.check(config(), stopped_seed_facts(), stack_label="spark-vllm/dev")
     assert plan.stop_containers == {}
+
+
+# --------------------------------------------------------------------------- services
+
+EMBED = {"name": "embed", "repo": "spark-lab/tiny-embed", "task": "embed", "port": 8100,
+         "gpuMemoryUtilization": 0.05}
+
+
+def test_service_shares_that_overflow_a_node_are_refused_naming_each_share():
+    cfg = config(services=[{**EMBED, "gpuMemoryUtilization": 0.30}])
+    err = fail(cfg, good_facts(), model_bytes=MODEL_BYTES)
+    (finding,) = [f for f in only(err, "memory") if "shares" in f.fact]
+    assert finding.node == "spark-1"  # the service runs on the head only
+    assert finding.fact.startswith("memory shares: the main model ")
+    assert " + service embed 0.30 (35.9 GiB) + osReserve " in finding.fact
+    assert "above MemTotal 119.7 GiB" in finding.fact
+    assert "services" in finding.fix
+
+
+def test_a_service_whose_model_outgrows_its_share_is_refused():
+    from inspection.memory_fit import shape_from_config
+    from tests.unit.inspection.model_configs import TINY_EMBED
+
+    cfg = config(services=[{**EMBED, "gpuMemoryUtilization": 0.01, "maxModelLen": 4096,
+                            "maxNumSeqs": 4}])
+    models = {"embed": (2 * GIB, shape_from_config(TINY_EMBED))}
+    err = fail(cfg, good_facts(), model_bytes=MODEL_BYTES, services=models)
+    (finding,) = [f for f in only(err, "memory") if "service embed:" in f.fact]
+    assert finding.fact.startswith("service embed: weights 2.0 GiB + KV cache ")
+    assert "above its share 0.01 x MemTotal 119.7 GiB = 1.2 GiB" in finding.fact
+    assert "services[0].gpuMemoryUtilization" in finding.fix
+    # and the budget of the node counts it: the memory check names the service
+    ok = preflight.check(config(services=[EMBED]), good_facts(), model_bytes=MODEL_BYTES,
+                         services={"embed": (GIB, None)})
+    alone = preflight.check(config(), good_facts(), model_bytes=MODEL_BYTES)
+    assert ok.memory_budget_bytes["spark-1"] - alone.memory_budget_bytes["spark-1"] \
+        == int(0.05 * 125513720 * 1024)
+    assert ok.memory_budget_bytes["spark-2"] == alone.memory_budget_bytes["spark-2"]
+
+
+def _other_stack(name: str, port: str | None = None) -> str:
+    labels = "spark-vllm.managed=true,spark-vllm.stack=spark-vllm/other"
+    if port:
+        labels += f",spark-vllm.port={port}"
+    return (f'{{"ID":"{"cd34" * 16}","Names":"{name}","Image":"x","State":"running",'
+            f'"Labels":"{labels}"}}')
+
+
+def test_a_name_or_port_held_by_another_stack_is_refused_before_any_change():
+    facts = facts_of(spark_output(1), assemble(spark_sections(
+        2, docker_ps=_other_stack("spark-vllm-ray-worker"))))
+    err = fail(config(), facts, stack_label="spark-vllm/dev")
+    (finding,) = only(err, "other_stack")
+    assert finding.node == "spark-2"
+    assert finding.fact == ("container spark-vllm-ray-worker (running) belongs to the stack "
+                            "spark-vllm/other; this stack needs that name for Ray")
+    facts = facts_of(assemble(spark_sections(
+        1, docker_ps=_other_stack("spark-vllm-other-embed", "8100"))), spark_output(2))
+    err = fail(config(services=[EMBED]), facts, stack_label="spark-vllm/dev")
+    (finding,) = only(err, "other_stack")
+    assert finding.fact == ("port 8100 is taken by spark-vllm-other-embed of the stack "
+                            "spark-vllm/other; this stack listens there "
+                            "(spark-vllm:services[0].port)")
+    # the other stack's service container with a name and port of its own is no collision
+    preflight.check(config(services=[{**EMBED, "port": 8200}]), facts,
+                    stack_label="spark-vllm/dev")

@@ -1,0 +1,261 @@
+"""VllmService: one more model beside the main one (`spark-vllm:services`), e.g. an embedding
+model or a reranker next to the 122B model, on the nodes the service names.
+
+Per service:
+* its model at one commit in those nodes' HF cache (a ModelCache of their own: the hub once, the
+  other nodes over the fabric), after the main model's, so the seeders never meet;
+* per node, a supervised vLLM container (`unless-stopped`) of the stack's image, tensor parallel
+  1, on the host network at the service's port, with the flags its task needs
+  (hostscripts/vllm.TASK_FLAGS), named by stack and service (`spark-vllm-<stack>-<service>`);
+  its API key (the stack's) in a root-only file of the service's own folder on that node, so
+  adding or removing a service touches no file or container of the main model's;
+* per node, a health gate on the endpoint the task uses: a completion (generate), an embedding
+  of the model's hidden size (embed) or two scores (score), run in the service's container.
+
+Nothing of the main model depends on a service: adding one creates only its resources, removing
+one deletes only them, a change of its flags or revision replaces only its container (and moves
+only its files).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+from pulumi_command import remote
+
+from components.model_cache import ModelCache, ModelCacheArgs
+from components.node_runtime import NodeRuntime
+from components.spark_node import Cluster, SparkNode
+from config import HealthConfig, ModelConfig, ServiceConfig, chat_template_text
+from hostscripts.paths import VLLM_KEY
+from hostscripts.vllm import (
+    CHAT_TEMPLATE,
+    TASK_FLAGS,
+    api_key_write,
+    serve_entrypoint,
+    service_container,
+    service_key_file,
+    service_key_remove,
+    vllm_argv,
+    vllm_health_gate,
+)
+from inspection import memory_fit
+from inspection.hub import ModelManifest
+
+
+def service_argv(svc: ServiceConfig, commit: str) -> list[str]:
+    """`vllm serve` for a service: tensor parallel 1 on its node, its task's flags."""
+    return vllm_argv(
+        model=svc.repo,
+        served_model_name=svc.served_name,
+        revision=commit,
+        tensor_parallel_size=1,
+        pipeline_parallel_size=1,
+        gpu_memory_utilization=svc.gpu_memory_utilization,
+        kv_cache_memory_bytes=svc.kv_cache_memory_bytes,
+        max_model_len=svc.max_model_len,
+        max_num_seqs=svc.max_num_seqs,
+        kv_cache_dtype=svc.kv_cache_dtype,
+        enable_prefix_caching=svc.enable_prefix_caching,
+        load_format=svc.load_format,
+        speculative_config=svc.speculative_config,
+        enforce_eager=svc.enforce_eager,
+        host="0.0.0.0",
+        port=svc.port,
+        extra_args=[*TASK_FLAGS[svc.task], *svc.extra_args],
+        max_num_batched_tokens=svc.max_num_batched_tokens,
+        reasoning_parser=svc.reasoning_parser,
+        tool_call_parser=svc.tool_call_parser,
+        enable_auto_tool_choice=bool(svc.enable_auto_tool_choice),
+        chat_template=svc.chat_template is not None,
+        executor="uni",  # one process group on one GPU
+    )
+
+
+def expected_dimension(svc: ServiceConfig, manifest: ModelManifest) -> int:
+    """The length an embedding must have: the model's hidden size, unless a sentence-transformers
+    Dense module projects it (then any non-empty vector is accepted; 0)."""
+    if svc.task != "embed" or any("Dense" in f.path for f in manifest.files):
+        return 0
+    return (manifest.shape.hidden_size if manifest.shape is not None else None) or 0
+
+
+def restart_reasons(facts_containers: Mapping[str, Sequence[Any]], stack_label: str,
+                    service: str) -> dict[str, str | None]:
+    """Per node: why the service's gate must run again with unchanged flags (its container found
+    not running), else None. `facts_containers`: recon's containers per node."""
+    out: dict[str, str | None] = {}
+    for node, containers in facts_containers.items():
+        bad = [f"{c.name} is {c.state or 'not running'}" for c in containers
+               if c.labels.get("spark-vllm.stack") == stack_label
+               and c.labels.get("spark-vllm.service") == service and c.state != "running"]
+        out[node] = "; ".join(bad) or None
+    return out
+
+
+@dataclass
+class VllmServiceArgs:
+    service: ServiceConfig
+    model: ModelConfig  # cfg.service_model(service): the service's repo in the main cache
+    manifest: ModelManifest  # resolved at the hub before any resource
+    cluster: Cluster  # the service's nodes (the first fetches from the hub)
+    runtime: NodeRuntime
+    labels: Mapping[str, str]  # managed + stack
+    stack: str
+    api_key: pulumi.Output[str]
+    health: HealthConfig
+    environment: str
+    caches: Mapping[str, pulumi.Resource]  # the compile-cache folder per node (a bind mount)
+    hf_token: pulumi.Output[str] | None = None
+    fabric_subnets: Sequence[str] = ()
+    after: list[pulumi.Resource] = field(default_factory=list)  # the main model's cache, ...
+    restart_reasons: Mapping[str, str | None] = field(default_factory=dict)
+
+
+class VllmService(pulumi.ComponentResource):
+    args: VllmServiceArgs
+    model: ModelCache
+    containers: dict[str, docker.Container]
+    gates: dict[str, remote.Command]
+    endpoints: dict[str, str]
+
+    def __init__(
+        self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        props = self._props(args)
+        super().__init__("spark-vllm:vllm_service:VllmService", name, props, opts)
+        svc = args.service
+        self.args = args
+        self.container_name = service_container(args.stack, svc.name)
+        self.key_file = service_key_file(args.stack, svc.name)
+        self.model = ModelCache(
+            f"{name}-model",
+            ModelCacheArgs(model=args.model, manifest=args.manifest, cluster=args.cluster,
+                           image_ids=args.runtime.image_ids, labels=args.labels,
+                           hf_token=args.hf_token, fabric_subnets=args.fabric_subnets),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
+        )
+        self.argv = self.model.commit.apply(lambda c: service_argv(svc, c))
+        self.containers, self.gates, self.endpoints = {}, {}, {}
+        for node in args.cluster.nodes:
+            key = node.command(
+                f"{name}-api-key-{node.name}",
+                self,
+                create=api_key_write(self.key_file),
+                delete=service_key_remove(args.stack, svc.name),
+                stdin=args.api_key,
+                secret_outputs=["stdin", "stdout"],
+                logging=remote.Logging.STDERR,
+                delete_before_replace=True,
+            )
+            container = self._container(f"{name}-serve-{node.name}", args, node, key)
+            self.containers[node.name] = container
+            self.gates[node.name] = self._gate(f"{name}-health-{node.name}", args, node,
+                                               container)
+            self.endpoints[node.name] = f"http://{node.node.host}:{svc.port}/v1"
+        self.register_outputs({
+            **props,
+            "endpoints": self.endpoints,
+            "containers": {n: c.name for n, c in self.containers.items()},
+            "health": {n: g.stdout for n, g in self.gates.items()},
+        })
+
+    def _container(self, res_name: str, args: VllmServiceArgs, node: SparkNode,
+                   key: remote.Command) -> docker.Container:
+        svc = args.service
+        runtime = dataclasses.replace(args.runtime, ray=False)  # no Ray in a service
+        labels = {**args.labels, "spark-vllm.role": "vllm-service",
+                  "spark-vllm.service": svc.name, "spark-vllm.node": node.name,
+                  "spark-vllm.port": str(svc.port)}
+        mounts = [*runtime.mounts(), docker.ContainerMountArgs(
+            target=VLLM_KEY, type="bind", source=self.key_file, read_only=True)]
+        template = chat_template_text(svc.chat_template) if svc.chat_template else None
+        return docker.Container(
+            res_name,
+            name=self.container_name,
+            entrypoints=serve_entrypoint(),
+            command=self.argv,
+            envs=[f"{k}={v}" for k, v in sorted(runtime.env(node).items())],
+            mounts=mounts,
+            uploads=[docker.ContainerUploadArgs(file=CHAT_TEMPLATE, content=template)]
+            if template is not None else None,
+            labels=[
+                *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
+                docker.ContainerLabelArgs(label="spark-vllm.api-key",
+                                          value=key.stdout.apply(lambda s: s.split()[-1])),
+            ],
+            destroy_grace_seconds=60,
+            **runtime.runtime(node),
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=node.provider,
+                delete_before_replace=True,  # a fixed name and the port on the host network
+                depends_on=[self.model, key, args.caches[node.name]],
+            ),
+        )
+
+    def _gate(self, res_name: str, args: VllmServiceArgs, node: SparkNode,
+              container: docker.Container) -> remote.Command:
+        """The task's endpoint answers (run in the service's own container: the gate fails as
+        soon as vLLM exits). A container found stopped behind the stack gets a fresh marker."""
+        svc, health = args.service, args.health
+        reason = args.restart_reasons.get(node.name)
+        if reason is None:
+            marker, ignore = "none", ["triggers"]
+        else:
+            marker, ignore = f"{reason} @{time.time_ns()}", None
+        dim = expected_dimension(svc, args.manifest)
+        return node.command(
+            res_name,
+            self,
+            create=container.id.apply(lambda i: vllm_health_gate(
+                self.container_name, self.container_name, i, f"http://127.0.0.1:{svc.port}",
+                svc.served_name, health.smoke_prompt, health.timeout_seconds,
+                task=svc.task, dimension=dim, key_file=self.key_file)),
+            triggers=[marker],
+            ignore_changes=ignore,
+            delete_before_replace=True,
+            depends_on=[container],
+            timeout_seconds=health.timeout_seconds + 300,
+        )
+
+    @staticmethod
+    def _props(args: VllmServiceArgs) -> dict[str, Any]:
+        """What the policy pack reviews: the memory fit of this service's share on each of its
+        nodes (policies/rules/memory.py, the same shape as the VllmServer's props)."""
+        svc, m = args.service, args.manifest
+        fit = memory_fit.estimate(
+            m.shape, model_bytes=m.total_bytes or None, tensor_parallel_size=1,
+            max_model_len=svc.max_model_len, max_num_seqs=svc.max_num_seqs,
+            kv_cache_dtype=svc.kv_cache_dtype, prefix_caching=svc.enable_prefix_caching,
+        )
+        props: dict[str, Any] = {
+            "environment": args.environment,
+            "service": svc.name,
+            "task": svc.task,
+            "repo": svc.repo,
+            "revision": svc.revision,
+            "commit": m.commit,
+            "servedModelName": svc.served_name,
+            "port": svc.port,
+            "tensorParallelSize": 1,
+            "pipelineParallelSize": 1,
+            "gpuMemoryUtilization": svc.gpu_memory_utilization,
+            "maxModelLen": svc.max_model_len,
+            "maxNumSeqs": svc.max_num_seqs,
+            "kvCacheDtype": svc.kv_cache_dtype,
+            "modelBytes": m.total_bytes,
+            "memoryFit": fit.props(),
+            "nodes": [{"name": n.name, "memTotalBytes": n.facts.memory.total_bytes,
+                       "unifiedMemory": n.facts.memory.unified} for n in args.cluster.nodes],
+            "apiKey": pulumi.Output.secret(args.api_key),
+        }
+        if svc.kv_cache_memory_bytes is not None:
+            props["kvCacheMemoryBytes"] = svc.kv_cache_memory_bytes
+        return props
