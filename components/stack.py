@@ -94,6 +94,7 @@ class StackHandles:
             "services": {
                 name: {
                     "task": s.args.service.task,
+                    "repo": s.args.service.repo,  # with modelCommit: what promotion pins
                     "servedModelName": s.args.service.served_name,
                     "modelCommit": s.model.commit,
                     "endpoints": s.endpoints,

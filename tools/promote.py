@@ -10,7 +10,9 @@
    Pulumi.<from>.yaml equal the config the last update ran with.
 2. Take the artifacts of that last update: `image.ref` pinned by digest (a tag is pinned with the
    repo digest recorded in the state), `model.repo` + the resolved commit (output `modelCommit`)
-   as `model.revision`, and the serve flags under `vllm.*` except the environment-owned ones.
+   as `model.revision`, and the serve flags under `vllm.*` except the environment-owned ones;
+   for each entry of the target's `services` that the source served under the same name, its
+   repo and the commit it resolved (output `services.<name>`) as its `revision`.
 3. Write them into the target stack's config (Pulumi.<to>.yaml) with `pulumi config set-all
    --json` (typed `config set`: floats, objects and empty lists stay typed), after showing the
    planned unified diff (computed on a scratch copy) and asking (unless --yes). --dry-run stops
@@ -91,6 +93,8 @@ class Artifacts:
     model_commit: str
     serve_flags: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    # spark-vllm:services the source served: name -> (repo, resolved commit)
+    services: dict[str, tuple[str, str]] = field(default_factory=dict)
 
     @property
     def image_pinned(self) -> bool:
@@ -410,8 +414,14 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
         raise Refusal(EXIT_UNPINNED, f"source stack {stack.name!r} exports no modelCommit")
     pinned, note = pin_image(ref, stack.export_stack().deployment or {})
     flags = {k: vllm[k] for k in PROMOTED_VLLM_KEYS if k in vllm}
+    served = outputs.get("services")
+    services = {
+        name: (str(v["repo"]), str(v["modelCommit"]))
+        for name, v in ((served.value if served is not None else None) or {}).items()
+        if isinstance(v, dict) and v.get("repo") and v.get("modelCommit")
+    }
     art = Artifacts(image_ref=pinned, model_repo=model.get("repo"), model_commit=str(commit),
-                    serve_flags=flags)
+                    serve_flags=flags, services=services)
     if note:
         art.notes.append(note)
     return art
@@ -443,11 +453,31 @@ def apply(stack: auto.Stack, art: Artifacts) -> None:
         owned = ("repo", "revision")
     model = merge_object(config_value(cm, "model"), model_promoted, owned)
     vllm = merge_object(config_value(cm, "vllm"), art.serve_flags, PROMOTED_VLLM_KEYS)
+    promoted: list[tuple[str, Any]] = [("image", image), ("model", model), ("vllm", vllm)]
+    services = promoted_services(config_value(cm, "services"), art)
+    if services is not None:
+        promoted.append(("services", services))
     values = {
         f"{NS}{k}": {"value": json.dumps(v), "objectValue": v, "secret": False}
-        for k, v in (("image", image), ("model", model), ("vllm", vllm))
+        for k, v in promoted
     }
     stack.set_all_config_json(json.dumps(values))
+
+
+def promoted_services(current: Any, art: Artifacts) -> list[Any] | None:
+    """The target's `services` with the repo and commit of each one the source served under
+    the same name; the others stay as they are (a prod target then refuses their unpinned
+    revision). None when the target declares no services."""
+    if not isinstance(current, list):
+        return None
+    out: list[Any] = []
+    for entry in current:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if isinstance(name, str) and name in art.services:
+            repo, commit = art.services[name]
+            entry = {**entry, "repo": repo, "revision": commit}
+        out.append(entry)
+    return out
 
 
 def _stack_file(work_dir: Path, name: str) -> Path:

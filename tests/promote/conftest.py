@@ -43,10 +43,19 @@ def project(tmp_path_factory) -> Project:
     return Project(tmp_path_factory.mktemp("promote"), ROOT, sys.executable)
 
 
+# the services Pulumi.prod.yaml declares, verified under the same names in the source
+DEV_SERVICES = [
+    {"name": "embed", "repo": "Qwen/Qwen3-Embedding-0.6B", "task": "embed", "port": 8001,
+     "gpuMemoryUtilization": 0.05},
+    {"name": "rerank", "repo": "Qwen/Qwen3-Reranker-0.6B", "task": "score", "port": 8002,
+     "gpuMemoryUtilization": 0.05},
+]
+
+
 @pytest.fixture(scope="module")
 def verified_dev(project):
     """`dev`: the lab config (digest, resolved commit), dev secrets, one successful `up`."""
-    project.write_config("dev", dev_config(ROOT))
+    project.write_config("dev", dev_config(ROOT, services=DEV_SERVICES))
     st = project.stack("dev")
     project.set_secrets(st, SOURCE_SECRETS)
     r = st.up()

@@ -87,6 +87,11 @@ def program_for(folder: Path, commit: str):
             for i, n in enumerate(nodes)
         })
         pulumi.export("recon", {n["name"]: {"gpu": "NVIDIA GB10"} for n in nodes})
+        # spark-vllm:services, each with the commit its revision resolved to (here: derived)
+        pulumi.export("services", {
+            s["name"]: {"task": s["task"], "repo": s["repo"],
+                        "modelCommit": hashlib.sha1(s["name"].encode()).hexdigest()}
+            for s in conf.get_object("services") or []})
         # the secrets are read (like the real program) but never exported in plaintext
         conf.get_secret("vllmApiKey")
 

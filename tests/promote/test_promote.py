@@ -8,6 +8,7 @@ schema and the policy pack's `prod-pinned` rule only when pinned.
 from __future__ import annotations
 
 import copy
+import hashlib
 import os
 import subprocess
 import sys
@@ -170,6 +171,12 @@ def test_prod_with_pinned_artifacts_passes_schema_and_policy(project, verified_d
     raw = _with_real_host_keys(promote.raw_config(project.file("prod").read_text()))
     parsed = validate_config(raw)
     assert parsed.environment == "prod" and parsed.image.by_digest and parsed.model.pinned
+    # each service is pinned to the commit the source resolved for it (fakestack: sha1 of the
+    # name); everything else of it (port, share, flags) is prod's own
+    assert [(s.name, s.revision, s.port) for s in parsed.services] == [
+        ("embed", hashlib.sha1(b"embed").hexdigest(), 8001),
+        ("rerank", hashlib.sha1(b"rerank").hexdigest(), 8002)]
+    assert parsed.services[1].extra_args and parsed.services[0].kv_cache_memory_bytes
     assert run_policy(rules.prod_pinned, sargs(_prod_resources(raw))) == []
     assert "vllmApiKey" in cfg and PROD_KEY not in project.file("prod").read_text()
 
@@ -202,7 +209,9 @@ def test_prod_refuses_unpinned_artifacts(project, run_promote):
     with pytest.raises(ConfigError) as err:
         validate_config(prod_raw)
     keys = {p.split(":")[1] for p in err.value.problems}
-    assert keys == {"image.ref", "model.revision"}, err.value.problems
+    # devtag served no services: prod's stay at their placeholders, refused too
+    assert keys == {"image.ref", "model.revision", "services[0].revision",
+                    "services[1].revision"}, err.value.problems
     msgs = run_policy(rules.prod_pinned, sargs(_prod_resources(prod_raw)))
     assert any("is not pinned by digest" in m for m in msgs), msgs
     assert any("revision 'main' is not a 40-hex commit" in m for m in msgs), msgs
@@ -315,3 +324,14 @@ def test_cli_usage_errors_and_exit_codes(project, tmp_path):
     r = cli("--to", "staging")
     assert r.returncode == 2 and "--from" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_promoted_services_pin_only_the_services_the_source_served():
+    art = promote.Artifacts(image_ref=DIGEST, model_repo=None, model_commit=COMMIT,
+                            serve_flags={}, services={"embed": ("org/e", "e" * 40)})
+    target = [{"name": "embed", "repo": "org/old", "revision": "PLACEHOLDER", "port": 1},
+              {"name": "rerank", "repo": "org/r", "revision": "PLACEHOLDER"}]
+    assert promote.promoted_services(target, art) == [
+        {"name": "embed", "repo": "org/e", "revision": "e" * 40, "port": 1},
+        {"name": "rerank", "repo": "org/r", "revision": "PLACEHOLDER"}]
+    assert promote.promoted_services(None, art) is None
