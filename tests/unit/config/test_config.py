@@ -247,7 +247,9 @@ def test_stack_files():
     with pytest.raises(ConfigError) as err:  # prod refuses its placeholders until filled in
         validate_config(load("prod"))
     keys = {p.split(":")[1].split(":")[0] for p in err.value.problems}
-    assert keys == {"image.ref", "model.revision", "nodes[0].hostKey", "nodes[1].hostKey"}
+    assert keys == {"image.ref", "model.revision", "nodes[0].hostKey", "nodes[1].hostKey",
+                    "services[0].revision", "services[1].revision"}
+    assert [s.name for s in staging.services] == [s["name"] for s in load("prod")["services"]]
 
 
 @pulumi.runtime.test
