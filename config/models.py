@@ -300,6 +300,25 @@ class ImageConfig(_Model):
         return is_digest_ref(self.ref)
 
 
+def _check_repo(v: str) -> str:
+    if not _REPO_ID.match(v):
+        raise ValueError("expected a Hugging Face repo id '<org>/<name>'")
+    return v
+
+
+def _check_revision(v: str) -> str:
+    problem = check_ref_name(v)
+    if problem:
+        raise ValueError(f"expected a branch, tag or 40-hex commit ({problem})")
+    return v
+
+
+def _check_served_name(v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v):
+        raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
+    return v
+
+
 class ModelConfig(_Model):
     repo: str
     revision: str = "main"
@@ -309,17 +328,12 @@ class ModelConfig(_Model):
     @field_validator("repo")
     @classmethod
     def _repo(cls, v: str) -> str:
-        if not _REPO_ID.match(v):
-            raise ValueError("expected a Hugging Face repo id '<org>/<name>'")
-        return v
+        return _check_repo(v)
 
     @field_validator("revision")
     @classmethod
     def _revision(cls, v: str) -> str:
-        problem = check_ref_name(v)
-        if problem:
-            raise ValueError(f"expected a branch, tag or 40-hex commit ({problem})")
-        return v
+        return _check_revision(v)
 
     @field_validator("cache_dir")
     @classmethod
@@ -716,9 +730,7 @@ class VllmConfig(ServeSettings):
     @field_validator("served_model_name")
     @classmethod
     def _served(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v):
-            raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
-        return v
+        return _check_served_name(v)
 
     @field_validator("host")
     @classmethod
@@ -775,17 +787,12 @@ class ServiceConfig(ServeSettings):
     @field_validator("repo")
     @classmethod
     def _repo(cls, v: str) -> str:
-        if not _REPO_ID.fullmatch(v):
-            raise ValueError("expected a Hugging Face repo id such as Qwen/Qwen3-Embedding-0.6B")
-        return v
+        return _check_repo(v)
 
     @field_validator("revision")
     @classmethod
     def _revision(cls, v: str) -> str:
-        problem = check_ref_name(v)
-        if problem:
-            raise ValueError(f"expected a branch, tag or 40-hex commit ({problem})")
-        return v
+        return _check_revision(v)
 
     @field_validator("port")
     @classmethod
@@ -795,9 +802,7 @@ class ServiceConfig(ServeSettings):
     @field_validator("served_model_name")
     @classmethod
     def _served(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v):
-            raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
-        return v
+        return v if v is None else _check_served_name(v)
 
     @property
     def served_name(self) -> str:
