@@ -516,7 +516,9 @@ def check_shares(cfg: StackConfig, f: NodeFacts, models: ServiceModels) -> list[
 
 def wanted_containers(cfg: StackConfig, node: str, stack: str | None) -> dict[str, str]:
     """The container names the stack runs on `node`, each with what it is."""
-    names = {SERVE_CONTAINER: "the main vLLM"}
+    names = {}
+    if node == cfg.head.name or cfg.vllm.executor == "mp":  # mp: a vLLM rank on every node
+        names[SERVE_CONTAINER] = "the main vLLM"
     if cfg.vllm.executor == "ray":
         names[HEAD_CONTAINER if node == cfg.head.name else WORKER_CONTAINER] = "Ray"
     if stack is not None:

@@ -621,6 +621,12 @@ def test_a_name_or_port_held_by_another_stack_is_refused_before_any_change():
     assert finding.fact == ("port 8100 is taken by spark-vllm-other-embed of the stack "
                             "spark-vllm/other; this stack listens there "
                             "(spark-vllm:services[0].port)")
+    # the names each node needs: the main vLLM on the head only with Ray, on every node with mp
+    assert preflight.wanted_containers(config(), "spark-2", "dev") == {
+        "spark-vllm-ray-worker": "Ray"}
+    assert "spark-vllm-serve" in preflight.wanted_containers(
+        config(vllm={**config().vllm.model_dump(by_alias=True), "executor": "mp"}), "spark-2",
+        "dev")
     # the other stack's service container with a name and port of its own is no collision
     preflight.check(config(services=[{**EMBED, "port": 8200}]), facts,
                     stack_label="spark-vllm/dev")
