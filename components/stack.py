@@ -5,7 +5,9 @@ fabric pinged at the MTU between every pair -> stopped foreign containers, servi
 every node -> model fetched on the head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
 the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
-vllm.executor mp there is no Ray: a vLLM container on every node follows the model.
+vllm.executor mp there is no Ray: a vLLM container on every node follows the model. Each of
+`spark-vllm:services` (components/vllm_service.py) follows the main model's cache: its own model,
+container and gate on its nodes; nothing of the main model waits for a service.
 """
 
 from __future__ import annotations
