@@ -42,6 +42,7 @@ from lab.layout import (
     FABRIC,
     HF_ENDPOINT,
     HF_REPO,
+    HF_REPOS,
     KNOWN_HOSTS,
     LAB,
     LAB_KEY,
@@ -104,7 +105,7 @@ def cmd_up(args) -> None:
         save_state(st)
         log(f"image {ref}")
         hub.ensure_hf(b)
-    log(f"HF endpoint up on {HF_ENDPOINT} serving {HF_REPO}")
+    log(f"HF endpoint up on {HF_ENDPOINT} serving {', '.join(HF_REPOS)}")
     shm = {}
     for i in range(1, n + 1):
         name = node_name(i)
@@ -157,7 +158,10 @@ def cmd_status(args) -> None:
     n = st.get("nodes") or 0
     print(f"lab: {n} node(s); image {st.get('image')}")
     print(f"registry {REGISTRY}: {'up' if registry_running() else 'DOWN'}")
-    print(f"HF endpoint {HF_ENDPOINT}: {'up' if hub.hf_running() else 'DOWN'}")
+    missing = hub.hf_missing()
+    hf = "DOWN" if len(missing) == len(HF_REPOS) else "up" if not missing else \
+        f"up, not serving {', '.join(missing)} (made by an older lab: run up)"
+    print(f"HF endpoint {HF_ENDPOINT}: {hf}")
     for i in range(1, n + 1):
         name = node_name(i)
         h = holder_pid(name)

@@ -154,6 +154,33 @@ def remove_leftover_stack_containers(cfg: dict) -> None:
             print(f"{node['name']}: removed leftover stack containers {left.stdout.split()}")
 
 
+# The lab's embedding model (lab/tinymodel.py --arch qwen3embed: 128-dim, last-token pooling,
+# normalized) as a `spark-vllm:services` entry beside the main model: on the head, port 8100, a
+# 5% share with a small KV cache. `embed_service(revision)` adds the revision (a lab commit).
+EMBED_REPO = "spark-lab/tiny-embed"
+EMBED_CONTAINER = "spark-vllm-dev-embed"  # hostscripts/vllm.service_container("dev", "embed")
+_EMBED = {"name": "embed", "repo": EMBED_REPO, "task": "embed", "port": 8100,
+          "servedModelName": "tiny-embed", "gpuMemoryUtilization": 0.05,
+          "kvCacheMemoryBytes": 67108864, "maxNumSeqs": 2, "maxModelLen": 512,
+          "enforceEager": True}
+
+
+def embed_service(revision: str, **over) -> dict:
+    return {**_EMBED, "revision": revision, **over}
+
+
+def changed_bytes(endpoint: str, repo: str, old: str, new: str) -> tuple[int, int]:
+    """(bytes of the files whose content differs between two revisions, bytes of `new`), from
+    the hub's listing, as the program reads it (inspection/hub.resolve_model)."""
+    from inspection.hub import resolve_model
+
+    before, after = ({f.path: (f.etag, f.size)
+                      for f in resolve_model(repo, r, endpoint, None).files} for r in (old, new))
+    changed = sum(size for path, (etag, size) in after.items()
+                  if before.get(path, ("", 0))[0] != etag)
+    return changed, sum(size for _etag, size in after.values())
+
+
 def hf_file_bytes() -> int:
     """Bytes of model files the lab's HF endpoint served (`/resolve/` downloads).
 

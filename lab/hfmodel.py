@@ -1,12 +1,13 @@
-"""The lab's model repository `spark-lab/tiny-moe`: a plain git repo that olah serves as an HF
-model with revisions.
+"""The lab's model repositories `spark-lab/tiny-moe` and `spark-lab/tiny-embed`: plain git repos
+that olah serves as HF models with revisions.
 
-The files come from lab/tinymodel.py (a real tiny Qwen3-MoE, see there), which needs torch,
+The files come from lab/tinymodel.py (real tiny Qwen3 models, see there), which needs torch,
 safetensors and tokenizers: it runs inside the lab's base image on the build dockerd
-(`docker run --rm --network none`, one thread), and its output is cached in
-/root/.cache/spark-vllm/lab/model-<key>/ keyed by the generator's source and the pinned versions
-of the libraries that write the bytes. Two commits with fixed author, committer and dates, so the
-SHAs are the same on every machine; the second (`main`) changes the router weights shard only.
+(`docker run --rm --network none`, one thread), once per model (`--arch`), and its output is
+cached in /root/.cache/spark-vllm/lab/model-<name>-<key>/ keyed by the generator's source, the
+model's arguments and the pinned versions of the libraries that write the bytes. Two commits per
+repo with fixed author, committer and dates, so the SHAs are the same on every machine; the second
+(`main`) changes one small file: tiny-moe's router shard, tiny-embed's q_norm shard.
 """
 
 from __future__ import annotations
@@ -15,38 +16,66 @@ import os
 import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 
-from lab.layout import CACHE, HERE
+from lab.layout import CACHE, HERE, HF_EMBED_REPO, HF_REPO
 from lab.util import log, progress, short_hash, write
 
 GENERATOR = os.path.join(HERE, "tinymodel.py")
 LOCK = os.path.join(HERE, "image-requirements.txt")
 BYTE_WRITERS = ("torch", "safetensors", "tokenizers")  # their versions change the files' bytes
-COMMITS = [("2026-01-01T00:00:00+00:00", "tiny-moe: first revision"),
-           ("2026-01-02T00:00:00+00:00", "tiny-moe: other router weights (second shard only)")]
 
 
-def model_key() -> str:
+@dataclass(frozen=True)
+class Model:
+    repo: str  # owner/name on the HF endpoint
+    arch: str  # tinymodel.py --arch
+    commits: tuple  # ((date, message) of revision 1, of revision 2 = main)
+
+    @property
+    def name(self) -> str:
+        return self.repo.split("/")[1]
+
+
+MOE = Model(HF_REPO, "qwen3moe",
+            (("2026-01-01T00:00:00+00:00", "tiny-moe: first revision"),
+             ("2026-01-02T00:00:00+00:00", "tiny-moe: other router weights (second shard only)")))
+EMBED = Model(HF_EMBED_REPO, "qwen3embed",
+              (("2026-01-01T00:00:00+00:00", "tiny-embed: first revision"),
+               ("2026-01-02T00:00:00+00:00",
+                "tiny-embed: other q_norm weights (second shard only)")))
+MODELS = (MOE, EMBED)
+
+
+def model_key(m: Model = MOE) -> str:
     with open(GENERATOR, "rb") as f:
         src = f.read()
     with open(LOCK) as f:
-        pins = sorted(m.group(0) for line in f
-                      if (m := re.match(rf"({'|'.join(BYTE_WRITERS)})==\S+", line)))
-    return short_hash(src.decode(), *pins)
+        pins = sorted(mt.group(0) for line in f
+                      if (mt := re.match(rf"({'|'.join(BYTE_WRITERS)})==\S+", line)))
+    return short_hash(src.decode(), m.arch, *pins)
 
 
-def ensure_files(builder) -> str:
-    """The generated revisions (folders 1/ and 2/), from the cache or made in the base image."""
-    key = model_key()
-    d = os.path.join(CACHE, f"model-{key}")
+def _stale_cache(entry: str, m: Model, current: str) -> bool:
+    """This model's older outputs, and the single-model cache of older labs (model-<key>)."""
+    return entry != current and (entry.startswith(f"model-{m.name}-")
+                                 or re.fullmatch(r"model-[0-9a-f]{16}(\.tmp)?", entry) is not None)
+
+
+def ensure_files(builder, m: Model = MOE) -> str:
+    """The generated revisions of `m` (folders 1/ and 2/), from the cache or made in the base
+    image."""
+    key = model_key(m)
+    d = os.path.join(CACHE, f"model-{m.name}-{key}")
     if os.path.exists(os.path.join(d, ".complete")):
         return d
     tmp = d + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    log(f"model: generating spark-lab/tiny-moe with lab/tinymodel.py in the base image -> {d}")
-    with progress("model generator"):
-        builder.run_in_base(["python3", "/lab/tinymodel.py", "/out"],
+    log(f"model: generating {m.repo} with lab/tinymodel.py --arch {m.arch} in the base image"
+        f" -> {d}")
+    with progress(f"model generator ({m.name})"):
+        builder.run_in_base(["python3", "/lab/tinymodel.py", "/out", "--arch", m.arch],
                             {GENERATOR: "/lab/tinymodel.py:ro", tmp: "/out"},
                             env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
     for rev in ("1", "2"):
@@ -55,8 +84,8 @@ def ensure_files(builder) -> str:
     write(os.path.join(tmp, ".complete"), key + "\n")
     shutil.rmtree(d, ignore_errors=True)
     os.replace(tmp, d)
-    for old in os.listdir(CACHE):  # keep only the current model
-        if old.startswith("model-") and old != os.path.basename(d):
+    for old in os.listdir(CACHE):  # keep only the current output of this model
+        if _stale_cache(old, m, os.path.basename(d)):
             shutil.rmtree(os.path.join(CACHE, old), ignore_errors=True)
     return d
 
@@ -70,40 +99,49 @@ def _git(repo, *args, env=None):
                           env=e).stdout.strip()
 
 
-def _commits(repo: str) -> dict:
+def _commits(repo: str, m: Model) -> dict:
     shas = _git(repo, "log", "--format=%H", "main").split()
-    if len(shas) != len(COMMITS):
+    if len(shas) != len(m.commits):
         raise ValueError(f"{len(shas)} commits")
     return {"first": shas[1], "second": shas[0], "main": shas[0]}
 
 
-def ensure_repo(repo: str, builder) -> tuple[dict, bool]:
-    """The git repo at `repo` for the current model; ({first, second, main}, whether it was
+def _replace_tree(repo: str, src: str) -> None:
+    """The work tree of `repo` becomes a copy of `src` (sub-folders too, e.g. 1_Pooling/)."""
+    for f in os.listdir(repo):
+        if f != ".git":
+            p = os.path.join(repo, f)
+            shutil.rmtree(p) if os.path.isdir(p) else os.unlink(p)
+    write(os.path.join(repo, ".gitattributes"), "")
+    for top, dirs, files in os.walk(src):
+        dirs.sort()
+        dst = os.path.join(repo, os.path.relpath(top, src))
+        os.makedirs(dst, exist_ok=True)
+        for f in sorted(files):
+            shutil.copyfile(os.path.join(top, f), os.path.join(dst, f))
+
+
+def ensure_repo(repo: str, builder, m: Model = MOE) -> tuple[dict, bool]:
+    """The git repo at `repo` for the current model `m`; ({first, second, main}, whether it was
     (re)made). A repo made from other files (an older generator) is made again."""
-    key = model_key()
+    key = model_key(m)
     stamp = os.path.join(repo, ".git", "spark-vllm-lab-model")
     try:
         with open(stamp) as f:
             if f.read().strip() == key:
-                return _commits(repo), False
+                return _commits(repo, m), False
     except (OSError, ValueError, subprocess.CalledProcessError):
         pass
-    files = ensure_files(builder)
+    files = ensure_files(builder, m)
     subprocess.run(["rm", "-rf", repo], check=True)
     os.makedirs(repo)
     _git(repo, "init", "-q", "-b", "main")
-    for rev, (date, msg) in enumerate(COMMITS, 1):
-        for f in os.listdir(repo):
-            if f != ".git":
-                os.unlink(os.path.join(repo, f))
-        write(os.path.join(repo, ".gitattributes"), "")
-        src = os.path.join(files, str(rev))
-        for f in sorted(os.listdir(src)):
-            shutil.copyfile(os.path.join(src, f), os.path.join(repo, f))
+    for rev, (date, msg) in enumerate(m.commits, 1):
+        _replace_tree(repo, os.path.join(files, str(rev)))
         _git(repo, "add", "-A")
         _git(repo, "commit", "-q", "-m", msg,
              env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
     write(stamp, key + "\n")
-    commits = _commits(repo)
-    log(f"model: spark-lab/tiny-moe first {commits['first']}, main {commits['main']}")
+    commits = _commits(repo, m)
+    log(f"model: {m.repo} first {commits['first']}, main {commits['main']}")
     return commits, True

@@ -1,8 +1,9 @@
 """The lab's Hugging Face endpoint on http://10.77.0.1:8090 (HF_ENDPOINT).
 
 olah (https://github.com/vtuber-plan/olah, from PyPI into a venv in the cache) serves the
-lab-generated git repo spark-lab/tiny-moe (lab/hfmodel.py) offline on 127.0.0.1:8091, behind
-lab/hfproxy.py, a stdlib proxy that logs every request with the bytes it sent (`hf-bytes`).
+lab-generated git repos spark-lab/tiny-moe and spark-lab/tiny-embed (lab/hfmodel.py) offline on
+127.0.0.1:8091, behind lab/hfproxy.py, a stdlib proxy that logs every request with the bytes it
+sent (`hf-bytes`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from lab.util import VERBOSE, http_get, log, run, wait_for, write
 
 OLAH_REQ = "olah==0.5.4"
 HF_DIR = os.path.join(LAB, "hf")  # olah config and logs, access.jsonl, commits.json
+# commits.json: {repo: {first, second, main}} for every repo of hfmodel.MODELS
 COMMITS_JSON = os.path.join(HF_DIR, "commits.json")
 ACCESS_LOG = os.path.join(HF_DIR, "access.jsonl")
 
@@ -35,19 +37,31 @@ def ensure_olah_venv() -> str:
     return venv
 
 
+def hf_missing() -> list:
+    """The repos of hfmodel.MODELS the endpoint does not serve (all of them when it is down)."""
+    def serves(repo: str) -> bool:
+        try:
+            return http_get(f"{HF_ENDPOINT}/api/models/{repo}/revision/main",
+                            timeout=3).status == 200
+        except Exception:  # a probe: any failure means "not served"
+            return False
+
+    return [m.repo for m in hfmodel.MODELS if not serves(m.repo)]
+
+
 def hf_running() -> bool:
-    try:
-        url = f"{HF_ENDPOINT}/api/models/{HF_REPO}/revision/main"
-        return http_get(url, timeout=3).status == 200
-    except Exception:  # a probe: any failure means "not up"
-        return False
+    return not hf_missing()
 
 
 def ensure_hf(builder) -> None:
-    """The model repo (re)generated, then olah + the proxy started unless they already answer.
+    """The model repos (re)generated, then olah + the proxy started unless they already answer.
     `builder` (image.Builder) runs the model generator when its output is not cached."""
     mirror = os.path.join(LAB, "hub")
-    commits, remade = hfmodel.ensure_repo(os.path.join(mirror, "models", HF_REPO), builder)
+    commits, remade = {}, False
+    for m in hfmodel.MODELS:
+        commits[m.repo], new = hfmodel.ensure_repo(os.path.join(mirror, "models", m.repo),
+                                                   builder, m)
+        remade |= new
     write(COMMITS_JSON, json.dumps(commits, indent=1))
     if remade:  # olah caches what it served: start it afresh on the new repository
         cg_kill_remove("hf")
@@ -78,13 +92,16 @@ offline = true
     wait_for(hf_running, 60, f"HF endpoint {HF_ENDPOINT} (see {hd}/olah.log, proxy.log)")
 
 
-def commits() -> dict:
-    """The model repo's commits as ensure_hf recorded them ({} before the first `up`)."""
+def commits(repo: str = HF_REPO) -> dict:
+    """A model repo's commits as ensure_hf recorded them ({} before the first `up`)."""
     try:
         with open(COMMITS_JSON) as f:
-            return json.load(f)
+            got = json.load(f)
     except (FileNotFoundError, ValueError):
         return {}
+    if "main" in got:  # written by an older lab: tiny-moe's commits only
+        got = {HF_REPO: got}
+    return got.get(repo, {})
 
 
 def served_bytes() -> tuple[int, dict]:

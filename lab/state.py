@@ -15,6 +15,7 @@ from lab.layout import (
     FABRIC,
     HF_ENDPOINT,
     HF_REPO,
+    HF_REPOS,
     IMAGE_REPO,
     KNOWN_HOSTS,
     LAB,
@@ -67,6 +68,7 @@ def stack_config() -> dict:
                       "source": "registry"},
             "registry": REGISTRY, "hfEndpoint": HF_ENDPOINT,
             "model": {"repo": HF_REPO, "commits": hub.commits()},
+            "models": {r: {"commits": hub.commits(r)} for r in HF_REPOS},
             "fabricSubnets": [f"{pfx}.0/24" for _b, _n, pfx, _h in FABRIC], "mtu": FAB_MTU,
             "rdma": False}
 

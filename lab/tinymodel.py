@@ -1,9 +1,11 @@
-"""The lab's tiny model: a real (untrained) Qwen3-MoE with a byte-level BPE tokenizer, made here.
+"""The lab's tiny models: real (untrained) Qwen3s with a byte-level BPE tokenizer, made here.
 
 Runs INSIDE the lab serving image (it needs torch, safetensors and tokenizers; lab/hfmodel.py
 starts it with `docker run --rm --network none` on the build host and caches what it writes):
 
-    python3 tinymodel.py OUT [--arch qwen3moe|qwen3]
+    python3 tinymodel.py OUT [--arch qwen3moe|qwen3|qwen3embed]
+
+qwen3moe is `spark-lab/tiny-moe` (described below), qwen3embed `spark-lab/tiny-embed` (at the end).
 
 writes two revisions of the model repository, OUT/1/ and OUT/2/ (every file of each). The weights
 are sharded like a real checkpoint (model.safetensors.index.json): shard 1 holds everything but
@@ -22,6 +24,15 @@ Shape: hidden 128, 2 layers, 6 attention and 6 KV heads of 32 (TP 1, 2, 3 and 6 
 of 64 and needs the result to divide by TP: 1152 = 64*18 works for TP 2 and 3, 1024 does not for
 TP 3), untied lm_head whose rows for special and non-printable tokens are zero, so greedy text is
 printable ASCII and runs to max_tokens; bfloat16 like the real model. ~1.08 M parameters.
+
+qwen3embed: the dense Qwen3 (intermediate 384) as an embedding model laid out like
+Qwen/Qwen3-Embedding-0.6B: config.json says Qwen3ForCausalLM with tied embeddings (no lm_head in
+the checkpoint), the sentence-transformers files modules.json (Transformer, Pooling, Normalize),
+1_Pooling/config.json (last-token pooling, 128 dims) and config_sentence_transformers.json make
+vLLM pick `--runner pooling --convert embed` with LAST pooling and normalized vectors by itself;
+the tokenizer appends <|endoftext|> (the token the last-token pooling reads). No generation config.
+Shard 2 holds the q_norm weights (128 bytes of tensors); revision 2 doubles them, so the vectors
+change and a revision change moves that one 360-byte file. ~0.64 M parameters, 128-dim vectors.
 """
 
 from __future__ import annotations
@@ -149,6 +160,8 @@ def config(arch: str, ids: dict) -> dict:
                     "moe_intermediate_size": MOE_INTER, "decoder_sparse_step": 1,
                     "mlp_only_layers": [], "norm_topk_prob": True,
                     "output_router_logits": False, "router_aux_loss_coef": 0.001})
+    if arch == "qwen3embed":  # as Qwen3-Embedding: tied, the head is never used by pooling
+        cfg["tie_word_embeddings"] = True
     return cfg
 
 
@@ -180,6 +193,8 @@ def weights(cfg: dict, zero_rows: list, rev: int) -> dict:
             w[p + "mlp.down_proj.weight"] = det_tensor(p + "d", (H, INTER), 10)
             w[p + "self_attn.q_norm.weight"] *= rev  # the dense fallback's revision change
     w["model.norm.weight"] = torch.ones(H, dtype=torch.bfloat16)
+    if cfg["tie_word_embeddings"]:
+        return w
     # untied: a tied head on random weights just repeats the last input token
     head = det_tensor("lm_head", (VOCAB, H), 7)
     for i in zero_rows:  # logit exactly 0 while the others spread ~6.5: never chosen greedily
@@ -197,10 +212,69 @@ def in_shard2(name: str) -> bool:
     return name.endswith(("mlp.gate.weight", "self_attn.q_norm.weight"))
 
 
-def write_revision(out: str, rev: int, tok, w: dict, cfg: dict, ids: dict) -> None:
+def embed_tokenizer(tok, ids: dict):
+    """The tokenizer with <|endoftext|> appended to every text (Qwen3-Embedding's way)."""
+    from tokenizers import processors
+
+    eot = "<|endoftext|>"
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single=f"$A {eot}", pair=f"$A {eot} $B:1 {eot}:1",
+                                      special_tokens=[(eot, ids[eot])])])
+    return tok
+
+
+def write_sentence_transformers(out: str) -> None:
+    """modules.json + 1_Pooling: what vLLM reads to choose pooling (LAST) and normalization."""
+    os.makedirs(os.path.join(out, "1_Pooling"), exist_ok=True)
+    dump_json(os.path.join(out, "modules.json"), [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling",
+         "type": "sentence_transformers.models.Pooling"},
+        {"idx": 2, "name": "2", "path": "2_Normalize",
+         "type": "sentence_transformers.models.Normalize"}])
+    dump_json(os.path.join(out, "1_Pooling", "config.json"), {
+        "word_embedding_dimension": H, "pooling_mode_cls_token": False,
+        "pooling_mode_mean_tokens": False, "pooling_mode_max_tokens": False,
+        "pooling_mode_mean_sqrt_len_tokens": False, "pooling_mode_weightedmean_tokens": False,
+        "pooling_mode_lasttoken": True, "include_prompt": True})
+    dump_json(os.path.join(out, "config_sentence_transformers.json"), {
+        "prompts": {"query": "Instruct: Given a web search query, retrieve relevant passages "
+                             "that answer the query\nQuery:", "document": ""},
+        "default_prompt_name": None, "similarity_fn_name": "cosine"})
+
+
+README_MOE = """---
+license: apache-2.0
+---
+# spark-lab/tiny-moe
+
+A tiny {arch} ({n} parameters, bfloat16) generated by the spark-vllm lab
+(lab/tinymodel.py) with a byte-level BPE tokenizer trained on a synthetic corpus. The weights are
+deterministic noise, not trained: the text it writes is gibberish, but vLLM really runs it.
+Revision 2 (`main`) differs from revision 1 in the router weights only (the second shard).
+"""
+README_EMBED = """---
+license: apache-2.0
+library_name: sentence-transformers
+pipeline_tag: feature-extraction
+---
+# spark-lab/tiny-embed
+
+A tiny embedding model ({arch}, {n} parameters, bfloat16, {h}-dim vectors, last-token pooling,
+normalized; sentence-transformers layout like Qwen/Qwen3-Embedding-0.6B) generated by the
+spark-vllm lab (lab/tinymodel.py) with a byte-level BPE tokenizer trained on a synthetic corpus.
+The weights are deterministic noise, not trained: the vectors mean nothing, but vLLM really
+computes them. Revision 2 (`main`) differs from revision 1 in the q_norm weights only (the
+second shard).
+"""
+
+
+def write_revision(out: str, rev: int, tok, w: dict, cfg: dict, ids: dict, arch: str) -> None:
     from safetensors.torch import save_file
 
     os.makedirs(out, exist_ok=True)
+    embed = arch == "qwen3embed"
     dump_json(os.path.join(out, "tokenizer.json"), json.loads(tok.to_str()))
     dump_json(os.path.join(out, "config.json"), cfg)
     dump_json(os.path.join(out, "tokenizer_config.json"), {
@@ -212,10 +286,13 @@ def write_revision(out: str, rev: int, tok, w: dict, cfg: dict, ids: dict) -> No
     dump_json(os.path.join(out, "special_tokens_map.json"), {
         "eos_token": "<|im_end|>", "pad_token": "<|pad|>",
         "additional_special_tokens": ["<|im_start|>", "<|im_end|>"]})
-    dump_json(os.path.join(out, "generation_config.json"), {
-        "bos_token_id": ids["<|endoftext|>"], "pad_token_id": ids["<|pad|>"],
-        "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": False,
-        "max_new_tokens": 32})
+    if embed:
+        write_sentence_transformers(out)
+    else:
+        dump_json(os.path.join(out, "generation_config.json"), {
+            "bos_token_id": ids["<|endoftext|>"], "pad_token_id": ids["<|pad|>"],
+            "eos_token_id": [ids["<|im_end|>"], ids["<|endoftext|>"]], "do_sample": False,
+            "max_new_tokens": 32})
     weight_map = {}
     for i, shard in enumerate(SHARDS):
         part = {k: t for k, t in w.items() if in_shard2(k) == (i == 1)}
@@ -227,33 +304,27 @@ def write_revision(out: str, rev: int, tok, w: dict, cfg: dict, ids: dict) -> No
         "weight_map": weight_map})
     n = sum(t.numel() for t in w.values())
     with open(os.path.join(out, "README.md"), "w", newline="\n") as f:
-        f.write(f"""---
-license: apache-2.0
----
-# spark-lab/tiny-moe
-
-A tiny {cfg['architectures'][0]} ({n} parameters, bfloat16) generated by the spark-vllm lab
-(lab/tinymodel.py) with a byte-level BPE tokenizer trained on a synthetic corpus. The weights are
-deterministic noise, not trained: the text it writes is gibberish, but vLLM really runs it.
-Revision 2 (`main`) differs from revision 1 in the router weights only (the second shard).
-""")
+        f.write((README_EMBED if embed else README_MOE).format(arch=cfg["architectures"][0], n=n,
+                                                               h=H))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--arch", default="qwen3moe", choices=["qwen3moe", "qwen3"])
+    ap.add_argument("--arch", default="qwen3moe", choices=["qwen3moe", "qwen3", "qwen3embed"])
     a = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     tok = train_tokenizer()
     ids = {t: tok.token_to_id(t) for t in SPECIALS}
+    if a.arch == "qwen3embed":
+        tok = embed_tokenizer(tok, ids)
     cfg = config(a.arch, ids)
     zero = unprintable_ids(tok)
     for rev in REVISIONS:
         w = weights(cfg, zero, rev)
-        write_revision(os.path.join(a.out, str(rev)), rev, tok, w, cfg, ids)
+        write_revision(os.path.join(a.out, str(rev)), rev, tok, w, cfg, ids, a.arch)
     print(f"wrote {a.out}: {cfg['architectures'][0]}, "
           f"{sum(t.numel() for t in w.values())} parameters", file=sys.stderr)
 
