@@ -145,14 +145,24 @@ def config_value(cm: Mapping[str, Any], key: str) -> Any:
     return text
 
 
-def promoted_view(image: Any, model: Any, vllm: Any) -> dict[str, Any]:
-    """The promoted keys of a config, for comparing two configs."""
-    image = image if isinstance(image, dict) else {}
-    model = model if isinstance(model, dict) else {}
-    vllm = vllm if isinstance(vllm, dict) else {}
+def promoted_view(config: Mapping[str, Any]) -> dict[str, Any]:
+    """The promoted keys of a stack's config (`config_value` reads each), for comparing two
+    configs: the image, the model, the promoted vLLM keys and each service's repo and revision."""
+
+    def section(key: str) -> dict[str, Any]:
+        value = config_value(config, key)
+        return value if isinstance(value, dict) else {}
+
+    image, model, vllm = section("image"), section("model"), section("vllm")
     view = {"image.ref": image.get("ref"), "model.repo": model.get("repo"),
             "model.revision": model.get("revision", "main")}
     view.update({f"vllm.{k}": vllm.get(k) for k in PROMOTED_VLLM_KEYS})
+    services = config_value(config, "services")
+    for entry in services if isinstance(services, list) else []:
+        if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+            name = entry["name"]
+            view[f"services.{name}.repo"] = entry.get("repo")
+            view[f"services.{name}.revision"] = entry.get("revision", "main")
     return view
 
 
@@ -393,15 +403,11 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
     image = config_value(ran, "image") or {}
     model = config_value(ran, "model") or {}
     vllm = config_value(ran, "vllm") or {}
-    now = stack.get_all_config()
-    if promoted_view(image, model, vllm) != promoted_view(
-        config_value(now, "image"), config_value(now, "model"), config_value(now, "vllm")
-    ):
-        before = promoted_view(image, model, vllm)
-        after = promoted_view(config_value(now, "image"), config_value(now, "model"),
-                              config_value(now, "vllm"))
-        diff = ", ".join(f"{k}: {before[k]!r} -> {after[k]!r}" for k in before
-                         if before[k] != after[k])
+    before, after = promoted_view(ran), promoted_view(stack.get_all_config())
+    if before != after:
+        diff = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}"
+                         for k in sorted(before.keys() | after.keys())
+                         if before.get(k) != after.get(k))
         raise Refusal(EXIT_DRIFT, f"Pulumi.{stack.name}.yaml changed since the last update "
                       f"({diff}); `up` and verify it first")
     ref = image.get("ref")

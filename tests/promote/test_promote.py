@@ -20,7 +20,7 @@ import yaml
 from config import ConfigError, validate_config
 from tests.policies.policy_testkit import res, sargs, spark_node, vllm_server
 from tests.policies.policy_testkit import run as run_policy
-from tests.promote.conftest import ROOT
+from tests.promote.conftest import DEV_SERVICES, ROOT
 from tests.promote.fakestack import COMMIT, DIGEST, HOST_KEY, SOURCE_SECRETS, dev_config
 from tools import promote
 
@@ -297,6 +297,15 @@ def test_refuses_config_not_deployed(project, drift_stack, run_promote):
         r = run_promote("devdrift", "staging", refresh_only=True)
         assert r.code == promote.EXIT_DRIFT
         assert "changed since the last update (vllm.maxNumSeqs: 4 -> 16)" in r.err, r.err
+
+        cfg["vllm"]["maxNumSeqs"] = 4
+        cfg["services"] = DEV_SERVICES[:1]  # a service is promoted too: its repo and revision
+        project.write_config("devdrift", cfg)
+        r = run_promote("devdrift", "staging", refresh_only=True)
+        assert r.code == promote.EXIT_DRIFT
+        assert ("changed since the last update (services.embed.repo: None -> "
+                "'Qwen/Qwen3-Embedding-0.6B', services.embed.revision: None -> 'main')") in r.err, \
+            r.err
     finally:
         path.write_text(original)
 
