@@ -61,9 +61,9 @@ test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hos
 test: setup lint ## the whole suite: lint, fast tier, engine, lab and end-to-end tests (CI)
 	$(PY) -m pytest -q -rs tests/unit tests/policies
 	$(PY) -m pytest -q -rs tests/engine
-	LAB_AUTO=1 $(PY) -m pytest -q -rs tests/lab
-	$(PY) -m pytest -q -rs tests/e2e
-	$(PY) -m pytest -q -rs tests/promote
+	LAB_AUTO=1 $(PY) -m pytest -q -rs --durations=8 tests/lab
+	$(PY) -m pytest -q -rs --durations=15 tests/e2e
+	$(PY) -m pytest -q -rs --durations=5 tests/promote
 
 demo: setup ## bring up the lab, `pulumi up` the dev stack, show a completion
 	scripts/demo.sh $(STACK)
