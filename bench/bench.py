@@ -49,8 +49,11 @@ from inspection import hub, recon  # noqa: E402
 from inspection.hub import ModelFile  # noqa: E402
 from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
 from lab.deployments import (  # noqa: E402
+    EMBED_REPO,
     Deployment,
+    changed_bytes,
     complete,
+    embed_service,
     hf_file_bytes,
     lab,
     second_image,
@@ -305,6 +308,12 @@ def _findings(ops: dict, cost: dict, extra: dict) -> dict[str, bool]:
         "hub moved more than changed": cost["hub_bytes"] > extra.get("changed_bytes", 0),
         "model bytes moved": bool(cost["hub_bytes"] or extra.get("sync_bytes_moved")),
         "re-download from the hub": bool(cost["hub_bytes"]),
+        # a service's rows: its steps are `svc-<name>-*`; the VllmServer component (`vllm`)
+        # updates its props (the nodes' service shares) when one comes or goes, on no host
+        "main model touched": bool(cost["ray_restarted"] or cost["vllm_restarted"]
+                                   or any(not k.startswith("svc-") and k != "vllm" for k in ops)),
+        "service files moved": bool(cost["hub_bytes"]) or any(
+            k.startswith("svc-") and "-model-" in k for k in ops),
     }
 
 
@@ -318,6 +327,10 @@ MUST_NOT = {
     "add a node": ("re-download from the hub",),
     "executor ray -> mp": ("image pull", "model transfer"),
     "executor mp -> ray": ("image pull", "model transfer"),
+    "add a service": ("main model touched", "image pull"),
+    "service flag": ("main model touched", "image pull", "service files moved"),
+    "service revision": ("main model touched", "image pull", "hub moved more than changed"),
+    "remove a service": ("main model touched", "bytes were pulled"),
 }
 
 
@@ -381,6 +394,17 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict]
                        extra={"changed_bytes": changed, "model_bytes": sum(s for _, s in new.values())}))
     ref, _id = second_image(d, HEAD, cfg["image"]["ref"], V2_REPO)
     append(change(d, "image", two, lambda: d.set("image.ref", ref)))
+    # a service beside the main model: the lab's embedding model, added at its first revision
+    svc = cfg["models"][EMBED_REPO]["commits"]
+    append(change(d, "add a service", two,
+                  lambda: d.set("services", [embed_service(svc["first"])])))
+    append(change(d, "service flag", two,
+                  lambda: d.set("services", [embed_service(svc["first"], maxNumSeqs=4)])))
+    changed, size = changed_bytes(cfg["hfEndpoint"], EMBED_REPO, svc["first"], svc["main"])
+    append(change(d, "service revision", two,
+                  lambda: d.set("services", [embed_service(svc["main"], maxNumSeqs=4)]),
+                  extra={"changed_bytes": changed, "model_bytes": size}))
+    append(change(d, "remove a service", two, lambda: d.set("services", [])))
     three = [n["name"] for n in nodes3]
     append(change(d, "add a node", three, lambda: set_nodes(d, nodes3)))
     append(change(d, "executor ray -> mp", three, lambda: d.set("vllm.executor", "mp")))
@@ -745,6 +769,10 @@ def report(res: dict, path: Path) -> None:
         "add a node": "new node prepared; serving restarts at the new size",
         "executor ray -> mp": "Ray containers go, vLLM containers replaced or made",
         "executor mp -> ray": "Ray containers come, vLLM containers replaced or removed",
+        "add a service": "its model fetched, its container made; the main model serves on",
+        "service flag": "only the service's container restarts",
+        "service revision": "only its changed files move; only it restarts",
+        "remove a service": "only its container and key file go",
     }
     for r in rows:
         L.append(

@@ -123,10 +123,13 @@ class Deployment:
         return r.stdout
 
     def containers(self, node: str) -> dict[str, tuple[str, str]]:
-        """name -> (id, started at) of the running containers the stack manages on a node."""
+        """name -> (id, started at) of the running containers this stack manages on a node
+        (another stack's, sharing the node, are not listed)."""
         out = self.ssh(
             node,
-            "docker ps --filter label=spark-vllm.managed=true --format '{{.Names}}' | "
+            "docker ps --filter label=spark-vllm.managed=true "
+            f"--filter label=spark-vllm.stack=spark-vllm/{self.stack.name} "
+            "--format '{{.Names}}' | "
             "xargs -r docker inspect -f '{{.Name}} {{.Id}} {{.State.StartedAt}}'",
         )
         rows = [line.split() for line in out.splitlines() if line.strip()]
@@ -219,7 +222,7 @@ def set_nodes(d: Deployment, nodes: list[dict]) -> None:
     """Write the node list (and TP = node count) into the stack file; d.cfg follows."""
     import yaml
 
-    path = d.workdir / "Pulumi.dev.yaml"
+    path = d.workdir / f"Pulumi.{d.stack.name}.yaml"
     doc = yaml.safe_load(path.read_text())
     doc["config"]["spark-vllm:nodes"] = [
         {k: n[k] for k in ("name", "host", "port", "user", "hostKey", "fabric")} for n in nodes
@@ -274,18 +277,19 @@ def project_dir(work: Path) -> Path:
     return work
 
 
-def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e") -> Deployment:
-    """A fresh `dev` stack on the lab: the project's stack file copied into `work` (the
-    repository's Pulumi.dev.yaml is never touched), a file backend in `work/state`, the program
-    run by the CLI through the language host. The copy keeps everything but the committed
-    encryption salt: this stack has its own passphrase and state."""
+def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e",
+                   stack_name: str = "dev") -> Deployment:
+    """A fresh stack on the lab (`dev` unless named): the project's Pulumi.dev.yaml copied into
+    `work` as the stack's file (the repository's is never touched), a file backend in
+    `work/state`, the program run by the CLI through the language host. The copy keeps
+    everything but the committed encryption salt: this stack has its own passphrase and state."""
     import pulumi.automation as auto
 
     project_dir(work)
     text = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
     drop = ("encryptionsalt:", "secretsprovider:", "encryptedkey:")
     kept = "".join(line for line in text if not line.startswith(drop))
-    (work / "Pulumi.dev.yaml").write_text(kept)
+    (work / f"Pulumi.{stack_name}.yaml").write_text(kept)
     state = work / "state"
     state.mkdir()
     env = {
@@ -295,6 +299,6 @@ def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e") ->
         "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
     }
     stack = auto.create_or_select_stack(
-        stack_name="dev", work_dir=str(work), opts=auto.LocalWorkspaceOptions(env_vars=env)
+        stack_name=stack_name, work_dir=str(work), opts=auto.LocalWorkspaceOptions(env_vars=env)
     )
     return Deployment(stack=stack, workdir=work, cfg=cfg)

@@ -1,39 +1,49 @@
-"""`spark-vllm:services` on the lab with the real vLLM: a second vLLM served beside the TP=2
-main model from one stack. The lab's hub has one model so far (spark-lab/tiny-moe), so the
-service serves it again, tensor parallel 1 on the head, as a `generate` service under its own
-name and port; the embed and score gates are unit-tested (tests/unit/hostscripts).
+"""`spark-vllm:services` on the lab with the real vLLM: the lab's tiny embedding model
+(spark-lab/tiny-embed, lab/tinymodel.py --arch qwen3embed: 128-dim, last-token pooling,
+normalized) served as an `embed` service beside the TP=2 main model, from one stack.
 
-Ordered on purpose, one deployment: the main model alone, then the service added (only the
-service's resources are created; the main model's containers keep running, same IDs and start
-times), then removed (only its resources are deleted), then destroy. Every `up` prints its wall
-time (`WALL ...`).
+Ordered on purpose, one deployment: the main model alone; the service added at the hub's first
+revision (only the service's resources are created, the main model's containers keep running,
+same IDs and start times); one of its flags changed (only its container and gate are replaced);
+its revision moved to `main` (only its files move: the one file that differs); removed (only its
+resources are deleted); then destroy. Every `up` prints its wall time (`WALL ...`).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 
 import pytest
 
-from lab.deployments import complete, http, new_deployment
+from lab.deployments import (
+    EMBED_CONTAINER,
+    EMBED_REPO,
+    changed_bytes,
+    complete,
+    embed_service,
+    hf_file_bytes,
+    http,
+    new_deployment,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD = "spark-1"
-PORT = 8100
-SECOND = {"name": "second", "repo": "spark-lab/tiny-moe", "task": "generate", "port": PORT,
-         "servedModelName": "tiny-one", "gpuMemoryUtilization": 0.05,
-         "kvCacheMemoryBytes": 67108864, "maxNumSeqs": 2, "maxModelLen": 1024,
-         "enforceEager": True}
+NAME, REPO = EMBED_CONTAINER, EMBED_REPO
 
 
 @pytest.fixture(scope="module")
 def svc(lab_cfg, tmp_path_factory):
     import pulumi.automation as auto
 
+    commits = lab_cfg.get("models", {}).get(REPO, {}).get("commits")
+    if not commits:
+        pytest.skip(f"the lab's stack.json lists no {REPO} (a lab made before it: lab.py up)")
     d = new_deployment(tmp_path_factory.mktemp("e2e-services"), lab_cfg)
+    d.commits = commits
     yield d
     if os.environ.get("E2E_KEEP") != "1":
         try:
@@ -50,13 +60,29 @@ def _up(d, what: str) -> dict[str, str]:
     return d.ops()
 
 
-def _main_only(ops: dict[str, str], verb: str) -> None:
-    """Every step is the service's, except the VllmServer component whose props carry the
-    nodes' service shares for the policy pack (a component: nothing runs on a host)."""
-    other = {k: v for k, v in ops.items() if not k.startswith("svc-second")}
-    assert other in ({}, {"vllm": "update"}), other
-    mine = {k: v for k, v in ops.items() if k.startswith("svc-second")}
-    assert mine and set(mine.values()) == {verb}, mine
+def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the service's steps, every other step)."""
+    mine = {k: v for k, v in ops.items() if k.startswith("svc-embed")}
+    return mine, {k: v for k, v in ops.items() if k not in mine}
+
+
+def _untouched(before: dict, after: dict) -> None:
+    """Every container but the service's kept its ID and start time."""
+    for node, containers in before.items():
+        assert {k: v for k, v in after[node].items() if k != NAME} == \
+            {k: v for k, v in containers.items() if k != NAME}, node
+
+
+def _embed(d, text: str = "hello world") -> list[float]:
+    out = d.stack.outputs()["services"].value["embed"]
+    _, body = http(out["endpoints"][HEAD] + "/embeddings",
+                   {"model": "tiny-embed", "input": [text]}, key=d.api_key())
+    return json.loads(body)["data"][0]["embedding"]
+
+
+def _hidden_size(d, commit: str) -> int:
+    path = f"/root/.cache/huggingface/hub/models--spark-lab--tiny-embed/snapshots/{commit}"
+    return json.loads(d.ssh(HEAD, f"cat {path}/config.json"))["hidden_size"]
 
 
 def test_main_model_alone(svc):
@@ -64,43 +90,88 @@ def test_main_model_alone(svc):
     assert complete(svc)
 
 
-def test_adding_a_service_creates_only_it(svc):
+def test_adding_an_embedding_service_creates_only_it(svc):
     d = svc
     before = d.snapshot()
-    d.set("services", [SECOND])
-    ops = _up(d, "add a service")
-    _main_only(ops, "create")
+    d.set("services", [embed_service(d.commits["first"])])
+    mine, other = _split(_up(d, "add an embedding service"))
+    # the VllmServer component's props carry the nodes' service shares (for the policy pack);
+    # a component: nothing runs on a host
+    assert other in ({}, {"vllm": "update"}), other
+    assert mine and set(mine.values()) == {"create"}, mine
     after = d.snapshot()
-    name = "spark-vllm-dev-second"
-    assert set(after[HEAD]) - set(before[HEAD]) == {name}
-    for node, containers in before.items():  # the main model's containers were not touched
-        assert {k: v for k, v in after[node].items() if k != name} == containers, node
-    out = d.stack.outputs()["services"].value["second"]
-    assert out["task"] == "generate" and out["servedModelName"] == "tiny-one"
-    assert json.loads(out["health"][HEAD])["models"] == ["tiny-one"]
-    _, body = http(out["endpoints"][HEAD] + "/completions",
-                   {"model": "tiny-one", "prompt": "Say hello", "max_tokens": 4}, key=d.api_key())
-    assert json.loads(body)["choices"][0]["text"]
-    argv = json.loads(d.ssh(HEAD, f"docker inspect -f '{{{{json .Config.Cmd}}}}' {name}"))
+    assert set(after[HEAD]) - set(before[HEAD]) == {NAME}
+    _untouched(before, after)
+
+    out = d.stack.outputs()["services"].value["embed"]
+    assert out["task"] == "embed" and out["modelCommit"] == d.commits["first"]
+    hidden = _hidden_size(d, d.commits["first"])
+    assert hidden == 128
+    assert json.loads(out["health"][HEAD])["smoke"] == {"dimension": hidden}
+    vec = _embed(d)
+    assert len(vec) == hidden
+    assert abs(math.sqrt(sum(x * x for x in vec)) - 1) < 1e-3  # the Normalize module
+    assert _embed(d, "spark node") != vec
+    argv = json.loads(d.ssh(HEAD, f"docker inspect -f '{{{{json .Config.Cmd}}}}' {NAME}"))
     assert argv[argv.index("--tensor-parallel-size") + 1] == "1"
-    assert argv[argv.index("--port") + 1] == str(PORT)
-    # unauthenticated requests are refused: the stack's API key guards the service too
-    with pytest.raises(Exception, match="401"):
+    assert argv[argv.index("--runner") + 1] == "pooling"
+    # vLLM's --convert auto read the sentence-transformers files: embed, last-token pooling
+    log = d.ssh(HEAD, f"docker logs {NAME} 2>&1")
+    assert "Resolved `--convert auto` to `--convert embed`" in log
+    assert "pooling_type=LAST(source=sentence_transformers)" in log
+    with pytest.raises(Exception, match="401"):  # the stack's API key guards the service too
         http(out["endpoints"][HEAD] + "/models")
     assert complete(d)  # the main model kept serving
     d.run("preview", expect_no_changes=True)
+
+
+def test_a_flag_of_the_service_restarts_only_it(svc):
+    d = svc
+    before = d.snapshot()
+    vec = _embed(d)
+    d.set("services", [embed_service(d.commits["first"], maxNumSeqs=4)])
+    mine, other = _split(_up(d, "change a flag of the service"))
+    assert other == {}, other
+    assert "replace" in mine.values() and not any(k.startswith("svc-embed-model") for k in mine)
+    after = d.snapshot()
+    assert after[HEAD][NAME] != before[HEAD][NAME]
+    _untouched(before, after)
+    argv = json.loads(d.ssh(HEAD, f"docker inspect -f '{{{{json .Config.Cmd}}}}' {NAME}"))
+    assert argv[argv.index("--max-num-seqs") + 1] == "4"
+    assert _embed(d) == vec  # same weights, same vectors
+    assert complete(d)
+
+
+def test_a_new_revision_of_the_service_moves_only_its_changed_files(svc):
+    d = svc
+    before = d.snapshot()
+    vec = _embed(d)
+    first, main = d.commits["first"], d.commits["main"]
+    changed, _ = changed_bytes(d.cfg["hfEndpoint"], REPO, first, main)
+    assert 0 < changed < 4096  # the lab's main revision changes one small shard
+    served = hf_file_bytes()
+    d.set("services", [embed_service(main, maxNumSeqs=4)])
+    mine, other = _split(_up(d, "move the service to another revision"))
+    assert other == {}, other  # the main model's cache, containers and gates: untouched
+    assert any(k.startswith("svc-embed-model") for k in mine)
+    assert hf_file_bytes() - served == changed
+    _untouched(before, d.snapshot())
+    assert d.stack.outputs()["services"].value["embed"]["modelCommit"] == main
+    new = _embed(d)
+    assert len(new) == len(vec) and new != vec
+    assert complete(d)
 
 
 def test_removing_the_service_deletes_only_it(svc):
     d = svc
     before = d.snapshot()
     d.set("services", [])
-    ops = _up(d, "remove the service")
-    _main_only(ops, "delete")
+    mine, other = _split(_up(d, "remove the service"))
+    assert other in ({}, {"vllm": "update"}), other
+    assert mine and set(mine.values()) == {"delete"}, mine
     after = d.snapshot()
-    assert "spark-vllm-dev-second" not in after[HEAD]
-    assert {n: {k: v for k, v in c.items() if k != "spark-vllm-dev-second"}
-            for n, c in before.items()} == after
+    assert NAME not in after[HEAD]
+    _untouched(before, after)
     # its key folder went with it; the main model's key file stays
     assert d.ssh(HEAD, "ls /var/lib/spark-vllm/stacks/dev/services 2>/dev/null || true") == ""
     assert d.ssh(HEAD, "test -s /var/lib/spark-vllm/vllm/api-key && echo ok").strip() == "ok"

@@ -121,3 +121,24 @@ def test_report_names_both_baselines_and_the_run_that_measured_kept_sections(tmp
     assert "4.0 s vs 2.0 s; 8.0x an inline empty program's) | met |" in text
     assert "| empty program, inline | 0.5 s | 0.5 |" in text
     assert "Kept from the run of 2026-11-29 10:00 UTC (this one did not re-run them): scaling." in text
+
+
+def test_service_rows_forbid_any_step_of_the_main_model():
+    added = {"svc-embed-serve-spark-1": "create", "svc-embed-model-fetch": "create", "vllm": "update"}
+    assert verdict("add a service", added, cost(hub_bytes=900), {}) == []
+    assert verdict("add a service", {**added, "vllm-serve": "replace"}, cost(vllm_restarted=True),
+                   {}) == ["main model touched"]
+    flag = {"svc-embed-serve-spark-1": "replace", "svc-embed-health-spark-1": "replace"}
+    assert verdict("service flag", flag, cost(), {}) == []
+    assert verdict("service flag", {**flag, "svc-embed-model-verify-spark-1": "update"}, cost(),
+                   {}) == ["service files moved"]
+    assert verdict("service flag", flag, cost(ray_restarted=["spark-2/ray-worker"]), {}) == \
+        ["main model touched"]
+    rev = {**flag, "svc-embed-model-fetch": "update"}
+    assert verdict("service revision", rev, cost(hub_bytes=360), {"changed_bytes": 360}) == []
+    assert verdict("service revision", rev, cost(hub_bytes=361), {"changed_bytes": 360}) == \
+        ["hub moved more than changed"]
+    assert verdict("remove a service", {"svc-embed-serve-spark-1": "delete", "vllm": "update"},
+                   cost(), {}) == []
+    assert verdict("remove a service", {"model-verify-spark-2": "update"}, cost(hub_bytes=1),
+                   {}) == ["main model touched", "bytes were pulled"]
