@@ -57,8 +57,7 @@ from collections.abc import Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, ServiceConfig, StackConfig
-from hostscripts.ray import HEAD_CONTAINER, WORKER_CONTAINER
-from hostscripts.vllm import SERVE_CONTAINER, service_container
+from hostscripts.paths import StackNames
 from inspection import memory_fit
 from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
 from inspection.memory_fit import Estimate, ModelShape
@@ -514,17 +513,16 @@ def check_shares(cfg: StackConfig, f: NodeFacts, models: ServiceModels) -> list[
     return out
 
 
-def wanted_containers(cfg: StackConfig, node: str, stack: str | None) -> dict[str, str]:
+def wanted_containers(cfg: StackConfig, node: str, names: StackNames) -> dict[str, str]:
     """The container names the stack runs on `node`, each with what it is."""
-    names = {}
+    wanted = {}
     if node == cfg.head.name or cfg.vllm.executor == "mp":  # mp: a vLLM rank on every node
-        names[SERVE_CONTAINER] = "the main vLLM"
+        wanted[names.serve] = "the main vLLM"
     if cfg.vllm.executor == "ray":
-        names[HEAD_CONTAINER if node == cfg.head.name else WORKER_CONTAINER] = "Ray"
-    if stack is not None:
-        for svc in cfg.services_on(node):
-            names[service_container(stack, svc.name)] = f"service {svc.name}"
-    return names
+        wanted[names.ray_head if node == cfg.head.name else names.ray_worker] = "Ray"
+    for svc in cfg.services_on(node):
+        wanted[names.service(svc.name)] = f"service {svc.name}"
+    return wanted
 
 
 def wanted_ports(cfg: StackConfig, node: str) -> dict[int, str]:
@@ -540,14 +538,20 @@ def wanted_ports(cfg: StackConfig, node: str) -> dict[int, str]:
     return ports
 
 
+def stack_names(stack_label: str | None) -> StackNames | None:
+    """The names of the stack whose label (`<project>/<stack>`) is given."""
+    return StackNames(stack_label.rsplit("/", 1)[-1]) if stack_label is not None else None
+
+
 def check_other_stacks(cfg: StackConfig, f: NodeFacts,
                        stack_label: str | None) -> list[Finding]:
     """Another stack's containers on the node (stacks may share nodes): a container name this
     stack needs, or a port one of them declares (`spark-vllm.port`) that this stack listens on,
     is refused before any change, naming the other stack."""
-    if stack_label is None:
+    mine = stack_names(stack_label)
+    if mine is None:
         return []
-    names = wanted_containers(cfg, f.node, stack_label.rsplit("/", 1)[-1])
+    names = wanted_containers(cfg, f.node, mine)
     ports = wanted_ports(cfg, f.node)
     out: list[Finding] = []
     for c in f.docker.containers if f.docker else []:
@@ -560,8 +564,8 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
                 fact=f"container {c.name} ({c.state or 'created'}) belongs to the stack {other}; "
                      f"this stack needs that name for {names[c.name]}",
                 fix=f"run one of the two stacks on other nodes, or `pulumi destroy` {other} "
-                    "first (stacks sharing nodes can only share services, whose containers "
-                    "are named by stack)"))
+                    "first (a stack's containers are named by stack, a service's by stack and "
+                    "service: rename one of them)"))
         port = c.labels.get("spark-vllm.port", "")
         if port.isdigit() and int(port) in ports:
             out.append(Finding(
@@ -713,10 +717,12 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
     """
     from inspection import hub, recon
 
+    label = _stack_label()
+    names = stack_names(label)
     if runner is None:
-        results = recon.survey_all(cfg, key_path=key_path)
+        results = recon.survey_all(cfg, names=names, key_path=key_path)
     else:
-        results = recon.survey_all(cfg, key_path=key_path, runner=runner)
+        results = recon.survey_all(cfg, names=names, key_path=key_path, runner=runner)
     if callable(model_bytes):
         model_bytes = model_bytes()
     if shape is None:
@@ -724,6 +730,6 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
         shape = manifest.shape if manifest is not None else None
     if callable(service_models):
         service_models = service_models()
-    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label(), shape=shape,
+    plan = check(cfg, results, model_bytes=model_bytes, stack_label=label, shape=shape,
                  services=service_models)
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

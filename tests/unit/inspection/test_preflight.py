@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hostscripts.paths import StackNames
 from inspection import preflight, recon
 from inspection.preflight import Plan, PreflightError
 from tests.unit.inspection.recon_helpers import (
@@ -598,22 +599,28 @@ def test_a_service_whose_model_outgrows_its_share_is_refused():
     assert ok.memory_budget_bytes["spark-2"] == alone.memory_budget_bytes["spark-2"]
 
 
-def _other_stack(name: str, port: str | None = None) -> str:
-    labels = "spark-vllm.managed=true,spark-vllm.stack=spark-vllm/other"
-    if port:
-        labels += f",spark-vllm.port={port}"
+def _container(name: str, stack: str = "other", **labels: str) -> str:
+    """A `docker ps` line of a container of the stack `spark-vllm/<stack>` (labels by their
+    short names: role, port, master_port, service)."""
+    text = ",".join([f"spark-vllm.managed=true,spark-vllm.stack=spark-vllm/{stack}",
+                     *(f"spark-vllm.{k.replace('_', '-')}={v}" for k, v in labels.items())])
     return (f'{{"ID":"{"cd34" * 16}","Names":"{name}","Image":"x","State":"running",'
-            f'"Labels":"{labels}"}}')
+            f'"Labels":"{text}"}}')
+
+
+def _other_stack(name: str, port: str | None = None) -> str:
+    return _container(name, **({"port": port} if port else {}))
 
 
 def test_a_name_or_port_held_by_another_stack_is_refused_before_any_change():
-    facts = facts_of(spark_output(1), assemble(spark_sections(
-        2, docker_ps=_other_stack("spark-vllm-ray-worker"))))
+    # names are by stack, but `dev-ray`'s service `worker` would be dev's Ray worker
+    facts = facts_of(spark_output(1), assemble(spark_sections(2, docker_ps=_container(
+        "spark-vllm-dev-ray-worker", "dev-ray", role="vllm-service", service="worker"))))
     err = fail(config(), facts, stack_label="spark-vllm/dev")
     (finding,) = only(err, "other_stack")
     assert finding.node == "spark-2"
-    assert finding.fact == ("container spark-vllm-ray-worker (running) belongs to the stack "
-                            "spark-vllm/other; this stack needs that name for Ray")
+    assert finding.fact == ("container spark-vllm-dev-ray-worker (running) belongs to the stack "
+                            "spark-vllm/dev-ray; this stack needs that name for Ray")
     facts = facts_of(assemble(spark_sections(
         1, docker_ps=_other_stack("spark-vllm-other-embed", "8100"))), spark_output(2))
     err = fail(config(services=[EMBED]), facts, stack_label="spark-vllm/dev")
@@ -622,11 +629,14 @@ def test_a_name_or_port_held_by_another_stack_is_refused_before_any_change():
                             "spark-vllm/other; this stack listens there "
                             "(spark-vllm:services[0].port)")
     # the names each node needs: the main vLLM on the head only with Ray, on every node with mp
-    assert preflight.wanted_containers(config(), "spark-2", "dev") == {
-        "spark-vllm-ray-worker": "Ray"}
-    assert "spark-vllm-serve" in preflight.wanted_containers(
+    names = StackNames("dev")
+    assert preflight.wanted_containers(config(), "spark-2", names) == {
+        "spark-vllm-dev-ray-worker": "Ray"}
+    assert preflight.wanted_containers(config(), "spark-1", names) == {
+        "spark-vllm-dev-serve": "the main vLLM", "spark-vllm-dev-ray-head": "Ray"}
+    assert "spark-vllm-dev-serve" in preflight.wanted_containers(
         config(vllm={**config().vllm.model_dump(by_alias=True), "executor": "mp"}), "spark-2",
-        "dev")
+        names)
     # the other stack's service container with a name and port of its own is no collision
     preflight.check(config(services=[{**EMBED, "port": 8200}]), facts,
                     stack_label="spark-vllm/dev")
