@@ -130,6 +130,12 @@ def test_a_service_container_stopped_behind_the_stack_reruns_only_its_gate(build
     ({**EMBED, "nodes": ["spark-9"]}, "services[0].nodes: got ['spark-9']"),
     ({**EMBED, "nodes": []}, "services[0].nodes: got []"),
     ({**EMBED, "name": "Embed_1"}, "lowercase DNS label"),
+    # the stack's own containers are spark-vllm-<stack>-<what>, a service's -<service>
+    ({**EMBED, "name": "serve"}, "services[0].name: got 'serve'; expected a name other than "
+                                 "the stack's own containers'"),
+    ({**EMBED, "name": "ray-head"}, "services[0].name: got 'ray-head'"),
+    ({**EMBED, "name": "ray-worker"}, "services[0].name: got 'ray-worker'"),
+    ({**EMBED, "name": "model-seeder"}, "services[0].name: got 'model-seeder'"),
     ({**EMBED, "task": "classify"}, "services[0].task"),
     ({k: v for k, v in EMBED.items() if k != "gpuMemoryUtilization"},
      "services[0].gpuMemoryUtilization"),
