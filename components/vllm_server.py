@@ -121,6 +121,16 @@ def local_url(vllm: VllmConfig) -> str:
     return f"http://{host}:{vllm.port}"
 
 
+def port_labels(vllm: VllmConfig, cluster: Cluster) -> dict[str, str]:
+    """The host ports the head's vLLM listens on, as labels preflight reads (another stack that
+    would listen there is refused): the API, and with vllm.executor mp on more than one node the
+    torch.distributed master port the other ranks join."""
+    labels = {"spark-vllm.port": str(vllm.port)}
+    if vllm.executor == "mp" and len(cluster.nodes) > 1:
+        labels["spark-vllm.master-port"] = str(vllm.master_port)
+    return labels
+
+
 def head_health_url(vllm: VllmConfig, head: SparkNode) -> str:
     """The head's /health as the other nodes reach it (mp): its fabric address when vLLM listens
     on every address (config refuses a loopback `vllm.host` with mp on more than one node)."""
@@ -290,6 +300,7 @@ class VllmServer(pulumi.ComponentResource):
         depends: list[pulumi.Resource] = [self.caches[node.name], *args.after]
         ray_opts: dict[str, Any] = {}
         if is_head:
+            labels.update(port_labels(v, args.cluster))
             mounts.append(docker.ContainerMountArgs(
                 target=VLLM_KEY, type="bind", source=names.vllm_key_file, read_only=True))
             extra_labels.append(docker.ContainerLabelArgs(

@@ -111,7 +111,9 @@ def model_seeder_start(
     `bind_ips` (the head's carrier-up twins, primary first), one listener each, same port.
 
     `targets` and `commit` are in the text so the seeder runs again whenever a pull will. The
-    container is the stack's (StackNames.model_seeder).
+    container is the stack's (StackNames.model_seeder) and declares its port
+    (`spark-vllm.port`), so preflight refuses another stack that would seed on the same node
+    while it runs.
     """
     if not bind_ips:
         raise ValueError("model_seeder_start: no fabric address to listen on")
@@ -119,6 +121,7 @@ def model_seeder_start(
     root = f"{HF_MOUNT}/hub/{repo_dir(repo)}"
     binds = ",".join(bind_ips)
     seeder = q(names.model_seeder)
+    labels = {**labels, "spark-vllm.port": str(MODEL_SEED_PORT)}
     return "\n".join(
         [
             "set -eu",

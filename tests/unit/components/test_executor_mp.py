@@ -60,6 +60,10 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
         # a replaced headless vLLM replaces the head's: their IDs are one of its labels
         labels = {x["label"]: x["value"] for x in head["labels"]}
         label = labels["spark-vllm.headless-containers"]
+        # and the head declares the ports it listens on, the master port too (preflight)
+        assert labels["spark-vllm.port"] == "8000"
+        assert labels["spark-vllm.master-port"] == "29501"  # vllm.masterPort's default
+        assert not any(x["label"] == "spark-vllm.port" for x in worker["labels"])
         assert label.split() == [hashlib.sha256(f"vllm-serve-spark-{i}".encode()).hexdigest()
                                  for i in range(2, n + 1)]
         # the gate probes from the vLLM container itself (there is no Ray head container)

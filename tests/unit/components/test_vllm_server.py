@@ -324,6 +324,9 @@ def test_api_key_only_as_secret_never_on_a_command_line(build, mocks):
         assert {"target": "/run/spark-vllm/api-key",
                 "source": "/var/lib/spark-vllm/stacks/dev/vllm/api-key",
                 "type": "bind", "readOnly": True} in serve["mounts"]
+        # the head's vLLM declares its port: another stack on the head may not take it
+        labels = {x["label"]: x["value"] for x in serve["labels"]}
+        assert labels["spark-vllm.port"] == "8000" and "spark-vllm.master-port" not in labels
         assert not any(e.startswith("VLLM_API_KEY=") for e in serve["envs"])
         # ...and vLLM's Ray executor is told not to copy it to the workers' processes
         keep = json.loads(uploads(mocks)[
