@@ -46,8 +46,8 @@ RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers r
 COMPILE_CACHE_DIR = "/var/lib/spark-vllm/compile-cache"  # on each node
 COMPILE_CACHE_MOUNT = "/var/cache/spark-vllm"  # inside the Ray containers
 
-# What the stack's files were before they moved into the stack's folder (0.18.0): the commands
-# that write the new ones remove these, so no copy of a secret stays behind after an upgrade.
+# Where releases up to 0.17.0 kept the stack's secrets, before they moved into the stack's folder:
+# the commands that write the new ones remove these, so no copy stays behind after an upgrade.
 LEGACY_VLLM_KEY_FILE = "/var/lib/spark-vllm/vllm/api-key"
 LEGACY_RAY_TOKEN_FILE = "/var/lib/spark-vllm/ray/auth-token"
 

@@ -18,6 +18,8 @@ Checks (each a function below, each with a passing and a failing test in tests/u
                 warning each
   memory        see MEMORY BUDGET below
   disk          free bytes at model.cacheDir >= model bytes not yet in that node's HF cache
+  other_stack   another stack's container on the node holding a name or a port this stack
+                needs, or its Ray where this stack runs Ray (check_other_stacks)
 
 MEMORY BUDGET (per node; GB10 has one unified memory, so "GPU memory" is MemTotal):
     claim   = vllm.gpuMemoryUtilization x MemTotal     vLLM takes this much up front and refuses

@@ -658,8 +658,8 @@ AUTH_ENVS = ["NCCL_SOCKET_IFNAME=enp1s0f1np1", "RAY_AUTH_MODE=token",
              f"RAY_AUTH_TOKEN_PATH={TOKEN_PATH}"]
 AUTH_MOUNTS = [{"target": "/root/.cache/huggingface", "type": "bind",
                 "source": "/root/.cache/huggingface"},
-               {"target": TOKEN_PATH, "type": "bind", "source": "/var/lib/spark-vllm/ray-token",
-                "readOnly": True}]
+               {"target": TOKEN_PATH, "type": "bind",
+                "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token", "readOnly": True}]
 
 
 def _ray(name, envs=AUTH_ENVS, mounts=AUTH_MOUNTS, **over):

@@ -173,7 +173,7 @@ def test_sync_prunes_a_corrupted_blob_before_copying(tmp_path):
 
 
 def test_the_launcher_keeps_the_key_off_every_command_line(tmp_path):
-    """The vLLM container runs `sh -c LAUNCHER spark-vllm-serve <argv>`: the key file's content
+    """The vLLM container runs `sh -c LAUNCHER LAUNCHER_NAME <argv>`: the key file's content
     becomes VLLM_API_KEY of the exec'd argv only, and the argv runs exactly as given."""
     key = tmp_path / "api-key"
     key.write_text("sk-unit\n")

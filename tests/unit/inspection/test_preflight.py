@@ -462,7 +462,7 @@ def test_memory_held_by_the_stacks_own_containers_counts_as_usable():
         meminfo,
     )
     worker = "ab12" * 16
-    ours = (f'{{"ID":"{worker}","Names":"spark-vllm-ray-worker","Image":"x","State":"running",'
+    ours = (f'{{"ID":"{worker}","Names":"spark-vllm-dev-ray-worker","Image":"x","State":"running",'
             '"Labels":"spark-vllm.managed=true,spark-vllm.role=ray-worker"}')
     held = round(91.3 * 1024**3)  # what docker stats showed as 91.3GiB, read from the cgroup
     counters = f"{worker} v2 {held + 4096 * 1000} {4096 * 1000}"
