@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 from hostscripts import common, models  # noqa: E402
+from hostscripts.paths import COMPILE_CACHE_DIR, StackNames  # noqa: E402
 from inspection import hub, recon  # noqa: E402
 from inspection.hub import ModelFile  # noqa: E402
 from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
@@ -62,6 +63,7 @@ from lab.deployments import (  # noqa: E402
 )
 
 HEAD, WORKER, NEW = "spark-1", "spark-2", "spark-3"
+NAMES = StackNames("dev")  # the stack lab/deployments.new_deployment makes
 SECTIONS = ("scaling", "changes", "fanout")
 LAB_DIR = Path("/var/lib/spark-vllm-lab")
 MODEL_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-moe"
@@ -97,15 +99,15 @@ def nic_rx(d: Deployment, node: str) -> dict[str, int]:
 def vllm_identity(d: Deployment) -> str:
     """vLLM's container on the head, as its ID and start time ("" when there is none): a
     replacement changes the ID, a restart by Docker the start time."""
-    return d.ssh(HEAD, "docker inspect -f '{{.Id}} {{.State.StartedAt}}' spark-vllm-serve "
-                       "2>/dev/null || true", check=False).strip()
+    return d.ssh(HEAD, f"docker inspect -f '{{{{.Id}}}} {{{{.State.StartedAt}}}}' "
+                       f"{NAMES.serve} 2>/dev/null || true", check=False).strip()
 
 
 def ray_containers(d: Deployment, nodes) -> dict[str, tuple[str, str]]:
     res = {}
     for n in nodes:
         for name, v in d.containers(n).items():
-            if name.startswith("spark-vllm-ray-"):
+            if name in (NAMES.ray_head, NAMES.ray_worker):
                 res[f"{n}/{name}"] = v
     return res
 
@@ -271,7 +273,7 @@ def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
     cfg = stack_config(d)
     for _ in range(reps):
         t0 = time.monotonic()
-        recon.survey_all(cfg, key_path=d.cfg["sshKeyPath"])
+        recon.survey_all(cfg, names=NAMES, key_path=d.cfg["sshKeyPath"])
         recon_s.append(time.monotonic() - t0)
         t0 = time.monotonic()
         hub.resolve_model(cfg.model.repo, cfg.model.revision, cfg.model.endpoint, None)
@@ -412,12 +414,12 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict]
 
 
 # ------------------------------------------------------------------ 2b. compile cache
-COMPILE_CACHE = "/var/lib/spark-vllm/compile-cache"  # hostscripts/paths.COMPILE_CACHE_DIR
+COMPILE_CACHE = COMPILE_CACHE_DIR  # every stack's on the node
 
 
 def _compile_lines(d: Deployment) -> dict[str, int]:
     """What vLLM's log since its last start says about torch.compile, as counts."""
-    text = d.ssh(HEAD, "docker logs spark-vllm-serve 2>&1 || true")
+    text = d.ssh(HEAD, f"docker logs {NAMES.serve} 2>&1 || true")
     text = text.rsplit("=== spark-vllm: vllm serve starts ===", 1)[-1]
     return {"compiled": text.count("torch.compile took"),
             "loaded from cache": text.count("from the cache") + text.count("Directly load")}
@@ -548,6 +550,7 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
     size = size_mb << 20
     blob = f"{root}/blobs/{etag}"
     labels = {"spark-vllm.managed": "true", "spark-vllm.stack": "bench"}
+    bench = StackNames("bench")
     say(f"fan-out: writing a {size_mb} MiB random blob on {HEAD}; twins {pairs}")
     lab("ssh", HEAD, "sh", "-c",
         f"set -e; mkdir -p {root}/blobs {root}/snapshots/{BENCH_COMMIT}; "
@@ -558,9 +561,9 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
     # the scripts take the image by the ID the daemon reports, as the stack gives it to them
     image = lab("ssh", HEAD, "docker", "image", "inspect", "-f", "{{.Id}}", image).stdout.strip()
     files = [ModelFile("weights.bin", size, etag)]
-    start = models.model_seeder_start(image, cache, BENCH_REPO, [h for h, _ in pairs], labels,
-                                      [WORKER], BENCH_COMMIT)
-    stop = models.model_seeder_stop([WORKER], BENCH_COMMIT, image, [h for h, _ in pairs])
+    start = models.model_seeder_start(bench, image, cache, BENCH_REPO, [h for h, _ in pairs],
+                                      labels, [WORKER], BENCH_COMMIT)
+    stop = models.model_seeder_stop(bench, [WORKER], BENCH_COMMIT, image, [h for h, _ in pairs])
     sync = models.model_sync(image, cache, labels)
     out: dict = {"size_bytes": size, "reps": reps, "twins": len(pairs)}
     try:

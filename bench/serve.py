@@ -2,7 +2,7 @@
 """`make bench-serve STACK=dev`: what the deployed stack serves, measured with vLLM's own benchmark.
 
 Runs `vllm bench serve` (it ships in the serving image) inside vLLM's own container on the head
-(spark-vllm-serve, host network) against the stack's vLLM on 127.0.0.1, at concurrencies 1, 4
+(spark-vllm-<stack>-serve, host network) against the stack's vLLM on 127.0.0.1, at concurrencies 1, 4
 and 16 (--concurrency to change) on a fixed random dataset (seed 0), and writes:
 
   docs/serving-bench.md    a table per concurrency: output tok/s, TTFT and ITL p50/p99, with the
@@ -39,12 +39,10 @@ sys.path.insert(0, str(ROOT))
 from config import ConfigError, StackConfig  # noqa: E402
 from config.ssh import known_hosts_line  # noqa: E402
 from hostscripts.common import repo_dir  # noqa: E402
-from hostscripts.paths import HF_MOUNT, VLLM_KEY  # noqa: E402
+from hostscripts.paths import HF_MOUNT, VLLM_KEY, StackNames  # noqa: E402
 from inspection.recon import ssh_argv  # noqa: E402
 from tools.recon_report import last_up_outputs, load_stack_config  # noqa: E402
 
-# vLLM's container: the one container on the head with the API key (mounted read-only)
-SERVE_CONTAINER = "spark-vllm-serve"
 CONCURRENCIES = (1, 4, 16)
 INPUT_LEN, OUTPUT_LEN = 128, 64
 # Published figures next to ours, quoted from their sources, not measured here. No public
@@ -66,8 +64,10 @@ def say(msg: str) -> None:
     print(f"== {msg}", flush=True)
 
 
-def bench_script(served: str, tokenizer: str, port: int, concurrency: int, prompts: int) -> str:
-    """On the head: one `vllm bench serve` run inside vLLM's container; prints its JSON."""
+def bench_script(names: StackNames, served: str, tokenizer: str, port: int, concurrency: int,
+                 prompts: int) -> str:
+    """On the head: one `vllm bench serve` run inside the stack's vLLM container (the one
+    container on the head with the main API key, mounted read-only); prints its JSON."""
     inner = " ".join(
         [
             f"OPENAI_API_KEY=$(cat {VLLM_KEY}); export OPENAI_API_KEY;",
@@ -83,7 +83,7 @@ def bench_script(served: str, tokenizer: str, port: int, concurrency: int, promp
             "&& cat \"$out/r.json\"; rc=$?; rm -rf \"$out\"; exit $rc",
         ]
     )
-    return f"set -eu\ndocker exec {SERVE_CONTAINER} sh -c {shlex.quote(inner)}\n"
+    return f"set -eu\ndocker exec {names.serve} sh -c {shlex.quote(inner)}\n"
 
 
 def run_on_head(cfg: StackConfig, key: str, script: str, timeout: float) -> str:
@@ -207,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         prompts = args.prompts or max(16, 8 * c)
         say(f"vllm bench serve, concurrency {c}, {prompts} prompts")
         try:
-            out = run_on_head(cfg, key, bench_script(cfg.vllm.served_model_name, tokenizer,
-                                                     cfg.vllm.port, c, prompts), args.timeout)
+            script = bench_script(StackNames(args.stack), cfg.vllm.served_model_name,
+                                  tokenizer, cfg.vllm.port, c, prompts)
+            out = run_on_head(cfg, key, script, args.timeout)
             raw = json.loads(out.strip().splitlines()[-1] if out.strip() else "{}")
         except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
             print(f"bench-serve: {exc}", file=sys.stderr)

@@ -51,6 +51,7 @@ from hostscripts.models import (
     model_sync,
     model_verify,
 )
+from hostscripts.paths import StackNames
 from inspection.hub import ModelManifest, cache_intact
 
 
@@ -115,6 +116,7 @@ class ModelCacheArgs:
     model: ModelConfig
     manifest: ModelManifest  # resolved at the hub before any resource (inspection/hub.py)
     cluster: Cluster
+    names: StackNames  # the seeder's container name
     image_ids: Mapping[str, pulumi.Input[str]]  # per node: the serving image (huggingface_hub)
     labels: Mapping[str, str]  # ownership labels for helper containers
     hf_token: pulumi.Output[str] | None = None
@@ -218,7 +220,7 @@ class ModelCache(pulumi.ComponentResource):
             self,
             create=self._image(head).apply(
                 lambda image: model_seeder_start(
-                    image, a.model.cache_dir, a.model.repo, binds,
+                    a.names, image, a.model.cache_dir, a.model.repo, binds,
                     self._labels("model-seeder"), targets, a.manifest.commit,
                 )
             ),
@@ -248,7 +250,8 @@ class ModelCache(pulumi.ComponentResource):
             f"{name}-seed-stop",
             self,
             create=self._image(head).apply(
-                lambda image: model_seeder_stop(targets, a.manifest.commit, image, binds)
+                lambda image: model_seeder_stop(a.names, targets, a.manifest.commit, image,
+                                                binds)
             ),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,

@@ -10,9 +10,10 @@ mounted with HF_HUB_OFFLINE=1 (the model is already on every node; a container m
 download it), restarted by Docker (`unless-stopped`), never privileged.
 
 Compile and JIT caches (vLLM's torch.compile artifacts, torch inductor, Triton, FlashInfer, CUDA's
-PTX cache) live in a stack-owned folder per node, mounted into the containers and kept on
-`destroy` like the model, so a replaced container (a new image, an env change) does not compile
-again from nothing.
+PTX cache) live in a folder per node, mounted into the containers and kept on `destroy` like the
+model, so a replaced container (a new image, an env change) does not compile again from nothing.
+Every stack on the node shares that folder (the caches are keyed by content); everything else a
+container mounts from the host is the stack's own (hostscripts/paths.StackNames).
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from hostscripts.paths import (
     COMPILE_CACHE_MOUNT,
     HF_MOUNT,
     RAY_SESSION_MOUNT,
-    RAY_TOKEN_FILE,
     RAY_TOKEN_MOUNT,
+    StackNames,
 )
 from hostscripts.ray import compile_cache_dir
 
@@ -65,6 +66,7 @@ class ContainerRuntime(TypedDict):
 
 @dataclass(frozen=True)
 class NodeRuntime:
+    names: StackNames  # the stack's container names and host files
     nccl: NcclEnvironment
     cache_dir: str  # the nodes' HF cache (model.cacheDir)
     image_ids: Mapping[str, pulumi.Input[str]]
@@ -119,7 +121,8 @@ class NodeRuntime:
         ]
         if self.ray:
             mounts.insert(1, docker.ContainerMountArgs(
-                target=RAY_TOKEN_MOUNT, type="bind", source=RAY_TOKEN_FILE, read_only=True))
+                target=RAY_TOKEN_MOUNT, type="bind", source=self.names.ray_token_file,
+                read_only=True))
         return mounts
 
 

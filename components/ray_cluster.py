@@ -13,8 +13,10 @@ read-only into each Ray container, and named by RAY_AUTH_MODE=token + RAY_AUTH_T
 token is never in an environment value, a command line, `docker inspect` or plain state; a
 client without it (from the management network, say) is refused by the GCS.
 
-`delete_before_replace=True`: host networking and fixed container names mean the replacement
-can only start once the old container is gone. Readiness: a command on the head polls
+Container names and host files are the stack's (hostscripts/paths.StackNames), but Ray's own
+ports are not all `ray.port`: a second stack's Ray on the same node is refused by preflight.
+`delete_before_replace=True`: host networking (ports, GPU) and container names mean the
+replacement can only start once the old container is gone. Readiness: a command on the head polls
 `ray status` until every node and every GPU has joined.
 """
 
@@ -32,17 +34,8 @@ from components.model_cache import Again
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
-from hostscripts.paths import (
-    RAY_SESSION_DIR,
-    RAY_SESSION_MOUNT,
-)
-from hostscripts.ray import (
-    HEAD_CONTAINER,
-    WORKER_CONTAINER,
-    ray_ready,
-    ray_token_remove,
-    ray_token_write,
-)
+from hostscripts.paths import RAY_SESSION_MOUNT, StackNames
+from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
 
 
 def ray_command(ray: RayConfig, node: SparkNode, head: SparkNode) -> list[str]:
@@ -65,10 +58,12 @@ def ray_command(ray: RayConfig, node: SparkNode, head: SparkNode) -> list[str]:
     return ["ray", "start", "--block", "--address", f"{head.fabric_ip}:{ray.port}", *common]
 
 
-def session_volume() -> docker.ContainerVolumeArgs:
-    """Ray's session folder on the head, in the Ray head container and the vLLM container. A
-    `volumes` bind: Docker creates the host folder when it is missing (after a reboot)."""
-    return docker.ContainerVolumeArgs(host_path=RAY_SESSION_DIR, container_path=RAY_SESSION_MOUNT)
+def session_volume(names: StackNames) -> docker.ContainerVolumeArgs:
+    """The stack's Ray session folder on the head, in the Ray head container and the vLLM
+    container. A `volumes` bind: Docker creates the host folder when it is missing (after a
+    reboot)."""
+    return docker.ContainerVolumeArgs(host_path=names.ray_session_dir,
+                                      container_path=RAY_SESSION_MOUNT)
 
 
 @dataclass
@@ -105,6 +100,7 @@ class RayCluster(pulumi.ComponentResource):
             opts,
         )
         self._args = args
+        names = args.runtime.names
         # A token file gone behind the stack (another stack's destroy on shared nodes, a node
         # reinstalled) is written again: recon saw it absent, so its command gets a fresh
         # trigger (components/model_cache.Again: no diff while the file is there). Delete
@@ -116,8 +112,8 @@ class RayCluster(pulumi.ComponentResource):
             n.name: n.command(
                 f"{name}-token-{n.name}",
                 self,
-                create=ray_token_write(),
-                delete=ray_token_remove(),
+                create=ray_token_write(names),
+                delete=ray_token_remove(names),
                 stdin=args.ray_token,
                 secret_outputs=["stdout"],
                 logging=remote.Logging.STDERR,  # its stdout (the file's hash) is for a label only
@@ -128,10 +124,10 @@ class RayCluster(pulumi.ComponentResource):
             for n in cluster.nodes
         }
         self.caches = compile_cache_dirs(name, self, cluster)
-        self.head = self._container(f"{name}-head", HEAD_CONTAINER, "ray-head", cluster.head,
+        self.head = self._container(f"{name}-head", names.ray_head, "ray-head", cluster.head,
                                     list(args.after))
         self.workers = {
-            n.name: self._container(f"{name}-worker-{n.name}", WORKER_CONTAINER, "ray-worker", n,
+            n.name: self._container(f"{name}-worker-{n.name}", names.ray_worker, "ray-worker", n,
                                     [*args.after, self.head])
             for n in cluster.workers
         }
@@ -145,7 +141,7 @@ class RayCluster(pulumi.ComponentResource):
             self,
             create=self.container_ids.apply(
                 lambda ids: ray_ready(
-                    HEAD_CONTAINER, len(cluster.nodes), gpus, args.ready_timeout_seconds, ids
+                    names.ray_head, len(cluster.nodes), gpus, args.ready_timeout_seconds, ids
                 )
             ),
             depends_on=all_containers,
@@ -181,7 +177,7 @@ class RayCluster(pulumi.ComponentResource):
         labels = {**args.labels, "spark-vllm.role": role, "spark-vllm.node": node.name}
         # On the head, Ray's session folder is shared with the vLLM container (the driver)
         volumes = (
-            [session_volume()]
+            [session_volume(args.runtime.names)]
             if node is args.cluster.head
             else None
         )

@@ -28,6 +28,7 @@ from components.vllm_image import VllmImage, VllmImageArgs, registry_host
 from components.vllm_server import VllmServer, VllmServerArgs
 from components.vllm_service import VllmService, VllmServiceArgs, restart_reasons
 from config import Secrets, StackConfig
+from hostscripts.paths import StackNames
 from inspection.facts import NodeFacts
 from inspection.hub import ModelManifest
 from inspection.preflight import Plan
@@ -128,6 +129,7 @@ def build_stack(
     project = project or pulumi.get_project()
     stack = stack or pulumi.get_stack()
     labels = ownership_labels(project, stack)
+    names = StackNames(stack)  # every container name and host file of this stack
     missing = [n.name for n in cfg.nodes if n.name not in facts]
     if missing:
         raise ValueError(f"build_stack: recon returned no facts for {missing}")
@@ -140,7 +142,7 @@ def build_stack(
     image = VllmImage(
         "image",
         VllmImageArgs(
-            image=cfg.image, cluster=cluster, labels=labels, rdma=cfg.nccl.rdma,
+            image=cfg.image, cluster=cluster, names=names, labels=labels, rdma=cfg.nccl.rdma,
             load_format=cfg.vllm.load_format, after=fabric,
         ),
     )
@@ -150,6 +152,7 @@ def build_stack(
             model=cfg.model,
             manifest=manifest,
             cluster=cluster,
+            names=names,
             image_ids=image.image_ids,
             labels=labels,
             hf_token=secrets.hf_token,
@@ -159,8 +162,8 @@ def build_stack(
     )
     stopped = [c for n in cluster.nodes for c in n.stopped]
     with_ray = cfg.vllm.executor == "ray"
-    runtime = NodeRuntime(nccl=nccl, cache_dir=cfg.model.cache_dir, image_ids=image.image_ids,
-                          nofile=cfg.ray.nofile, ray=with_ray)
+    runtime = NodeRuntime(names=names, nccl=nccl, cache_dir=cfg.model.cache_dir,
+                          image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray)
     ray = RayCluster(
         "ray",
         RayClusterArgs(
@@ -197,13 +200,13 @@ def build_stack(
                                      for s in cfg.services_on(n.name)} for n in cfg.nodes},
         ),
     )
-    services = _services(cfg, facts, secrets, cluster, runtime, labels, stack, made, model,
-                         vllm, service_manifests or {})
+    services = _services(cfg, facts, secrets, cluster, runtime, labels, made, model, vllm,
+                         service_manifests or {})
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services)
 
 
 def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets,
-              cluster: Cluster, runtime: NodeRuntime, labels: Mapping[str, str], stack: str,
+              cluster: Cluster, runtime: NodeRuntime, labels: Mapping[str, str],
               made: StackSecrets, model: ModelCache, vllm: VllmServer,
               manifests: Mapping[str, ModelManifest]) -> dict[str, VllmService]:
     """A VllmService per `services` entry. Each one's model follows the main model's and the
@@ -227,7 +230,6 @@ def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets
                 cluster=Cluster(head=nodes[0], workers=tuple(nodes[1:])),
                 runtime=runtime,
                 labels=labels,
-                stack=stack,
                 api_key=made.api_key,
                 health=cfg.health,
                 environment=cfg.environment,

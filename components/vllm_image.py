@@ -45,6 +45,7 @@ from hostscripts.images import (
     image_seeder_start,
     image_seeder_stop,
 )
+from hostscripts.paths import StackNames
 from inspection.image_probe import ImageProbe, ImageProbeError, judge, parse_probe, warnings
 
 
@@ -92,6 +93,7 @@ def pinned_ref(ref: str, digest: str) -> str:
 class VllmImageArgs:
     image: ImageConfig
     cluster: Cluster
+    names: StackNames  # the image seeder's pid and log files on the head
     labels: Mapping[str, str]  # ownership labels for the probe's throw-away container
     rdma: bool  # nccl.rdma: the image must carry libibverbs
     load_format: str = "auto"  # vllm.loadFormat: fastsafetensors needs a patched image
@@ -125,6 +127,7 @@ class VllmImage(pulumi.ComponentResource):
         self.images = {}
         self.copies = {}
         self.after = list(args.after)
+        self.names = args.names
         self.pull_ref = self._pull_ref(image, cluster.head)
 
         self.images[cluster.head.name] = self._remote_image(name, cluster.head, [])
@@ -220,7 +223,7 @@ class VllmImage(pulumi.ComponentResource):
         start = head.command(
             f"{name}-seed",
             self,
-            create=image_seeder_start(ref, head.fabric_ip, targets),
+            create=image_seeder_start(self.names, ref, head.fabric_ip, targets),
             depends_on=[*self.after, self.images[head.name]],
         )
         for node in cluster.workers:
@@ -235,7 +238,7 @@ class VllmImage(pulumi.ComponentResource):
         stop = head.command(
             f"{name}-seed-stop",
             self,
-            create=image_seeder_stop(targets, ref),
+            create=image_seeder_stop(self.names, targets, ref),
             depends_on=list(self.copies.values()),
         )
         self.seeder = (start, stop)

@@ -1,11 +1,12 @@
 """VllmServer: vLLM as a supervised container on the head, gated on health.
 
-With the Ray executor vLLM is a Ray driver: the container `spark-vllm-serve` runs on the head
+With the Ray executor vLLM is a Ray driver: the container `spark-vllm-<stack>-serve` runs on the
+head
 from the same image as the Ray containers, with the same runtime (host network, every GPU, host
 IPC, the HF cache offline, the compile caches) and joins the stack's Ray cluster
 (RAY_ADDRESS, the cluster token). A Ray driver finds its node's raylet by the processes it sees
 and connects through the files in Ray's session folder, so the container shares the Ray head
-container's PID namespace and session folder (hostscripts/paths.RAY_SESSION_DIR).
+container's PID namespace and session folder (hostscripts/paths.StackNames.ray_session_dir).
 
 Supervision is Docker's: the container restarts (`unless-stopped`) whenever vLLM exits - an
 OOM, a lost Ray worker (vLLM's Ray executor shuts down when a worker dies), the Ray head
@@ -13,7 +14,7 @@ restarting (the container shares its PID namespace), a reboot - and vLLM waits f
 cluster's GPUs as it starts, so it serves again with no `up`.
 
 With vLLM's own multi-node executor (`vllm.executor: mp`) there is no Ray: every node runs a
-`spark-vllm-serve` container with the same flags plus its place (`--nnodes`, `--node-rank`,
+`spark-vllm-<stack>-serve` container with the same flags plus its place (`--nnodes`, `--node-rank`,
 `--master-addr` the head's fabric address, `--master-port`); the head's serves the API, the
 others run `--headless`. vLLM's ranks do not find each other again by themselves: a headless
 rank waits on its head forever, and a head whose headless rank died exits when a request fails
@@ -56,17 +57,11 @@ from components.ray_cluster import RayCluster, session_volume
 from components.spark_node import Cluster, SparkNode
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
-from hostscripts.paths import (
-    VLLM_CONFIG_ROOT,
-    VLLM_KEY,
-    VLLM_KEY_FILE,
-)
-from hostscripts.ray import HEAD_CONTAINER
+from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
 from hostscripts.vllm import (
     CHAT_TEMPLATE,
-    SERVE_CONTAINER,
-    api_key_remove,
-    api_key_write,
+    main_key_remove,
+    main_key_write,
     mp_node_flags,
     non_carry_over_json,
     serve_entrypoint,
@@ -126,6 +121,16 @@ def local_url(vllm: VllmConfig) -> str:
     return f"http://{host}:{vllm.port}"
 
 
+def port_labels(vllm: VllmConfig, cluster: Cluster) -> dict[str, str]:
+    """The host ports the head's vLLM listens on, as labels preflight reads (another stack that
+    would listen there is refused): the API, and with vllm.executor mp on more than one node the
+    torch.distributed master port the other ranks join."""
+    labels = {"spark-vllm.port": str(vllm.port)}
+    if vllm.executor == "mp" and len(cluster.nodes) > 1:
+        labels["spark-vllm.master-port"] = str(vllm.master_port)
+    return labels
+
+
 def head_health_url(vllm: VllmConfig, head: SparkNode) -> str:
     """The head's /health as the other nodes reach it (mp): its fabric address when vLLM listens
     on every address (config refuses a loopback `vllm.host` with mp on more than one node)."""
@@ -175,6 +180,7 @@ class VllmServer(pulumi.ComponentResource):
         props = self._props(args)
         super().__init__("spark-vllm:vllm_server:VllmServer", name, props, opts)
         v, ray, head = args.vllm, args.ray, args.cluster.head
+        names = args.runtime.names
         self.argv = self._argv(args, head)
         # A key file gone behind the stack (another stack's destroy on shared nodes) is written
         # again: recon saw it absent, so the command gets a fresh trigger (model_cache.Again);
@@ -184,8 +190,8 @@ class VllmServer(pulumi.ComponentResource):
         self.api_key_file = head.command(
             f"{name}-api-key",
             self,
-            create=api_key_write(),
-            delete=api_key_remove(),
+            create=main_key_write(names),
+            delete=main_key_remove(names),
             stdin=args.api_key,
             secret_outputs=["stdin", "stdout"],
             logging=remote.Logging.STDERR,  # its stdout (the file's hash) is for a label only
@@ -219,7 +225,7 @@ class VllmServer(pulumi.ComponentResource):
                 f"{name}-ranks-restart",
                 self,
                 create="true",
-                update=vllm_ranks_restart(SERVE_CONTAINER),
+                update=vllm_ranks_restart(names.serve),
                 stdin=marker,
                 ignore_changes=["stdin"] if ignore else None,
                 depends_on=gate_after,
@@ -234,15 +240,16 @@ class VllmServer(pulumi.ComponentResource):
             self,
             create=ids.apply(
                 lambda i: vllm_health_gate(
-                    SERVE_CONTAINER,
+                    names.serve,
                     # the probe runs in the Ray head container, which outlives vLLM's restarts;
                     # without Ray in the vLLM container (the gate stops it if vLLM exits)
-                    HEAD_CONTAINER if ray is not None else SERVE_CONTAINER,
+                    names.ray_head if ray is not None else names.serve,
                     i,
                     local_url(v),
                     v.served_model_name,
                     args.health.smoke_prompt,
                     args.health.timeout_seconds,
+                    key_file=names.vllm_key_file,
                 )
             ),
             triggers=[marker],
@@ -283,6 +290,7 @@ class VllmServer(pulumi.ComponentResource):
         """A vLLM container on `node`: with Ray, the head's Ray driver (see the module
         docstring); with mp, the head's API server or another node's headless vLLM."""
         v, ray, runtime = args.vllm, args.ray, args.runtime
+        names = runtime.names
         is_head = node is args.cluster.head
         env = runtime.env(node)
         mounts = runtime.mounts()
@@ -292,8 +300,9 @@ class VllmServer(pulumi.ComponentResource):
         depends: list[pulumi.Resource] = [self.caches[node.name], *args.after]
         ray_opts: dict[str, Any] = {}
         if is_head:
+            labels.update(port_labels(v, args.cluster))
             mounts.append(docker.ContainerMountArgs(
-                target=VLLM_KEY, type="bind", source=VLLM_KEY_FILE, read_only=True))
+                target=VLLM_KEY, type="bind", source=names.vllm_key_file, read_only=True))
             extra_labels.append(docker.ContainerLabelArgs(
                 label="spark-vllm.api-key",
                 value=self.api_key_file.stdout.apply(lambda s: s.split()[-1])))
@@ -321,14 +330,14 @@ class VllmServer(pulumi.ComponentResource):
                                           value=ray.container_ids),
             ]
             ray_opts = {
-                "volumes": [session_volume()],
+                "volumes": [session_volume(names)],
                 # a Ray driver finds its raylet among the processes it sees: the Ray head's
                 "pid_mode": ray.head.id.apply(lambda i: f"container:{i}"),
             }
             depends += [ray.ready, ray.head, *ray.workers.values()]
         return docker.Container(
             res_name,
-            name=SERVE_CONTAINER,
+            name=names.serve,
             # a headless rank follows the head's restarts (payloads/vllm_rank_watch.py)
             entrypoints=serve_entrypoint(
                 None if is_head else head_health_url(v, args.cluster.head)),
@@ -348,7 +357,8 @@ class VllmServer(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=node.provider,
-                delete_before_replace=True,  # a fixed name and the port on the host network
+                # its name, and its port and GPU on the host network: the old one goes first
+                delete_before_replace=True,
                 depends_on=depends,
             ),
         )
@@ -365,7 +375,8 @@ class VllmServer(pulumi.ComponentResource):
             self,
             create=pulumi.Output.all(self.serve.id, self.health.id).apply(
                 lambda a: vllm_nccl_lines(
-                    SERVE_CONTAINER, hashlib.sha256(f"{a[0]}\n{a[1]}".encode()).hexdigest()[:16]
+                    args.runtime.names.serve,
+                    hashlib.sha256(f"{a[0]}\n{a[1]}".encode()).hexdigest()[:16],
                 )
             ),
             logging=remote.Logging.STDERR,  # the lines are kept in its stdout, not logged

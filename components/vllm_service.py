@@ -39,8 +39,6 @@ from hostscripts.vllm import (
     TASK_FLAGS,
     api_key_write,
     serve_entrypoint,
-    service_container,
-    service_key_file,
     service_key_remove,
     vllm_argv,
     vllm_health_gate,
@@ -105,9 +103,8 @@ class VllmServiceArgs:
     model: ModelConfig  # cfg.service_model(service): the service's repo in the main cache
     manifest: ModelManifest  # resolved at the hub before any resource
     cluster: Cluster  # the service's nodes (the first fetches from the hub)
-    runtime: NodeRuntime
+    runtime: NodeRuntime  # with the stack's names (runtime.names)
     labels: Mapping[str, str]  # managed + stack
-    stack: str
     api_key: pulumi.Output[str]
     health: HealthConfig
     environment: str
@@ -132,11 +129,13 @@ class VllmService(pulumi.ComponentResource):
         super().__init__("spark-vllm:vllm_service:VllmService", name, props, opts)
         svc = args.service
         self.args = args
-        self.container_name = service_container(args.stack, svc.name)
-        self.key_file = service_key_file(args.stack, svc.name)
+        names = args.runtime.names
+        self.container_name = names.service(svc.name)
+        self.key_file = names.service_key_file(svc.name)
         self.model = ModelCache(
             f"{name}-model",
             ModelCacheArgs(model=args.model, manifest=args.manifest, cluster=args.cluster,
+                           names=names,
                            image_ids=args.runtime.image_ids, labels=args.labels,
                            hf_token=args.hf_token, fabric_subnets=args.fabric_subnets),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
@@ -148,7 +147,7 @@ class VllmService(pulumi.ComponentResource):
                 f"{name}-api-key-{node.name}",
                 self,
                 create=api_key_write(self.key_file),
-                delete=service_key_remove(args.stack, svc.name),
+                delete=service_key_remove(names, svc.name),
                 stdin=args.api_key,
                 secret_outputs=["stdin", "stdout"],
                 logging=remote.Logging.STDERR,
@@ -195,7 +194,8 @@ class VllmService(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=node.provider,
-                delete_before_replace=True,  # a fixed name and the port on the host network
+                # its name, and its port and GPU on the host network: the old one goes first
+                delete_before_replace=True,
                 depends_on=[self.model, key, args.caches[node.name]],
             ),
         )

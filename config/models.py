@@ -18,6 +18,7 @@ from pydantic.alias_generators import to_camel
 
 from config.forms import (
     GIB,
+    STACK_CONTAINERS,
     check_port,
     check_ref_name,
     credential_in_url,
@@ -782,6 +783,10 @@ class ServiceConfig(ServeSettings):
         if not _DNS_LABEL.fullmatch(v):
             raise ValueError("expected a lowercase DNS label such as embed or rerank (it names "
                              "the service's container and resources)")
+        if v in STACK_CONTAINERS:
+            raise ValueError(f"expected a name other than the stack's own containers' "
+                             f"{list(STACK_CONTAINERS)}: the service's container "
+                             f"spark-vllm-<stack>-{v} would take the name of the stack's")
         return v
 
     @field_validator("repo")

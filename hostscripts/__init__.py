@@ -16,7 +16,7 @@ the lab can run the very same scripts against the simulated Sparks. Rules every 
   a command whose variables the node's sshd does not accept (AcceptEnv).
 
     common.py    quoting, labels, HF cache names, reading payload files
-    paths.py     fixed places and ports on the nodes
+    paths.py     places and ports on the nodes: the fixed ones, and each stack's (StackNames)
     foreign.py   stopping and giving back foreign containers
     images.py    the image copy from the head (seeder, pull)
     models.py    model fetch, seeder, sync, verify

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 
 from config.forms import CONTAINER_ID, clip, is_image_id
+from hostscripts.paths import StackNames
 
 CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 
@@ -87,6 +88,24 @@ def secret_file_write(path: str, what: str) -> str:
             f"echo \"{what} $(sha256sum {q(path)} | cut -d' ' -f1)\"",
         ]
     )
+
+
+def stack_file_remove(names: StackNames, path: str) -> str:
+    """A file of the stack's folder (StackNames.dir) removed, with its folders up to the
+    stack's as far as they are empty (another file of the stack may keep them)."""
+    if not path.startswith(names.dir + "/"):
+        raise ValueError(f"{path} is not in the stack's folder {names.dir}")
+    folders, d = [], path.rsplit("/", 1)[0]
+    while len(d) >= len(names.dir):
+        folders.append(d)
+        d = d.rsplit("/", 1)[0]
+    return f"rm -f {q(path)}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
+
+
+def legacy_file_remove(path: str) -> str:
+    """A file an older version kept at a fixed place (hostscripts/paths LEGACY_*), with its
+    folder when that is empty."""
+    return f"rm -f {q(path)}; rmdir {q(path.rsplit('/', 1)[0])} 2>/dev/null || true"
 
 
 def verdict_script(title: str, lines: Sequence[str], problems: Sequence[str],

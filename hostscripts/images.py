@@ -11,20 +11,22 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from hostscripts.common import image_id, label_flags, payload, q, verdict_script
-from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS
+from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
 _FETCH_PY = payload("fetch_url.py")
 _PROBE_PY = payload("image_probe.py")
 
 
-def image_seeder_start(ref: str, bind_ip: str, targets: Sequence[str]) -> str:
-    """On the head: serve `docker save <ref>` over HTTP on the fabric address, in the background.
+def image_seeder_start(names: StackNames, ref: str, bind_ip: str,
+                       targets: Sequence[str]) -> str:
+    """On the head: serve `docker save <ref>` over HTTP on the fabric address, in the background
+    (its pid and log files are the stack's).
 
     `targets` is part of the text on purpose: adding a node changes it, so the seeder runs again
     for the new node's pull.
     """
-    pidfile = "/run/spark-vllm-image-seeder.pid"
+    pidfile, log = q(names.image_seeder_pid), q(names.image_seeder_log)
     return "\n".join(
         [
             "set -eu",
@@ -33,17 +35,17 @@ def image_seeder_start(ref: str, bind_ip: str, targets: Sequence[str]) -> str:
             f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; fi",
             f"setsid nohup timeout {SEED_TIMEOUT_SECONDS} python3 -c {q(_IMAGE_SEEDER_PY)} "
             f"{q(bind_ip)} {IMAGE_SEED_PORT} {q(ref)} </dev/null "
-            ">/var/log/spark-vllm-image-seeder.log 2>&1 &",
+            f">{log} 2>&1 &",
             f"echo $! > {pidfile}",
             f"echo image seeder on {bind_ip}:{IMAGE_SEED_PORT}",
         ]
     )
 
 
-def image_seeder_stop(targets: Sequence[str], ref: str) -> str:
+def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str) -> str:
     """Stops what image_seeder_start started. Carries `ref` as well as the targets: whatever
     makes the seeder run again must make the stop run again, or the seeder stays up."""
-    pidfile = "/run/spark-vllm-image-seeder.pid"
+    pidfile = q(names.image_seeder_pid)
     return "\n".join(
         [
             "set -eu",

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
 from hostscripts.common import image_id, label_flags, payload, q, repo_dir
-from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, MODEL_SEEDER, SEED_TIMEOUT_SECONDS
+from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 from inspection.hub import ModelFile
 
 _SNAPSHOT_PY = payload("snapshot_download.py")
@@ -98,6 +98,7 @@ def model_fetch(
 
 
 def model_seeder_start(
+    names: StackNames,
     image: str,
     cache_dir: str,
     repo: str,
@@ -109,19 +110,24 @@ def model_seeder_start(
     """On the head: serve the repo's cache folder read-only over HTTP on each fabric address in
     `bind_ips` (the head's carrier-up twins, primary first), one listener each, same port.
 
-    `targets` and `commit` are in the text so the seeder runs again whenever a pull will.
+    `targets` and `commit` are in the text so the seeder runs again whenever a pull will. The
+    container is the stack's (StackNames.model_seeder) and declares its port
+    (`spark-vllm.port`), so preflight refuses another stack that would seed on the same node
+    while it runs.
     """
     if not bind_ips:
         raise ValueError("model_seeder_start: no fabric address to listen on")
     image = image_id(image)  # the daemon's answer: its exact form before any shell
     root = f"{HF_MOUNT}/hub/{repo_dir(repo)}"
     binds = ",".join(bind_ips)
+    seeder = q(names.model_seeder)
+    labels = {**labels, "spark-vllm.port": str(MODEL_SEED_PORT)}
     return "\n".join(
         [
             "set -eu",
             f"# commit {commit} for: {' '.join(targets)}",
-            f"docker rm -f {MODEL_SEEDER} >/dev/null 2>&1 || true",
-            f"docker run -d --rm --name {MODEL_SEEDER} --network host {label_flags(labels)} "
+            f"docker rm -f {seeder} >/dev/null 2>&1 || true",
+            f"docker run -d --rm --name {seeder} --network host {label_flags(labels)} "
             f"-v {q(cache_dir)}:{HF_MOUNT}:ro --entrypoint timeout {q(image)} "
             f"{SEED_TIMEOUT_SECONDS} python3 -c {q(_MODEL_SEEDER_PY)} "
             f"{q(binds)} {MODEL_SEED_PORT} {q(root)} >/dev/null",
@@ -131,7 +137,7 @@ def model_seeder_start(
 
 
 def model_seeder_stop(
-    targets: Sequence[str], commit: str, image: str, bind_ips: Sequence[str]
+    names: StackNames, targets: Sequence[str], commit: str, image: str, bind_ips: Sequence[str]
 ) -> str:
     """Stops what model_seeder_start started. Carries the same inputs (targets, commit, the
     image the seeder runs and the addresses it listens on): an image change re-runs the start,
@@ -142,7 +148,7 @@ def model_seeder_stop(
         [
             "set -eu",
             f"# commit {commit} for: {' '.join(targets)} image: {image} on: {','.join(bind_ips)}",
-            f"docker rm -f {MODEL_SEEDER} >/dev/null 2>&1 || true",
+            f"docker rm -f {q(names.model_seeder)} >/dev/null 2>&1 || true",
             "echo model seeder stopped",
         ]
     )

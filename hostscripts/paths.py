@@ -1,43 +1,141 @@
-"""Fixed places and ports on the nodes (and inside the stack's containers)."""
+"""Places and ports on the nodes (and inside the stack's containers): the fixed ones, and the
+ones of one stack (StackNames), so that several stacks can share nodes."""
 
-from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, STACK_CONTAINERS
 
 __all__ = [
            "COMPILE_CACHE_DIR",
            "COMPILE_CACHE_MOUNT",
            "HF_MOUNT",
            "IMAGE_SEED_PORT",
-           "MODEL_SEEDER",
+           "LEGACY_RAY_TOKEN_FILE",
+           "LEGACY_VLLM_KEY_FILE",
            "MODEL_SEED_PORT",
-           "RAY_SESSION_DIR",
            "RAY_SESSION_MOUNT",
-           "RAY_TOKEN_FILE",
            "RAY_TOKEN_MOUNT",
            "SEED_TIMEOUT_SECONDS",
            "STACK_DIR",
+           "STACK_RUN_DIR",
            "STOPPED_DIR",
            "VLLM_CONFIG_ROOT",
            "VLLM_KEY",
-           "VLLM_KEY_FILE",
+           "StackNames",
 ]
 
 HF_MOUNT = "/root/.cache/huggingface"  # HF_HOME inside every container
 SEED_TIMEOUT_SECONDS = 3600
-MODEL_SEEDER = "spark-vllm-model-seeder"
-# Files of one stack only, in a folder per stack (<STACK_DIR>/<stack>/): what several stacks
-# sharing a node must not share. The services' API key files live there.
+# Files of one stack only, in a folder per stack (<STACK_DIR>/<stack>/, StackNames): what
+# several stacks sharing a node must not share (API keys, the Ray token).
 STACK_DIR = "/var/lib/spark-vllm/stacks"
+# Likewise under /run, emptied by a reboot (Ray's session folder)
+STACK_RUN_DIR = "/run/spark-vllm/stacks"
 STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the stack stopped
-VLLM_KEY_FILE = "/var/lib/spark-vllm/vllm/api-key"  # on the head, root only (0600)
-VLLM_KEY = "/run/spark-vllm/api-key"  # where the vLLM container reads it
+VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)
-# Ray's session folder (sockets, logs), shared by the Ray head container and the vLLM container
-# on the head: a Ray driver connects to its node's raylet through the files in it. Under /run so
-# a reboot starts it empty; Docker creates it (a `volumes` bind) when it is missing.
-RAY_SESSION_DIR = "/run/spark-vllm/ray-session"  # on the head
-RAY_SESSION_MOUNT = "/tmp/ray"  # Ray's default --temp-dir, in both containers
-RAY_TOKEN_FILE = "/var/lib/spark-vllm/ray/auth-token"  # on each node, root only (0600)
-RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers read it
-# Compile and JIT caches, per node, kept across container replacements and `destroy`
+RAY_SESSION_MOUNT = "/tmp/ray"  # Ray's default --temp-dir, in the Ray head and vLLM containers
+RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers read the token
+# Compile and JIT caches, per node, kept across container replacements and `destroy`. Shared by
+# every stack on the node on purpose: the caches are keyed by content (vLLM's by its config and
+# code hash, inductor's, Triton's and FlashInfer's by the kernel's source, CUDA's by the PTX), so
+# two stacks never read each other's entries by mistake and one stack's compile warms the other.
 COMPILE_CACHE_DIR = "/var/lib/spark-vllm/compile-cache"  # on each node
 COMPILE_CACHE_MOUNT = "/var/cache/spark-vllm"  # inside the Ray containers
+
+# Where releases up to 0.17.0 kept the stack's secrets, before they moved into the stack's folder:
+# the commands that write the new ones remove these, so no copy stays behind after an upgrade.
+LEGACY_VLLM_KEY_FILE = "/var/lib/spark-vllm/vllm/api-key"
+LEGACY_RAY_TOKEN_FILE = "/var/lib/spark-vllm/ray/auth-token"
+
+# A Pulumi stack name as it can name a container and a folder (Pulumi allows letters, digits,
+# '-', '_' and '.'; Docker's container names the same, starting with a letter or digit)
+_STACK_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+@dataclass(frozen=True)
+class StackNames:
+    """Every container name and host path that belongs to one stack, derived from the stack's
+    name: two stacks on the same nodes never share one. Containers are `spark-vllm-<stack>-<what>`
+    (a service's `<what>` is its name: config refuses the stack's own, config.forms
+    STACK_CONTAINERS); files live in the stack's folders under STACK_DIR and STACK_RUN_DIR."""
+
+    stack: str
+
+    def __post_init__(self) -> None:
+        if not _STACK_NAME.fullmatch(self.stack) or self.stack.strip(".") == "":
+            raise ValueError(f"not a stack name that can name a container and a folder: "
+                             f"{self.stack!r}")
+
+    def _container(self, what: str) -> str:
+        return f"spark-vllm-{self.stack}-{what}"
+
+    @property
+    def serve(self) -> str:
+        """The main model's vLLM container (on the head; on every node with vllm.executor mp)."""
+        return self._container("serve")
+
+    @property
+    def ray_head(self) -> str:
+        return self._container("ray-head")
+
+    @property
+    def ray_worker(self) -> str:
+        return self._container("ray-worker")
+
+    @property
+    def model_seeder(self) -> str:
+        """The short-lived seeder a model's first node serves the other nodes from."""
+        return self._container("model-seeder")
+
+    def service(self, service: str) -> str:
+        """A service's vLLM container (spark-vllm:services)."""
+        if service in STACK_CONTAINERS:
+            raise ValueError(f"a service may not be named {service!r}: the stack's own "
+                             f"{self._container(service)} has that name")
+        return self._container(service)
+
+    @property
+    def dir(self) -> str:
+        """The stack's folder of files that outlive a reboot (root only)."""
+        return f"{STACK_DIR}/{self.stack}"
+
+    @property
+    def run_dir(self) -> str:
+        """The stack's folder under /run (a reboot empties it)."""
+        return f"{STACK_RUN_DIR}/{self.stack}"
+
+    @property
+    def vllm_key_file(self) -> str:
+        """The main vLLM's API key on the head, root only (0600)."""
+        return f"{self.dir}/vllm/api-key"
+
+    @property
+    def ray_token_file(self) -> str:
+        """The Ray cluster token on every Ray node, root only (0600)."""
+        return f"{self.dir}/ray/auth-token"
+
+    @property
+    def ray_session_dir(self) -> str:
+        """Ray's session folder (sockets, logs) on the head, shared by the Ray head container
+        and the vLLM container: a Ray driver connects to its node's raylet through the files in
+        it. Under /run so a reboot starts it empty; Docker creates it (a `volumes` bind) when it
+        is missing."""
+        return f"{self.run_dir}/ray-session"
+
+    @property
+    def image_seeder_pid(self) -> str:
+        """The pid file of the image seeder on the head (a host process, not a container)."""
+        return f"/run/spark-vllm-{self.stack}-image-seeder.pid"
+
+    @property
+    def image_seeder_log(self) -> str:
+        return f"/var/log/spark-vllm-{self.stack}-image-seeder.log"
+
+    def service_key_file(self, service: str) -> str:
+        """Where a service's node keeps its copy of the API key (root only), its own folder:
+        adding or removing a service never touches the main vLLM's key file or another stack's."""
+        return f"{self.dir}/services/{service}/api-key"

@@ -4,16 +4,16 @@ shows every node and every GPU)."""
 from __future__ import annotations
 
 from hostscripts.common import container_ids as checked_ids
-from hostscripts.common import q, secret_file_write
-from hostscripts.paths import COMPILE_CACHE_DIR, RAY_TOKEN_FILE
-
-HEAD_CONTAINER = "spark-vllm-ray-head"
-WORKER_CONTAINER = "spark-vllm-ray-worker"
+from hostscripts.common import legacy_file_remove, q, secret_file_write, stack_file_remove
+from hostscripts.paths import COMPILE_CACHE_DIR, LEGACY_RAY_TOKEN_FILE, StackNames
 
 
-def ray_token_write() -> str:
-    """On every node: the Ray cluster token (stdin) into its root-only file (secret_file_write)."""
-    return secret_file_write(RAY_TOKEN_FILE, "token")
+def ray_token_write(names: StackNames) -> str:
+    """On every node: the Ray cluster token (stdin) into its root-only file in the stack's folder
+    (secret_file_write), then the copy an older version kept at the fixed LEGACY_RAY_TOKEN_FILE
+    removed: an upgrade leaves no second copy of the secret behind."""
+    return "\n".join([secret_file_write(names.ray_token_file, "token"),
+                      legacy_file_remove(LEGACY_RAY_TOKEN_FILE)])
 
 
 def compile_cache_dir() -> str:
@@ -30,8 +30,9 @@ def compile_cache_dir() -> str:
     )
 
 
-def ray_token_remove() -> str:
-    return f"rm -f {q(RAY_TOKEN_FILE)}"
+def ray_token_remove(names: StackNames) -> str:
+    """The token file and the stack's folders, as far as they are empty."""
+    return stack_file_remove(names, names.ray_token_file)
 
 
 def ray_ready(container: str, nodes: int, gpus: int, timeout: int, container_ids: str) -> str:

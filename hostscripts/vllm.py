@@ -7,8 +7,15 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hostscripts.common import container_ids, payload, q, secret_file_write
-from hostscripts.paths import STACK_DIR, VLLM_KEY, VLLM_KEY_FILE
+from hostscripts.common import (
+    container_ids,
+    legacy_file_remove,
+    payload,
+    q,
+    secret_file_write,
+    stack_file_remove,
+)
+from hostscripts.paths import LEGACY_VLLM_KEY_FILE, VLLM_KEY, StackNames
 
 _HEALTH_PY = payload("vllm_health.py")
 _RANK_WATCH_PY = payload("vllm_rank_watch.py")
@@ -17,7 +24,9 @@ _RANK_WATCH_PY = payload("vllm_rank_watch.py")
 # every rank joined), and more than a busy head's slow answer.
 RANK_WATCH_INTERVAL_S = 5
 RANK_WATCH_MISSES = 3
-SERVE_CONTAINER = "spark-vllm-serve"
+# The launcher shell's $0 (its name in `ps`), in every vLLM container of every stack: not a
+# container name (those are StackNames'), and fixed so that it changes no container.
+LAUNCHER_NAME = "spark-vllm-serve"
 # The chat template vLLM reads (`--chat-template`): uploaded into the vLLM container when it is
 # created (components/vllm_server.py), so its text is in the preview's diff.
 CHAT_TEMPLATE = "/etc/spark-vllm/chat-template.jinja"
@@ -145,7 +154,7 @@ def pinned_speculative_config(
     return out
 
 
-# The container's entrypoint: `sh -c LAUNCHER spark-vllm-serve <argv...>`. The API key is read
+# The container's entrypoint: `sh -c LAUNCHER LAUNCHER_NAME <argv...>`. The API key is read
 # from its root-only file and exported for vLLM (VLLM_API_KEY) by this shell only, so it is in no
 # command line, no `docker inspect` and no container environment.
 LAUNCHER = "; ".join(
@@ -163,22 +172,31 @@ def serve_entrypoint(head_health_url: str | None = None) -> list[str]:
     `head_health_url`: in a `--headless` container (vllm.executor mp), the head's /health; the
     container's main process is then payloads/vllm_rank_watch.py, which ends the container when
     the head's vLLM went away, so Docker starts this rank again to meet the head's next start."""
-    launcher = ["/bin/sh", "-c", LAUNCHER, SERVE_CONTAINER]
+    launcher = ["/bin/sh", "-c", LAUNCHER, LAUNCHER_NAME]
     if head_health_url is None:
         return launcher
     return ["python3", "-c", _RANK_WATCH_PY, head_health_url, str(RANK_WATCH_INTERVAL_S),
             str(RANK_WATCH_MISSES), *launcher]
 
 
-def api_key_write(path: str = VLLM_KEY_FILE) -> str:
-    """On the head (a service's node for `service_key_file`): the API key (stdin) into its
-    root-only file, mounted read-only into the vLLM container; prints the file's sha256 (a label
-    on the container: a new key restarts it)."""
+def api_key_write(path: str) -> str:
+    """On the head (StackNames.vllm_key_file; a service's node for its service_key_file): the
+    API key (stdin) into its root-only file, mounted read-only into the vLLM container; prints
+    the file's sha256 (a label on the container: a new key restarts it)."""
     return secret_file_write(path, "api key")
 
 
-def api_key_remove(path: str = VLLM_KEY_FILE) -> str:
-    return f"rm -f {q(path)}"
+def main_key_write(names: StackNames) -> str:
+    """On the head: the main vLLM's API key (api_key_write) into the stack's folder, then the
+    copy an older version kept at the fixed LEGACY_VLLM_KEY_FILE removed: an upgrade leaves no
+    second copy of the secret behind."""
+    return "\n".join([api_key_write(names.vllm_key_file),
+                      legacy_file_remove(LEGACY_VLLM_KEY_FILE)])
+
+
+def main_key_remove(names: StackNames) -> str:
+    """The main vLLM's key file and the stack's folders, as far as they are empty."""
+    return stack_file_remove(names, names.vllm_key_file)
 
 
 # What makes vLLM serve a service's task (config.ServiceTask): the pooling runner for embed and
@@ -193,23 +211,10 @@ TASK_FLAGS: dict[str, tuple[str, ...]] = {
 }
 
 
-def service_container(stack: str, service: str) -> str:
-    """A service's vLLM container: named by stack and service, so stacks sharing nodes differ."""
-    return f"spark-vllm-{stack}-{service}"
-
-
-def service_key_remove(stack: str, service: str) -> str:
+def service_key_remove(names: StackNames, service: str) -> str:
     """The service's key file and its folders, as far as they are empty (the stack's folder
-    stays while another service keeps a file there)."""
-    path = service_key_file(stack, service)
-    folders = [path.rsplit("/", 1)[0], f"{STACK_DIR}/{stack}/services", f"{STACK_DIR}/{stack}"]
-    return f"rm -f {q(path)}; rmdir {' '.join(q(d) for d in folders)} 2>/dev/null || true"
-
-
-def service_key_file(stack: str, service: str) -> str:
-    """Where a service's node keeps its copy of the API key (root only), its own folder: adding
-    or removing a service never touches the main vLLM's key file or another stack's."""
-    return f"{STACK_DIR}/{stack}/services/{service}/api-key"
+    stays while another service or the main vLLM keeps a file there)."""
+    return stack_file_remove(names, names.service_key_file(service))
 
 
 def non_carry_over_json(keys: Sequence[str]) -> str:
@@ -229,7 +234,7 @@ def vllm_health_gate(
     *,
     task: str = "generate",
     dimension: int = 0,
-    key_file: str = VLLM_KEY_FILE,
+    key_file: str,
 ) -> str:
     """On the head, after the vLLM container is created: wait for `/health`, `/v1/models`
     listing the served name and one smoke completion (payloads/vllm_health.py, run in

@@ -145,10 +145,10 @@ class NodeFacts(_Facts):
     disk_free_bytes: int = 0  # free bytes on the filesystem holding the HF cache dir
     # foreign containers a stack stopped (marker files): {container name: "<project>/<stack>"}
     stopped_by: dict[str, str] = Field(default_factory=dict)
-    # the stack's Ray token file (hostscripts/paths.RAY_TOKEN_FILE) is on the node; None: not
-    # surveyed (an older recon output)
+    # the stack's Ray token file (hostscripts/paths.StackNames.ray_token_file) is on the node;
+    # None: not surveyed (an older recon output, or no stack named)
     ray_token_present: bool | None = None
-    # the stack's vLLM API key file (hostscripts/paths.VLLM_KEY_FILE; the head's matters)
+    # the stack's vLLM API key file (StackNames.vllm_key_file; the head's matters)
     vllm_key_present: bool | None = None
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the

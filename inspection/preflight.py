@@ -18,6 +18,8 @@ Checks (each a function below, each with a passing and a failing test in tests/u
                 warning each
   memory        see MEMORY BUDGET below
   disk          free bytes at model.cacheDir >= model bytes not yet in that node's HF cache
+  other_stack   another stack's container on the node holding a name or a port this stack
+                needs, or its Ray where this stack runs Ray (check_other_stacks)
 
 MEMORY BUDGET (per node; GB10 has one unified memory, so "GPU memory" is MemTotal):
     claim   = vllm.gpuMemoryUtilization x MemTotal     vLLM takes this much up front and refuses
@@ -57,8 +59,8 @@ from collections.abc import Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, ServiceConfig, StackConfig
-from hostscripts.ray import HEAD_CONTAINER, WORKER_CONTAINER
-from hostscripts.vllm import SERVE_CONTAINER, service_container
+from config.forms import MODEL_SEED_PORT
+from hostscripts.paths import StackNames
 from inspection import memory_fit
 from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
 from inspection.memory_fit import Estimate, ModelShape
@@ -514,17 +516,25 @@ def check_shares(cfg: StackConfig, f: NodeFacts, models: ServiceModels) -> list[
     return out
 
 
-def wanted_containers(cfg: StackConfig, node: str, stack: str | None) -> dict[str, str]:
+def wanted_containers(cfg: StackConfig, node: str, names: StackNames) -> dict[str, str]:
     """The container names the stack runs on `node`, each with what it is."""
-    names = {}
+    wanted = {}
     if node == cfg.head.name or cfg.vllm.executor == "mp":  # mp: a vLLM rank on every node
-        names[SERVE_CONTAINER] = "the main vLLM"
+        wanted[names.serve] = "the main vLLM"
     if cfg.vllm.executor == "ray":
-        names[HEAD_CONTAINER if node == cfg.head.name else WORKER_CONTAINER] = "Ray"
-    if stack is not None:
-        for svc in cfg.services_on(node):
-            names[service_container(stack, svc.name)] = f"service {svc.name}"
-    return names
+        wanted[names.ray_head if node == cfg.head.name else names.ray_worker] = "Ray"
+    if seeds_on(cfg, node):
+        wanted[names.model_seeder] = "the model seeder"
+    for svc in cfg.services_on(node):
+        wanted[names.service(svc.name)] = f"service {svc.name}"
+    return wanted
+
+
+def seeds_on(cfg: StackConfig, node: str) -> bool:
+    """Whether the stack's model seeder runs on `node` during an `up`: the first node of a model
+    held on more than one node (the main model's head; a service's first node)."""
+    holders = [[n.name for n in cfg.nodes], *(cfg.service_nodes(s) for s in cfg.services)]
+    return any(len(h) > 1 and h[0] == node for h in holders)
 
 
 def wanted_ports(cfg: StackConfig, node: str) -> dict[int, str]:
@@ -534,21 +544,51 @@ def wanted_ports(cfg: StackConfig, node: str) -> dict[int, str]:
         ports[cfg.vllm.port] = "spark-vllm:vllm.port"
         if cfg.vllm.executor == "ray":
             ports[cfg.ray.port] = "spark-vllm:ray.port"
+        elif len(cfg.nodes) > 1:
+            ports[cfg.vllm.master_port] = "spark-vllm:vllm.masterPort"
+    if seeds_on(cfg, node):
+        ports[MODEL_SEED_PORT] = SEEDER_PORT
     for i, svc in enumerate(cfg.services):
         if node in cfg.service_nodes(svc):
             ports[svc.port] = f"spark-vllm:services[{i}].port"
     return ports
 
 
+PORT_LABELS = ("spark-vllm.port", "spark-vllm.master-port")
+
+
+def declared_ports(c: ContainerFacts) -> list[int]:
+    """The host ports a container of a stack declares it listens on (PORT_LABELS: a service's
+    or the main vLLM's API, the model seeder's, vLLM's master port with vllm.executor mp)."""
+    return [int(v) for k in PORT_LABELS if (v := c.labels.get(k, "")).isdigit()]
+
+
+RAY_ROLES = ("ray-head", "ray-worker")
+SEEDER_PORT = "its model seeder, on a fixed port"  # wanted_ports: no config key sets it
+
+
+def stack_names(stack_label: str | None) -> StackNames | None:
+    """The names of the stack whose label (`<project>/<stack>`) is given."""
+    return StackNames(stack_label.rsplit("/", 1)[-1]) if stack_label is not None else None
+
+
 def check_other_stacks(cfg: StackConfig, f: NodeFacts,
                        stack_label: str | None) -> list[Finding]:
     """Another stack's containers on the node (stacks may share nodes): a container name this
-    stack needs, or a port one of them declares (`spark-vllm.port`) that this stack listens on,
-    is refused before any change, naming the other stack."""
-    if stack_label is None:
+    stack needs, a port one of them declares (PORT_LABELS) that this stack listens on, or
+    another stack's Ray where this stack runs Ray, is refused before any change, naming the other
+    stack.
+
+    Two Rays on one node cannot both run whatever their `ray.port`: Ray listens on more ports
+    than that one with fixed defaults, the Ray client server on the head (10001) and the
+    dashboard agent on every node (52365; https://docs.ray.io/en/latest/ray-core/configure.html
+    #ports-configurations, ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT)."""
+    mine = stack_names(stack_label)
+    if mine is None:
         return []
-    names = wanted_containers(cfg, f.node, stack_label.rsplit("/", 1)[-1])
+    names = wanted_containers(cfg, f.node, mine)
     ports = wanted_ports(cfg, f.node)
+    with_ray = cfg.vllm.executor == "ray"
     out: list[Finding] = []
     for c in f.docker.containers if f.docker else []:
         other = c.labels.get("spark-vllm.stack")
@@ -560,15 +600,24 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
                 fact=f"container {c.name} ({c.state or 'created'}) belongs to the stack {other}; "
                      f"this stack needs that name for {names[c.name]}",
                 fix=f"run one of the two stacks on other nodes, or `pulumi destroy` {other} "
-                    "first (stacks sharing nodes can only share services, whose containers "
-                    "are named by stack)"))
-        port = c.labels.get("spark-vllm.port", "")
-        if port.isdigit() and int(port) in ports:
+                    "first (a stack's containers are named by stack, a service's by stack and "
+                    "service: rename one of them)"))
+        if with_ray and c.labels.get("spark-vllm.role") in RAY_ROLES:
             out.append(Finding(
                 node=f.node, check="other_stack",
-                fact=f"port {port} is taken by {c.name} of the stack {other}; this stack listens "
-                     f"there ({ports[int(port)]})",
-                fix=f"choose another port for {ports[int(port)]}"))
+                fact=f"the stack {other} runs Ray here ({c.name}, {c.state or 'created'}); this "
+                     "stack wants Ray on the node too, and two Rays cannot share a node (Ray's "
+                     "client server 10001 and dashboard agent 52365 listen on fixed ports "
+                     "whatever ray.port)",
+                fix="run one of the two stacks with spark-vllm:vllm.executor: mp (no Ray), or "
+                    f"on other nodes, or `pulumi destroy` {other} first"))
+        for port in (p for p in declared_ports(c) if p in ports):
+            fix = (f"choose another port for {ports[port]}" if ports[port] != SEEDER_PORT
+                   else f"the stack {other} is copying a model: run this `up` once it is done")
+            out.append(Finding(
+                node=f.node, check="other_stack",
+                fact=f"port {port} is taken by {c.name} of the stack {other}; this stack "
+                     f"listens there ({ports[port]})", fix=fix))
     return out
 
 
@@ -713,10 +762,12 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
     """
     from inspection import hub, recon
 
+    label = _stack_label()
+    names = stack_names(label)
     if runner is None:
-        results = recon.survey_all(cfg, key_path=key_path)
+        results = recon.survey_all(cfg, names=names, key_path=key_path)
     else:
-        results = recon.survey_all(cfg, key_path=key_path, runner=runner)
+        results = recon.survey_all(cfg, names=names, key_path=key_path, runner=runner)
     if callable(model_bytes):
         model_bytes = model_bytes()
     if shape is None:
@@ -724,6 +775,6 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
         shape = manifest.shape if manifest is not None else None
     if callable(service_models):
         service_models = service_models()
-    plan = check(cfg, results, model_bytes=model_bytes, stack_label=_stack_label(), shape=shape,
+    plan = check(cfg, results, model_bytes=model_bytes, stack_label=label, shape=shape,
                  services=service_models)
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

@@ -45,7 +45,7 @@ from typing import TypeVar
 
 from config import NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
-from hostscripts.paths import RAY_TOKEN_FILE, STOPPED_DIR, VLLM_KEY_FILE
+from hostscripts.paths import STOPPED_DIR, StackNames
 from inspection import parsers as p
 from inspection.facts import DockerFacts, NodeFacts, OsFacts
 from inspection.parsers import ParseError
@@ -104,9 +104,10 @@ def _check_nonce(nonce: str) -> str:
     return nonce
 
 
-def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str) -> str:
+def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNames | None) -> str:
     """The read-only bash script one node runs (`bash -s`); pure: same config and nonce, same
-    text. `nonce` (`new_nonce()`, fresh for every survey) marks its sections."""
+    text. `nonce` (`new_nonce()`, fresh for every survey) marks its sections. `names`: the
+    stack's, whose own files it looks for (None: no stack known, they are not surveyed)."""
     q = shlex.quote
     cache_dir = cfg.model.cache_dir
     lines = [
@@ -144,10 +145,17 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str) -> str:
         f"sv_bg stopped {COMMAND_TIMEOUT} bash -c {q(snippet('stopped.sh'))} _ {q(STOPPED_DIR)}",
         f"sv_bg hf_cache {DOCKER_TIMEOUT} bash -c {q(snippet('hf_cache.sh'))} _ {q(cache_dir)}",
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
-        # whether the stack's Ray token file is on the node (never its content)
-        f"sv_bg ray_token {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ {q(RAY_TOKEN_FILE)}",
-        # and whether the head's vLLM API key file is there (never its content)
-        f"sv_bg vllm_key {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ {q(VLLM_KEY_FILE)}",
+    ]
+    if names is not None:
+        lines += [
+            # whether the stack's Ray token file is on the node (never its content)
+            f"sv_bg ray_token {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ "
+            f"{q(names.ray_token_file)}",
+            # and whether the head's vLLM API key file is there (never its content)
+            f"sv_bg vllm_key {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ "
+            f"{q(names.vllm_key_file)}",
+        ]
+    lines += [
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before
         f"sv_bg host_keys {COMMAND_TIMEOUT} cat /etc/ssh/ssh_host_*_key.pub",
@@ -551,10 +559,11 @@ def _key_file(cfg: StackConfig, key_path: str | os.PathLike[str] | None) -> str:
     return os.path.expanduser(raw)
 
 
-def survey_node(cfg: StackConfig, node: NodeConfig, *,
+def survey_node(cfg: StackConfig, node: NodeConfig, *, names: StackNames | None,
                 key_path: str | os.PathLike[str] | None = None,
                 runner: Runner = ssh_round_trip, timeout: float | None = None) -> NodeFacts:
-    """One node: one ssh round trip, parsed. Raises ReconError with a fix."""
+    """One node: one ssh round trip, parsed. Raises ReconError with a fix. `names`: the
+    stack's (recon_script)."""
     key = _key_file(cfg, key_path)
     if "PLACEHOLDER" in node.pinned_host_key:
         return _raise(ReconError(
@@ -574,7 +583,7 @@ def survey_node(cfg: StackConfig, node: NodeConfig, *,
         argv = ssh_argv(cfg, node, key_path=key, known_hosts=known_hosts)
         nonce = new_nonce()
         try:
-            result = runner(argv, recon_script(cfg, node, nonce), limit)
+            result = runner(argv, recon_script(cfg, node, nonce, names), limit)
         except subprocess.TimeoutExpired:
             return _raise(ReconError(
                 node.name, f"no complete answer from {_where(node)} within {limit:g} s",
@@ -607,15 +616,16 @@ def _raise(exc: ReconError) -> NodeFacts:
     raise exc
 
 
-def survey_all(cfg: StackConfig, *, key_path: str | os.PathLike[str] | None = None,
+def survey_all(cfg: StackConfig, *, names: StackNames | None,
+               key_path: str | os.PathLike[str] | None = None,
                runner: Runner = ssh_round_trip) -> dict[str, NodeFacts | ReconError]:
     """Every node in parallel; each value is the node's facts or why it could not be surveyed."""
     limit = float(cfg.preflight.recon_timeout_seconds)
     results: dict[str, NodeFacts | ReconError] = {}
     pool = ThreadPoolExecutor(max_workers=max(1, len(cfg.nodes)), thread_name_prefix="recon")
     try:
-        futures = {pool.submit(survey_node, cfg, node, key_path=key_path, runner=runner,
-                               timeout=limit): node for node in cfg.nodes}
+        futures = {pool.submit(survey_node, cfg, node, names=names, key_path=key_path,
+                               runner=runner, timeout=limit): node for node in cfg.nodes}
         done, _ = wait(futures, timeout=limit + 5)
         for future, node in futures.items():
             if future not in done:
@@ -635,10 +645,11 @@ def survey_all(cfg: StackConfig, *, key_path: str | os.PathLike[str] | None = No
     return {node.name: results[node.name] for node in cfg.nodes}
 
 
-def survey(cfg: StackConfig, *, key_path: str | os.PathLike[str] | None = None,
+def survey(cfg: StackConfig, *, names: StackNames | None,
+           key_path: str | os.PathLike[str] | None = None,
            runner: Runner = ssh_round_trip) -> dict[str, NodeFacts]:
     """Facts of every node, or SurveyError listing each node that could not be surveyed."""
-    results = survey_all(cfg, key_path=key_path, runner=runner)
+    results = survey_all(cfg, names=names, key_path=key_path, runner=runner)
     errors = [v for v in results.values() if isinstance(v, ReconError)]
     facts = {k: v for k, v in results.items() if isinstance(v, NodeFacts)}
     if errors:

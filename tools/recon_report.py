@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from config import NAMESPACE, SECRET_KEYS, ConfigError, StackConfig, pin_host_keys, validate_config
+from hostscripts.paths import StackNames
 from inspection import preflight, recon, report
 
 
@@ -84,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
 
-    results = recon.survey_all(cfg, key_path=args.key)
+    results = recon.survey_all(cfg, names=StackNames(args.stack), key_path=args.key)
     plan = None
     failure: preflight.PreflightError | None = None
     try:

@@ -44,7 +44,7 @@ from lab.deployments import new_deployment as lab_deployment
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD, WORKER, NEW = "spark-1", "spark-2", "spark-3"
-SERVE = "spark-vllm-serve"  # vLLM's own container on the head (a Ray driver)
+SERVE = "spark-vllm-dev-serve"  # vLLM's own container on the head (a Ray driver)
 MODEL_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-moe"
 V2_REPO = "10.77.0.1:5000/spark-lab/vllm-spark-e2e"
 FABRIC_IF = "enp1s0f1np1"
@@ -118,7 +118,7 @@ def _vllm_argv(d) -> list[str]:
 
 
 def _ray_status(d) -> str:
-    return d.ssh(HEAD, "docker exec spark-vllm-ray-head ray status")
+    return d.ssh(HEAD, "docker exec spark-vllm-dev-ray-head ray status")
 
 
 def _image_ids(d, node: str) -> set[str]:
@@ -137,13 +137,13 @@ def _fabric_rx(d, node: str) -> int:
 def _ray(snapshot: dict) -> dict:
     """Only the Ray containers of a snapshot (helpers come and go)."""
     return {
-        node: {n: v for n, v in cs.items() if n.startswith("spark-vllm-ray-")}
+        node: {n: v for n, v in cs.items() if n.startswith("spark-vllm-dev-ray-")}
         for node, cs in snapshot.items()
     }
 
 
 def _no_seeder_left(d) -> None:
-    left = d.ssh(HEAD, "docker ps -q --filter name=spark-vllm-model-seeder")
+    left = d.ssh(HEAD, "docker ps -q --filter name=spark-vllm-dev-model-seeder")
     assert not left.strip(), "the model seeder is still running on the head after the up"
 
 

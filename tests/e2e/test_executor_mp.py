@@ -1,6 +1,6 @@
 """`vllm.executor: mp` on the lab with the real vLLM: vLLM's own multi-node executor, no Ray.
 
-One vLLM container per node (`spark-vllm-serve`): the head's serves the API, the others run
+One vLLM container per node (`spark-vllm-dev-serve`): the head's serves the API, the others run
 `--headless` under the rank watcher (payloads/vllm_rank_watch.py). Ordered on purpose, one
 deployment (brought up by the first test, destroyed by the last), on 2 nodes and then 3. Every
 `up` and every recovery prints its wall time (`WALL ...`).
@@ -26,7 +26,7 @@ from lab.deployments import LAB_CACHE, complete, lab, new_deployment, set_nodes
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD, WORKER, NEW = "spark-1", "spark-2", "spark-3"
-SERVE = "spark-vllm-serve"
+SERVE = "spark-vllm-dev-serve"
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +170,8 @@ def test_mp_a_headless_rank_stopped_by_hand_comes_back_with_up_refresh(mp):
 
 def test_mp_switch_to_ray_and_back_moves_no_image_or_model(mp):
     d = mp
-    for executor, gone, come in (("ray", {SERVE}, {"spark-vllm-ray-worker"}),
-                                 ("mp", {"spark-vllm-ray-worker"}, {SERVE})):
+    for executor, gone, come in (("ray", {SERVE}, {"spark-vllm-dev-ray-worker"}),
+                                 ("mp", {"spark-vllm-dev-ray-worker"}, {SERVE})):
         d.set("vllm.executor", executor)
         ops = _up(d, f"executor -> {executor}")
         assert not [k for k in ops if k.startswith(("image", "model"))], ops

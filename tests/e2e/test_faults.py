@@ -265,9 +265,9 @@ def test_secrets_never_in_plaintext_and_api_key_enforced(deployment):
     assert r.summary.result == "succeeded"
     events = [plain(e) for e in d.events]
     # the Ray cluster token the stack made: on every node only in its root-only file
-    token = d.ssh(HEAD, "cat /var/lib/spark-vllm/ray/auth-token").strip()
+    token = d.ssh(HEAD, "cat /var/lib/spark-vllm/stacks/dev/ray/auth-token").strip()
     assert len(token) == 64, "the Ray token file is missing on the head"
-    mode = d.ssh(HEAD, "stat -c %a /var/lib/spark-vllm/ray/auth-token").strip()
+    mode = d.ssh(HEAD, "stat -c %a /var/lib/spark-vllm/stacks/dev/ray/auth-token").strip()
     assert mode == "600", mode
     secrets = {**secrets, "rayToken": token}
     what = needles(secrets)
@@ -303,8 +303,8 @@ def test_secrets_never_in_plaintext_and_api_key_enforced(deployment):
                 found[f"{res['urn'].split('::')[-1]}.{field}"] = hit
     # on the nodes: no container's config (vLLM's included: the key is a mounted file its
     # launcher exports), process list or log carries a secret either
-    for node, container in ((HEAD, "spark-vllm-ray-head"), (HEAD, "spark-vllm-serve"),
-                            (WORKER, "spark-vllm-ray-worker")):
+    for node, container in ((HEAD, "spark-vllm-dev-ray-head"), (HEAD, "spark-vllm-dev-serve"),
+                            (WORKER, "spark-vllm-dev-ray-worker")):
         inspect = d.ssh(node, f"docker inspect {container}; docker exec {container} "
                               "sh -c 'cat /proc/[0-9]*/cmdline | tr \"\\0\" \" \"'; "
                               f"docker logs {container} 2>&1")
@@ -342,7 +342,7 @@ def test_vllm_bad_flag_fails_with_log_tail_then_recovers(deployment):
         # the gate watches the vLLM container: it fails as soon as vLLM exits, not at the
         # timeout, and shows the container's log tail
         assert "vllm serve exited while the gate waited" in text, text[-3000:]
-        assert ("--- vllm serve in spark-vllm-serve: the last 50 lines of its log ---"
+        assert ("--- vllm serve in spark-vllm-dev-serve: the last 50 lines of its log ---"
                 in text), text[-3000:]
         m = re.search(r"[^\n]*unrecognized arguments: --bogus-flag[^\n]*", text)
         assert m, f"argparse's error is not in the failure:\n{text[-3000:]}"
@@ -478,7 +478,7 @@ def test_worker_lost_mid_up_then_next_up_converges(deployment):
     with timed("up after worker came back"):
         r = d.run("up")
     assert r.summary.result == "succeeded"
-    assert "spark-vllm-ray-worker" in d.containers(WORKER)
+    assert "spark-vllm-dev-ray-worker" in d.containers(WORKER)
     d.run("preview", expect_no_changes=True)
     status, _ = complete(d)
     assert status == 200

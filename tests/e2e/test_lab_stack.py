@@ -19,7 +19,7 @@ from lab.deployments import complete, hf_file_bytes, http, lab
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD, WORKER = "spark-1", "spark-2"
-SERVE = "spark-vllm-serve"  # vLLM's own container on the head (a Ray driver)
+SERVE = "spark-vllm-dev-serve"  # vLLM's own container on the head (a Ray driver)
 START_MARKER = "=== spark-vllm: vllm serve starts ==="  # the first line of each start's log
 # What a change of vLLM's flags may touch: the vLLM container (replaced), the gate after it and
 # the NCCL transport read from its log (and the VllmServer component's own props)
@@ -84,7 +84,7 @@ def _vllm_proc(d, what: str) -> list[str]:
 
 def _ray(snapshot: dict) -> dict:
     """Only the Ray containers of a snapshot (vLLM's container and helpers come and go)."""
-    return {node: {n: v for n, v in cs.items() if n.startswith("spark-vllm-ray-")}
+    return {node: {n: v for n, v in cs.items() if n.startswith("spark-vllm-dev-ray-")}
             for node, cs in snapshot.items()}
 
 
@@ -119,7 +119,7 @@ def test_up_from_empty_serves(deployment, lab_cfg):
     chunks = [line for line in body.splitlines() if line.startswith("data: ")]
     assert chunks and chunks[-1] == "data: [DONE]", body[-300:]
 
-    status = d.ssh(HEAD, "docker exec spark-vllm-ray-head ray status")
+    status = d.ssh(HEAD, "docker exec spark-vllm-dev-ray-head ray status")
     assert len(re.findall(r"node_", status)) >= 2, status
     assert re.search(r"(\d+(\.\d+)?)/2(\.0)? GPU", status), status
 
@@ -138,7 +138,7 @@ def test_ray_refuses_a_client_without_the_token_from_the_management_network(depl
                                        "AuthenticationError" in without), without[-2000:]
     with_token = d.ssh(WORKER, (
         "docker run --rm --network host -e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/t "
-        f"-v /var/lib/spark-vllm/ray/auth-token:/t:ro --entrypoint ray {image} status "
+        f"-v /var/lib/spark-vllm/stacks/dev/ray/auth-token:/t:ro --entrypoint ray {image} status "
         f"--address {gcs} 2>&1; echo rc=$?"), check=False)
     assert "rc=0" in with_token and "GPU" in with_token, with_token[-2000:]
     assert complete(d)
@@ -251,8 +251,8 @@ def test_drift_worker_killed_is_found_and_repaired(deployment):
     (a crash is restarted by Docker alone: test_self_healing.py). vLLM, which loses its TP
     worker, exits and is restarted by Docker, but cannot serve until the worker is back."""
     d = deployment
-    worker_before, vllm_before = d.containers(WORKER)["spark-vllm-ray-worker"], _vllm(d)
-    lab("kill", WORKER, "spark-vllm-ray-worker")
+    worker_before, vllm_before = d.containers(WORKER)["spark-vllm-dev-ray-worker"], _vllm(d)
+    lab("kill", WORKER, "spark-vllm-dev-ray-worker")
     r = d.run("refresh")
     assert r.summary.result == "succeeded"
     d.run("preview")
@@ -265,7 +265,7 @@ def test_drift_worker_killed_is_found_and_repaired(deployment):
     d.run("up")
     ops = d.ops()
     print(f"drift repair ops: {ops}")
-    worker = d.containers(WORKER).get("spark-vllm-ray-worker")
+    worker = d.containers(WORKER).get("spark-vllm-dev-ray-worker")
     assert worker is not None, "the worker does not run after the repair"
     # the worker runs again: started again (same ID) or created again (a new ID, and then
     # vLLM's container, whose label holds the Ray containers' IDs, is replaced with it)
@@ -275,7 +275,7 @@ def test_drift_worker_killed_is_found_and_repaired(deployment):
     # and the gate waited for vLLM to serve again
     assert "vllm-health" in ops, ops
     assert "ray-head" not in ops and not any(k.startswith(("image-", "model-")) for k in ops), ops
-    assert d.containers(HEAD)["spark-vllm-ray-head"] == before_head["spark-vllm-ray-head"]
+    assert d.containers(HEAD)["spark-vllm-dev-ray-head"] == before_head["spark-vllm-dev-ray-head"]
     vllm = _vllm(d)
     print(f"[observed] worker {'recreated' if recreated else 'started again'}; vLLM container "
           f"{'replaced' if vllm[0] != vllm_before[0] else 'kept'}, restart count "
@@ -298,7 +298,7 @@ def test_model_cache_wiped_behind_the_stack_is_restored(deployment):
     d = deployment
     commit = d.stack.outputs()["modelCommit"].value
     d.ssh(WORKER, "rm -rf /root/.cache/huggingface/hub/models--spark-lab--tiny-moe")
-    ray_before = {n: {k: v for k, v in cs.items() if k.startswith("spark-vllm-ray-")}
+    ray_before = {n: {k: v for k, v in cs.items() if k.startswith("spark-vllm-dev-ray-")}
                   for n, cs in d.snapshot().items()}
     bytes_before = hf_file_bytes()
     d.run("preview")
@@ -314,7 +314,7 @@ def test_model_cache_wiped_behind_the_stack_is_restored(deployment):
     snap = d.ssh(WORKER, "ls /root/.cache/huggingface/hub/models--spark-lab--tiny-moe/snapshots")
     assert commit in snap.split(), f"{WORKER}: snapshot {commit} not restored"
     assert hf_file_bytes() == bytes_before, "the repair downloaded from the hub"
-    ray_after = {n: {k: v for k, v in cs.items() if k.startswith("spark-vllm-ray-")}
+    ray_after = {n: {k: v for k, v in cs.items() if k.startswith("spark-vllm-dev-ray-")}
                  for n, cs in d.snapshot().items()}
     assert ray_after == ray_before, "restoring the model cache restarted Ray"
     assert complete(d)

@@ -2,7 +2,7 @@
 finds nothing to do afterwards.
 
 Docker supervises every container of the stack (restart `unless-stopped`). vLLM runs in its own
-container on the head (spark-vllm-serve, a Ray driver): it exits when its Ray executor loses a
+container on the head (spark-vllm-dev-serve, a Ray driver): it exits when its Ray executor loses a
 worker, and it waits for the cluster's GPUs when it starts. One deployment for the module,
 brought up once from empty; then, ordered on purpose, three faults, none followed by an `up`
 before the stack serves again:
@@ -34,7 +34,8 @@ from lab.deployments import complete, lab
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD, WORKER = "spark-1", "spark-2"
-SERVE, RAY_HEAD, RAY_WORKER = "spark-vllm-serve", "spark-vllm-ray-head", "spark-vllm-ray-worker"
+SERVE, RAY_HEAD, RAY_WORKER = (
+    "spark-vllm-dev-serve", "spark-vllm-dev-ray-head", "spark-vllm-dev-ray-worker")
 # every container of the stack, by node
 STACK = {HEAD: (RAY_HEAD, SERVE), WORKER: (RAY_WORKER,)}
 POLL_SECONDS = 2

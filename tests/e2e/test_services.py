@@ -174,5 +174,6 @@ def test_removing_the_service_deletes_only_it(svc):
     _untouched(before, after)
     # its key folder went with it; the main model's key file stays
     assert d.ssh(HEAD, "ls /var/lib/spark-vllm/stacks/dev/services 2>/dev/null || true") == ""
-    assert d.ssh(HEAD, "test -s /var/lib/spark-vllm/vllm/api-key && echo ok").strip() == "ok"
+    key = "/var/lib/spark-vllm/stacks/dev/vllm/api-key"
+    assert d.ssh(HEAD, f"test -s {key} && echo ok").strip() == "ok"
     assert complete(d)

@@ -136,7 +136,7 @@ RAY_TOKEN_PATH = "/run/spark-vllm/ray-auth-token"  # in the container; a read-on
 HF_MOUNT = {"target": "/root/.cache/huggingface", "type": "bind",
             "source": "/root/.cache/huggingface"}
 RAY_TOKEN_MOUNT = {"target": RAY_TOKEN_PATH, "type": "bind",
-                   "source": "/var/lib/spark-vllm/ray-auth-token", "readOnly": True}
+                   "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token", "readOnly": True}
 
 
 def ray_head(**over):

@@ -536,13 +536,16 @@ def test_nested_sh_c_scripts_are_inspected():
 def test_the_programs_vllm_scripts_pass_the_secret_rules():
     """The program's own API key file and health gate scripts (not copies) against the secret
     rules."""
-    from hostscripts.vllm import api_key_write, vllm_health_gate
+    from hostscripts.paths import StackNames
+    from hostscripts.vllm import main_key_write, vllm_health_gate
 
-    key = res(REMOTE, {"create": api_key_write(), "stdin": secret("sk-live-123")}, "api-key",
-              aso=["stdin"])
-    gate = res(REMOTE, {"create": vllm_health_gate("spark-vllm-serve", "spark-vllm-ray-head",
+    names = StackNames("dev")
+    key = res(REMOTE, {"create": main_key_write(names), "stdin": secret("sk-live-123")},
+              "api-key", aso=["stdin"])
+    gate = res(REMOTE, {"create": vllm_health_gate(names.serve, names.ray_head,
                                                    "ab" * 32, "http://127.0.0.1:8000", "m",
-                                                   "Say hello", 60)}, "health")
+                                                   "Say hello", 60,
+                                                   key_file=names.vllm_key_file)}, "health")
     assert run(rules.vllm_api_key, sargs([key, gate])) == []
     assert run(rules.hf_token_secret, sargs([key, gate])) == []
 
@@ -655,8 +658,8 @@ AUTH_ENVS = ["NCCL_SOCKET_IFNAME=enp1s0f1np1", "RAY_AUTH_MODE=token",
              f"RAY_AUTH_TOKEN_PATH={TOKEN_PATH}"]
 AUTH_MOUNTS = [{"target": "/root/.cache/huggingface", "type": "bind",
                 "source": "/root/.cache/huggingface"},
-               {"target": TOKEN_PATH, "type": "bind", "source": "/var/lib/spark-vllm/ray-token",
-                "readOnly": True}]
+               {"target": TOKEN_PATH, "type": "bind",
+                "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token", "readOnly": True}]
 
 
 def _ray(name, envs=AUTH_ENVS, mounts=AUTH_MOUNTS, **over):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shlex
 
 from bench.serve import bench_script, render, summarize
+from hostscripts.paths import StackNames
 
 RAW = {"completed": 16, "failed": 0, "duration": 2.5, "output_throughput": 134.4,
        "request_throughput": 6.4, "p50_ttft_ms": 79.2, "p99_ttft_ms": 127.1, "p50_itl_ms": 20.7,
@@ -13,9 +14,10 @@ RAW = {"completed": 16, "failed": 0, "duration": 2.5, "output_throughput": 134.4
 
 
 def test_the_key_is_read_inside_the_container_never_passed():
-    script = bench_script("tiny-moe", "/root/.cache/huggingface/hub/x/snapshots/c", 8000, 4, 32)
+    script = bench_script(StackNames("dev"), "tiny-moe",
+                          "/root/.cache/huggingface/hub/x/snapshots/c", 8000, 4, 32)
     inner = shlex.split(script.splitlines()[1])
-    assert inner[:3] == ["docker", "exec", "spark-vllm-serve"]
+    assert inner[:3] == ["docker", "exec", "spark-vllm-dev-serve"]
     body = inner[-1]
     assert body.startswith("OPENAI_API_KEY=$(cat /run/spark-vllm/api-key); export OPENAI_API_KEY;")
     assert "--max-concurrency 4" in body and "--num-prompts 32" in body and "--seed 0" in body

@@ -25,12 +25,12 @@ def test_vllm_flag_may_restart_vllm_but_not_workers_image_or_model():
     ok = verdict("vLLM serve flag", {"vllm-serve": "update"}, cost(vllm_restarted=True), {})
     assert ok == []
     bad = verdict("vLLM serve flag", {"image-spark-2": "update", "model-sync-spark-2": "update"},
-                  cost(ray_restarted=["spark-2/spark-vllm-ray-worker"]), {})
+                  cost(ray_restarted=["spark-2/spark-vllm-dev-ray-worker"]), {})
     assert bad == ["image pull", "model transfer", "worker replaced"]
 
 
 def test_nccl_env_may_restart_ray_but_not_pull():
-    c = cost(ray_restarted=["spark-1/spark-vllm-ray-head", "spark-2/spark-vllm-ray-worker"],
+    c = cost(ray_restarted=["spark-1/spark-vllm-dev-ray-head", "spark-2/spark-vllm-dev-ray-worker"],
              vllm_restarted=True)
     assert verdict("NCCL env", {"ray-head": "replace"}, c, {}) == []
     assert verdict("NCCL env", {}, cost(new_image_ids=1), {}) == ["image pull"]
@@ -39,7 +39,7 @@ def test_nccl_env_may_restart_ray_but_not_pull():
 def test_model_revision_may_move_only_the_changed_bytes_and_never_restart_ray():
     assert verdict("model revision", {"model-fetch": "update"}, cost(hub_bytes=500),
                    {"changed_bytes": 500}) == []
-    bad = verdict("model revision", {}, cost(hub_bytes=501, ray_restarted=["x/spark-vllm-ray-head"]),
+    bad = verdict("model revision", {}, cost(hub_bytes=501, ray_restarted=["x/spark-vllm-dev-ray-head"]),
                   {"changed_bytes": 500})
     assert bad == ["Ray restart", "hub moved more than changed"]
 

@@ -32,7 +32,7 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
         for i, node in enumerate(["spark-1", "spark-2", "spark-3"], start=1):
             role = "ray-head" if i == 1 else "ray-worker"
             c = mocks.named("ray-head" if i == 1 else f"ray-worker-{node}").inputs
-            assert c["name"] == ("spark-vllm-ray-head" if i == 1 else "spark-vllm-ray-worker")
+            assert c["name"] == ("spark-vllm-dev-ray-head" if i == 1 else "spark-vllm-dev-ray-worker")
             assert c["image"] == ids[node] and c["image"].startswith("sha256:")  # ID, not name
             assert c["networkMode"] == "host"
             assert c["gpus"] == "all"
@@ -50,7 +50,7 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
                  "source": "/root/.cache/huggingface"},
                 # Ray's token authentication: the token only as a root-only file, read-only
                 {"target": "/run/spark-vllm/ray-auth-token", "type": "bind", "readOnly": True,
-                 "source": "/var/lib/spark-vllm/ray/auth-token"},
+                 "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token"},
                 # compile/JIT caches survive a replaced container (issue 16)
                 {"target": "/var/cache/spark-vllm", "type": "bind",
                  "source": "/var/lib/spark-vllm/compile-cache"},

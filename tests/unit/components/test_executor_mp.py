@@ -44,7 +44,7 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
             node = f"spark-{rank + 1}"
             worker = mocks.named(f"vllm-serve-{node}").inputs
             _flags(list(worker["command"]), rank, n)
-            assert worker["name"] == "spark-vllm-serve"
+            assert worker["name"] == "spark-vllm-dev-serve"
             assert f"VLLM_HOST_IP=192.168.177.{11 + rank}" in worker["envs"]
             # headless: no API, so no API key
             assert not any(m["target"] == "/run/spark-vllm/api-key" for m in worker["mounts"])
@@ -58,12 +58,17 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
             assert not any(m["target"] == "/run/spark-vllm/ray-auth-token" for m in c["mounts"])
         assert any(m["target"] == "/run/spark-vllm/api-key" for m in head["mounts"])
         # a replaced headless vLLM replaces the head's: their IDs are one of its labels
-        label = {x["label"]: x["value"] for x in head["labels"]}["spark-vllm.headless-containers"]
+        labels = {x["label"]: x["value"] for x in head["labels"]}
+        label = labels["spark-vllm.headless-containers"]
+        # and the head declares the ports it listens on, the master port too (preflight)
+        assert labels["spark-vllm.port"] == "8000"
+        assert labels["spark-vllm.master-port"] == "29501"  # vllm.masterPort's default
+        assert not any(x["label"] == "spark-vllm.port" for x in worker["labels"])
         assert label.split() == [hashlib.sha256(f"vllm-serve-spark-{i}".encode()).hexdigest()
                                  for i in range(2, n + 1)]
         # the gate probes from the vLLM container itself (there is no Ray head container)
         gate = mocks.named("vllm-health").inputs["create"]
-        assert "docker exec -i spark-vllm-serve python3" in gate
+        assert "docker exec -i spark-vllm-dev-serve python3" in gate
         # the head's main process is the launcher; every headless one runs under the rank
         # watcher, which follows the head's /health at its fabric address
         assert head["entrypoints"] == vllm.serve_entrypoint()
@@ -75,7 +80,7 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
         # nothing to restart on a healthy or new cluster: the restart's reason is ignored
         restart = mocks.named("vllm-ranks-restart").inputs
         assert restart["create"] == "true" and restart["stdin"] == "none"
-        assert "docker restart -t 60 spark-vllm-serve" in restart["update"]
+        assert "docker restart -t 60 spark-vllm-dev-serve" in restart["update"]
 
     return settled(h).apply(check)
 

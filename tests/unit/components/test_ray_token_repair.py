@@ -1,9 +1,10 @@
 """The Ray token file is written again when recon finds it gone from a node.
 
-The file lives on the node (hostscripts/paths.RAY_TOKEN_FILE) and commands have no Read, so a
-file removed behind the stack (another stack's destroy on shared nodes, a reinstalled node) was
-invisible: the Ray container's bind mount then failed (`bind source path does not exist:
-/var/lib/spark-vllm/ray/auth-token`, seen running `make demo` after the promote tier). Recon
+The file lives on the node (hostscripts/paths.StackNames.ray_token_file) and commands have no
+Read, so a file removed behind the stack (another stack's destroy on shared nodes, when the
+file was at a fixed path, or a reinstalled node) was invisible: the Ray container's bind mount
+then failed (`bind source path does not exist: /var/lib/spark-vllm/ray/auth-token`, seen running
+`make demo` after the promote tier). Recon
 reports present/absent; an absent file gets a fresh trigger on that node only, a present one
 keeps whatever the state holds (no diff), and the command is deleted before it is replaced
 (its delete removes the file the replacement writes).
@@ -68,7 +69,7 @@ def test_a_node_without_the_token_file_writes_it_again(registered, mocks):
 @pytest.fixture
 def registered_key(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes,
                    deleted_before_replace):
-    """The same for the head's vLLM API key file (hostscripts/paths.VLLM_KEY_FILE): seen
+    """The same for the head's vLLM API key file (StackNames.vllm_key_file): seen
     missing in a fresh clone's `make demo` after `make test`, whose e2e stacks' destroys remove
     it from the shared lab nodes (`bind source path does not exist: .../vllm/api-key`)."""
     monkeypatch.setattr(model_cache, "repair_token", lambda: "repair-key")

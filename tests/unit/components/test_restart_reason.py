@@ -21,10 +21,10 @@ def box(name: str, role: str, state: str, stack: str = STACK) -> ContainerFacts:
 
 
 def _cluster(vllm_state: str, worker_state: str):
-    head = gb10_facts("spark-1", containers=[box("spark-vllm-ray-head", "ray-head", "running"),
-                                             box("spark-vllm-serve", "vllm-serve", vllm_state)])
+    head = gb10_facts("spark-1", containers=[box("spark-vllm-dev-ray-head", "ray-head", "running"),
+                                             box("spark-vllm-dev-serve", "vllm-serve", vllm_state)])
     worker = gb10_facts("spark-2", index=2,
-                        containers=[box("spark-vllm-ray-worker", "ray-worker", worker_state)])
+                        containers=[box("spark-vllm-dev-ray-worker", "ray-worker", worker_state)])
     return head, worker
 
 
@@ -40,8 +40,8 @@ def test_first_up_on_empty_hosts_needs_no_restart():
 def test_stopped_worker_or_vllm_container_asks_for_a_look():
     head, worker = _cluster("restarting", "exited")
     reason = vllm_restart_reason({"spark-1": head, "spark-2": worker}, STACK)
-    assert "spark-2: spark-vllm-ray-worker is exited" in reason
-    assert "spark-1: spark-vllm-serve is restarting" in reason
+    assert "spark-2: spark-vllm-dev-ray-worker is exited" in reason
+    assert "spark-1: spark-vllm-dev-serve is restarting" in reason
 
 
 def test_other_stacks_containers_do_not_count():
@@ -52,7 +52,8 @@ def test_other_stacks_containers_do_not_count():
 
 def test_gate_starts_a_stopped_container_and_carries_no_recon_state():
     """The reason is not in the script: the script would change back once vLLM runs again."""
-    text = vllm.vllm_health_gate("c", "head", "ab" * 32, "http://127.0.0.1:8000", "m", "hi", 60)
+    text = vllm.vllm_health_gate("c", "head", "ab" * 32, "http://127.0.0.1:8000", "m", "hi", 60,
+                                 key_file="/k")
     assert "docker start c" in text and "restart" not in text.split("docker exec")[0]
 
 
@@ -86,8 +87,8 @@ def test_broken_cluster_sets_a_new_marker_so_the_gate_runs_again(serve_registrat
 
     def check(_):
         [marker] = mocks.named("vllm-health").inputs["triggers"]
-        assert "spark-2: spark-vllm-ray-worker is exited" in marker and " @" in marker
-        assert "spark-1: spark-vllm-serve is exited" in marker
+        assert "spark-2: spark-vllm-dev-ray-worker is exited" in marker and " @" in marker
+        assert "spark-1: spark-vllm-dev-serve is exited" in marker
         assert ignored["vllm-health"] == []
         # the gate's script is the healthy one: only the marker differs
         assert "restart" not in mocks.named("vllm-health").inputs["create"].split("docker exec")[0]
@@ -102,9 +103,9 @@ def test_mp_rank_found_stopped_restarts_every_rank(build, ignored_changes, mocks
     through an update of `vllm-ranks-restart` (its stdin is the reason); a healthy cluster
     keeps the state's stdin, so nothing diffs."""
     head = gb10_facts("spark-1", containers=[
-        box("spark-vllm-serve", "vllm-serve", "exited" if stopped == "head" else "running")])
+        box("spark-vllm-dev-serve", "vllm-serve", "exited" if stopped == "head" else "running")])
     worker = gb10_facts("spark-2", index=2, containers=[
-        box("spark-vllm-serve", "vllm-serve", "exited" if stopped == "headless" else "running")])
+        box("spark-vllm-dev-serve", "vllm-serve", "exited" if stopped == "headless" else "running")])
     h = build(2, facts={"spark-1": head, "spark-2": worker}, vllm={"executor": "mp"})
 
     def check(_):
@@ -115,9 +116,9 @@ def test_mp_rank_found_stopped_restarts_every_rank(build, ignored_changes, mocks
             assert ignored_changes["vllm-ranks-restart"] == ["stdin"]
             return
         node = "spark-2" if stopped == "headless" else "spark-1"
-        assert restart.inputs["stdin"].startswith(f"{node}: spark-vllm-serve is exited @")
+        assert restart.inputs["stdin"].startswith(f"{node}: spark-vllm-dev-serve is exited @")
         assert ignored_changes["vllm-ranks-restart"] == []
         assert restart.inputs["stdin"] == gate.inputs["triggers"][0]  # the gate runs after it
-        assert "docker restart -t 60 spark-vllm-serve" in restart.inputs["update"]
+        assert "docker restart -t 60 spark-vllm-dev-serve" in restart.inputs["update"]
 
     return settled(h).apply(check)

@@ -7,7 +7,7 @@ import pulumi
 import pytest
 
 from config import ConfigError, validate_config
-from hostscripts import vllm
+from hostscripts.paths import StackNames
 from inspection.facts import ContainerFacts
 from tests.conftest import config_raw, gb10_facts, reveal
 from tests.unit.components.test_vllm_server import _changed, _registered
@@ -44,7 +44,7 @@ def test_an_embedding_service_is_its_own_container_model_and_gate(build, mocks):
         labels = {x["label"]: x["value"] for x in c["labels"]}
         assert labels["spark-vllm.role"] == "vllm-service"
         assert labels["spark-vllm.service"] == "embed" and labels["spark-vllm.port"] == "8100"
-        key = vllm.service_key_file("dev", "embed")
+        key = StackNames("dev").service_key_file("embed")
         assert key.startswith("/var/lib/spark-vllm/stacks/dev/")
         assert {"target": "/run/spark-vllm/api-key", "type": "bind", "source": key,
                 "readOnly": True} in c["mounts"]
@@ -130,6 +130,12 @@ def test_a_service_container_stopped_behind_the_stack_reruns_only_its_gate(build
     ({**EMBED, "nodes": ["spark-9"]}, "services[0].nodes: got ['spark-9']"),
     ({**EMBED, "nodes": []}, "services[0].nodes: got []"),
     ({**EMBED, "name": "Embed_1"}, "lowercase DNS label"),
+    # the stack's own containers are spark-vllm-<stack>-<what>, a service's -<service>
+    ({**EMBED, "name": "serve"}, "services[0].name: got 'serve'; expected a name other than "
+                                 "the stack's own containers'"),
+    ({**EMBED, "name": "ray-head"}, "services[0].name: got 'ray-head'"),
+    ({**EMBED, "name": "ray-worker"}, "services[0].name: got 'ray-worker'"),
+    ({**EMBED, "name": "model-seeder"}, "services[0].name: got 'model-seeder'"),
     ({**EMBED, "task": "classify"}, "services[0].task"),
     ({k: v for k, v in EMBED.items() if k != "gpuMemoryUtilization"},
      "services[0].gpuMemoryUtilization"),

@@ -113,18 +113,19 @@ def test_vllm_command_line_exactly(build, mocks):
         assert serve["entrypoints"] == ["/bin/sh", "-c", vllm.LAUNCHER, "spark-vllm-serve"]
         assert vllm.LAUNCHER.endswith('exec "$@"')
         # a container of its own on the head, joined to the stack's Ray cluster
-        assert serve["name"] == "spark-vllm-serve" and serve["restart"] == "unless-stopped"
+        assert serve["name"] == "spark-vllm-dev-serve" and serve["restart"] == "unless-stopped"
         assert serve["networkMode"] == "host" and serve["ipcMode"] == "host"
         assert serve["pidMode"] == "container:" + hashlib.sha256(b"ray-head").hexdigest()
         assert "RAY_ADDRESS=192.168.177.11:6379" in serve["envs"]
-        assert {"hostPath": "/run/spark-vllm/ray-session", "containerPath": "/tmp/ray"} in [
+        assert {"hostPath": "/run/spark-vllm/stacks/dev/ray-session",
+                "containerPath": "/tmp/ray"} in [
             {k: v for k, v in m.items() if k in ("hostPath", "containerPath")}
             for m in serve["volumes"]]
         # gated on health, on the head; the Ray and vLLM containers' IDs re-run the gate
         gate = mocks.named("vllm-health").inputs
         assert reveal(gate["connection"])["host"] == "10.77.0.11"
         assert "/v1/models" in gate["create"] and "/v1/completions" in gate["create"]
-        assert "docker logs --tail 50 spark-vllm-serve" in gate["create"]
+        assert "docker logs --tail 50 spark-vllm-dev-serve" in gate["create"]
         ids = " ".join(hashlib.sha256(n.encode()).hexdigest()
                        for n in ("vllm-serve", "ray-head", "ray-worker-spark-2"))
         assert f"# containers: {ids}" in gate["create"]
@@ -320,8 +321,12 @@ def test_api_key_only_as_secret_never_on_a_command_line(build, mocks):
         # container and read by the launching shell; no environment value holds it
         serve = mocks.named("vllm-serve").inputs
         assert "VLLM_API_KEY=$(cat /run/spark-vllm/api-key)" in vllm.LAUNCHER
-        assert {"target": "/run/spark-vllm/api-key", "source": "/var/lib/spark-vllm/vllm/api-key",
+        assert {"target": "/run/spark-vllm/api-key",
+                "source": "/var/lib/spark-vllm/stacks/dev/vllm/api-key",
                 "type": "bind", "readOnly": True} in serve["mounts"]
+        # the head's vLLM declares its port: another stack on the head may not take it
+        labels = {x["label"]: x["value"] for x in serve["labels"]}
+        assert labels["spark-vllm.port"] == "8000" and "spark-vllm.master-port" not in labels
         assert not any(e.startswith("VLLM_API_KEY=") for e in serve["envs"])
         # ...and vLLM's Ray executor is told not to copy it to the workers' processes
         keep = json.loads(uploads(mocks)[
@@ -403,7 +408,7 @@ def test_the_transport_is_read_after_the_health_gate_and_exported(build, mocks, 
         (transport,) = values
         assert "vllm-health" in dependencies["vllm-nccl-log"]
         log = mocks.named("vllm-nccl-log").inputs["create"]
-        assert "docker logs spark-vllm-serve" in log and "NCCL INFO" in log
+        assert "docker logs spark-vllm-dev-serve" in log and "NCCL INFO" in log
         text = mocks.named("vllm-transport").inputs["create"]
         # the mock log holds no NCCL lines: unknown, and with RDMA on a warning, no failure
         assert "nccl transport warning: the NCCL transport cannot be verified" in text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -15,6 +16,8 @@ from inspection.hub import ModelFile
 from tests.conftest import ROOT
 
 ID_A, ID_B = "a1" * 32, "b2" * 32  # container IDs as the daemon reports them (64 hex)
+NAMES = paths.StackNames("dev")
+KEY = NAMES.vllm_key_file
 
 RAY_STATUS = ROOT / "tests" / "fixtures" / "gb10" / "ray-status-oshlabs.txt"
 
@@ -170,13 +173,13 @@ def test_sync_prunes_a_corrupted_blob_before_copying(tmp_path):
 
 
 def test_the_launcher_keeps_the_key_off_every_command_line(tmp_path):
-    """The vLLM container runs `sh -c LAUNCHER spark-vllm-serve <argv>`: the key file's content
+    """The vLLM container runs `sh -c LAUNCHER LAUNCHER_NAME <argv>`: the key file's content
     becomes VLLM_API_KEY of the exec'd argv only, and the argv runs exactly as given."""
     key = tmp_path / "api-key"
     key.write_text("sk-unit\n")
     launcher = vllm.LAUNCHER.replace(paths.VLLM_KEY, str(key))
     argv = ["sh", "-c", 'printf "%s|" "$VLLM_API_KEY" "$@"', "x", "a b", "$(id)"]
-    out = subprocess.run(["sh", "-c", launcher, vllm.SERVE_CONTAINER, *argv],
+    out = subprocess.run(["sh", "-c", launcher, vllm.LAUNCHER_NAME, *argv],
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [vllm.START_MARKER, "sk-unit|a b|$(id)|"]
@@ -208,8 +211,9 @@ case "$1" in
   logs) echo "vllm: error: unrecognized arguments: --bogus" ;;
 esac
 """)
-    script = vllm.vllm_health_gate("serve", "head", ID_A, "http://127.0.0.1:8000", "m", "hi", 60)
-    script = script.replace(paths.VLLM_KEY_FILE, "/dev/null")
+    script = vllm.vllm_health_gate("serve", "head", ID_A, "http://127.0.0.1:8000", "m", "hi", 60,
+                                   key_file=KEY)
+    script = script.replace(KEY, "/dev/null")
     return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
                           timeout=60)
 
@@ -246,13 +250,14 @@ def test_an_image_id_read_from_a_host_must_be_of_its_exact_form(bad):
     with pytest.raises(common.RemoteValueError, match="not an image ID"):
         images.image_pull_from_head("repo:tag", "192.168.177.11", bad)
     with pytest.raises(common.RemoteValueError):
-        models.model_seeder_stop(["spark-2"], "c" * 40, bad, ["192.168.177.11"])
+        models.model_seeder_stop(NAMES, ["spark-2"], "c" * 40, bad, ["192.168.177.11"])
 
 
 @pytest.mark.parametrize("bad", [f"{ID_A}\nrm -rf /", "ray-head-id", f"{ID_A} $(id)", ""])
 def test_container_ids_read_from_a_host_must_be_ids_before_a_comment(bad):
     with pytest.raises(common.RemoteValueError, match="not container IDs"):
-        vllm.vllm_health_gate("serve", "head", bad, "http://127.0.0.1:8000", "m", "hi", 60)
+        vllm.vllm_health_gate("serve", "head", bad, "http://127.0.0.1:8000", "m", "hi", 60,
+                              key_file=KEY)
     with pytest.raises(common.RemoteValueError):
         ray.ray_ready("head", 2, 2, 5, bad)
 
@@ -341,3 +346,72 @@ def test_page_cache_drop_fails_clearly_when_it_cannot_write(tmp_path):
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1
     assert "cannot drop the page cache (/proc/sys/vm/drop_caches is not writable)" in out.stderr
+
+
+def test_every_name_and_file_of_a_stack_is_its_own():
+    """Two stacks on the same nodes share no container name and no file (hostscripts/paths
+    StackNames); only the content-keyed compile cache is every stack's."""
+    dev, prod = paths.StackNames("dev"), paths.StackNames("prod")
+    assert (dev.serve, dev.ray_head, dev.ray_worker, dev.model_seeder) == (
+        "spark-vllm-dev-serve", "spark-vllm-dev-ray-head", "spark-vllm-dev-ray-worker",
+        "spark-vllm-dev-model-seeder")
+    assert dev.service("embed") == "spark-vllm-dev-embed"
+    assert dev.vllm_key_file == "/var/lib/spark-vllm/stacks/dev/vllm/api-key"
+    assert dev.ray_token_file == "/var/lib/spark-vllm/stacks/dev/ray/auth-token"
+    assert dev.ray_session_dir == "/run/spark-vllm/stacks/dev/ray-session"
+    assert dev.service_key_file("embed") == "/var/lib/spark-vllm/stacks/dev/services/embed/api-key"
+    assert dev.image_seeder_pid == "/run/spark-vllm-dev-image-seeder.pid"
+    own = [dev.serve, dev.ray_head, dev.ray_worker, dev.model_seeder, dev.vllm_key_file,
+           dev.ray_token_file, dev.ray_session_dir, dev.image_seeder_pid, dev.image_seeder_log]
+    theirs = [prod.serve, prod.ray_head, prod.ray_worker, prod.model_seeder, prod.vllm_key_file,
+              prod.ray_token_file, prod.ray_session_dir, prod.image_seeder_pid,
+              prod.image_seeder_log]
+    assert not set(own) & set(theirs) and len(set(own)) == len(own)
+    # the stack's own containers' names are exactly the ones no service may take
+    from config.forms import STACK_CONTAINERS
+    assert own[:4] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
+    with pytest.raises(ValueError, match="may not be named 'serve'"):
+        dev.service("serve")
+    for bad in ("", "a/b", "-x", "a b", "..", "x;rm"):
+        with pytest.raises(ValueError):
+            paths.StackNames(bad)
+
+
+def _in(root: Path, script: str) -> str:
+    """The script with the nodes' /var/lib/spark-vllm moved under `root` (a sandbox)."""
+    return script.replace("/var/lib/spark-vllm", f"{root}/var/lib/spark-vllm")
+
+
+@pytest.mark.parametrize("which", ["api key", "ray token"])
+def test_the_secret_moves_into_the_stacks_folder_and_no_old_copy_stays(tmp_path, which):
+    """Upgrade from the fixed paths (/var/lib/spark-vllm/vllm/api-key, .../ray/auth-token): the
+    command that writes the stack's file removes the old one (and its folder when empty), so no
+    copy of the secret is left behind; its delete removes the stack's file and empty folders."""
+    names = paths.StackNames("dev")
+    if which == "api key":
+        write, remove = vllm.main_key_write(names), vllm.main_key_remove(names)
+        new, old = names.vllm_key_file, paths.LEGACY_VLLM_KEY_FILE
+    else:
+        write, remove = ray.ray_token_write(names), ray.ray_token_remove(names)
+        new, old = names.ray_token_file, paths.LEGACY_RAY_TOKEN_FILE
+    assert f"rm -f {old}" in write
+    legacy = Path(f"{tmp_path}{old}")
+    legacy.parent.mkdir(parents=True)
+    legacy.write_text("the-old-secret\n")
+    done = subprocess.run(["sh", "-c", _in(tmp_path, write)], input="the-secret\n",
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+    target = Path(f"{tmp_path}{new}")
+    assert target.read_text() == "the-secret\n" and oct(target.stat().st_mode & 0o777) == "0o600"
+    assert not legacy.exists() and not legacy.parent.exists()
+    assert done.stdout.split()[-1] == hashlib.sha256(b"the-secret\n").hexdigest()
+    # a second run (an update) finds no old file and is just as happy
+    again = subprocess.run(["sh", "-c", _in(tmp_path, write)], input="the-secret\n",
+                           capture_output=True, text=True, timeout=30)
+    assert again.returncode == 0, again.stderr
+    # the delete removes the stack's file and its folders, up to the stack's, when empty
+    gone = subprocess.run(["sh", "-c", _in(tmp_path, remove)], capture_output=True, text=True,
+                          timeout=30)
+    assert gone.returncode == 0, gone.stderr
+    assert not target.exists() and not Path(f"{tmp_path}{names.dir}").exists()
+    assert Path(f"{tmp_path}{paths.STACK_DIR}").is_dir()  # other stacks' folder stays

@@ -11,18 +11,20 @@ from __future__ import annotations
 import pulumi
 
 from hostscripts import images, models
+from hostscripts.paths import StackNames
 from tests.conftest import fake_image_id
 from tests.unit.conftest import settled
 
 LABELS = {"spark-vllm.managed": "true"}
+NAMES = StackNames("dev")
 
 
 def _model_pair(image="sha256:" + "a" * 64, commit="c" * 40, targets=("spark-2",),
                 binds=("192.168.177.11", "192.168.178.11")):
     start = models.model_seeder_start(
-        image, "/root/.cache/huggingface", "o/m", binds, LABELS, targets, commit
+        NAMES, image, "/root/.cache/huggingface", "o/m", binds, LABELS, targets, commit
     )
-    return start, models.model_seeder_stop(targets, commit, image, binds)
+    return start, models.model_seeder_stop(NAMES, targets, commit, image, binds)
 
 
 def test_model_seeder_stop_changes_with_every_start_input():
@@ -38,8 +40,8 @@ def test_model_seeder_stop_changes_with_every_start_input():
 def test_image_seeder_stop_changes_with_every_start_input():
     def pair(ref="r:1", targets=("spark-2",)):
         return (
-            images.image_seeder_start(ref, "192.168.177.11", targets),
-            images.image_seeder_stop(targets, ref),
+            images.image_seeder_start(NAMES, ref, "192.168.177.11", targets),
+            images.image_seeder_stop(NAMES, targets, ref),
         )
 
     base_start, base_stop = pair()

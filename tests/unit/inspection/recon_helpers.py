@@ -30,6 +30,9 @@ def sample(name: str) -> str:
 import copy  # noqa: E402
 
 from config import StackConfig, validate_config  # noqa: E402
+from hostscripts.paths import StackNames  # noqa: E402
+
+NAMES = StackNames("dev")  # the stack whose own files recon looks for
 
 KEY_1 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHn0deKeyOneForSpark1xxxxxxxxxxxxxxxxxxxxxx"
 KEY_2 = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHn0deKeyTwoForSpark2xxxxxxxxxxxxxxxxxxxxxx"

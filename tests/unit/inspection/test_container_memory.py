@@ -18,6 +18,7 @@ from inspection import preflight
 from inspection.parsers import ParseError
 from inspection.recon import CGROUP_ROOT, recon_script, snippet
 from tests.unit.inspection.recon_helpers import (
+    NAMES,
     NONCE,
     assemble,
     config,
@@ -312,7 +313,7 @@ def test_every_snippet_and_the_whole_script_pass_bash_n():
         proc = subprocess.run(["bash", "-n", "-c", snippet(name)], capture_output=True, text=True)
         assert proc.returncode == 0, (name, proc.stderr)
     cfg = config()
-    script = recon_script(cfg, cfg.nodes[0], NONCE)
+    script = recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
     proc = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "\nsv_bg container_memory 20 bash -c " in script and f"_ {CGROUP_ROOT}\n" in script

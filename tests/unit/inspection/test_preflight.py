@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from hostscripts.paths import StackNames
 from inspection import preflight, recon
 from inspection.preflight import Plan, PreflightError
 from tests.unit.inspection.recon_helpers import (
@@ -13,6 +14,7 @@ from tests.unit.inspection.recon_helpers import (
     NONCE,
     assemble,
     config,
+    raw_config,
     sample,
     spark_output,
     spark_sections,
@@ -460,7 +462,7 @@ def test_memory_held_by_the_stacks_own_containers_counts_as_usable():
         meminfo,
     )
     worker = "ab12" * 16
-    ours = (f'{{"ID":"{worker}","Names":"spark-vllm-ray-worker","Image":"x","State":"running",'
+    ours = (f'{{"ID":"{worker}","Names":"spark-vllm-dev-ray-worker","Image":"x","State":"running",'
             '"Labels":"spark-vllm.managed=true,spark-vllm.role=ray-worker"}')
     held = round(91.3 * 1024**3)  # what docker stats showed as 91.3GiB, read from the cgroup
     counters = f"{worker} v2 {held + 4096 * 1000} {4096 * 1000}"
@@ -598,22 +600,28 @@ def test_a_service_whose_model_outgrows_its_share_is_refused():
     assert ok.memory_budget_bytes["spark-2"] == alone.memory_budget_bytes["spark-2"]
 
 
-def _other_stack(name: str, port: str | None = None) -> str:
-    labels = "spark-vllm.managed=true,spark-vllm.stack=spark-vllm/other"
-    if port:
-        labels += f",spark-vllm.port={port}"
+def _container(name: str, stack: str = "other", **labels: str) -> str:
+    """A `docker ps` line of a container of the stack `spark-vllm/<stack>` (labels by their
+    short names: role, port, master_port, service)."""
+    text = ",".join([f"spark-vllm.managed=true,spark-vllm.stack=spark-vllm/{stack}",
+                     *(f"spark-vllm.{k.replace('_', '-')}={v}" for k, v in labels.items())])
     return (f'{{"ID":"{"cd34" * 16}","Names":"{name}","Image":"x","State":"running",'
-            f'"Labels":"{labels}"}}')
+            f'"Labels":"{text}"}}')
+
+
+def _other_stack(name: str, port: str | None = None) -> str:
+    return _container(name, **({"port": port} if port else {}))
 
 
 def test_a_name_or_port_held_by_another_stack_is_refused_before_any_change():
-    facts = facts_of(spark_output(1), assemble(spark_sections(
-        2, docker_ps=_other_stack("spark-vllm-ray-worker"))))
+    # names are by stack, but `dev-ray`'s service `worker` would be dev's Ray worker
+    facts = facts_of(spark_output(1), assemble(spark_sections(2, docker_ps=_container(
+        "spark-vllm-dev-ray-worker", "dev-ray", role="vllm-service", service="worker"))))
     err = fail(config(), facts, stack_label="spark-vllm/dev")
     (finding,) = only(err, "other_stack")
     assert finding.node == "spark-2"
-    assert finding.fact == ("container spark-vllm-ray-worker (running) belongs to the stack "
-                            "spark-vllm/other; this stack needs that name for Ray")
+    assert finding.fact == ("container spark-vllm-dev-ray-worker (running) belongs to the stack "
+                            "spark-vllm/dev-ray; this stack needs that name for Ray")
     facts = facts_of(assemble(spark_sections(
         1, docker_ps=_other_stack("spark-vllm-other-embed", "8100"))), spark_output(2))
     err = fail(config(services=[EMBED]), facts, stack_label="spark-vllm/dev")
@@ -621,12 +629,94 @@ def test_a_name_or_port_held_by_another_stack_is_refused_before_any_change():
     assert finding.fact == ("port 8100 is taken by spark-vllm-other-embed of the stack "
                             "spark-vllm/other; this stack listens there "
                             "(spark-vllm:services[0].port)")
-    # the names each node needs: the main vLLM on the head only with Ray, on every node with mp
-    assert preflight.wanted_containers(config(), "spark-2", "dev") == {
-        "spark-vllm-ray-worker": "Ray"}
-    assert "spark-vllm-serve" in preflight.wanted_containers(
+    # the names each node needs: the main vLLM on the head only with Ray, on every node with mp;
+    # the model seeder where a model is copied from
+    names = StackNames("dev")
+    assert preflight.wanted_containers(config(), "spark-2", names) == {
+        "spark-vllm-dev-ray-worker": "Ray"}
+    assert preflight.wanted_containers(config(), "spark-1", names) == {
+        "spark-vllm-dev-serve": "the main vLLM", "spark-vllm-dev-ray-head": "Ray",
+        "spark-vllm-dev-model-seeder": "the model seeder"}
+    assert "spark-vllm-dev-serve" in preflight.wanted_containers(
         config(vllm={**config().vllm.model_dump(by_alias=True), "executor": "mp"}), "spark-2",
-        "dev")
+        names)
     # the other stack's service container with a name and port of its own is no collision
     preflight.check(config(services=[{**EMBED, "port": 8200}]), facts,
                     stack_label="spark-vllm/dev")
+
+
+def test_another_stacks_ray_on_a_node_this_stack_wants_ray_on_is_refused():
+    """Ray's client server (10001) and dashboard agent (52365) listen on fixed ports whatever
+    ray.port: two Rays on one node cannot both run."""
+    facts = facts_of(spark_output(1), assemble(spark_sections(2, docker_ps=_container(
+        "spark-vllm-other-ray-worker", role="ray-worker"))))
+    err = fail(config(), facts, stack_label="spark-vllm/dev")
+    (finding,) = only(err, "other_stack")
+    assert finding.node == "spark-2"
+    assert finding.fact.startswith("the stack spark-vllm/other runs Ray here "
+                                   "(spark-vllm-other-ray-worker, running); this stack wants "
+                                   "Ray on the node too")
+    assert "10001" in finding.fact and "52365" in finding.fact
+    assert "spark-vllm:vllm.executor: mp" in finding.fix and "other nodes" in finding.fix
+    # without Ray this stack does not mind the other's
+    preflight.check(config(vllm={"executor": "mp", "port": 8001}), facts,
+                    stack_label="spark-vllm/dev")
+
+
+def test_another_stacks_model_seeder_running_on_the_head_is_refused():
+    """The model seeder listens on a fixed port (MODEL_SEED_PORT) and declares it."""
+    seeder = _container("spark-vllm-other-model-seeder", role="model-seeder", port="18472")
+    facts = facts_of(assemble(spark_sections(1, docker_ps=seeder)), spark_output(2))
+    err = fail(config(vllm={"executor": "mp", "port": 8001}), facts,
+               stack_label="spark-vllm/dev")
+    (finding,) = only(err, "other_stack")
+    assert finding.node == "spark-1"
+    assert finding.fact == ("port 18472 is taken by spark-vllm-other-model-seeder of the stack "
+                            "spark-vllm/other; this stack listens there (its model seeder, on "
+                            "a fixed port)")
+    assert "spark-vllm/other is copying a model" in finding.fix
+    # one node: nothing to copy, no seeder
+    one = config(nodes=raw_config()["nodes"][:1], vllm={"tensorParallelSize": 1})
+    assert 18472 not in preflight.wanted_ports(one, "spark-1")
+
+
+def _stack_containers(stack: str, cfg, node: str, **port_labels: str) -> list[str]:
+    """The `docker ps` lines of what `stack` (config `cfg`) runs on `node` (wanted_containers,
+    with each container's role and ports as the components label them)."""
+    roles = {"the main vLLM": "vllm-serve", "Ray": "ray-head" if node == cfg.head.name
+             else "ray-worker"}
+    out = []
+    for name, what in preflight.wanted_containers(cfg, node, StackNames(stack)).items():
+        if what == "the model seeder":
+            continue  # only during an `up`
+        labels = {"role": roles[what]}
+        if what == "the main vLLM" and node == cfg.head.name:
+            labels.update(port_labels)
+        out.append(_container(name, stack, **labels))
+    return out
+
+
+def test_two_stacks_one_with_ray_one_with_mp_share_the_nodes():
+    """Different stack names, vllm.port and masterPort: every container and file has a name of
+    its own, so each stack passes beside the other's running containers (and the other way)."""
+    ray_cfg = config()
+    mp_cfg = config(vllm={"executor": "mp", "port": 8001, "masterPort": 29600})
+    ray_ports = {"port": "8000"}
+    mp_ports = {"port": "8001", "master_port": "29600"}
+
+    def beside(stack: str, cfg, ports: dict[str, str]) -> dict:
+        return facts_of(*(assemble(spark_sections(i + 1, docker_ps="\n".join(
+            _stack_containers(stack, cfg, f"spark-{i + 1}", **ports)))) for i in range(2)))
+
+    preflight.check(ray_cfg, beside("other", mp_cfg, mp_ports), stack_label="spark-vllm/dev")
+    preflight.check(mp_cfg, beside("dev", ray_cfg, ray_ports), stack_label="spark-vllm/other")
+    # the same vllm.port, or an mp stack's master port, is refused
+    err = fail(config(vllm={"executor": "mp", "port": 8000}), beside("dev", ray_cfg, ray_ports),
+               stack_label="spark-vllm/other")
+    assert [f.fact.split(";")[0] for f in only(err, "other_stack")] == [
+        "port 8000 is taken by spark-vllm-dev-serve of the stack spark-vllm/dev"]
+    err = fail(config(vllm={"port": 8002, "masterPort": 29600, "executor": "mp"}),
+               beside("other", mp_cfg, mp_ports), stack_label="spark-vllm/third")
+    assert [f.fact for f in only(err, "other_stack")] == [
+        "port 29600 is taken by spark-vllm-other-serve of the stack spark-vllm/other; this "
+        "stack listens there (spark-vllm:vllm.masterPort)"]

@@ -15,6 +15,7 @@ from inspection.facts import NodeFacts
 from inspection.recon import ReconError, SshResult, SurveyError
 from tests.unit.inspection.recon_helpers import (
     KEY_1,
+    NAMES,
     NONCE,
     SEED_HELD_KIB,
     SPARK_AVAILABLE_KIB,
@@ -32,8 +33,8 @@ from tests.unit.inspection.recon_helpers import (
 def test_recon_script_is_pure_and_has_every_section():
     cfg = config()
     node = cfg.nodes[0]
-    script = recon.recon_script(cfg, node, NONCE)
-    assert script == recon.recon_script(cfg, node, NONCE)
+    script = recon.recon_script(cfg, node, NONCE, NAMES)
+    assert script == recon.recon_script(cfg, node, NONCE, NAMES)
     for section in ("clock_start", "os_release", "dgx_release", "uname", "meminfo",
                     "nvidia_smi_query", "nvidia_smi", "nvidia_smi_list", "ip_addr",
                     "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
@@ -48,20 +49,30 @@ def test_recon_script_is_pure_and_has_every_section():
     assert lines.index("wait") < lines.index('cat "$SV_DIR"/out.*') < next(
         i for i, ln in enumerate(lines) if ln.startswith("sv_run clock_end"))
     assert script.rstrip().endswith("main\nexit 0")
+    # the stack's own files, in its folder (a second stack's are not this stack's)
+    assert " _ /var/lib/spark-vllm/stacks/dev/ray/auth-token\n" in script
+    assert " _ /var/lib/spark-vllm/stacks/dev/vllm/api-key\n" in script
+
+
+def test_recon_without_a_stack_does_not_look_for_stack_files():
+    cfg = config()
+    script = recon.recon_script(cfg, cfg.nodes[0], NONCE, None)
+    assert "sv_bg ray_token" not in script and "sv_bg vllm_key" not in script
+    assert "/var/lib/spark-vllm/stacks" not in script
 
 
 def test_recon_script_quotes_config_values():
     """Config validation refuses such a cacheDir today; the script quotes it all the same."""
     cfg = config()
     cfg = cfg.model_copy(update={"model": cfg.model.model_copy(update={"cache_dir": "/data/hf;rm"})})
-    script = recon.recon_script(cfg, cfg.nodes[0], NONCE)
+    script = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
     assert "'/data/hf;rm'" in script
 
 
 def test_recon_script_runs_in_local_bash_and_parses():
     """The generated script is valid bash: run it here (no ssh) and parse what it prints."""
     cfg = config(model={"cacheDir": "/nonexistent/spark-vllm-test/hf"})
-    script = recon.recon_script(cfg, cfg.nodes[0], NONCE)
+    script = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
     sent = time.time()
     proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60)
     received = time.time()
@@ -246,7 +257,7 @@ def test_survey_runs_nodes_in_parallel_with_one_round_trip_each():
     runner = fake_runner({"10.77.0.11": spark_output(1), "10.77.0.12": spark_output(2)},
                          delay=0.5, calls=calls)
     start = time.time()
-    facts = recon.survey(cfg, runner=runner)
+    facts = recon.survey(cfg, names=NAMES, runner=runner)
     assert time.time() - start < 0.9  # two 0.5 s round trips, concurrently
     assert list(facts) == ["spark-1", "spark-2"] and len(calls) == 2
     assert facts["spark-2"].interface("enp1s0f1np1").ipv4 == ["192.168.177.12/24"]
@@ -258,11 +269,11 @@ def test_survey_collects_every_node_error_and_keeps_the_rest():
     cfg = config()
     runner = fake_runner({"10.77.0.11": spark_output(1),
                           "10.77.0.12": (255, "root@10.77.0.12: Permission denied (publickey).")})
-    results = recon.survey_all(cfg, runner=runner)
+    results = recon.survey_all(cfg, names=NAMES, runner=runner)
     assert isinstance(results["spark-1"], NodeFacts)
     assert isinstance(results["spark-2"], ReconError) and results["spark-2"].kind == "auth"
     with pytest.raises(SurveyError) as exc:
-        recon.survey(cfg, runner=runner)
+        recon.survey(cfg, names=NAMES, runner=runner)
     assert "spark-2: authentication refused" in str(exc.value)
     assert "spark-1" in exc.value.facts
 
@@ -271,7 +282,7 @@ def test_survey_timeout_names_the_node():
     cfg = config(preflight={"reconTimeoutSeconds": 7})
     runner = fake_runner({"10.77.0.11": subprocess.TimeoutExpired("ssh", 7),
                           "10.77.0.12": spark_output(2)})
-    results = recon.survey_all(cfg, runner=runner)
+    results = recon.survey_all(cfg, names=NAMES, runner=runner)
     err = results["spark-1"]
     assert isinstance(err, ReconError) and err.kind == "timeout"
     assert "within 7 s" in err.reason and "reconTimeoutSeconds" in err.fix
@@ -291,7 +302,7 @@ def test_survey_is_bounded_even_if_a_runner_hangs(monkeypatch):
 
     monkeypatch.setattr(recon, "wait", lambda fs, timeout: cf.wait(fs, timeout=0.3))
     start = time.time()
-    results = recon.survey_all(cfg, runner=hang)
+    results = recon.survey_all(cfg, names=NAMES, runner=hang)
     release.set()
     assert time.time() - start < 2
     assert all(isinstance(r, ReconError) and r.kind == "timeout" for r in results.values())
@@ -302,7 +313,7 @@ def test_placeholder_host_key_fails_before_ssh():
     raw_nodes[0]["hostKey"] = "ssh-ed25519 PLACEHOLDERxLABxREWRITESxTHISxKEYx1"
     cfg = config(nodes=raw_nodes)
     calls: list = []
-    results = recon.survey_all(cfg, runner=fake_runner({"10.77.0.12": spark_output(2)},
+    results = recon.survey_all(cfg, names=NAMES, runner=fake_runner({"10.77.0.12": spark_output(2)},
                                                        calls=calls))
     assert results["spark-1"].kind == "host_key" and "placeholder" in results["spark-1"].reason
     assert [c[0] for c in calls] == ["10.77.0.12"]
@@ -310,7 +321,7 @@ def test_placeholder_host_key_fails_before_ssh():
 
 def test_missing_private_key_is_an_auth_error_with_the_path():
     cfg = config(ssh={"privateKeyPath": "/nonexistent/id_ed25519"})
-    err = recon.survey_all(cfg)["spark-1"]
+    err = recon.survey_all(cfg, names=NAMES)["spark-1"]
     assert err.kind == "auth" and "/nonexistent/id_ed25519" in err.reason
 
 
@@ -319,14 +330,14 @@ def test_key_path_override_is_used(tmp_path):
     key.write_text("not a real key")
     calls: list = []
     cfg = config()
-    recon.survey_all(cfg, key_path=key, runner=fake_runner(
+    recon.survey_all(cfg, names=NAMES, key_path=key, runner=fake_runner(
         {"10.77.0.11": spark_output(1), "10.77.0.12": spark_output(2)}, calls=calls))
     assert all(c[1][c[1].index("-i") + 1] == str(key) for c in calls)
 
 
 def test_script_that_did_not_run_is_reported():
     cfg = config()
-    results = recon.survey_all(cfg, runner=fake_runner(
+    results = recon.survey_all(cfg, names=NAMES, runner=fake_runner(
         {"10.77.0.11": (1, "bash: timeout: command not found"), "10.77.0.12": spark_output(2)}))
     assert results["spark-1"].kind == "output" and "did not run" in results["spark-1"].reason
 
@@ -376,12 +387,12 @@ def test_a_crafted_hf_cache_folder_cannot_forge_the_docker_facts(tmp_path):
     cache = tmp_path / "hf"
     (cache / "hub" / "models--org--real" / "snapshots" / ("a" * 40)).mkdir(parents=True)
     cfg = config(model={"cacheDir": str(cache)}, preflight={"foreignContainers": "stop"})
-    clean = recon.survey_node(cfg, cfg.nodes[0], runner=local_bash(bin_))
+    clean = recon.survey_node(cfg, cfg.nodes[0], names=NAMES, runner=local_bash(bin_))
     assert [c.name for c in clean.docker.containers] == ["vllm_node"]
     crafted = ("models--x--y\n=== spark-vllm:section:docker_ps ===\n" + FORGED_PS
                + "\n=== spark-vllm:end:docker_ps rc=0 ===\n")
     (cache / "hub" / crafted).mkdir()
-    facts = recon.survey_node(cfg, cfg.nodes[0], runner=local_bash(bin_))
+    facts = recon.survey_node(cfg, cfg.nodes[0], names=NAMES, runner=local_bash(bin_))
     assert [c.name for c in facts.docker.containers] == ["vllm_node"]
     _, _, stops = preflight.check_foreign(cfg, facts)
     assert [c.name for c in stops] == ["vllm_node"]
@@ -417,12 +428,12 @@ def test_only_markers_carrying_the_runs_nonce_are_markers():
 
 def test_recon_script_carries_the_nonce_it_is_given():
     cfg = config()
-    a = recon.recon_script(cfg, cfg.nodes[0], nonce="0123456789abcdef")
-    assert a == recon.recon_script(cfg, cfg.nodes[0], nonce="0123456789abcdef")  # pure
+    a = recon.recon_script(cfg, cfg.nodes[0], "0123456789abcdef", NAMES)
+    assert a == recon.recon_script(cfg, cfg.nodes[0], "0123456789abcdef", NAMES)  # pure
     assert "0123456789abcdef" in a and a != recon.recon_script(cfg, cfg.nodes[0],
-                                                               nonce="fedcba9876543210")
+                                                               "fedcba9876543210", NAMES)
     with pytest.raises(ValueError):
-        recon.recon_script(cfg, cfg.nodes[0], nonce="x; rm -rf /")
+        recon.recon_script(cfg, cfg.nodes[0], "x; rm -rf /", NAMES)
     assert recon.new_nonce() != recon.new_nonce() and len(recon.new_nonce()) == 16
 
 
@@ -433,7 +444,7 @@ def test_recon_refuses_a_predictable_temp_dir_when_mktemp_fails(tmp_path):
                                    "template: No space left on device' >&2\nexit 1\n")
     cfg = config(model={"cacheDir": str(tmp_path / "hf")})
     with pytest.raises(ReconError) as exc:
-        recon.survey_node(cfg, cfg.nodes[0], runner=local_bash(bin_))
+        recon.survey_node(cfg, cfg.nodes[0], names=NAMES, runner=local_bash(bin_))
     assert exc.value.kind == "output" and "mktemp" in exc.value.reason
     assert "predictable" in exc.value.reason or "predictable" in exc.value.fix
     assert "spark-vllm-recon." not in recon.snippet("survey.sh")

@@ -87,11 +87,12 @@ def test_recon_script_matches_its_golden_copy():
     review as a diff of tests/unit/inspection/golden/recon-dev-spark-1.sh
     (GOLDEN_UPDATE=1 rewrites it)."""
     from config import validate_config
+    from hostscripts.paths import StackNames
     from inspection.recon import recon_script
     from tests.conftest import config_raw
 
     cfg = validate_config(config_raw(2))
-    text = recon_script(cfg, cfg.nodes[0], GOLDEN_NONCE)
+    text = recon_script(cfg, cfg.nodes[0], GOLDEN_NONCE, StackNames("dev"))
     golden = Path(__file__).parent / "golden" / "recon-dev-spark-1.sh"
     if os.environ.get("GOLDEN_UPDATE") == "1":
         golden.parent.mkdir(exist_ok=True)

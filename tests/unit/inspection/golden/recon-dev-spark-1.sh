@@ -216,8 +216,8 @@ p=$1
 while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
 df -B1 --output=avail "$p"
 ' _ /root/.cache/huggingface
-sv_bg ray_token 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/ray/auth-token
-sv_bg vllm_key 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/vllm/api-key
+sv_bg ray_token 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/ray/auth-token
+sv_bg vllm_key 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/vllm/api-key
 sv_bg host_keys 10 cat /etc/ssh/ssh_host_*_key.pub
 wait
 cat "$SV_DIR"/out.*
