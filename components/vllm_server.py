@@ -1,9 +1,8 @@
 """VllmServer: vLLM as a supervised container on the head, gated on health.
 
 With the Ray executor vLLM is a Ray driver: the container `spark-vllm-<stack>-serve` runs on the
-head
-from the same image as the Ray containers, with the same runtime (host network, every GPU, host
-IPC, the HF cache offline, the compile caches) and joins the stack's Ray cluster
+head from the same image as the Ray containers, with the same runtime (host network, every GPU,
+host IPC, the HF cache offline, the compile caches) and joins the stack's Ray cluster
 (RAY_ADDRESS, the cluster token). A Ray driver finds its node's raylet by the processes it sees
 and connects through the files in Ray's session folder, so the container shares the Ray head
 container's PID namespace and session folder (hostscripts/paths.StackNames.ray_session_dir).
@@ -14,14 +13,15 @@ restarting (the container shares its PID namespace), a reboot - and vLLM waits f
 cluster's GPUs as it starts, so it serves again with no `up`.
 
 With vLLM's own multi-node executor (`vllm.executor: mp`) there is no Ray: every node runs a
-`spark-vllm-<stack>-serve` container with the same flags plus its place (`--nnodes`, `--node-rank`,
-`--master-addr` the head's fabric address, `--master-port`); the head's serves the API, the
-others run `--headless`. vLLM's ranks do not find each other again by themselves: a headless
-rank waits on its head forever, and a head whose headless rank died exits when a request fails
-(Docker restarts it). So a headless container's main process (payloads/vllm_rank_watch.py)
-ends it when the head's /health stopped answering, and Docker starts the rank again to meet the
-head's next start; and when recon finds a rank stopped, `vllm-ranks-restart` restarts the
-head's vLLM before the health gate runs, so every rank starts again together.
+`spark-vllm-<stack>-serve` container with the same flags plus its place (`--nnodes`,
+`--node-rank`, `--master-addr` the head's fabric address, `--master-port`); the head's serves
+the API, the others run `--headless`. vLLM's ranks do not find each other again by themselves: a
+headless rank waits on its head forever, and a head whose headless rank died exits when a
+request fails (Docker restarts it). So a headless container's main process
+(payloads/vllm_rank_watch.py) ends it when the head's /health stopped answering, and Docker
+starts the rank again to meet the head's next start; and when recon finds a rank stopped,
+`vllm-ranks-restart` restarts the head's vLLM before the health gate runs, so every rank starts
+again together.
 
 Consequences that are the point of the design:
 * The serve flags are the container's command: `pulumi preview --diff` shows a flag change as

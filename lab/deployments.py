@@ -148,7 +148,8 @@ class Deployment:
 
 def remove_leftover_stack_containers(cfg: dict) -> None:
     """The lab is a test fixture: stack containers left by `make demo` or an interrupted run
-    would collide with a test's own (container names are fixed per host), so they go."""
+    would collide with a test's own (the demo's stack is `dev` too: the same container names,
+    ports and memory), so they go."""
     for node in cfg["nodes"]:
         left = lab("ssh", node["name"], "sh", "-c",
                    "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f",
@@ -161,7 +162,7 @@ def remove_leftover_stack_containers(cfg: dict) -> None:
 # normalized) as a `spark-vllm:services` entry beside the main model: on the head, port 8100, a
 # 5% share with a small KV cache. `embed_service(revision)` adds the revision (a lab commit).
 EMBED_REPO = "spark-lab/tiny-embed"
-EMBED_CONTAINER = "spark-vllm-dev-embed"  # hostscripts/vllm.service_container("dev", "embed")
+EMBED_CONTAINER = "spark-vllm-dev-embed"  # hostscripts/paths.StackNames("dev").service("embed")
 _EMBED = {"name": "embed", "repo": EMBED_REPO, "task": "embed", "port": 8100,
           "servedModelName": "tiny-embed", "gpuMemoryUtilization": 0.05,
           "kvCacheMemoryBytes": 67108864, "maxNumSeqs": 2, "maxModelLen": 512,
