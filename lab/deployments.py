@@ -146,6 +146,21 @@ class Deployment:
         return self.stack.outputs()["vllmApiKey"].value
 
 
+def destroy_unless_kept(*deployments: Deployment) -> None:
+    """A test module's teardown: destroy each deployment in turn unless E2E_KEEP=1 (to look at
+    the lab afterwards). A failed destroy is printed, not raised, so the test's own failure
+    stays the one reported."""
+    import pulumi.automation as auto
+
+    if os.environ.get("E2E_KEEP") == "1":
+        return
+    for d in deployments:
+        try:
+            d.stack.destroy(on_output=print)
+        except auto.CommandError as e:
+            print(f"cleanup destroy failed: {e}")
+
+
 def remove_leftover_stack_containers(cfg: dict) -> None:
     """The lab is a test fixture: stack containers left by `make demo` or an interrupted run
     would collide with a test's own (the demo's stack is `dev` too: the same container names,

@@ -18,6 +18,7 @@ import pytest
 from lab.deployments import (
     LAB_CACHE,
     _plugin_installed,
+    destroy_unless_kept,
     lab,
     lock_lab,
     new_deployment,
@@ -48,13 +49,6 @@ def lab_cfg():
 @pytest.fixture(scope="module")
 def deployment(lab_cfg, tmp_path_factory):
     """A fresh dev stack on a file backend in a temporary folder; destroyed at the end."""
-    import pulumi.automation as auto
-
     d = new_deployment(tmp_path_factory.mktemp("e2e"), lab_cfg)
-    stack = d.stack
     yield d
-    if os.environ.get("E2E_KEEP") != "1":
-        try:
-            stack.destroy(on_output=print)
-        except auto.CommandError as e:  # keep the original failure visible, not this one
-            print(f"cleanup destroy failed: {e}")
+    destroy_unless_kept(d)

@@ -32,6 +32,7 @@ from lab.deployments import (
     LAB_CACHE,
     Deployment,
     complete,
+    destroy_unless_kept,
     hf_file_bytes,
     http,
     lab,
@@ -74,7 +75,6 @@ def new_deployment(lab3, tmp_path_factory):
 
     Built like conftest's `deployment`; every stack it made is destroyed at module end.
     """
-    import pulumi.automation as auto
 
     made: list[Deployment] = []
 
@@ -86,12 +86,7 @@ def new_deployment(lab3, tmp_path_factory):
         return d
 
     yield make
-    if os.environ.get("E2E_KEEP") != "1":
-        for d in reversed(made):
-            try:
-                d.stack.destroy(on_output=print)
-            except auto.CommandError as e:  # keep the original failure visible, not this one
-                print(f"cleanup destroy failed: {e}")
+    destroy_unless_kept(*reversed(made))
 
 
 def _timed_up(d: Deployment, what: str):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.deployments import LAB_CACHE, complete, lab, new_deployment, set_nodes
+from lab.deployments import LAB_CACHE, complete, destroy_unless_kept, lab, new_deployment, set_nodes
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -31,16 +31,11 @@ SERVE = "spark-vllm-dev-serve"
 
 @pytest.fixture(scope="module")
 def mp(lab_cfg, tmp_path_factory):
-    import pulumi.automation as auto
 
     d = new_deployment(tmp_path_factory.mktemp("e2e-mp"), lab_cfg)
     d.set("vllm.executor", "mp")
     yield d
-    if os.environ.get("E2E_KEEP") != "1":
-        try:
-            d.stack.destroy(on_output=print)
-        except auto.CommandError as e:
-            print(f"cleanup destroy failed: {e}")
+    destroy_unless_kept(d)
 
 
 def _up(d, what: str):

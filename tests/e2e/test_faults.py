@@ -36,7 +36,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.deployments import LAB_CACHE, lab
+from lab.deployments import LAB_CACHE, destroy_unless_kept, lab
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -57,20 +57,14 @@ TIMES: dict[str, float] = {}
 def deployment(lab_cfg, tmp_path_factory):
     """conftest's `deployment` with its own passphrase; also clears a lock left by an
     interrupted case before the final destroy."""
-    import pulumi.automation as auto
-
     from lab.deployments import new_deployment
 
     d = new_deployment(tmp_path_factory.mktemp("faults"), lab_cfg, "spark-vllm-e2e-faults")
-    stack, state = d.stack, d.workdir / "state"
+    state = d.workdir / "state"
     yield d
-    if os.environ.get("E2E_KEEP") != "1":
-        if list((state / ".pulumi").glob("locks/**/*.json")):
-            cancel_stale_lock(d)
-        try:
-            stack.destroy(on_output=print)
-        except auto.CommandError as e:
-            print(f"cleanup destroy failed: {e}")
+    if os.environ.get("E2E_KEEP") != "1" and list((state / ".pulumi").glob("locks/**/*.json")):
+        cancel_stale_lock(d)
+    destroy_unless_kept(d)
 
 
 # ---------------------------------------------------------------------------- helpers

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 
 import pytest
@@ -23,6 +22,7 @@ from lab.deployments import (
     EMBED_REPO,
     changed_bytes,
     complete,
+    destroy_unless_kept,
     embed_service,
     hf_file_bytes,
     http,
@@ -37,7 +37,6 @@ NAME, REPO = EMBED_CONTAINER, EMBED_REPO
 
 @pytest.fixture(scope="module")
 def svc(lab_cfg, tmp_path_factory):
-    import pulumi.automation as auto
 
     commits = lab_cfg.get("models", {}).get(REPO, {}).get("commits")
     if not commits:
@@ -45,11 +44,7 @@ def svc(lab_cfg, tmp_path_factory):
     d = new_deployment(tmp_path_factory.mktemp("e2e-services"), lab_cfg)
     d.commits = commits
     yield d
-    if os.environ.get("E2E_KEEP") != "1":
-        try:
-            d.stack.destroy(on_output=print)
-        except auto.CommandError as e:
-            print(f"cleanup destroy failed: {e}")
+    destroy_unless_kept(d)
 
 
 def _up(d, what: str) -> dict[str, str]:
