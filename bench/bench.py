@@ -67,6 +67,7 @@ NAMES = StackNames("dev")  # the stack lab/deployments.new_deployment makes
 SECTIONS = ("scaling", "changes", "fanout")
 LAB_DIR = Path("/var/lib/spark-vllm-lab")
 MODEL_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-moe"
+EMBED_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-embed"  # the service rows' model
 V2_REPO = "10.77.0.1:5000/spark-lab/vllm-spark-bench"
 FABRIC_IF = "enp1s0f1np1"
 MGMT_IF = "enP7s7"  # the node end of the management veth (the lab names it like a Spark NIC)
@@ -201,14 +202,14 @@ def empty_stack(work: Path, inline: bool):
 
 
 def wipe(nodes: list[str], keep_images: bool = False) -> None:
-    """From empty: no stack containers, no model cache, and (unless keep_images) no image."""
+    """From empty: no stack containers, no model caches, and (unless keep_images) no image."""
     images = "" if keep_images else (
         "docker images -q | xargs -r docker rmi -f >/dev/null 2>&1; "
         "docker image prune -af >/dev/null 2>&1; ")
     for n in nodes:
         lab("ssh", n, "sh", "-c",
             "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f >/dev/null; "
-            f"rm -rf {MODEL_DIR}; {images}true", timeout=300)
+            f"rm -rf {MODEL_DIR} {EMBED_DIR}; {images}true", timeout=300)
 
 
 def step_spans(d: Deployment) -> dict[str, tuple[int, int]]:
@@ -794,6 +795,7 @@ def report(res: dict, path: Path) -> None:
         f"{fmt_bytes(rev['model_bytes'])} snapshot; the hub served {fmt_bytes(rev['hub_bytes'])}. "
         f"The image change re-ran the model steps (their scripts name the image): the worker's sync "
         f"moved {fmt_bytes(img.get('sync_bytes_moved'))}.",
+        *service_revision_text(rows),
         "",
         "## 3. Model fan-out",
         "",
@@ -886,6 +888,17 @@ def report(res: dict, path: Path) -> None:
         "",
     ]
     path.write_text("\n".join(L))
+
+
+def service_revision_text(rows: list[dict]) -> list[str]:
+    """The service revision row's bytes, as the model revision's (none before the rows existed)."""
+    svc = next((r for r in rows if r["change"] == "service revision"), None)
+    if svc is None:
+        return []
+    return ["", f"The service's revision changed {fmt_bytes(svc['changed_bytes'])} of a "
+                f"{fmt_bytes(svc['model_bytes'])} snapshot; the hub served "
+                f"{fmt_bytes(svc['hub_bytes'])} (none when the head's cache already held that "
+                "revision's files)."]
 
 
 def compile_cache_section(cc: dict | None) -> list[str]:
