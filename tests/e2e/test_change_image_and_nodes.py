@@ -1,4 +1,4 @@
-"""The last two rows of the change table (image, add a node) and test 1 on a 3-node lab.
+"""The last two rows of the change table (image, add a node), on a 3-node lab.
 
 | change     | allowed to happen                                    | must not happen         |
 | image      | pull/copy, all containers restart                    | model transfer          |
@@ -10,7 +10,8 @@ shrinks it back to 2 at the end, even on failure. Ordered on purpose:
    plus a label: another image ID, the same layers);
 2. the same stack grows to spark-3 (TP 3): spark-3 is new (the lab creates it empty), so its image
    is pulled and its model copy must come over the fabric from the head, not from the hub;
-3. that stack is destroyed and a fresh 3-node stack converges from empty and serves.
+3. that stack is destroyed. (A 3-node stack from empty is `make bench`'s scaling section: here
+   it would repeat what the growth to 3 nodes proved, for ~2 min of a CI run near its limit.)
 Every `up` prints its wall time (`WALL ...`).
 
 Known gap, asserted harmless rather than hidden: the image change re-runs model-fetch, model-seed,
@@ -34,7 +35,6 @@ from lab.deployments import (
     complete,
     destroy_unless_kept,
     hf_file_bytes,
-    http,
     lab,
     second_image,
     set_nodes,
@@ -75,7 +75,6 @@ def new_deployment(lab3, tmp_path_factory):
 
     Built like conftest's `deployment`; every stack it made is destroyed at module end.
     """
-
     made: list[Deployment] = []
 
     def make(n_nodes: int) -> Deployment:
@@ -258,17 +257,3 @@ def test_add_node_prepares_it_and_serves_with_tp3(lab3):
     print(f"WALL destroy 3-node stack: {time.monotonic() - t0:.1f} s")
     for node in (HEAD, WORKER, NEW):
         assert d.containers(node) == {}, f"{node}: managed containers left after destroy"
-
-
-def test_three_nodes_from_empty_serves(new_deployment):
-    d = new_deployment(3)
-    _timed_up(d, "3-node up from empty")
-    ops = d.ops()
-    assert {"ray-head", f"ray-worker-{WORKER}", f"ray-worker-{NEW}", "vllm-serve"} <= set(ops), ops
-    assert all(op == "create" for op in ops.values()), ops
-    status = _ray_status(d)
-    assert len(re.findall(r"node_", status)) >= 3, status
-    assert re.search(r"/3(\.0)? GPU", status), status
-    _, body = http(d.endpoint() + "/models", key=d.api_key())
-    assert "tiny-moe" in [m["id"] for m in json.loads(body)["data"]]
-    assert complete(d)
