@@ -391,10 +391,9 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict]
     append(change(d, "NCCL env", two, lambda: d.set("nccl.debug", "INFO")))
     commits = cfg["model"]["commits"]
     first = commits["first"]
-    old, new = model_files(cfg, "main"), model_files(cfg, first)
-    changed = sum(sz for p, (blob, sz) in new.items() if old.get(p, ("", 0))[0] != blob)
+    changed, size = changed_bytes(cfg["hfEndpoint"], cfg["model"]["repo"], "main", first)
     append(change(d, "model revision", two, lambda: d.set("model.revision", first),
-                       extra={"changed_bytes": changed, "model_bytes": sum(s for _, s in new.values())}))
+                  extra={"changed_bytes": changed, "model_bytes": size}))
     ref, _id = second_image(d, HEAD, cfg["image"]["ref"], V2_REPO)
     append(change(d, "image", two, lambda: d.set("image.ref", ref)))
     # a service beside the main model: the lab's embedding model, added at its first revision

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,6 +92,14 @@ class Deployment:
         if op in ("up", "preview", "refresh", "destroy"):
             kwargs["on_event"] = self.events.append
         return fn(**kwargs)
+
+    def timed_up(self, what: str) -> dict[str, str]:
+        """`up`, its wall time printed (`WALL <what>: ... s`), asserted to succeed; -> ops()."""
+        t0 = time.monotonic()
+        r = self.run("up")
+        print(f"WALL {what}: {time.monotonic() - t0:.1f} s", flush=True)
+        assert r.summary.result == "succeeded", r.summary.result
+        return self.ops()
 
     def ops(self) -> dict[str, str]:
         """URN name -> engine op for every step that was not `same` in the last run."""

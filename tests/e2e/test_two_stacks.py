@@ -10,8 +10,6 @@ fixed default ports). Ordered on purpose; both stacks are destroyed at the end.
 
 from __future__ import annotations
 
-import time
-
 import pulumi.automation as auto
 import pytest
 
@@ -34,22 +32,14 @@ def pair(lab_cfg, tmp_path_factory):
     destroy_unless_kept(side, dev)
 
 
-def _up(d, what: str) -> dict[str, str]:
-    t0 = time.monotonic()
-    r = d.run("up")
-    print(f"WALL two stacks {what}: {time.monotonic() - t0:.1f} s")
-    assert r.summary.result == "succeeded"
-    return d.ops()
-
-
 def test_a_second_stack_comes_up_beside_the_first_and_touches_nothing_of_it(pair):
     dev, side = pair
-    _up(dev, "dev (ray) from empty")
+    dev.timed_up("two stacks dev (ray) from empty")
     before = dev.snapshot()
     assert set(before["spark-1"]) == {"spark-vllm-dev-serve", "spark-vllm-dev-ray-head"}
     assert set(before["spark-2"]) == {"spark-vllm-dev-ray-worker"}
 
-    _up(side, "side (mp) beside it")
+    side.timed_up("two stacks side (mp) beside it")
     assert dev.snapshot() == before  # dev's containers: same IDs, same start times
     assert set(side.containers("spark-1")) == {"spark-vllm-side-serve"}
     assert set(side.containers("spark-2")) == {"spark-vllm-side-serve"}
