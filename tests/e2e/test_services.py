@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 
 import pytest
 
@@ -33,6 +32,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD = "spark-1"
 NAME, REPO = EMBED_CONTAINER, EMBED_REPO
+MODEL_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-embed"  # on the head
 
 
 @pytest.fixture(scope="module")
@@ -43,16 +43,11 @@ def svc(lab_cfg, tmp_path_factory):
         pytest.skip(f"the lab's stack.json lists no {REPO} (a lab made before it: lab.py up)")
     d = new_deployment(tmp_path_factory.mktemp("e2e-services"), lab_cfg)
     d.commits = commits
+    # from an empty cache on the head, whatever an earlier run left (destroy keeps a model):
+    # the revision case counts the bytes the hub serves
+    d.ssh(HEAD, f"rm -rf {MODEL_DIR}")
     yield d
     destroy_unless_kept(d)
-
-
-def _up(d, what: str) -> dict[str, str]:
-    t0 = time.monotonic()
-    r = d.run("up")
-    print(f"WALL services {what}: {time.monotonic() - t0:.1f} s")
-    assert r.summary.result == "succeeded"
-    return d.ops()
 
 
 def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -76,12 +71,12 @@ def _embed(d, text: str = "hello world") -> list[float]:
 
 
 def _hidden_size(d, commit: str) -> int:
-    path = f"/root/.cache/huggingface/hub/models--spark-lab--tiny-embed/snapshots/{commit}"
+    path = f"{MODEL_DIR}/snapshots/{commit}"
     return json.loads(d.ssh(HEAD, f"cat {path}/config.json"))["hidden_size"]
 
 
 def test_main_model_alone(svc):
-    _up(svc, "main model from empty")
+    svc.timed_up("services main model from empty")
     assert complete(svc)
 
 
@@ -89,7 +84,7 @@ def test_adding_an_embedding_service_creates_only_it(svc):
     d = svc
     before = d.snapshot()
     d.set("services", [embed_service(d.commits["first"])])
-    mine, other = _split(_up(d, "add an embedding service"))
+    mine, other = _split(d.timed_up("services add an embedding service"))
     # the VllmServer component's props carry the nodes' service shares (for the policy pack);
     # a component: nothing runs on a host
     assert other in ({}, {"vllm": "update"}), other
@@ -125,7 +120,7 @@ def test_a_flag_of_the_service_restarts_only_it(svc):
     before = d.snapshot()
     vec = _embed(d)
     d.set("services", [embed_service(d.commits["first"], maxNumSeqs=4)])
-    mine, other = _split(_up(d, "change a flag of the service"))
+    mine, other = _split(d.timed_up("services change a flag of the service"))
     assert other == {}, other
     assert "replace" in mine.values() and not any(k.startswith("svc-embed-model") for k in mine)
     after = d.snapshot()
@@ -146,7 +141,7 @@ def test_a_new_revision_of_the_service_moves_only_its_changed_files(svc):
     assert 0 < changed < 4096  # the lab's main revision changes one small shard
     served = hf_file_bytes()
     d.set("services", [embed_service(main, maxNumSeqs=4)])
-    mine, other = _split(_up(d, "move the service to another revision"))
+    mine, other = _split(d.timed_up("services move the service to another revision"))
     assert other == {}, other  # the main model's cache, containers and gates: untouched
     assert any(k.startswith("svc-embed-model") for k in mine)
     assert hf_file_bytes() - served == changed
@@ -161,7 +156,7 @@ def test_removing_the_service_deletes_only_it(svc):
     d = svc
     before = d.snapshot()
     d.set("services", [])
-    mine, other = _split(_up(d, "remove the service"))
+    mine, other = _split(d.timed_up("services remove the service"))
     assert other in ({}, {"vllm": "update"}), other
     assert mine and set(mine.values()) == {"delete"}, mine
     after = d.snapshot()
