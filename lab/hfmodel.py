@@ -74,10 +74,20 @@ def ensure_files(builder, m: Model = MOE) -> str:
     os.makedirs(tmp)
     log(f"model: generating {m.repo} with lab/tinymodel.py --arch {m.arch} in the base image"
         f" -> {d}")
-    with progress(f"model generator ({m.name})"):
-        builder.run_in_base(["python3", "/lab/tinymodel.py", "/out", "--arch", m.arch],
-                            {GENERATOR: "/lab/tinymodel.py:ro", tmp: "/out"},
-                            env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    # The build dockerd runs in a lab host whose /tmp (and any folder but the lab's cache) is
+    # its own: the checkout may live anywhere (/tmp/x, a path with a space), so the generator is
+    # bound from a copy in the cache, never from the checkout's path.
+    gen = os.path.join(CACHE, "tmp", f"generator-{key}")
+    shutil.rmtree(gen, ignore_errors=True)
+    os.makedirs(gen)
+    shutil.copyfile(GENERATOR, os.path.join(gen, "tinymodel.py"))
+    try:
+        with progress(f"model generator ({m.name})"):
+            builder.run_in_base(["python3", "/lab/tinymodel.py", "/out", "--arch", m.arch],
+                                {gen: "/lab:ro", tmp: "/out"},
+                                env={"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"})
+    finally:
+        shutil.rmtree(gen, ignore_errors=True)
     for rev in ("1", "2"):
         if not os.path.isdir(os.path.join(tmp, rev)):
             raise RuntimeError(f"the model generator wrote no revision {rev} into {tmp}")
