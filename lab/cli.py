@@ -46,7 +46,10 @@ from lab.layout import (
     KNOWN_HOSTS,
     LAB,
     LAB_KEY,
+    MAX_NODES,
     REGISTRY,
+    SESSION_ENV,
+    SESSION_LOCK,
     STACK_JSON,
     fab_ip,
     mgmt_ip,
@@ -84,8 +87,8 @@ def cmd_up(args) -> None:
     require_root()
     t0 = time.time()
     n = args.nodes or state().get("nodes") or 2
-    if n < 1 or n > 9:
-        die("--nodes must be 1..9")
+    if n < 1 or n > MAX_NODES:
+        die(f"--nodes must be 1..{MAX_NODES}")
     os.makedirs(LAB, exist_ok=True)
     old = state().get("nodes") or 0
     keep = base_key()
@@ -127,7 +130,7 @@ def cmd_up(args) -> None:
 
 def cmd_down(args) -> None:
     require_root()
-    n = max(state().get("nodes") or 0, 9)
+    n = max(state().get("nodes") or 0, MAX_NODES)
     keep = base_key()
     problems = []
     for i in range(1, n + 1):
@@ -319,6 +322,41 @@ def take_lock(verb: str) -> None:
         fcntl.flock(_LOCK_FD, fcntl.LOCK_EX)
 
 
+def _ancestors() -> set[int]:
+    """The pids of this process's parents, up to init."""
+    found, pid = set(), os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found.add(pid)
+    return found
+
+
+def take_session_lock(verb: str) -> None:
+    """The lab session lock (layout.SESSION_LOCK), unless a parent of this process holds it.
+
+    A test run or `make demo` holds it for its whole session and runs lab.py itself; a `lab.py
+    down` from another shell meanwhile (`make lab-down`) waits instead of removing the lab under
+    it. Held until this process exits."""
+    global _SESSION_FD
+    holder = os.environ.get(SESSION_ENV, "")
+    if holder.isdigit() and int(holder) in _ancestors():
+        return
+    _SESSION_FD = open(SESSION_LOCK, "a")  # noqa: SIM115  (held until exit)
+    try:
+        fcntl.flock(_SESSION_FD, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        log(f"{verb}: waiting for the lab: another session (a test run, make demo) holds "
+            f"{SESSION_LOCK}")
+        fcntl.flock(_SESSION_FD, fcntl.LOCK_EX)
+
+
+_SESSION_FD = None
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lab.py", description=__doc__.split("\n")[0])
     sp = p.add_subparsers(dest="verb", required=True)
@@ -356,6 +394,7 @@ def main(argv=None) -> None:
     if a.verb not in ("hf-bytes",):
         require_root()
     if a.verb not in ("hf-bytes", "status", "ssh", "config"):
+        take_session_lock(a.verb)
         take_lock(a.verb)
     if a.verb != "hf-bytes":
         ensure_prereqs()

@@ -17,6 +17,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lab.layout import SESSION_ENV, SESSION_LOCK
+
 ROOT = Path(__file__).resolve().parents[1]
 LAB = [sys.executable, str(ROOT / "lab" / "lab.py")]
 LAB_CACHE = Path("/root/.cache/spark-vllm/lab")
@@ -33,7 +35,7 @@ def lab(*args: str, check: bool = True, timeout: int = 1800) -> subprocess.Compl
     )
 
 
-LAB_LOCK = "/run/spark-vllm-lab.lock"
+LAB_LOCK = SESSION_LOCK
 
 
 _LOCK = {"fh": None, "holders": 0}
@@ -52,6 +54,7 @@ class _Held:
             if _LOCK["holders"] == 0:
                 _LOCK["fh"].close()
                 _LOCK["fh"] = None
+                os.environ.pop(SESSION_ENV, None)
 
 
 def lock_lab() -> _Held:
@@ -66,6 +69,7 @@ def lock_lab() -> _Held:
         fh = open(LAB_LOCK, "a")  # noqa: SIM115  (held until the last holder closes it)
         fcntl.flock(fh, fcntl.LOCK_EX)
         _LOCK["fh"] = fh
+        os.environ[SESSION_ENV] = str(os.getpid())  # the lab.py runs of this session: no wait
     _LOCK["holders"] += 1
     return _Held()
 
@@ -157,17 +161,21 @@ class Deployment:
 
 def destroy_unless_kept(*deployments: Deployment) -> None:
     """A test module's teardown: destroy each deployment in turn unless E2E_KEEP=1 (to look at
-    the lab afterwards). A failed destroy is printed, not raised, so the test's own failure
-    stays the one reported."""
+    the lab afterwards). Every deployment is tried; a failed destroy then fails the teardown
+    (pytest reports it as an error of the test that owns the fixture), so a destroy regression
+    cannot pass unseen."""
     import pulumi.automation as auto
 
     if os.environ.get("E2E_KEEP") == "1":
         return
+    failed = []
     for d in deployments:
         try:
             d.stack.destroy(on_output=print)
         except auto.CommandError as e:
-            print(f"cleanup destroy failed: {e}")
+            failed.append(f"{d.stack.name}: {e}")
+    if failed:
+        raise AssertionError("destroy failed at teardown:\n" + "\n".join(failed))
 
 
 def remove_leftover_stack_containers(cfg: dict) -> None:

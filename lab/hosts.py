@@ -31,6 +31,7 @@ from lab.layout import (
     HERE,
     IMAGE_REPO,
     LAB_KEY,
+    MAX_NODES,
     REGISTRY,
     host_key_path,
     mgmt_ip,
@@ -264,9 +265,18 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
     write(os.path.join(up, "dgx-release"), _fixture_body("dgx-release-sionna-rk.txt"))
     write(os.path.join(up, "hostname"), name + "\n")
     hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-    for j in range(1, n_nodes + 1):
+    # every name the lab can give (1..9 nodes), so growing or shrinking the lab changes no
+    # running node's /etc (etc_stale would rebuild it)
+    for j in range(1, MAX_NODES + 1):
         hosts += f"{mgmt_ip(j)}\t{node_name(j)}\n"
     write(os.path.join(up, "hosts"), hosts)
+    # The lab has no DNS server. The machine's own nameserver is not reachable from a node's
+    # network namespace, so every lookup there waited 10 s for it (two 5 s timeouts): vLLM's
+    # torch.distributed asks for each peer's name once per rank, 10 s of every vLLM start. A
+    # nameserver where nothing listens fails at once, as a site's DNS answering NXDOMAIN does.
+    write(os.path.join(up, "resolv.conf"),
+          "# spark-vllm lab: no DNS in the lab; lookups fail at once (lab/hosts.py)\n"
+          "nameserver 127.0.0.1\n")
 
 
 # --------------------------------------------------------------------------- dockerd
@@ -424,6 +434,25 @@ def stop_sshd(name: str) -> None:
 
 
 # --------------------------------------------------------------------------- create or repair
+def etc_stale(name: str, hpid: int) -> list[str]:
+    """The identity files (write_identity) a running node's /etc does not show. They go into
+    the overlay's upper folder, which a node mounted before they changed may not show (overlayfs
+    caches what it looked up, and a file cannot be copied up over one written there directly):
+    such a node is rebuilt."""
+    up = os.path.join(node_dir(name), "etc-upper")
+    stale = []
+    for f in sorted(os.listdir(up)):
+        src = os.path.join(up, f)
+        if os.path.isfile(src):
+            try:
+                same = _read(f"/proc/{hpid}/root/etc/{f}") == _read(src)
+            except OSError:
+                same = False
+            if not same:
+                stale.append(f"/etc/{f}")
+    return stale
+
+
 def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True,
                 keep_base: str | None = None) -> None:
     """Create or repair one simulated host. Anything half-dead, or a node whose private mounts
@@ -443,6 +472,11 @@ def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True,
         stop_host(name, i, keep_data=True)
     if i > 0:
         write_identity(name, i, n_nodes)
+        stale = etc_stale(name, hpid) if healthy and hpid is not None else []
+        if stale:
+            log(f"{name}: rebuilding, its /etc does not show the lab's {', '.join(stale)}")
+            stop_host(name, i, keep_data=True)
+            healthy = False
         if ssh_setup(name, i) and sshd_running(name):
             log(f"{name}: sshd configuration changed, restarting sshd")
             stop_sshd(name)

@@ -11,6 +11,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))  # lab/: stand-ins, identity f
 LAB = "/var/lib/spark-vllm-lab"  # lab state: removed by `down`
 CACHE = "/root/.cache/spark-vllm/lab"  # caches + lab key + stack.json: kept by `down`
 CG_ROOT = "svl-lab"  # cgroup (v1) sub-tree that holds every lab process
+# One user of the lab at a time, for a whole session (a test run, `make demo`, `make lab-up`):
+# an exclusive flock on this file. The holder names itself in SESSION_ENV (its pid), so the
+# lab.py runs it starts (its children) do not wait for their own parent.
+SESSION_LOCK = "/run/spark-vllm-lab.lock"
+SESSION_ENV = "SPARK_VLLM_LAB_SESSION"
 
 MGMT_BR, MGMT_NET, MGMT_IP = "svl-mgmt", "10.77.0", "10.77.0.1"
 BUILD_IP = "10.77.0.2"
@@ -32,6 +37,7 @@ LAB_KEY = os.path.join(CACHE, "id_ed25519")
 STACK_JSON = os.path.join(CACHE, "stack.json")
 KNOWN_HOSTS = os.path.join(CACHE, "known_hosts")
 FIXTURES = os.path.join(HERE, "identity")
+MAX_NODES = 9  # lab.py up --nodes 1..9
 BUILD = "build"  # the throw-away host (no fabric, no sshd) whose dockerd builds and pushes images
 
 

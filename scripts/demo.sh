@@ -12,6 +12,7 @@ command -v pulumi >/dev/null || { echo "make demo: pulumi is not on PATH (make s
 # One user of the lab at a time: the test suites take the same lock.
 exec 9>>/run/spark-vllm-lab.lock
 flock -n 9 || { echo "make demo: waiting for the lab (a test run holds /run/spark-vllm-lab.lock)"; flock 9; }
+export SPARK_VLLM_LAB_SESSION=$$  # lab/layout.py: the lab.py runs below are this session's
 
 say "lab: bringing up the simulated Sparks (python3 lab/lab.py up)"
 python3 lab/lab.py up --nodes "${NODES:-2}"
