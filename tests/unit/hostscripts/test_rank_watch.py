@@ -21,8 +21,11 @@ INTERVAL = 0.2
 
 class _Head(http.server.BaseHTTPRequestHandler):
     up = True  # the head's vLLM answers /health
+    answered = 0  # how many checks it answered with 200
 
     def do_GET(self) -> None:
+        if _Head.up:
+            _Head.answered += 1
         self.send_response(200 if _Head.up else 503)
         self.end_headers()
 
@@ -47,6 +50,15 @@ def watch(url: str, child: str, tmp_path: Path, misses: int = 3) -> subprocess.P
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
+def _armed(checks: int = 2) -> None:
+    """Wait until the watch has had `checks` answers from the head (it is armed after the
+    first): a machine under load starts the watcher late, a fixed sleep would race it."""
+    start, deadline = _Head.answered, time.monotonic() + 60
+    while _Head.answered - start < checks:
+        assert time.monotonic() < deadline, "the watch never asked the head"
+        time.sleep(0.05)
+
+
 def _alive(pid: int) -> bool:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
@@ -65,7 +77,7 @@ def _child_pid(tmp_path: Path) -> int:
 def test_a_head_that_stops_answering_ends_the_rank(head, tmp_path):
     w = watch(head, "exec sleep 60", tmp_path)
     pid = _child_pid(tmp_path)
-    time.sleep(INTERVAL * 4)
+    _armed()
     assert w.poll() is None, "the head answers: the rank runs on"
     _Head.up = False
     out, _ = w.communicate(timeout=20)
@@ -82,7 +94,7 @@ def test_a_head_not_up_yet_is_waited_for(head, tmp_path):
     time.sleep(INTERVAL * 10)
     assert w.poll() is None, "the head never answered yet: nothing to follow"
     _Head.up = True
-    time.sleep(INTERVAL * 4)
+    _armed()
     _Head.up = False
     w.wait(timeout=20)
     assert w.returncode == 75
@@ -122,7 +134,7 @@ def test_an_unreachable_head_counts_as_not_answering(tmp_path):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Head)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     w = watch(f"http://127.0.0.1:{srv.server_address[1]}/health", "exec sleep 60", tmp_path)
-    time.sleep(INTERVAL * 4)
+    _armed()
     assert w.poll() is None
     srv.shutdown()
     srv.server_close()  # nothing listens there now
