@@ -22,7 +22,7 @@ export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION := true
 export PATH := $(CACHE)/toolchain/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_CACHE_DIR ?= $(CACHE)/pip
 
-.PHONY: help setup venv toolchain toolchain-bundle lint test test-unit demo lab-up lab-down lab-seed recon bench bench-serve promote
+.PHONY: help setup venv toolchain toolchain-bundle lint test test-all require-root test-unit demo lab-up lab-down lab-seed recon bench bench-serve promote
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -54,27 +54,30 @@ lint: venv ## ruff and mypy (strict on the program's packages)
 	$(VENV)/bin/mypy
 
 test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hosts)
-	$(PY) -m pytest -q tests/unit tests/policies
+	$(PY) -m pytest -q -n 2 tests/unit tests/policies
 
-# Tiers run as separate pytest processes: the mock tests install Pulumi's global mock monitor,
-# which the engine tests (Automation API, inline programs) must not inherit.
-test: setup lint ## the whole suite: lint, fast tier, engine, lab and end-to-end tests (CI)
-	$(PY) -m pytest -q -rs tests/unit tests/policies
-	$(PY) -m pytest -q -rs tests/engine
-	LAB_AUTO=1 $(PY) -m pytest -q -rs --durations=8 tests/lab
-	$(PY) -m pytest -q -rs --durations=15 tests/e2e
-	$(PY) -m pytest -q -rs --durations=5 tests/promote
+# scripts/run_tests.py runs the tiers as separate pytest processes (the mock tests install
+# Pulumi's global mock monitor, which the engine tests must not inherit), fails on any skipped
+# test, and prints each tier's time and the 15 slowest tests. docs/testing.md: what proves what.
+test: require-root setup lint ## the whole suite: lint, unit, engine, lab, e2e, promote (CI; ~40 min)
+	$(PY) scripts/run_tests.py $(TEST_ARGS)
+
+test-all: require-root setup lint ## make test plus the long tail of e2e cases (docs/testing.md; ~75 min)
+	$(PY) scripts/run_tests.py --all $(TEST_ARGS)
+
+require-root:
+	@test "$$(id -u)" = 0 || { echo "make test: the lab, e2e and promote tiers drive simulated Sparks (network namespaces, a dockerd per node), which needs root. Run it as root; nothing was run." >&2; exit 2; }
 
 demo: setup ## bring up the lab, `pulumi up` the dev stack, show a completion
 	scripts/demo.sh $(STACK)
 
-lab-up: ## start the simulated Sparks (root; NODES=3 for three)
+lab-up: ## start the simulated Sparks (root; NODES=3 for three; waits while a test run or demo holds the lab)
 	python3 lab/lab.py up --nodes $${NODES:-2}
 
 lab-seed: ## reproduce the reference machine on spark-1 (foreign vLLM containers, partial HF cache)
 	python3 lab/lab.py seed
 
-lab-down: ## remove everything the lab made
+lab-down: ## remove everything the lab made (waits while a test run or demo holds the lab)
 	python3 lab/lab.py down
 
 recon: venv ## survey the stack's nodes and print the side-by-side table

@@ -68,7 +68,9 @@ def test_ctrl_c_mid_up_releases_the_lock_and_the_next_up_converges(engine_env, r
     env = {**os.environ, **engine_env}
     subprocess.run(["pulumi", "stack", "init", "interrupt"], cwd=work, env=env, check=True,
                    capture_output=True)
-    code, out = _up(work, env, "60", interrupt=True)
+    # long enough that the interrupt (1 s after the command started) lands while it runs, short
+    # enough not to hold the tier: the CLI waits for the in-flight command before it exits
+    code, out = _up(work, env, "12", interrupt=True)
     assert code != 0, out
     state = Path(engine_env["PULUMI_BACKEND_URL"].removeprefix("file://"))
     lock_dir = state / ".pulumi" / "locks"
