@@ -47,10 +47,11 @@ TIERS = [
     # unit + policies: mocks only, no hosts; two workers (pytest-xdist) on this 2-core machine
     Tier("fast", ["tests/unit", "tests/policies"], ["-n", "2"]),
     Tier("engine", ["tests/engine"]),
+    # promotion through the engine with a fake program (the lab round trip is in tests/e2e)
+    Tier("promote", ["tests/promote"]),
     Tier("lab", ["tests/lab"], ["--deselect", "tests/lab/test_zz_down.py"], {"LAB_AUTO": "1"},
          root=True, long_tail=True),
     Tier("e2e", ["tests/e2e"], root=True, long_tail=True),
-    Tier("promote", ["tests/promote"], root=True),
     Tier("lab-down-up", ["tests/lab/test_zz_down.py"], [], {"LAB_AUTO": "1"}, root=True),
 ]
 DEFAULT = [t.name for t in TIERS]

@@ -1,15 +1,20 @@
 """`vllm.executor: mp` on the lab with the real vLLM: vLLM's own multi-node executor, no Ray.
 
 One vLLM container per node (`spark-vllm-dev-serve`): the head's serves the API, the others run
-`--headless` under the rank watcher (payloads/vllm_rank_watch.py). Ordered on purpose, one
-deployment (brought up by the first test, destroyed by the last), on 2 nodes and then 3. Every
-`up` and every recovery prints its wall time (`WALL ...`).
+`--headless` under the rank watcher (payloads/vllm_rank_watch.py). On the session's shared stack
+(tests/e2e/conftest.py: converged with Ray, 2 nodes), which this module switches to mp and
+leaves there for the last module. Ordered on purpose; every `up` and every recovery prints its
+wall time (`WALL ...`).
 
 The ranks of vLLM's mp executor do not find each other again by themselves; the cases here are
 the ways they are brought back together: a crashed head (the headless follow its restart), a
 crashed headless rank (the head's next request fails, vLLM exits, Docker restarts it, the
-headless follow), a headless rank stopped by hand (`up --refresh` restarts every rank), and the
-switch to Ray and back.
+headless follow), a headless rank stopped by hand (`up --refresh` restarts every rank).
+
+Marked `long` (make test-all only; docs/testing.md says why): a second no-op up (each recovery
+here ends with one), a serve flag change (test_lab_stack proves it with Ray; the mp argv is the
+unit tier's), the switch back to Ray and to mp again and a third node (make bench's change
+table measures both switches; the 3-node argv is the unit tier's).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.deployments import LAB_CACHE, complete, destroy_unless_kept, lab, new_deployment, set_nodes
+from lab.deployments import LAB_CACHE, complete, lab, set_nodes
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -30,12 +35,9 @@ SERVE = "spark-vllm-dev-serve"
 
 
 @pytest.fixture(scope="module")
-def mp(lab_cfg, tmp_path_factory):
-
-    d = new_deployment(tmp_path_factory.mktemp("e2e-mp"), lab_cfg)
-    d.set("vllm.executor", "mp")
-    yield d
-    destroy_unless_kept(d)
+def mp(stack):
+    stack.set("vllm.executor", "mp")
+    return stack
 
 
 def _up(d, what: str):
@@ -54,11 +56,13 @@ def _running(d, nodes) -> dict[str, set[str]]:
     return {n: set(d.containers(n)) for n in nodes}
 
 
-def test_mp_up_from_empty_serves(mp):
+def test_mp_switch_from_ray_serves_and_moves_no_image_or_model(mp):
     d = mp
-    ops = _up(d, "up from empty")
+    ops = _up(d, "executor ray -> mp")
     assert {"vllm-serve", f"vllm-serve-{WORKER}", "vllm-health"} <= set(ops), ops
-    assert not any(k.startswith("ray-") for k in ops), ops
+    assert ops["vllm-serve"] == "replace" and ops[f"vllm-serve-{WORKER}"] == "create", ops
+    assert all(v == "delete" for k, v in ops.items() if k.startswith("ray")), ops
+    assert not [k for k in ops if k.startswith(("image", "model"))], ops
     # nothing of Ray's on either node: one vLLM container each
     assert _running(d, (HEAD, WORKER)) == {HEAD: {SERVE}, WORKER: {SERVE}}
     head, worker = _argv(d, HEAD), _argv(d, WORKER)
@@ -68,6 +72,7 @@ def test_mp_up_from_empty_serves(mp):
     assert complete(d)
 
 
+@pytest.mark.long
 def test_mp_second_up_changes_nothing(mp):
     d = mp
     snap = d.snapshot()
@@ -77,6 +82,7 @@ def test_mp_second_up_changes_nothing(mp):
     assert d.snapshot() == snap, "a no-op up restarted something"
 
 
+@pytest.mark.long
 def test_mp_serve_flag_replaces_only_the_vllm_containers(mp):
     d = mp
     before = d.snapshot()
@@ -163,6 +169,7 @@ def test_mp_a_headless_rank_stopped_by_hand_comes_back_with_up_refresh(mp):
     assert _up(d, "no-op after up --refresh") == {}
 
 
+@pytest.mark.long
 def test_mp_switch_to_ray_and_back_moves_no_image_or_model(mp):
     d = mp
     for executor, gone, come in (("ray", {SERVE}, {"spark-vllm-dev-ray-worker"}),
@@ -176,10 +183,10 @@ def test_mp_switch_to_ray_and_back_moves_no_image_or_model(mp):
         assert complete(d)
 
 
+@pytest.mark.long
 def test_mp_on_three_nodes(mp):
     """A third node joins as rank 2 (headless); every rank's --nnodes changes, so every vLLM
-    container is replaced; then a no-op and the way back to 2 nodes. (A flag change replaces
-    every rank on 2 nodes already: test_mp_serve_flag_replaces_only_the_vllm_containers.)"""
+    container is replaced; then a no-op and the way back to 2 nodes."""
     d = mp
     lab("up", "--nodes", "3")
     try:
@@ -198,11 +205,3 @@ def test_mp_on_three_nodes(mp):
         assert complete(d)
     finally:
         lab("up", "--nodes", os.environ.get("E2E_NODES", "2"))
-
-
-def test_mp_destroy_keeps_the_model(mp):
-    d = mp
-    d.run("destroy")
-    for n in (HEAD, WORKER):
-        assert d.containers(n) == {}, f"{n}: managed containers left after destroy"
-        assert "models--spark-lab--tiny-moe" in d.ssh(n, "ls /root/.cache/huggingface/hub")

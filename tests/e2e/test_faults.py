@@ -1,18 +1,19 @@
 """Faults, bad input and secrets on the lab: errors name the cause, nothing breaks, nothing leaks.
 
-Ordered on purpose, one deployment per module (the `deployment` fixture: a fresh dev stack on a
-file backend in a temporary folder, destroyed at the end):
+Ordered on purpose, on the session's shared stack (tests/e2e/conftest.py: converged, serving):
 
-1. three faults caught by a preview of the empty stack (worker unreachable, fabric link cut,
-   wrong pinned host key): the preview fails naming the node and the cause, nothing is created;
-2. the one full `up`, with every secret set: no plaintext secret (or its base64) in the raw state
-   files, the stack YAML, the engine's events and output, or any command's stdout/stderr; the
-   API key is enforced;
+1. three faults caught by a preview (worker unreachable, fabric link cut, wrong pinned host
+   key): the preview fails naming the node and the cause, nothing changes (state and hosts);
+2. an `up` with every secret set: no plaintext secret (or its base64) in the raw state files,
+   the stack YAML, the engine's events and output, or any command's stdout/stderr; the API key
+   is enforced;
 3. a vLLM flag that makes the server die at start: the health gate sees the vLLM container exit
    and fails the `up` in seconds with vLLM's log tail; putting the last good value back
    converges;
 4. two `up`s at once: the second is refused by the stack lock, the first completes, the stack is
-   quiet afterwards.
+   quiet afterwards;
+5. the worker lost in the middle of an `up`, and Ctrl-C during the health gate: the next `up`
+   converges with no operator step.
 
 Every case undoes its fault in a `finally` (sshd-start, fabric-restore, the right host key), so
 a failure leaves the lab as it found it. Measured results: docs/faults.md.
@@ -36,7 +37,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.deployments import LAB_CACHE, destroy_unless_kept, lab
+from lab.deployments import LAB_CACHE, lab
+from tests import reporting
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -47,24 +49,20 @@ RUN = uuid.uuid4().hex[:12]
 HF_TOKEN = f"hf_FaultsFakeToken{RUN}XyZ"
 API_KEY = f"sk-faults-fake-api-key-{RUN}"
 
-TIMES: dict[str, float] = {}
+TIMES: dict[str, float] = {}  # this module's measured times (also in the run's report)
 
 
 # ---------------------------------------------------------------------------- the deployment
 
 
 @pytest.fixture(scope="module")
-def deployment(lab_cfg, tmp_path_factory):
-    """conftest's `deployment` with its own passphrase; also clears a lock left by an
-    interrupted case before the final destroy."""
-    from lab.deployments import new_deployment
-
-    d = new_deployment(tmp_path_factory.mktemp("faults"), lab_cfg, "spark-vllm-e2e-faults")
-    state = d.workdir / "state"
-    yield d
-    if os.environ.get("E2E_KEEP") != "1" and list((state / ".pulumi").glob("locks/**/*.json")):
-        cancel_stale_lock(d)
-    destroy_unless_kept(d)
+def deployment(stack):
+    """The shared stack; a lock left by an interrupted case is cleared at the end of the module
+    (`pulumi cancel`), so the modules after this one find it unlocked."""
+    state = stack.workdir / "state"
+    yield stack
+    if list((state / ".pulumi").glob("locks/**/*.json")):
+        cancel_stale_lock(stack)
 
 
 # ---------------------------------------------------------------------------- helpers
@@ -87,7 +85,7 @@ def timed(name: str):
         yield
     finally:
         TIMES[name] = round(time.monotonic() - t0, 1)
-        print(f"[time] {name}: {TIMES[name]} s", flush=True)
+        reporting.record(f"faults: {name}", TIMES[name])
 
 
 def failed_preview(d) -> str:
@@ -99,11 +97,16 @@ def failed_preview(d) -> str:
     return str(info.value)
 
 
-def nothing_created(d, before: dict) -> None:
-    """No resource in the stack's state and no container change on any node."""
-    resources = d.stack.export_stack().deployment.get("resources") or []
-    assert resources == [], [r.get("urn") for r in resources]
-    assert d.snapshot() == before, "a failed preview changed containers on a node"
+def resources(d) -> dict[str, dict]:
+    """URN -> the stack state's record of every resource (inputs, outputs)."""
+    return {r["urn"]: {k: r.get(k) for k in ("inputs", "outputs")}
+            for r in d.stack.export_stack().deployment.get("resources") or []}
+
+
+def nothing_changed(d, state: dict, snapshot: dict) -> None:
+    """A failed preview changed no resource in the stack's state and no container on a node."""
+    assert resources(d) == state, "a failed preview changed the stack's state"
+    assert d.snapshot() == snapshot, "a failed preview changed containers on a node"
 
 
 def http(url: str, body: dict | None = None, key: str | None = None,
@@ -177,27 +180,32 @@ def raw_state_files(state: Path) -> dict[str, str]:
 
 def test_worker_unreachable_at_preview(deployment):
     d = deployment
-    before = d.snapshot()
+    state, before = resources(d), d.snapshot()
     with fault("sshd-stop", "sshd-start", WORKER), timed("worker unreachable preview"):
         text = failed_preview(d)
     m = re.search(rf"{WORKER}: unreachable[^\n]*", text)
     assert m, f"no 'spark-2: unreachable' in the error:\n{text[-3000:]}"
     assert "refused" in m.group(0).lower(), m.group(0)
     print(f"[observed] {m.group(0).strip()}")
-    nothing_created(d, before)
-    d.run("preview")  # and once the node is back, preview passes again
+    nothing_changed(d, state, before)
+    d.run("preview", expect_no_changes=True)  # and once the node is back, preview passes
 
 
 def test_fabric_link_cut_fails_preflight(deployment):
     d = deployment
-    before = d.snapshot()
+    state, before = resources(d), d.snapshot()
     with fault("fabric-cut", "fabric-restore", WORKER), timed("fabric cut preview"):
         text = failed_preview(d)
     found = re.findall(rf"{WORKER}[^\n]*fabric interface (\S+) is down \(no carrier\)", text)
     assert found, f"no carrier finding for {WORKER}:\n{text[-3000:]}"
     assert "enp1s0f1np1" in found or "enP2p1s0f1np1" in found, found
     print(f"[observed] {WORKER}: no carrier on {sorted(set(found))}")
-    nothing_created(d, before)
+    nothing_changed(d, state, before)
+
+
+def _config(d, path: str) -> str:
+    """One config value of the stack, as the CLI prints it."""
+    return d.stack.get_config(f"spark-vllm:{path}", path=True).value
 
 
 def _read(path: Path) -> str | None:
@@ -215,7 +223,7 @@ def test_wrong_host_key_refused_without_tofu(deployment, tmp_path, lab_cfg):
     known_before = user_known_hosts.read_text() if user_known_hosts.exists() else None
     stack_known = Path.home() / ".cache" / "spark-vllm" / "known_hosts" / "spark-vllm.dev"
     stack_known_before = _read(stack_known)
-    before = d.snapshot()
+    state, before = resources(d), d.snapshot()
     d.set("nodes[1].hostKey", wrong)
     try:
         with timed("wrong host key preview"):
@@ -231,7 +239,7 @@ def test_wrong_host_key_refused_without_tofu(deployment, tmp_path, lab_cfg):
         assert _read(stack_known) == stack_known_before, "the stack's known_hosts changed"
         known_after = user_known_hosts.read_text() if user_known_hosts.exists() else None
         assert known_after == known_before, "~/.ssh/known_hosts was changed"
-        nothing_created(d, before)
+        nothing_changed(d, state, before)
     finally:
         d.set("nodes[1].hostKey", right)
 
@@ -426,7 +434,7 @@ def test_two_ups_at_once_second_refused_by_lock(deployment):
           f"{next((line for line in str(err).splitlines() if 'locked' in line), '')}")
     assert isinstance(err, auto.ConcurrentUpdateError) or "currently locked" in str(err), str(err)
     worker.join(timeout=600)
-    TIMES["two ups at once"] = round(time.monotonic() - t0, 1)
+    reporting.record("faults: two ups at once", time.monotonic() - t0)
     assert first["error"] is None, first["error"]
     assert first["result"].summary.result == "succeeded"
     d.run("preview", expect_no_changes=True)
@@ -443,7 +451,8 @@ def test_worker_lost_mid_up_then_next_up_converges(deployment):
     import pulumi.automation as auto
 
     d = deployment
-    d.set("nccl.debug", "INFO")  # replaces ray-head, ray-worker-spark-2, then vLLM's container
+    # another NCCL_DEBUG than the stack has: replaces ray-head, ray-worker-spark-2, then vLLM's
+    d.set("nccl.debug", "WARN" if _config(d, "nccl.debug") == "INFO" else "INFO")
     cut = threading.Event()
     lines: list[str] = []
 
@@ -476,7 +485,7 @@ def test_worker_lost_mid_up_then_next_up_converges(deployment):
     d.run("preview", expect_no_changes=True)
     status, _ = complete(d)
     assert status == 200
-    TIMES["worker lost mid-up case"] = round(time.monotonic() - t0, 1)
+    reporting.record("faults: worker lost mid-up case", time.monotonic() - t0)
 
 
 def _pending_and_locks(d) -> tuple[list, list[str]]:
@@ -503,7 +512,8 @@ def test_up_interrupted_with_sigint_then_next_up_converges(deployment):
     import signal
 
     d = deployment
-    d.set("vllm.maxNumSeqs", 6)  # vllm-serve is replaced, then vllm-health waits for it
+    # another maxNumSeqs than the stack has: vllm-serve is replaced, then vllm-health waits
+    d.set("vllm.maxNumSeqs", 6 if _config(d, "vllm.maxNumSeqs") != "6" else 5)
     env = {**os.environ, **d.stack.workspace.env_vars}
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -541,8 +551,4 @@ def test_up_interrupted_with_sigint_then_next_up_converges(deployment):
     d.run("preview", expect_no_changes=True)
     status, _ = complete(d)
     assert status == 200
-    TIMES["sigint case"] = round(time.monotonic() - t0, 1)
-
-
-def test_zz_times():
-    print(f"\n[times] {json.dumps(TIMES)}")
+    reporting.record("faults: sigint case", time.monotonic() - t0)

@@ -12,7 +12,9 @@ against the resources the project's program registers after a live recon of the 
       plaintext in the stack file is refused by the program's own validation, before the pack
       sees any resource.
 
-Previews only: nothing is created on the hosts (asserted).
+Previews only, of the session's shared stack (tests/e2e/conftest.py: converged): nothing
+changes on the hosts (asserted), and each test puts the stack file back as it found it, so the
+stack is exactly as converged afterwards.
 """
 
 from __future__ import annotations
@@ -41,6 +43,16 @@ LAB_OWNED = {"nodes[0].hostKey", "nodes[1].hostKey", "image.ref", "image.plainHt
 MANDATORY = {"memory-fit", "same-image-everywhere", "parallelism-matches-gpus",
              "nccl-rdma-interfaces", "fabric-mtu", "no-privileged-containers", "ray-not-exposed",
              "vllm-api-key", "hf-token-secret", "prod-pinned"}
+
+
+@pytest.fixture
+def deployment(stack):
+    """The shared stack; its stack file is restored after the test (the config the breaking
+    cases set is never applied, only previewed)."""
+    path = stack.workdir / f"Pulumi.{stack.stack.name}.yaml"
+    text = path.read_text()
+    yield stack
+    path.write_text(text)
 
 
 @pytest.fixture(scope="module")

@@ -2,13 +2,15 @@
 
 `lab.py seed` makes spark-1 look like the reference machine: vllm_node, reranker and
 vllm_embeddings running from a locally built `vllm-node` image, holding memory, and a partly
-filled HF cache. Ordered on purpose, one deployment per module:
+filled HF cache. On the session's shared stack (tests/e2e/conftest.py: converged; the last module
+to use it, so its destroy is the stack's last step). Ordered on purpose:
 
   (a) default `preflight.foreignContainers: fail`: preview fails naming each container and the
       memory it holds, and nothing changed on the hosts;
   (b) `stop`: preview plans one stop per container, up stops them and serves; a second preview
       keeps the stops (the stopped containers are no longer running, yet stay in the plan);
-  (c) destroy starts them again.
+  (c) destroy starts them again, removes every container of the stack and keeps the model
+      cache on every node.
 
 The seeded containers are removed at the end of the module, pass or fail, so later modules see
 the lab as before.
@@ -33,21 +35,23 @@ SEEDED_MIB = {"vllm_node": 256, "reranker": 64, "vllm_embeddings": 96}
 
 
 @pytest.fixture(scope="module")
-def seeded(deployment):
-    """The deployment, after `lab.py seed`; the seeded containers are removed afterwards."""
+def seeded(stack, shared):
+    """The shared stack, after `lab.py seed`; the seeded containers are removed afterwards."""
     t0 = time.monotonic()
     lab("seed")
     print(f"lab seed: {time.monotonic() - t0:.1f} s")
-    yield deployment
-    # Torn down before the deployment fixture: destroy first (a no-op after test c), so a stop
-    # command's delete still finds its container, then remove what seed made.
+    yield stack
+    # Before the seeded containers go: the stack is destroyed first (done by test c when it
+    # ran), so a stop command's delete still finds its container to start again.
     try:
-        deployment.stack.destroy(on_output=print)
-    except auto.CommandError as e:  # keep the original failure visible, not this one
-        print(f"cleanup destroy failed: {e}")
-    r = lab("ssh", HEAD, "sh", "-c", f"docker rm -f {' '.join(FOREIGN)}; "
-            f"cd /var/lib/spark-vllm/stopped 2>/dev/null && rm -f {' '.join(FOREIGN)}", check=False)
-    print(f"removed seeded containers: rc={r.returncode} {r.stderr.strip()}")
+        if not shared.destroyed:
+            shared.destroyed = True
+            stack.run("destroy")
+    finally:
+        r = lab("ssh", HEAD, "sh", "-c", f"docker rm -f {' '.join(FOREIGN)}; "
+                f"cd /var/lib/spark-vllm/stopped 2>/dev/null && rm -f {' '.join(FOREIGN)}",
+                check=False)
+        print(f"removed seeded containers: rc={r.returncode} {r.stderr.strip()}")
 
 
 def _state(d, node: str = HEAD) -> dict[str, str]:
@@ -116,11 +120,14 @@ def test_stops_are_kept_on_the_next_run(seeded):
     assert _state(d) == {n: "exited" for n in FOREIGN}
 
 
-def test_destroy_starts_them_again(seeded):
+def test_destroy_starts_them_again(seeded, shared):
     d = seeded
     t0 = time.monotonic()
+    shared.destroyed = True  # whatever the outcome: nothing after this test may use the stack
     d.run("destroy")
     print(f"destroy: {time.monotonic() - t0:.1f} s")
     assert _state(d) == {n: "running" for n in FOREIGN}
     assert all(d.containers(n) == {} for n in (HEAD, WORKER)), d.snapshot()
     assert d.ssh(HEAD, "ls -A /var/lib/spark-vllm/stopped 2>/dev/null || true").strip() == ""
+    for n in (HEAD, WORKER):  # destroy keeps what is expensive to fetch again
+        assert "models--spark-lab--tiny-moe" in d.ssh(n, "ls /root/.cache/huggingface/hub"), n

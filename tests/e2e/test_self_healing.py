@@ -3,9 +3,9 @@ finds nothing to do afterwards.
 
 Docker supervises every container of the stack (restart `unless-stopped`). vLLM runs in its own
 container on the head (spark-vllm-dev-serve, a Ray driver): it exits when its Ray executor loses a
-worker, and it waits for the cluster's GPUs when it starts. One deployment for the module,
-brought up once from empty; then, ordered on purpose, three faults, none followed by an `up`
-before the stack serves again:
+worker, and it waits for the cluster's GPUs when it starts. On the session's shared stack
+(tests/e2e/conftest.py: converged, Ray, 2 nodes); then, ordered on purpose, three faults, none
+followed by an `up` before the stack serves again:
 
 (a) vLLM crashes: `lab crash` sends kill -9 to its container's main process from the machine.
     A crash, not `docker kill`/`docker stop`: Docker counts those as a manual stop and its
@@ -24,12 +24,12 @@ changes nothing and restarts nothing.
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 
 from lab.deployments import complete, lab
+from tests import reporting
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -40,8 +40,6 @@ SERVE, RAY_HEAD, RAY_WORKER = (
 STACK = {HEAD: (RAY_HEAD, SERVE), WORKER: (RAY_WORKER,)}
 POLL_SECONDS = 2
 
-TIMES: dict[str, float] = {}
-STATE: dict = {}
 
 Key = tuple[str, str]  # (node, container)
 
@@ -96,8 +94,6 @@ def _serve_log(d) -> str:
 def _serving_before(d, what: str) -> dict[Key, dict]:
     """The stack serves and every container runs, before the fault (else an earlier case left
     it broken: that case's failure is the one to read)."""
-    if "up" not in STATE:
-        pytest.skip("needs the stack of test_up_from_empty_serves")
     states = _inspect(d)
     assert set(states) == {(n, c) for n, cs in STACK.items() for c in cs} and all(
         s["status"] == "running" for s in states.values()), \
@@ -157,9 +153,8 @@ def _kept(before: dict[Key, dict], after: dict[Key, dict], keys: list[Key], what
 
 
 def _record(what: str, secs: float, before: dict[Key, dict], after: dict[Key, dict]) -> None:
-    TIMES[what] = round(secs, 1)
-    print(f"[time] {what} -> serving again: {secs:.1f} s (restart counts "
-          f"{_restarts(before, after)})", flush=True)
+    reporting.record(f"self-healing: {what} -> serving again", secs,
+                     f"restart counts {_restarts(before, after)}")
 
 
 def _quiet_afterwards(d, what: str) -> None:
@@ -185,25 +180,19 @@ def _quiet_afterwards(d, what: str) -> None:
 # ---------------------------------------------------------------------------- tests
 
 
-def test_up_from_empty_serves(deployment):
-    d = deployment
-    t0 = time.monotonic()
-    r = d.run("up")
-    TIMES["up from empty"] = round(time.monotonic() - t0, 1)
-    print(f"[time] up from empty: {TIMES['up from empty']} s")
-    assert r.summary.result == "succeeded"
-    ops = d.ops()
-    assert {"ray-head", f"ray-worker-{WORKER}", "vllm-serve", "vllm-health"} <= set(ops), ops
+def test_the_stack_serves_under_dockers_supervision(stack):
+    d = stack
     states = _inspect(d)
-    policy = d.ssh(HEAD, f"docker inspect -f '{{{{.HostConfig.RestartPolicy.Name}}}}' {SERVE}")
-    assert policy.strip() == "unless-stopped", policy
+    assert set(states) == {(n, c) for n, cs in STACK.items() for c in cs}, _fmt(states)
+    for (node, name) in states:
+        policy = d.ssh(node, f"docker inspect -f '{{{{.HostConfig.RestartPolicy.Name}}}}' {name}")
+        assert policy.strip() == "unless-stopped", (node, name, policy)
     assert all(s["status"] == "running" for s in states.values()), _fmt(states)
     assert complete(d)
-    STATE["up"] = True
 
 
-def test_vllm_crash_serves_again_by_itself(deployment):
-    d = deployment
+def test_vllm_crash_serves_again_by_itself(stack):
+    d = stack
     what = "vLLM crash (kill -9)"
     before = _serving_before(d, what)
     t0 = time.monotonic()
@@ -218,8 +207,8 @@ def test_vllm_crash_serves_again_by_itself(deployment):
     _quiet_afterwards(d, what)
 
 
-def test_ray_worker_crash_restarts_worker_and_vllm_by_themselves(deployment):
-    d = deployment
+def test_ray_worker_crash_restarts_worker_and_vllm_by_themselves(stack):
+    d = stack
     what = f"Ray worker crash on {WORKER} (kill -9)"
     before = _serving_before(d, what)
     t0 = time.monotonic()
@@ -237,8 +226,8 @@ def test_ray_worker_crash_restarts_worker_and_vllm_by_themselves(deployment):
     _quiet_afterwards(d, what)
 
 
-def test_head_dockerd_restart_brings_everything_back(deployment):
-    d = deployment
+def test_head_dockerd_restart_brings_everything_back(stack):
+    d = stack
     what = f"dockerd restart on {HEAD}"
     before = _serving_before(d, what)
     t0 = time.monotonic()
@@ -253,7 +242,3 @@ def test_head_dockerd_restart_brings_everything_back(deployment):
     print(f"[observed] {WORKER}/{RAY_WORKER} {worker} while the head's dockerd restarted "
           f"(restart counts {_restarts(before, after)})")
     _quiet_afterwards(d, what)
-
-
-def test_zz_times():
-    print(f"\n[times] {json.dumps(TIMES)}")

@@ -2,11 +2,11 @@
 (spark-lab/tiny-embed, lab/tinymodel.py --arch qwen3embed: 128-dim, last-token pooling,
 normalized) served as an `embed` service beside the TP=2 main model, from one stack.
 
-Ordered on purpose, one deployment: the main model alone; the service added at the hub's first
-revision (only the service's resources are created, the main model's containers keep running,
+Ordered on purpose, on the session's shared stack (tests/e2e/conftest.py: converged, the main
+model serving); the service added at the hub's first revision (only the service's resources are created, the main model's containers keep running,
 same IDs and start times); one of its flags changed (only its container and gate are replaced);
 its revision moved to `main` (only its files move: the one file that differs); removed (only its
-resources are deleted); then destroy. Every `up` prints its wall time (`WALL ...`).
+resources are deleted), which leaves the stack as it found it. Every `up` prints its wall time (`WALL ...`).
 """
 
 from __future__ import annotations
@@ -21,11 +21,9 @@ from lab.deployments import (
     EMBED_REPO,
     changed_bytes,
     complete,
-    destroy_unless_kept,
     embed_service,
     hf_file_bytes,
     http,
-    new_deployment,
 )
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
@@ -36,18 +34,14 @@ MODEL_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-embed"  # on t
 
 
 @pytest.fixture(scope="module")
-def svc(lab_cfg, tmp_path_factory):
-
+def svc(stack, lab_cfg):
     commits = lab_cfg.get("models", {}).get(REPO, {}).get("commits")
-    if not commits:
-        pytest.skip(f"the lab's stack.json lists no {REPO} (a lab made before it: lab.py up)")
-    d = new_deployment(tmp_path_factory.mktemp("e2e-services"), lab_cfg)
-    d.commits = commits
+    assert commits, f"the lab's stack.json lists no {REPO} (a lab made before it: lab.py up)"
+    stack.commits = commits
     # from an empty cache on the head, whatever an earlier run left (destroy keeps a model):
     # the revision case counts the bytes the hub serves
-    d.ssh(HEAD, f"rm -rf {MODEL_DIR}")
-    yield d
-    destroy_unless_kept(d)
+    stack.ssh(HEAD, f"rm -rf {MODEL_DIR}")
+    return stack
 
 
 def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
@@ -76,8 +70,9 @@ def _hidden_size(d, commit: str) -> int:
 
 
 def test_main_model_alone(svc):
-    svc.timed_up("services main model from empty")
     assert complete(svc)
+    out = svc.stack.outputs().get("services")
+    assert out is None or not out.value, out  # the main model alone
 
 
 def test_adding_an_embedding_service_creates_only_it(svc):

@@ -22,19 +22,17 @@ KEY = "/var/lib/spark-vllm/stacks/{stack}/vllm/api-key"
 
 
 @pytest.fixture(scope="module")
-def pair(lab_cfg, tmp_path_factory):
-    dev = new_deployment(tmp_path_factory.mktemp("e2e-dev"), lab_cfg)
+def pair(stack, lab_cfg, tmp_path_factory):
     side = new_deployment(tmp_path_factory.mktemp("e2e-side"), lab_cfg, stack_name="side")
     side.set("vllm.executor", "mp")
     side.set("vllm.port", 8010)
     side.set("vllm.masterPort", 29511)
-    yield dev, side
-    destroy_unless_kept(side, dev)
+    yield stack, side
+    destroy_unless_kept(side)
 
 
 def test_a_second_stack_comes_up_beside_the_first_and_touches_nothing_of_it(pair):
     dev, side = pair
-    dev.timed_up("two stacks dev (ray) from empty")
     before = dev.snapshot()
     assert set(before["spark-1"]) == {"spark-vllm-dev-serve", "spark-vllm-dev-ray-head"}
     assert set(before["spark-2"]) == {"spark-vllm-dev-ray-worker"}

@@ -6,6 +6,10 @@ and VLLM_HOST_IP on the fabric interface); `vllm serve spark-lab/tiny-moe -tp 2`
 the head container serves the lab's real tiny Qwen3-MoE. Each node has its own /dev/shm, so the
 tensor-parallel collectives run over gloo/TCP on the fabric, which the worker's veth byte
 counters show.
+
+Marked `long` (make test-all only): the lab's own proof, by hand, of what tests/e2e proves
+through the program (test_lab_stack: the stack's Ray and vLLM serve TP 2 across the fabric, a
+revision change loads the other commit); docs/testing.md.
 """
 import base64
 import json
@@ -15,7 +19,7 @@ import urllib.request
 
 import pytest
 
-pytestmark = pytest.mark.lab
+pytestmark = [pytest.mark.lab, pytest.mark.long]
 REPO = "spark-lab/tiny-moe"
 KEY = "lab-test-key"
 HEAD, WORKER = "spark-1", "spark-2"
