@@ -433,11 +433,6 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
     return art
 
 
-def _target_environment(cm: dict[str, Any]) -> str | None:
-    v = config_value(cm, "environment")
-    return v if isinstance(v, str) else None
-
-
 def check_pinned(art: Artifacts, target_env: str | None) -> list[str]:
     """Problems with the artifacts' pinning (fatal for prod, warnings elsewhere)."""
     problems = []
