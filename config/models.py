@@ -17,7 +17,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, m
 from pydantic.alias_generators import to_camel
 
 from config.forms import (
+    COMMIT,
+    CONTAINER_NAME,
     GIB,
+    IMAGE_ID,
+    NAMESPACE,
+    OS_RESERVE_BYTES,
+    PLACEHOLDER,
+    SECRET_KEYS,
     STACK_CONTAINERS,
     check_port,
     check_ref_name,
@@ -28,9 +35,7 @@ from config.forms import (
     secret_value,
 )
 
-NAMESPACE = "spark-vllm"
-SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
-PLACEHOLDER = "PLACEHOLDER"
+__all__ = ["NAMESPACE", "PLACEHOLDER", "SECRET_KEYS"]  # config.forms', re-exported
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -49,9 +54,8 @@ _PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 _URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%/-]*)?")
 _IMAGE_REF = re.compile(
     r"[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+    rf"(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(@{IMAGE_ID.pattern})?"
 )
-_CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 # A model cache is bind-mounted read-write into every container: never a system folder.
 _SYSTEM_DIRS = {"/", "/root", "/home", "/var", "/var/lib", "/opt", "/srv", "/mnt", "/tmp",
                 "/usr/local"}
@@ -464,7 +468,7 @@ STACK_ENV = frozenset({
     "VLLM_CONFIG_ROOT", "VLLM_API_KEY", "VLLM_RPC_BASE_PATH", "RAY_ADDRESS",
 })
 _NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")  # a recipe's name (its file name, no .yaml)
-_COMMIT_IN_URL = re.compile(r"/[0-9a-f]{40}(/|$|#)")
+_COMMIT_IN_URL = re.compile(rf"/{COMMIT.pattern}(/|$|#)")
 _PINNED_HOSTS = ("https://github.com/", "https://huggingface.co/")
 
 
@@ -825,7 +829,7 @@ class PreflightConfig(_Model):
     @field_validator("allow_containers")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
-        bad = [n for n in v if not _CONTAINER_NAME.fullmatch(n)]
+        bad = [n for n in v if not CONTAINER_NAME.fullmatch(n)]
         if bad:
             raise ValueError(f"expected exact container names (no patterns), got {bad}")
         return v
@@ -833,7 +837,7 @@ class PreflightConfig(_Model):
     require_gb10: bool = True
     min_docker_version: str = "20.10"
     recon_timeout_seconds: int = Field(default=30, ge=1, le=600)
-    os_reserve_bytes: int = Field(default=8 * GIB, ge=0)
+    os_reserve_bytes: int = Field(default=OS_RESERVE_BYTES, ge=0)
 
     @field_validator("min_docker_version")
     @classmethod

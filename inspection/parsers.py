@@ -20,6 +20,7 @@ import json
 import re
 from typing import Any
 
+from config.forms import CONTAINER_NAME
 from inspection.facts import (
     ContainerFacts,
     DockerFacts,
@@ -71,8 +72,6 @@ def _nonblank(text: str) -> list[str]:
 
 # A field of the survey's own listings: printable ASCII (space included), no tab, not empty.
 _FIELD = re.compile(r"[\x20-\x7e]+")
-# docker's own rule for container names ([a-zA-Z0-9][a-zA-Z0-9_.-]+)
-_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def _field(value: str) -> bool:
@@ -782,7 +781,7 @@ def parse_stopped_markers(text: str) -> dict[str, str]:
         parts = line.split("\t")
         if _skip_record(parts):
             continue
-        if len(parts) != 3 or parts[0] != "marker" or not _CONTAINER_NAME.fullmatch(parts[1]) \
+        if len(parts) != 3 or parts[0] != "marker" or not CONTAINER_NAME.fullmatch(parts[1]) \
                 or not _field(parts[2]):
             raise ParseError("stopped", "expected 'marker\\t<container>\\t<project>/<stack>'",
                              line)

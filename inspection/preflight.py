@@ -59,7 +59,7 @@ from collections.abc import Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, ServiceConfig, StackConfig
-from config.forms import MODEL_SEED_PORT
+from config.forms import GIB, MODEL_SEED_PORT
 from hostscripts.paths import StackNames
 from inspection import memory_fit
 from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
@@ -77,7 +77,6 @@ ServiceModels = Mapping[str, tuple[int | None, ModelShape | None]]
 GB10_NAME = "NVIDIA GB10"
 SPARK_LINK_MBPS = 200000
 CLOCK_WARN_SECONDS = 2.0
-GIB = 1024**3
 
 
 class Finding(BaseModel):

@@ -30,7 +30,6 @@ import argparse
 import difflib
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -39,11 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from config.forms import DIGEST_REF, NAMESPACE, SECRET_KEYS, is_commit, is_digest_ref
+
 if TYPE_CHECKING:  # imported where used: `--help` and the unit tests need no engine
     import pulumi.automation as auto
 
-PROJECT = "spark-vllm"
-NS = f"{PROJECT}:"
+PROJECT = NAMESPACE  # the Pulumi project (Pulumi.yaml) names the config namespace
+NS = f"{NAMESPACE}:"
 
 EXIT_OK = 0
 EXIT_ENGINE = 1
@@ -70,10 +71,6 @@ PROMOTED_VLLM_KEYS = (
 # Environment-owned `vllm.*` keys: where the API listens, and the parallelism, which must match
 # the target's own node count (tp x pp = nodes x gpusPerNode).
 ENV_VLLM_KEYS = ("host", "port", "tensorParallelSize", "pipelineParallelSize")
-SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
-
-_DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:[0-9a-f]{64}$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 
 
@@ -98,11 +95,11 @@ class Artifacts:
 
     @property
     def image_pinned(self) -> bool:
-        return bool(_DIGEST_REF.match(self.image_ref))
+        return is_digest_ref(self.image_ref)
 
     @property
     def commit_pinned(self) -> bool:
-        return bool(_COMMIT.match(self.model_commit or ""))
+        return is_commit(self.model_commit)
 
 
 @dataclass
@@ -187,7 +184,7 @@ def _repository(ref: str) -> str:
 
 def pin_image(ref: str, deployment: Mapping[str, Any]) -> tuple[str, str | None]:
     """(ref pinned by digest if possible, note). A digest ref is kept as is."""
-    if _DIGEST_REF.match(ref):
+    if is_digest_ref(ref):
         return ref, None
     digests = repo_digests(deployment)
     repo = _repository(ref)
@@ -199,7 +196,7 @@ def pin_image(ref: str, deployment: Mapping[str, Any]) -> tuple[str, str | None]
         detail = ", ".join(f"{k}={v}" for k, v in sorted(digests.items()))
         return ref, f"image.ref {ref!r}: the nodes recorded different repo digests ({detail})"
     digest = values[0]
-    m = _DIGEST_REF.match(digest)
+    m = DIGEST_REF.fullmatch(digest)
     if not m:
         return ref, f"image.ref {ref!r}: recorded repo digest {digest!r} is not <repo>@sha256:<hex>"
     if m.group("repo") != repo:
