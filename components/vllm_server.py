@@ -49,11 +49,11 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components import model_cache
-from components.model_cache import Again
+from components import rerun
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import RayCluster, session_volume
+from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
@@ -183,9 +183,9 @@ class VllmServer(pulumi.ComponentResource):
         names = args.runtime.names
         self.argv = self._argv(args, head)
         # A key file gone behind the stack (another stack's destroy on shared nodes) is written
-        # again: recon saw it absent, so the command gets a fresh trigger (model_cache.Again);
+        # again: recon saw it absent, so the command gets a fresh trigger (rerun.Again);
         # the command is deleted before it is replaced (its delete removes the file)
-        again = Again.when_wiped([model_cache.repair_token()]
+        again = Again.when_wiped([rerun.fresh_trigger()]
                                  if head.facts.vllm_key_present is False else [])
         self.api_key_file = head.command(
             f"{name}-api-key",

@@ -177,14 +177,14 @@ def _registered(raw: dict, monkeypatch) -> dict[str, dict]:
 
     from pulumi.runtime import settings
 
-    from components import model_cache, stack
+    from components import rerun, stack
     from config import validate_config
     from inspection.hub import ModelManifest
     from inspection.preflight import Plan
     from tests.conftest import PROJECT, RecordingMocks, _SyncExecutor, gb10_facts
     from tests.unit.conftest import MODEL_FILES, fake_manifest, secrets
 
-    monkeypatch.setattr(model_cache, "repair_token", lambda now=None: "repair-fixed")
+    monkeypatch.setattr(rerun, "fresh_trigger", lambda now=None: "repair-fixed")
     loop = asyncio.new_event_loop()
     loop.set_default_executor(_SyncExecutor())
     asyncio.set_event_loop(loop)
