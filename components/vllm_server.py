@@ -70,7 +70,8 @@ from hostscripts.vllm import (
     vllm_nccl_lines,
     vllm_ranks_restart,
 )
-from inspection import hub, memory_fit
+from inspection import memory_fit
+from inspection.hub import ModelManifest
 from inspection.nccl_transport import parse_transport, verdict
 
 # Env keys vLLM's Ray executor must not copy from the driver to the workers: the per-node NCCL
@@ -150,6 +151,7 @@ class VllmServerArgs:
     runtime: NodeRuntime
     labels: Mapping[str, str]  # managed + stack; the role is added per container
     ray: RayCluster | None  # None with vllm.executor mp
+    manifest: ModelManifest  # the model at the hub: its shape sizes the memory fit's KV cache
     commit: pulumi.Input[str]
     model_bytes: pulumi.Input[int]
     api_key: pulumi.Output[str]  # configured or generated (StackSecrets): vLLM never serves open
@@ -443,10 +445,9 @@ class VllmServer(pulumi.ComponentResource):
         tp = args.tensor_parallel_size
 
         def fit(values: list[Any]) -> dict[str, Any]:
-            commit, model_bytes = values
-            manifest = hub.known_manifest(args.model, commit)
+            _commit, model_bytes = values
             return memory_fit.estimate(
-                manifest.shape if manifest is not None else None,
+                args.manifest.shape,
                 model_bytes=int(model_bytes) if model_bytes else None,
                 tensor_parallel_size=tp, pipeline_parallel_size=v.pipeline_parallel_size,
                 max_model_len=v.max_model_len, max_num_seqs=v.max_num_seqs,
