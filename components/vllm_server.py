@@ -81,34 +81,9 @@ NON_CARRY_OVER = (*PER_NODE_KEYS, "VLLM_API_KEY")
 
 def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int,
                node_flags: Sequence[str] = ()) -> list[str]:
-    return vllm_argv(
-        model=model,
-        served_model_name=vllm.served_model_name,
-        revision=commit,
-        tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=vllm.pipeline_parallel_size,
-        gpu_memory_utilization=vllm.gpu_memory_utilization,
-        kv_cache_memory_bytes=vllm.kv_cache_memory_bytes,
-        max_model_len=vllm.max_model_len,
-        max_num_seqs=vllm.max_num_seqs,
-        kv_cache_dtype=vllm.kv_cache_dtype,
-        enable_prefix_caching=vllm.enable_prefix_caching,
-        load_format=vllm.load_format,
-        speculative_config=vllm.speculative_config,
-        enforce_eager=vllm.enforce_eager,
-        host=vllm.host,
-        port=vllm.port,
-        extra_args=vllm.extra_args,
-        max_num_batched_tokens=vllm.max_num_batched_tokens,
-        language_model_only=vllm.language_model_only,
-        enable_expert_parallel=vllm.enable_expert_parallel,
-        reasoning_parser=vllm.reasoning_parser,
-        tool_call_parser=vllm.tool_call_parser,
-        enable_auto_tool_choice=vllm.enable_auto_tool_choice,
-        chat_template=vllm.chat_template is not None,
-        executor=vllm.executor,
-        node_flags=node_flags,
-    )
+    """`vllm serve` for the main model: its serve keys with the parallelism resolved."""
+    settings = vllm.model_copy(update={"tensor_parallel_size": tensor_parallel_size})
+    return vllm_argv(settings, model=model, commit=commit, node_flags=node_flags)
 
 
 def serve_chat_template(vllm: VllmConfig) -> str | None:

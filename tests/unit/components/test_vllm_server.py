@@ -42,7 +42,7 @@ def qwen_raw(**vllm) -> dict:
 def recipes_with_template(folder, monkeypatch, template: str = OWN_TEMPLATE) -> None:
     """Point config.recipes at `folder`: the shipped 122B recipe with `chatTemplate:
     tool-args.jinja`, and that template (the test's own text)."""
-    from config import recipes
+    from config import recipe_files
 
     folder.mkdir(parents=True, exist_ok=True)
     doc = yaml.safe_load((ROOT / "config" / "recipes_data" / f"{QWEN_RECIPE}.yaml").read_text())
@@ -50,7 +50,7 @@ def recipes_with_template(folder, monkeypatch, template: str = OWN_TEMPLATE) -> 
     (folder / f"{QWEN_RECIPE}.yaml").write_text(
         yaml.safe_dump({**doc, "chatTemplate": "tool-args.jinja"}))
     (folder / "tool-args.jinja").write_bytes(template.encode())
-    monkeypatch.setattr(recipes, "RECIPES_DIR", folder)
+    monkeypatch.setattr(recipe_files, "RECIPES_DIR", folder)
 
 
 @pytest.fixture
