@@ -144,8 +144,9 @@ class ServeSettings(ConfigModel):
         "--served-model-name", SERVICE, place=Place.MODEL)]
     """the name the API serves the model under (a service's default: its name)"""
     recipe: Annotated[str | None, Flag(None, SERVICE, argv=Argv.NONE)] = None
-    """a recipe in config/recipes_data/: its serve settings fill in the keys the stack file does
-    not set, its env and launcherEnv `nccl.extraEnv`'s (config/models.py checks the name)"""
+    """a recipe shipped in config/recipes_data/: its serve settings fill in the keys the stack
+    file does not set (in a service: those it may set), its env and launcherEnv go under
+    nccl.extraEnv"""
     tensor_parallel_size: Annotated[AtLeastOne | None, Flag(
         "--tensor-parallel-size", ENVIRONMENT, ("-tp",))] = None
     """GPUs a layer is split over; null: every GPU / pipelineParallelSize"""
@@ -159,8 +160,8 @@ class ServeSettings(ConfigModel):
     """mp: the head's port the other nodes join"""
     gpu_memory_utilization: Annotated[Fraction, Flag(
         "--gpu-memory-utilization", RECIPE | SERVICE, argv=Argv.NUMBER)] = 0.80
-    """the share of memory vLLM takes; 0.80 leaves the OS room on 128 GB unified memory (a
-    service must set its own)"""
+    """the share of each node's memory vLLM takes; 0.80 leaves the OS room on 128 GB unified
+    memory (required in a service)"""
     kv_cache_memory_bytes: Annotated[KvCacheBytes | None, Flag(
         "--kv-cache-memory-bytes", RECIPE | SERVICE)] = None
     """the KV cache's exact size; vLLM then ignores gpuMemoryUtilization for it"""
@@ -211,7 +212,7 @@ class ServeSettings(ConfigModel):
     host: Annotated[IPv4, Flag("--host", ENVIRONMENT, place=Place.LISTEN)] = "0.0.0.0"
     """the address the API listens on"""
     port: Annotated[Port, Flag("--port", ENVIRONMENT | SERVICE, place=Place.LISTEN)] = 8000
-    """the API's port (a service must set its own)"""
+    """the API's port (required in a service)"""
     extra_args: Annotated[ExtraArgs, Flag(
         None, RECIPE | SERVICE, argv=Argv.ARGS, place=Place.LAST)] = Field(default_factory=list)
     """more `vllm serve` flags; a flag one of these keys owns is refused"""

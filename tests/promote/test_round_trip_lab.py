@@ -2,8 +2,15 @@
 
 dev `up` on the lab -> promote dev -> staging (a second stack on the same lab hosts) -> destroy
 dev (container names are fixed per host, two stacks cannot run there at once) -> staging `up`
-converges and serves what dev verified (same image ID, same model commit) behind its own API key
--> a preview of staging wants nothing -> destroy.
+converges and serves what dev verified (same image ID, same model commit, the same serve keys)
+behind its own API key -> a preview of staging wants nothing -> destroy.
+
+dev runs with serve keys staging does not set, among those promotion once dropped (issue 29):
+`executor: mp`, `reasoningParser` and `maxNumBatchedTokens`; staging serves with each of them.
+The parser is `granite`, which finds its reasoning by text markers: vLLM 0.32 checks a reasoning
+parser against the model's tokenizer at start-up (vllm/parser/parser_manager.py
+validate_parser_tokenizer), and `qwen3` (the 122B recipe's) needs `<think>` tokens the lab's
+tiny tokenizer does not have (lab/tinymodel.py SPECIALS).
 
 Holds the lab lock for the whole test. Costs three `up`/`destroy` cycles (a few minutes).
 """
@@ -33,6 +40,8 @@ from tools import promote
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 STAGING_KEY = "sk-lab-staging-round-trip"
+# serve keys dev verifies and staging does not set: promotion must carry each one
+VERIFIED = {"executor": "mp", "reasoningParser": "granite", "maxNumBatchedTokens": 2048}
 
 
 def _need_lab() -> None:
@@ -76,9 +85,10 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         remove_leftover_stack_containers(json.loads((LAB_CACHE / "stack.json").read_text()))
 
         work = project_dir(tmp_path)  # the checkout's program, stack files here
-        dev_text = (ROOT / "Pulumi.dev.yaml").read_text().splitlines(keepends=True)
-        (work / "Pulumi.dev.yaml").write_text(  # its own passphrase: not the committed salt
-            "".join(line for line in dev_text if not line.startswith("encryptionsalt:")))
+        dev_doc = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+        dev_doc.pop("encryptionsalt", None)  # its own passphrase: not the committed salt
+        dev_doc["config"]["spark-vllm:vllm"].update(VERIFIED)
+        (work / "Pulumi.dev.yaml").write_text(yaml.safe_dump(dev_doc, sort_keys=False))
         lab_ref = json.loads((LAB_CACHE / "stack.json").read_text())["image"]["ref"]
         (work / "state").mkdir()
         env = {
@@ -89,8 +99,7 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         }
 
         # staging: the same lab hosts (and dev's lab-sized ray.nofile etc.), its own environment,
-        # API key and (stale) artifacts
-        dev_doc = yaml.safe_load((work / "Pulumi.dev.yaml").read_text())
+        # API key and (stale) artifacts, none of the VERIFIED serve keys
         conf = dev_doc["config"]
         dev_ref = conf["spark-vllm:image"]["ref"]
         assert "@" not in dev_ref, "dev names the lab's tag; promotion must pin its digest"
@@ -99,6 +108,8 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         conf["spark-vllm:image"]["ref"] = dev_ref.rsplit(":", 1)[0] + ":stale-tag"
         conf["spark-vllm:model"]["revision"] = "main"
         conf["spark-vllm:vllm"]["maxNumSeqs"] = 8
+        for key in VERIFIED:
+            conf["spark-vllm:vllm"].pop(key)
         (work / "Pulumi.staging.yaml").write_text(
             "# staging on the lab: a second stack on dev's hosts (never both at once)\n"
             + yaml.safe_dump({"config": conf}, sort_keys=False)
@@ -127,6 +138,8 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         assert written["spark-vllm:image"]["ref"] == lab_ref  # the tag's digest, pinned
         assert written["spark-vllm:model"]["revision"] == commit
         assert written["spark-vllm:vllm"]["maxNumSeqs"] == 4
+        for key, value in VERIFIED.items():
+            assert written["spark-vllm:vllm"][key] == value, key
         assert written["spark-vllm:environment"] == "staging"
         assert "secure" in written["spark-vllm:vllmApiKey"]
 
@@ -147,6 +160,16 @@ def test_dev_to_staging_round_trip_on_the_lab(tmp_path, capsys):
         assert status == 401, "staging must require its API key"
         status, body = _get(endpoint + "/models", STAGING_KEY)
         assert status == 200 and "tiny-moe" in body, body
+        # staging's vLLM runs with what dev verified: mp (no Ray container), the parser, the
+        # batch size
+        resources = staging.export_stack().deployment["resources"]
+        names = [r["urn"].split("::")[-1] for r in resources]
+        assert "vllm-serve" in names and "ray-head" not in names, names
+        (serve,) = [r for r in resources if r["urn"].endswith("::vllm-serve")]
+        command = serve["inputs"]["command"]
+        for flags in (["--distributed-executor-backend", "mp"],
+                      ["--reasoning-parser", "granite"], ["--max-num-batched-tokens", "2048"]):
+            assert any(command[i:i + 2] == flags for i in range(len(command))), (flags, command)
 
         t0 = time.monotonic()
         staging.preview(expect_no_changes=True, on_output=print)
