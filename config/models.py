@@ -37,6 +37,7 @@ from config.types import (
     Port,
     RepoId,
     Revision,
+    ServedName,
     ipv4,
 )
 
@@ -367,6 +368,7 @@ class ServiceConfig(_RecipeApplied):
     task: ServiceTask
     nodes: list[str] | None = None  # None: the head only
     port: Port  # the service's own (its vLLM's --port)
+    served_model_name: ServedName = ""  # "": the service's name (_served_as_named fills it in)
     gpu_memory_utilization: Fraction  # its share of each node's memory (required)
     enable_prefix_caching: bool = False  # pooling models do not reuse a prefix
 
@@ -377,7 +379,7 @@ class ServiceConfig(_RecipeApplied):
     @model_validator(mode="before")
     @classmethod
     def _served_as_named(cls, data: Any) -> Any:
-        """servedModelName defaults to the service's name."""
+        """servedModelName defaults to the service's name (a bad name is reported at `name`)."""
         if (isinstance(data, dict) and isinstance(data.get("name"), str)
                 and _DNS_LABEL.fullmatch(data["name"])
                 and not {"servedModelName", "served_model_name"} & set(data)):
