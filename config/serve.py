@@ -16,7 +16,8 @@ keys promotion carries (PROMOTED_KEYS, tools/promote.py), a recipe's keys (confi
 Recipe), the keys a service refuses (config/models.py ServiceConfig), and the serve-keys table
 of the README (markdown_table; tests/unit/config/test_serve.py holds the README to it).
 
-Adding a flag is one field here (and its docstring: the README's words) plus its test.
+Adding a flag is one field here (its docstring is the README's words for it) plus its sample
+in tests/serve_samples.py, from which the tests of every generated part take it.
 """
 
 from __future__ import annotations

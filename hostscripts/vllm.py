@@ -34,6 +34,7 @@ CHAT_TEMPLATE = "/etc/spark-vllm/chat-template.jinja"
 # The line each start of vLLM writes first into the container's log: what follows is this run's.
 START_MARKER = "=== spark-vllm: vllm serve starts ==="
 
+
 def vllm_argv(settings: ServeSettings, *, model: str, commit: str, backend: str | None = None,
               node_flags: Sequence[str] = ()) -> list[str]:
     """The `vllm serve` command line of `settings`, one serve key after the other as
