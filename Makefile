@@ -49,9 +49,10 @@ toolchain-bundle: ## on a machine with internet: Pulumi's release archives + SHA
 
 setup: venv toolchain ## everything a fresh machine needs (idempotent; seconds when warm)
 
-lint: venv ## ruff and mypy (strict on the program's packages)
+lint: venv ## ruff, mypy (strict on the program's packages), the import layers (import-linter)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hosts)
 	$(PY) -m pytest -q -n 2 tests/unit tests/policies

@@ -26,9 +26,8 @@ with ThreadPoolExecutor(max_workers=1 + len(cfg.services), thread_name_prefix="h
     services = {s.name: pool.submit(hub.resolve_model, s.repo, s.revision, cfg.model.endpoint,
                                     token) for s in cfg.services}
     facts, plan = preflight.run(
-        cfg, key_path=key_path, model_bytes=lambda: lookup.result().total_bytes,
-        service_models=lambda: {n: (f.result().total_bytes, f.result().shape)
-                                for n, f in services.items()})
+        cfg, key_path=key_path, model=lookup.result,
+        services=lambda: {n: f.result() for n, f in services.items()})
 manifest = lookup.result()
 handles = stack.build_stack(cfg, facts, plan, secrets, manifest=manifest,
                             service_manifests={n: f.result() for n, f in services.items()},

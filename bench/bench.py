@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 from hostscripts import common, models  # noqa: E402
+from hostscripts.models import ModelFile  # noqa: E402
 from hostscripts.paths import COMPILE_CACHE_DIR, StackNames  # noqa: E402
 from inspection import hub, recon  # noqa: E402
-from inspection.hub import ModelFile  # noqa: E402
 from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
 from lab.deployments import (  # noqa: E402
     EMBED_REPO,

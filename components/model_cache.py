@@ -24,21 +24,22 @@ Why this shape:
 * Commands have no Read, so a cache wiped behind the stack's back would stay wiped. Recon looks
   at every node's cache before the run; where the commit's snapshot is missing or its blobs are
   short of the manifest (`cache_intact`), that node's fetch/sync, the seeder and its verify get a
-  fresh repair token in `triggers` and run again (only the missing files move). Where the cache is
-  intact, `ignore_changes=["triggers"]` keeps whatever token the state holds: no diff.
+  fresh trigger (components/rerun.py) and run again (only the missing files move). Where the
+  cache is intact, `ignore_changes=["triggers"]` keeps whatever value the state holds: no diff.
 """
 
 from __future__ import annotations
 
 import ipaddress
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pulumi
 from pulumi_command import remote
 
+from components import rerun
 from components.nccl import carrier_up
+from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import ModelConfig
 from hostscripts.models import (
@@ -91,26 +92,6 @@ def seeder_binds(head: SparkNode, seeds: Sequence[Sequence[Seed]]) -> list[str]:
     return sorted(used, key=lambda ip: order.index(ip) if ip in order else len(order))
 
 
-def repair_token(now: Callable[[], int] = time.time_ns) -> str:
-    """A value never seen before: set as `triggers` it makes the engine run a command again."""
-    return f"repair-{now()}"
-
-
-@dataclass(frozen=True)
-class Again:
-    """`triggers` + `ignore_changes` for a command that must run again when a node lost its copy
-    (a fresh token), and must not diff when every node is intact (the state's token is kept)."""
-
-    triggers: list[str]
-    ignore_changes: list[str] | None
-
-    @staticmethod
-    def when_wiped(tokens: Sequence[str]) -> Again:
-        if tokens:
-            return Again([" ".join(tokens)], None)
-        return Again(["intact"], ["triggers"])
-
-
 @dataclass
 class ModelCacheArgs:
     model: ModelConfig
@@ -154,9 +135,10 @@ class ModelCache(pulumi.ComponentResource):
         self.commit = pulumi.Output.from_input(m.commit)
         self.model_bytes = pulumi.Output.from_input(m.total_bytes)
         self._args = args
-        # Per node: None when recon found the cache intact, else a fresh repair token.
+        # Per node: None when recon found the cache intact, else a fresh trigger (rerun.Again).
         self.repairs: dict[str, str | None] = {
-            n.name: None if cache_intact(n.facts, m) else repair_token() for n in args.cluster.nodes
+            n.name: None if cache_intact(n.facts, m) else rerun.fresh_trigger()
+            for n in args.cluster.nodes
         }
         self.fetch = self._fetch(name)
         self.syncs = {}

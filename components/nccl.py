@@ -73,7 +73,7 @@ def node_env(nccl: NcclConfig, node: NodeConfig, facts: NodeFacts, head_ip: str)
     components/ray_cluster.py): they are set for other Ray builds and for scripts that look.
     `nccl.extra_env` comes last: the stack file's entries and, under them, the recipe's `env`
     and `launcherEnv` (config/recipes.with_recipe_env), which may not set the keys derived
-    here (config.models.STACK_ENV)."""
+    here (config.recipes.STACK_ENV)."""
     iface = node.primary.interface
     ip = node.primary.ip
     env = {

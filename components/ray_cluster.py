@@ -29,9 +29,9 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components import model_cache
-from components.model_cache import Again
+from components import rerun
 from components.node_runtime import NodeRuntime, compile_cache_dirs
+from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
 from hostscripts.paths import RAY_SESSION_MOUNT, StackNames
@@ -103,9 +103,9 @@ class RayCluster(pulumi.ComponentResource):
         names = args.runtime.names
         # A token file gone behind the stack (another stack's destroy on shared nodes, a node
         # reinstalled) is written again: recon saw it absent, so its command gets a fresh
-        # trigger (components/model_cache.Again: no diff while the file is there). Delete
+        # trigger (components/rerun.Again: no diff while the file is there). Delete
         # before replace: the old command's delete removes the file the new one writes.
-        again = {n.name: Again.when_wiped([model_cache.repair_token()]
+        again = {n.name: Again.when_wiped([rerun.fresh_trigger()]
                                           if n.facts.ray_token_present is False
                                           else []) for n in cluster.nodes}
         self.tokens = {

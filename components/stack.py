@@ -189,6 +189,7 @@ def build_stack(
             runtime=runtime,
             labels=labels,
             ray=ray,
+            manifest=manifest,
             commit=model.commit,
             after=[] if with_ray else [image, model, *stopped],
             model_bytes=model.model_bytes,

@@ -49,11 +49,11 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components import model_cache
-from components.model_cache import Again
+from components import rerun
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import RayCluster, session_volume
+from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
@@ -70,7 +70,8 @@ from hostscripts.vllm import (
     vllm_nccl_lines,
     vllm_ranks_restart,
 )
-from inspection import hub, memory_fit
+from inspection import memory_fit
+from inspection.hub import ModelManifest
 from inspection.nccl_transport import parse_transport, verdict
 
 # Env keys vLLM's Ray executor must not copy from the driver to the workers: the per-node NCCL
@@ -80,34 +81,9 @@ NON_CARRY_OVER = (*PER_NODE_KEYS, "VLLM_API_KEY")
 
 def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int,
                node_flags: Sequence[str] = ()) -> list[str]:
-    return vllm_argv(
-        model=model,
-        served_model_name=vllm.served_model_name,
-        revision=commit,
-        tensor_parallel_size=tensor_parallel_size,
-        pipeline_parallel_size=vllm.pipeline_parallel_size,
-        gpu_memory_utilization=vllm.gpu_memory_utilization,
-        kv_cache_memory_bytes=vllm.kv_cache_memory_bytes,
-        max_model_len=vllm.max_model_len,
-        max_num_seqs=vllm.max_num_seqs,
-        kv_cache_dtype=vllm.kv_cache_dtype,
-        enable_prefix_caching=vllm.enable_prefix_caching,
-        load_format=vllm.load_format,
-        speculative_config=vllm.speculative_config,
-        enforce_eager=vllm.enforce_eager,
-        host=vllm.host,
-        port=vllm.port,
-        extra_args=vllm.extra_args,
-        max_num_batched_tokens=vllm.max_num_batched_tokens,
-        language_model_only=vllm.language_model_only,
-        enable_expert_parallel=vllm.enable_expert_parallel,
-        reasoning_parser=vllm.reasoning_parser,
-        tool_call_parser=vllm.tool_call_parser,
-        enable_auto_tool_choice=vllm.enable_auto_tool_choice,
-        chat_template=vllm.chat_template is not None,
-        executor=vllm.executor,
-        node_flags=node_flags,
-    )
+    """`vllm serve` for the main model: its serve keys with the parallelism resolved."""
+    settings = vllm.model_copy(update={"tensor_parallel_size": tensor_parallel_size})
+    return vllm_argv(settings, model=model, commit=commit, node_flags=node_flags)
 
 
 def serve_chat_template(vllm: VllmConfig) -> str | None:
@@ -150,6 +126,7 @@ class VllmServerArgs:
     runtime: NodeRuntime
     labels: Mapping[str, str]  # managed + stack; the role is added per container
     ray: RayCluster | None  # None with vllm.executor mp
+    manifest: ModelManifest  # the model at the hub: its shape sizes the memory fit's KV cache
     commit: pulumi.Input[str]
     model_bytes: pulumi.Input[int]
     api_key: pulumi.Output[str]  # configured or generated (StackSecrets): vLLM never serves open
@@ -183,9 +160,9 @@ class VllmServer(pulumi.ComponentResource):
         names = args.runtime.names
         self.argv = self._argv(args, head)
         # A key file gone behind the stack (another stack's destroy on shared nodes) is written
-        # again: recon saw it absent, so the command gets a fresh trigger (model_cache.Again);
+        # again: recon saw it absent, so the command gets a fresh trigger (rerun.Again);
         # the command is deleted before it is replaced (its delete removes the file)
-        again = Again.when_wiped([model_cache.repair_token()]
+        again = Again.when_wiped([rerun.fresh_trigger()]
                                  if head.facts.vllm_key_present is False else [])
         self.api_key_file = head.command(
             f"{name}-api-key",
@@ -443,10 +420,9 @@ class VllmServer(pulumi.ComponentResource):
         tp = args.tensor_parallel_size
 
         def fit(values: list[Any]) -> dict[str, Any]:
-            commit, model_bytes = values
-            manifest = hub.known_manifest(args.model, commit)
+            _commit, model_bytes = values
             return memory_fit.estimate(
-                manifest.shape if manifest is not None else None,
+                args.manifest.shape,
                 model_bytes=int(model_bytes) if model_bytes else None,
                 tensor_parallel_size=tp, pipeline_parallel_size=v.pipeline_parallel_size,
                 max_model_len=v.max_model_len, max_num_seqs=v.max_num_seqs,

@@ -48,32 +48,14 @@ from inspection.hub import ModelManifest
 
 
 def service_argv(svc: ServiceConfig, commit: str) -> list[str]:
-    """`vllm serve` for a service: tensor parallel 1 on its node, its task's flags."""
-    return vllm_argv(
-        model=svc.repo,
-        served_model_name=svc.served_name,
-        revision=commit,
-        tensor_parallel_size=1,
-        pipeline_parallel_size=1,
-        gpu_memory_utilization=svc.gpu_memory_utilization,
-        kv_cache_memory_bytes=svc.kv_cache_memory_bytes,
-        max_model_len=svc.max_model_len,
-        max_num_seqs=svc.max_num_seqs,
-        kv_cache_dtype=svc.kv_cache_dtype,
-        enable_prefix_caching=svc.enable_prefix_caching,
-        load_format=svc.load_format,
-        speculative_config=svc.speculative_config,
-        enforce_eager=svc.enforce_eager,
-        host="0.0.0.0",
-        port=svc.port,
-        extra_args=[*TASK_FLAGS[svc.task], *svc.extra_args],
-        max_num_batched_tokens=svc.max_num_batched_tokens,
-        reasoning_parser=svc.reasoning_parser,
-        tool_call_parser=svc.tool_call_parser,
-        enable_auto_tool_choice=bool(svc.enable_auto_tool_choice),
-        chat_template=svc.chat_template is not None,
-        executor="uni",  # one process group on one GPU
-    )
+    """`vllm serve` for a service: its serve keys (config/serve.py, SERVICE), tensor parallel 1
+    on its node in one process (`uni`), listening on every address, its task's flags first among
+    the extra args. The keys a service cannot set keep the main model's defaults (config refuses
+    them in a service)."""
+    settings = svc.model_copy(update={"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+                                      "host": "0.0.0.0",
+                                      "extra_args": [*TASK_FLAGS[svc.task], *svc.extra_args]})
+    return vllm_argv(settings, model=svc.repo, commit=commit, backend="uni")
 
 
 def expected_dimension(svc: ServiceConfig, manifest: ModelManifest) -> int:

@@ -12,8 +12,8 @@ from typing import Any
 import pulumi
 from pydantic import BaseModel
 
-from config.forms import clip
-from config.models import NAMESPACE, StackConfig
+from config.forms import NAMESPACE, clip
+from config.types import ConfigModel
 
 
 class ConfigError(pulumi.RunError):
@@ -35,9 +35,9 @@ def key_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _model_at(loc: tuple[Any, ...]) -> type[BaseModel] | None:
-    """The model class that owns the last key of `loc` (for listing the allowed keys)."""
-    model: Any = StackConfig
+def _model_at(root: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The model class under `root` that owns the last key of `loc` (to list its keys)."""
+    model: Any = root
     for part in loc[:-1]:
         if isinstance(part, int):
             continue
@@ -73,15 +73,23 @@ _EXPECTED = {
 }
 
 
-def describe(err: dict[str, Any]) -> str:
+def allowed_keys(model: type[BaseModel]) -> list[str]:
+    """The keys a section takes, as the file spells them."""
+    if issubclass(model, ConfigModel):
+        return model.accepted_keys()
+    return [f.alias or n for n, f in model.model_fields.items()]
+
+
+def describe(err: dict[str, Any], root: type[BaseModel] | None = None) -> str:
+    """One problem of a pydantic ValidationError as `<key path>: got <value>; expected <form>`.
+    `root`: the model validated (StackConfig), whose sections list their keys for an unknown
+    one."""
     loc = tuple(err["loc"])
     typ = err["type"]
     value = err.get("input")
     if typ == "extra_forbidden":
-        owner = _model_at(loc)
-        allowed = (
-            ", ".join(f.alias or n for n, f in owner.model_fields.items()) if owner else "see docs"
-        )
+        owner = _model_at(root, loc) if root is not None else None
+        allowed = ", ".join(allowed_keys(owner)) if owner else "see docs"
         return f"{key_path(loc)}: unknown key; expected one of: {allowed} (camelCase)"
     if typ == "value_error":
         expected = str(err["msg"]).removeprefix("Value error, ")

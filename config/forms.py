@@ -12,10 +12,25 @@ KIB = 1024
 MIB = 1024**2
 GIB = 1024**3
 
+# The stack config's namespace (`spark-vllm:<key>`), the keys that are only ever Pulumi secrets
+# (config/load.py reads them; promotion never copies them), and the word that marks a value of a
+# checked-in stack file as not real yet (a host key: refused in prod, skipped by recon).
+NAMESPACE = "spark-vllm"
+SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
+PLACEHOLDER = "PLACEHOLDER"
+
+# What preflight (preflight.osReserveBytes) leaves the OS of a node's unified memory by default.
+# The policy pack's memory-fit default (policies/rules/_common.py DEFAULTS) cannot import this
+# (the pack runs in its own virtualenv); tests/policies/test_policy_rules.py holds it equal.
+OS_RESERVE_BYTES = 8 * GIB
+
 COMMIT = re.compile(r"[0-9a-f]{40}")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 DIGEST_REF = re.compile(r"(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
 CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+# Docker's rule for a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]+), bounded: a name the stack
+# puts into a shell, accepts in config or reads back from a host
+CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 
 
 def is_commit(value: object) -> bool:

@@ -14,8 +14,9 @@ from typing import Any
 import pulumi
 
 from config.errors import ConfigError, key_path
+from config.forms import NAMESPACE, SECRET_KEYS
 from config.known_hosts import pin_host_keys
-from config.models import NAMESPACE, SECRET_KEYS, StackConfig
+from config.models import StackConfig
 from config.paths import local_state_dir
 from config.ssh import write_private
 from config.validate import validate_config

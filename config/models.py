@@ -6,33 +6,42 @@ are in config/validate.py, and the error messages that name key paths in config/
 
 from __future__ import annotations
 
-import copy
 import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
+from config import recipes
 from config.forms import (
+    CONTAINER_NAME,
     GIB,
+    IMAGE_ID,
+    OS_RESERVE_BYTES,
+    PLACEHOLDER,
     STACK_CONTAINERS,
-    check_port,
-    check_ref_name,
     credential_in_url,
     is_commit,
     is_digest_ref,
-    secret_env_name,
-    secret_value,
+)
+from config.recipe_files import RecipeError
+from config.serve import MAIN_ONLY_FIELDS, RECIPE_FIELDS, SERVICE_FIELDS, ServeSettings
+from config.types import (
+    ConfigModel,
+    Fraction,
+    IPv4,
+    PlainEnv,
+    Port,
+    RepoId,
+    Revision,
+    ServedName,
+    ipv4,
 )
 
-NAMESPACE = "spark-vllm"
-SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
-PLACEHOLDER = "PLACEHOLDER"
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
 _IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
@@ -43,15 +52,12 @@ HOST_KEY = re.compile(
 # which OpenSSH 8.8+ servers (Ubuntu 24.04 on the Sparks) no longer accept, so such a pin can
 # never connect (tests/engine/test_command_plugin.py). Pin the ed25519 or ECDSA key instead.
 PINNABLE = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521")
-_REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 _URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%/-]*)?")
 _IMAGE_REF = re.compile(
     r"[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
-    r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?"
+    rf"(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(@{IMAGE_ID.pattern})?"
 )
-_CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 # A model cache is bind-mounted read-write into every container: never a system folder.
 _SYSTEM_DIRS = {"/", "/root", "/home", "/var", "/var/lib", "/opt", "/srv", "/mnt", "/tmp",
                 "/usr/local"}
@@ -59,99 +65,13 @@ _SYSTEM_TREES = ("/etc", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/share", "/us
                  "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys",
                  "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/root/.ssh")
 MAX_RAY_BYTES = 64 * GIB  # a Spark has 128 GB of unified memory: Ray must not take half
-# Upper bounds of vLLM's sizes: far above any real setting on a Spark, low enough that a typo
-# (an extra few digits) is refused here rather than met by vLLM at start-up.
-MAX_KV_CACHE_BYTES = 512 * GIB
-MAX_TOKENS = 2**24  # --max-model-len, --max-num-batched-tokens (16M tokens)
-MAX_NUM_SEQS = 65536
-# vLLM flags the stack sets from typed keys: extraArgs may not set them again (it would override
-# what the stack validated), so the message names the key to use instead.
-OWNED_FLAGS = {
-    "--host": "spark-vllm:vllm.host", "--port": "spark-vllm:vllm.port",
-    "--api-key": "the secret spark-vllm:vllmApiKey",
-    "--trust-remote-code": "the stack: off, it never runs a model's own code",
-    "--model": "spark-vllm:model.repo", "--revision": "spark-vllm:model.revision",
-    "--served-model-name": "spark-vllm:vllm.servedModelName",
-    "--tensor-parallel-size": "spark-vllm:vllm.tensorParallelSize",
-    "-tp": "spark-vllm:vllm.tensorParallelSize",
-    "--pipeline-parallel-size": "spark-vllm:vllm.pipelineParallelSize",
-    "-pp": "spark-vllm:vllm.pipelineParallelSize",
-    "--distributed-executor-backend": "spark-vllm:vllm.executor",
-    "--nnodes": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
-    "-n": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
-    "--node-rank": "the stack (with vllm.executor mp)",
-    "-r": "the stack (with vllm.executor mp)",
-    "--master-addr": "the stack (the head's fabric address, with vllm.executor mp)",
-    "--master-port": "spark-vllm:vllm.masterPort",
-    "--headless": "the stack (every node but the head, with vllm.executor mp)",
-    "--gpu-memory-utilization": "spark-vllm:vllm.gpuMemoryUtilization",
-    "--kv-cache-memory-bytes": "spark-vllm:vllm.kvCacheMemoryBytes",
-    "--max-model-len": "spark-vllm:vllm.maxModelLen",
-    "--max-num-seqs": "spark-vllm:vllm.maxNumSeqs",
-    "--kv-cache-dtype": "spark-vllm:vllm.kvCacheDtype",
-    "--load-format": "spark-vllm:vllm.loadFormat",
-    "--speculative-config": "spark-vllm:vllm.speculativeConfig",
-    "--enforce-eager": "spark-vllm:vllm.enforceEager",
-    "--enable-prefix-caching": "spark-vllm:vllm.enablePrefixCaching",
-    "--no-enable-prefix-caching": "spark-vllm:vllm.enablePrefixCaching",
-    "--download-dir": "spark-vllm:model.cacheDir",
-    "--max-num-batched-tokens": "spark-vllm:vllm.maxNumBatchedTokens",
-    "--language-model-only": "spark-vllm:vllm.languageModelOnly",
-    "--no-language-model-only": "spark-vllm:vllm.languageModelOnly",
-    "--enable-expert-parallel": "spark-vllm:vllm.enableExpertParallel",
-    "--no-enable-expert-parallel": "spark-vllm:vllm.enableExpertParallel",
-    "-ep": "spark-vllm:vllm.enableExpertParallel",
-    "--reasoning-parser": "spark-vllm:vllm.reasoningParser",
-    "--tool-call-parser": "spark-vllm:vllm.toolCallParser",
-    "--enable-auto-tool-choice": "spark-vllm:vllm.enableAutoToolChoice",
-    "--no-enable-auto-tool-choice": "spark-vllm:vllm.enableAutoToolChoice",
-    "--chat-template": "spark-vllm:vllm.chatTemplate (a template shipped in config/recipes_data/)",
-}
 
 
-
-def owned_flag(arg: str) -> str | None:
-    """The OWNED_FLAGS entry `arg` would set in vLLM's parser, or None.
-
-    vLLM's parser (vllm/utils/argparse_utils.py FlexibleArgumentParser, an argparse parser with
-    its default allow_abbrev) reads `--api_key` as `--api-key`, `--speculative-config.x` as a
-    key of `--speculative-config`, and an unambiguous prefix (`--hos`) as the whole flag; each
-    of those spellings is matched here too."""
-    if not arg.startswith("-") or arg in ("-", "--"):
-        return None
-    name = arg.split("=", 1)[0]
-    if name in OWNED_FLAGS:
-        return name
-    if not name.startswith("--"):
-        return None
-    name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
-    if name in OWNED_FLAGS:
-        return name
-    prefixed = [f for f in OWNED_FLAGS if f.startswith("--") and f.startswith(name)]
-    # more than one: vLLM refuses the ambiguous abbreviation itself
-    return prefixed[0] if len(name) > 3 and len(prefixed) == 1 else None
-
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid",
-        frozen=True,
-        alias_generator=to_camel,
-        populate_by_name=True,
-    )
-
-
-def _ipv4(v: str) -> str:
-    try:
-        return str(ipaddress.IPv4Address(v))
-    except (ipaddress.AddressValueError, ValueError):
-        raise ValueError("expected an IPv4 address such as 192.168.177.11") from None
-
-
-class FabricInterface(_Model):
+class FabricInterface(ConfigModel):
     """One ConnectX-7 netdev used for NCCL/Ray/fan-out traffic; the first one is primary."""
 
     interface: str
-    ip: str
+    ip: IPv4
     hca: str | None = None  # the RoCE device behind the netdev, e.g. rocep1s0f1
 
     @field_validator("interface")
@@ -163,11 +83,6 @@ class FabricInterface(_Model):
             raise ValueError("expected a fabric interface (ConnectX-7), not the loopback lo")
         return v
 
-    @field_validator("ip")
-    @classmethod
-    def _ip(cls, v: str) -> str:
-        return _ipv4(v)
-
     @field_validator("hca")
     @classmethod
     def _hca(cls, v: str | None) -> str | None:
@@ -176,7 +91,7 @@ class FabricInterface(_Model):
         return v
 
 
-class NodeConfig(_Model):
+class NodeConfig(ConfigModel):
     """One Spark. The first node in the list is the Ray head.
 
     `host_key` pins the node's SSH host key. When it is left out, the key is read from the file
@@ -186,7 +101,7 @@ class NodeConfig(_Model):
 
     name: str
     host: str
-    port: StrictInt = 22
+    port: Port = 22
     user: str = "root"
     host_key: str | None = None
     fabric: list[FabricInterface] = Field(min_length=1)
@@ -194,7 +109,7 @@ class NodeConfig(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _DNS_LABEL.match(v):
+        if not _DNS_LABEL.fullmatch(v):
             raise ValueError("expected a DNS-safe name: lowercase letters, digits and '-'")
         return v
 
@@ -202,18 +117,13 @@ class NodeConfig(_Model):
     @classmethod
     def _host(cls, v: str) -> str:
         if re.fullmatch(r"[0-9.]+", v):
-            return _ipv4(v)
+            return ipv4(v)
         if ":" in v:  # the docker provider's ssh://user@host:port URL cannot carry an IPv6 host
             raise ValueError("expected an IPv4 address or a DNS hostname (IPv6 management "
                              "addresses are not supported: give the node a DNS name)")
         if not _HOSTNAME.match(v):
             raise ValueError("expected an IPv4 address or a DNS hostname")
         return v
-
-    @field_validator("port")
-    @classmethod
-    def _port_range(cls, v: int) -> int:
-        return check_port(v)
 
     @field_validator("user")
     @classmethod
@@ -257,7 +167,7 @@ class NodeConfig(_Model):
         return self.host_key
 
 
-class SshConfig(_Model):
+class SshConfig(ConfigModel):
     private_key_path: str = "~/.ssh/id_ed25519"
     connect_timeout_seconds: int = Field(default=10, ge=1, le=300)
     # An OpenSSH known_hosts file with the nodes' keys, for nodes whose hostKey is not in the
@@ -276,7 +186,7 @@ class SshConfig(_Model):
         return Path(os.path.expanduser(self.private_key_path))
 
 
-class ImageConfig(_Model):
+class ImageConfig(ConfigModel):
     """`ref` by digest, or by tag outside prod: a tag is resolved to its digest at the registry
     on every run (VllmImage), so the nodes pull the digest and a moved tag shows as a diff."""
 
@@ -301,40 +211,11 @@ class ImageConfig(_Model):
         return is_digest_ref(self.ref)
 
 
-def _check_repo(v: str) -> str:
-    if not _REPO_ID.match(v):
-        raise ValueError("expected a Hugging Face repo id '<org>/<name>'")
-    return v
-
-
-def _check_revision(v: str) -> str:
-    problem = check_ref_name(v)
-    if problem:
-        raise ValueError(f"expected a branch, tag or 40-hex commit ({problem})")
-    return v
-
-
-def _check_served_name(v: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v):
-        raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
-    return v
-
-
-class ModelConfig(_Model):
-    repo: str
-    revision: str = "main"
+class ModelConfig(ConfigModel):
+    repo: RepoId
+    revision: Revision = "main"
     cache_dir: str = "/root/.cache/huggingface"
     endpoint: str | None = None
-
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, v: str) -> str:
-        return _check_repo(v)
-
-    @field_validator("revision")
-    @classmethod
-    def _revision(cls, v: str) -> str:
-        return _check_revision(v)
 
     @field_validator("cache_dir")
     @classmethod
@@ -367,7 +248,7 @@ class ModelConfig(_Model):
         return is_commit(self.revision)
 
 
-class NcclConfig(_Model):
+class NcclConfig(ConfigModel):
     rdma: bool = True
     fabric_subnets: list[str] = Field(
         default_factory=lambda: ["192.168.177.0/24", "192.168.178.0/24"], min_length=1
@@ -376,7 +257,7 @@ class NcclConfig(_Model):
     # INFO (with NCCL_DEBUG_SUBSYS=INIT,NET: init and network lines only) lets the stack read
     # which transport NCCL chose after serving starts; WARN hides it.
     debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = "INFO"
-    extra_env: dict[str, str] = Field(default_factory=dict)
+    extra_env: PlainEnv = Field(default_factory=dict)
 
     @field_validator("fabric_subnets")
     @classmethod
@@ -393,30 +274,12 @@ class NcclConfig(_Model):
             out.append(str(net))
         return out
 
-    @field_validator("extra_env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        bad = [k for k in v if not _ENV_NAME.match(k)]
-        if bad:
-            raise ValueError(f"expected environment variable names, got {bad}")
-        secret = sorted(k for k, val in v.items() if secret_env_name(k) or secret_value(val))
-        if secret:
-            raise ValueError(
-                f"expected no secrets in plain environment ({', '.join(secret)}): they would "
-                "reach the state, the containers and `docker inspect`; use the secrets "
-                "spark-vllm:hfToken / spark-vllm:vllmApiKey"
-            )
-        control = sorted(k for k, val in v.items() if any(ord(c) < 32 for c in val))
-        if control:
-            raise ValueError(f"expected values without control characters ({', '.join(control)})")
-        return v
-
     def networks(self) -> list[ipaddress.IPv4Network]:
         return [ipaddress.IPv4Network(s) for s in self.fabric_subnets]
 
 
-class RayConfig(_Model):
-    port: StrictInt = 6379
+class RayConfig(ConfigModel):
+    port: Port = 6379
     # Ray's default object store is ~30% of RAM; on 128 GB unified memory that is GPU memory
     # (eugr/spark-vllm-docker caps it at 1 GiB: https://github.com/eugr/spark-vllm-docker).
     # vLLM moves tensors through NCCL, so 1 GiB is plenty.
@@ -432,11 +295,6 @@ class RayConfig(_Model):
     # set this key.
     nofile: int = Field(default=1048576, ge=1024, le=1048576)
 
-    @field_validator("port")
-    @classmethod
-    def _port_range(cls, v: int) -> int:
-        return check_port(v)
-
     @field_validator("shm_bytes")
     @classmethod
     def _shm_removed(cls, v: int | None) -> None:
@@ -449,294 +307,40 @@ class RayConfig(_Model):
         return None
 
 
-# Environment a recipe may not set: what the stack derives per node (components/nccl.node_env),
-# what the Ray and vLLM containers get from the stack (components/ray_cluster.py,
-# components/vllm_server.py, hostscripts/vllm.py). A recipe value would override a value the
-# stack validated, or be overridden itself without a word.
-# tests/unit/components/test_containers.py keeps this in step with what the containers get.
-STACK_ENV = frozenset({
-    "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
-    "VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS", "MASTER_ADDR",
-    "RAY_memory_monitor_refresh_ms", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "RAY_DEDUP_LOGS",
-    "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IGNORE_CPU_AFFINITY",
-    "HF_HOME", "HF_HUB_OFFLINE", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "VLLM_CACHE_ROOT",
-    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH",
-    "VLLM_CONFIG_ROOT", "VLLM_API_KEY", "VLLM_RPC_BASE_PATH", "RAY_ADDRESS",
-})
-_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")  # a recipe's name (its file name, no .yaml)
-_COMMIT_IN_URL = re.compile(r"/[0-9a-f]{40}(/|$|#)")
-_PINNED_HOSTS = ("https://github.com/", "https://huggingface.co/")
+class _RecipeApplied(ServeSettings):
+    """The serve keys (config/serve.py) with `recipe`: the recipe's serve settings fill in every
+    key this section may take from a recipe (`recipe_fills`) that the stack file does not set.
+    An explicit stack-file key wins over the recipe, the recipe over the defaults
+    (config/recipes.py; the recipe's env is merged likewise in validate.py)."""
 
-
-def _check_recipe_env(v: dict[str, str]) -> dict[str, str]:
-    """A recipe's environment: plain names, no secrets (as nccl.extraEnv), no control
-    characters, nothing the stack sets itself."""
-    bad = [k for k in v if not _ENV_NAME.fullmatch(k)]
-    if bad:
-        raise ValueError(f"expected environment variable names, got {bad}")
-    secret = sorted(k for k, val in v.items() if secret_env_name(k) or secret_value(val))
-    if secret:
-        raise ValueError(
-            f"expected no secrets in plain environment ({', '.join(secret)}): they would reach "
-            "the state, the containers and `docker inspect`; use the secrets "
-            "spark-vllm:hfToken / spark-vllm:vllmApiKey"
-        )
-    control = sorted(k for k, val in v.items() if any(ord(c) < 32 for c in val))
-    if control:
-        raise ValueError(f"expected values without control characters ({', '.join(control)})")
-    owned = sorted(k for k in v if k in STACK_ENV)
-    if owned:
-        raise ValueError(
-            f"expected variables the stack does not set itself ({', '.join(owned)}): the stack "
-            "derives them per node (components/nccl.node_env) or sets them in the containers"
-        )
-    return v
-
-
-class ServeSettings(_Model):
-    """The serve settings a recipe may set (and so VllmConfig's too, with their defaults there).
-    `None` in a recipe: the recipe does not set it. One definition and one validation for both."""
-
-    gpu_memory_utilization: float | None = None
-    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024, le=MAX_KV_CACHE_BYTES)
-    max_model_len: int | None = Field(default=None, ge=16, le=MAX_TOKENS)
-    max_num_seqs: int | None = Field(default=None, ge=1, le=MAX_NUM_SEQS)
-    # --max-num-batched-tokens: the tokens one engine step schedules (prefill chunks + decodes)
-    max_num_batched_tokens: int | None = Field(default=None, ge=1, le=MAX_TOKENS)
-    kv_cache_dtype: str | None = None
-    enable_prefix_caching: bool | None = None
-    load_format: str | None = None
-    speculative_config: dict[str, Any] | None = None
-    enforce_eager: bool | None = None
-    # --language-model-only: a multimodal checkpoint (Qwen3.5) loads without its vision tower
-    language_model_only: bool | None = None
-    enable_expert_parallel: bool | None = None
-    reasoning_parser: str | None = None
-    tool_call_parser: str | None = None
-    enable_auto_tool_choice: bool | None = None
-    # A chat template shipped in config/recipes_data/ (`<name>.jinja`); vLLM reads it from a
-    # fixed path in the head container (hostscripts/vllm.py). None: the model's own template.
-    chat_template: str | None = None
-    extra_args: list[str] | None = None
-
-    @field_validator("gpu_memory_utilization")
-    @classmethod
-    def _util(cls, v: float | None) -> float | None:
-        if v is not None and not 0 < v < 1:
-            raise ValueError("expected a fraction strictly between 0 and 1, e.g. 0.80")
-        return v
-
-    @field_validator("kv_cache_dtype", "load_format")
-    @classmethod
-    def _word(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[a-z0-9_]+", v):
-            raise ValueError("expected a vLLM value of lowercase letters, digits and '_'")
-        return v
-
-    @field_validator("reasoning_parser", "tool_call_parser")
-    @classmethod
-    def _parser(cls, v: str | None) -> str | None:
-        if v is not None and not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", v):
-            raise ValueError("expected the name of a parser built into vLLM, e.g. qwen3 or "
-                             "qwen3_coder (lowercase letters, digits and '_')")
-        return v
-
-    @field_validator("chat_template")
-    @classmethod
-    def _template(cls, v: str | None) -> str | None:
-        if v is not None:
-            from config import recipes  # recipes.py reads the package data (and imports us)
-
-            recipes.chat_template_text(v)  # a shipped template, readable: RecipeError otherwise
-        return v
-
-    @field_validator("extra_args")
-    @classmethod
-    def _extra(cls, v: list[str] | None) -> list[str] | None:
-        for arg in v or ():
-            flag = owned_flag(arg)
-            if flag is not None:
-                owner = OWNED_FLAGS[flag]
-                how = (" (set that key: the stack validates it there)"
-                       if owner.startswith(("spark-vllm:", "the secret")) else "")
-                spelled = "" if arg.split("=", 1)[0] == flag else f" (as {arg.split('=', 1)[0]!r})"
-                raise ValueError(f"expected flags the stack does not set itself; {flag}{spelled} "
-                                 f"is owned by {owner}{how}")
-            if arg.split("=", 1)[0] == "--config":
-                raise ValueError("expected flags the stack does not set itself; --config reads "
-                                 "flags from a file the stack cannot check: give them here or "
-                                 "in their typed keys")
-            if any(ord(c) < 32 for c in arg):
-                raise ValueError(f"expected arguments without control characters, got {arg!r}")
-        return v
-
-
-class RecipeSource(_Model):
-    """Where a recipe's values come from: a public URL, pinned to a commit on hosts that have
-    commits (GitHub, Hugging Face), or a file of this repository."""
-
-    url: str | None = None
-    path: str | None = None
-    covers: str  # which values this source supports
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, v: str | None) -> str | None:
-        if v is None:
-            return v
-        if not re.fullmatch(r"https://[A-Za-z0-9.-]+/[^\s]*", v):
-            raise ValueError("expected an https URL")
-        if v.startswith(_PINNED_HOSTS) and not _COMMIT_IN_URL.search(v):
-            raise ValueError("expected a URL pinned to a 40-hex commit (.../blob/<commit>/...)")
-        return v
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str | None) -> str | None:
-        if v is not None and (not _PATH.fullmatch("/" + v) or ".." in v.split("/")):
-            raise ValueError("expected a relative path in this repository, e.g. lab/tinymodel.py")
-        return v
-
-    @model_validator(mode="after")
-    def _one(self) -> RecipeSource:
-        if (self.url is None) == (self.path is None):
-            raise ValueError("expected exactly one of url or path")
-        return self
-
-
-class Recipe(ServeSettings):
-    """A recipe: how to serve one model on the Sparks, as a file in config/recipes_data/
-    (`<name>.yaml`, camelCase keys). Serve settings as VllmConfig keys; `env`: environment of
-    every vLLM process (vLLM's own and its libraries' settings); `launcherEnv`: environment of
-    the launcher (Ray, NCCL) for this model. Both reach every node's Ray container, which runs
-    the launcher and hosts vLLM's processes (components/nccl.node_env); the per-node launcher
-    values (VLLM_HOST_IP, RAY_OVERRIDE_NODE_IP_ADDRESS, ...) are the stack's own."""
-
-    name: str
-    description: str
-    model: str  # the Hugging Face repo the recipe was written for
-    sources: list[RecipeSource] = Field(min_length=1)
-    env: dict[str, str] = Field(default_factory=dict)
-    launcher_env: dict[str, str] = Field(default_factory=dict)
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
-            raise ValueError("expected a name of lowercase letters, digits, '.' and '-'")
-        return v
-
-    @field_validator("model")
-    @classmethod
-    def _repo(cls, v: str) -> str:
-        if not _REPO_ID.match(v):
-            raise ValueError("expected a Hugging Face repo id '<org>/<name>'")
-        return v
-
-    @field_validator("env", "launcher_env")
-    @classmethod
-    def _env(cls, v: dict[str, str]) -> dict[str, str]:
-        return _check_recipe_env(v)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Recipe:
-        both = sorted(set(self.env) & set(self.launcher_env))
-        if both:
-            raise ValueError(f"expected each variable in env or launcherEnv, not both ({both})")
-        if self.enable_auto_tool_choice and not self.tool_call_parser:
-            raise ValueError("expected toolCallParser with enableAutoToolChoice (vLLM refuses "
-                             "--enable-auto-tool-choice without --tool-call-parser)")
-        return self
-
-    def serve_settings(self) -> dict[str, Any]:
-        """The serve settings this recipe sets, by field name (copies: VllmConfig keeps them)."""
-        return {n: copy.deepcopy(getattr(self, n)) for n in ServeSettings.model_fields
-                if n in self.model_fields_set}
-
-
-def _with_recipe(cls: type[BaseModel], data: Any) -> Any:
-    """The recipe's serve settings under the keys the stack file sets (VllmConfig and
-    ServiceConfig). An unknown or broken recipe is left to the `recipe` field's validator, which
-    names the key path."""
-    if not isinstance(data, dict) or not isinstance(data.get("recipe"), str):
-        return data
-    from config import recipes
-
-    try:
-        recipe = recipes.load_recipe(data["recipe"])
-    except recipes.RecipeError:
-        return data
-    given = {n for n, f in cls.model_fields.items() if n in data or (f.alias or n) in data}
-    return {**{n: v for n, v in recipe.serve_settings().items() if n not in given}, **data}
-
-
-def _check_recipe(v: str | None) -> str | None:
-    if v is not None:
-        from config import recipes
-
-        recipes.load_recipe(v)  # RecipeError: an unknown name or a broken recipe file
-    return v
-
-
-class VllmConfig(ServeSettings):
-    """`spark-vllm:vllm`. With `recipe`, the recipe's serve settings fill in every key the
-    stack file does not set: an explicit stack-file key wins over the recipe, the recipe over
-    the defaults here (config/recipes.py; the recipe's env is merged likewise in validate.py)."""
-
-    served_model_name: str = Field(max_length=128)
-    # A recipe shipped in config/recipes_data/ (its file name without .yaml)
-    recipe: str | None = None
-    # How vLLM spreads over the nodes: `ray` (a Ray cluster, vLLM a Ray driver on the head) or
-    # `mp` (vLLM's own multi-node executor: a vLLM container per node, the head's serving the
-    # API, the others `--headless`, no Ray). vLLM's own docs:
-    # https://docs.vllm.ai/en/latest/serving/parallelism_scaling.html
-    executor: Literal["ray", "mp"] = "ray"
-    # mp: the head's torch.distributed port the other nodes join (--master-port)
-    master_port: StrictInt = 29501
-    tensor_parallel_size: int | None = Field(default=None, ge=1)  # None: every GPU / pp
-    pipeline_parallel_size: int = Field(default=1, ge=1)
-    # 0.80 leaves the OS, Ray and CUDA graphs room on 128 GB unified memory (the community's
-    # two-Spark recipes use 0.7-0.85; docs/design.md).
-    gpu_memory_utilization: float = 0.80
-    # The KV cache's size in bytes (vLLM's --kv-cache-memory-bytes): when set, vLLM sizes the
-    # cache to exactly this and ignores gpuMemoryUtilization. vLLM's CPU build (the lab) reads
-    # gpuMemoryUtilization as a fraction of ALL memory per worker, so the lab sets this instead.
-    kv_cache_memory_bytes: int | None = Field(default=None, ge=1024 * 1024, le=MAX_KV_CACHE_BYTES)
-    kv_cache_dtype: str = "auto"
-    enable_prefix_caching: bool = True
-    load_format: str = "auto"
-    enforce_eager: bool = False
-    language_model_only: bool = False
-    enable_expert_parallel: bool = False
-    enable_auto_tool_choice: bool = False
-    host: str = "0.0.0.0"
-    port: StrictInt = 8000
-    extra_args: list[str] = Field(default_factory=list)
+    recipe_fills: ClassVar[tuple[str, ...]] = RECIPE_FIELDS
 
     @model_validator(mode="before")
     @classmethod
     def _apply_recipe(cls, data: Any) -> Any:
-        return _with_recipe(cls, data)
+        """An unknown or broken recipe is left to the `recipe` key's validator, which names the
+        key path."""
+        if not isinstance(data, dict) or not isinstance(data.get("recipe"), str):
+            return data
+        try:
+            recipe = recipes.load_recipe(data["recipe"])
+        except RecipeError:
+            return data
+        given = {n for n, f in cls.model_fields.items() if n in data or (f.alias or n) in data}
+        fills = {n: v for n, v in recipe.serve_settings().items()
+                 if n in cls.recipe_fills and n not in given}
+        return {**fills, **data}
 
     @field_validator("recipe")
     @classmethod
-    def _recipe(cls, v: str | None) -> str | None:
-        return _check_recipe(v)
+    def _shipped(cls, v: str | None) -> str | None:
+        if v is not None:
+            recipes.load_recipe(v)  # RecipeError: an unknown name or a broken recipe file
+        return v
 
-    @field_validator("port", "master_port")
-    @classmethod
-    def _port_range(cls, v: int) -> int:
-        return check_port(v)
 
-    @field_validator("served_model_name")
-    @classmethod
-    def _served(cls, v: str) -> str:
-        return _check_served_name(v)
-
-    @field_validator("host")
-    @classmethod
-    def _host(cls, v: str) -> str:
-        return _ipv4(v)
+class VllmConfig(_RecipeApplied):
+    """`spark-vllm:vllm`: every serve key of config/serve.py, a recipe's settings filled in."""
 
 
 # What a service serves, and the flags that make vLLM serve it so (vLLM 0.32's --runner and
@@ -745,37 +349,47 @@ class VllmConfig(ServeSettings):
 ServiceTask = Literal["generate", "embed", "score"]
 
 
-class ServiceConfig(ServeSettings):
+class ServiceConfig(_RecipeApplied):
     """One entry of `spark-vllm:services`: another model beside the main one, served by its own
     supervised vLLM container (one per listed node, tensor parallel 1: a Spark has one GPU) with
     its own health gate on the endpoint its task uses. Its share of each node's memory is
     `gpuMemoryUtilization`, which it must set: preflight and the policy pack add every share on
-    a node (the main model's too) to the OS reserve and refuse an overflow."""
+    a node (the main model's too) to the OS reserve and refuse an overflow.
+
+    Its serve keys are the ones config/serve.py marks SERVICE (a recipe fills in those only);
+    the main model's own (executor, the parallelism, host, ...) are refused as unknown keys."""
+
+    recipe_fills: ClassVar[tuple[str, ...]] = tuple(
+        n for n in RECIPE_FIELDS if n in SERVICE_FIELDS)
 
     name: str = Field(max_length=40)
-    repo: str
-    revision: str = "main"
+    repo: RepoId
+    revision: Revision = "main"
     task: ServiceTask
     nodes: list[str] | None = None  # None: the head only
-    port: StrictInt
-    served_model_name: str | None = Field(default=None, max_length=128)  # None: the name
-    recipe: str | None = None
-    gpu_memory_utilization: float  # its share of each node's memory (required)
-    kv_cache_dtype: str = "auto"
+    port: Port  # the service's own (its vLLM's --port)
+    served_model_name: ServedName = ""  # "": the service's name (_served_as_named fills it in)
+    gpu_memory_utilization: Fraction  # its share of each node's memory (required)
     enable_prefix_caching: bool = False  # pooling models do not reuse a prefix
-    load_format: str = "auto"
-    enforce_eager: bool = False
-    extra_args: list[str] = Field(default_factory=list)
+
+    @classmethod
+    def accepted_keys(cls) -> list[str]:
+        return [f.alias or n for n, f in cls.model_fields.items() if n not in MAIN_ONLY_FIELDS]
 
     @model_validator(mode="before")
     @classmethod
-    def _apply_recipe(cls, data: Any) -> Any:
-        return _with_recipe(cls, data)
+    def _served_as_named(cls, data: Any) -> Any:
+        """servedModelName defaults to the service's name (a bad name is reported at `name`)."""
+        if (isinstance(data, dict) and isinstance(data.get("name"), str)
+                and _DNS_LABEL.fullmatch(data["name"])
+                and not {"servedModelName", "served_model_name"} & set(data)):
+            return {**data, "servedModelName": data["name"]}
+        return data
 
-    @field_validator("recipe")
+    @field_validator(*MAIN_ONLY_FIELDS, mode="before")
     @classmethod
-    def _recipe(cls, v: str | None) -> str | None:
-        return _check_recipe(v)
+    def _main_only(cls, v: Any) -> Any:
+        raise PydanticCustomError("extra_forbidden", "a key of the main model's only")
 
     @field_validator("name")
     @classmethod
@@ -789,43 +403,22 @@ class ServiceConfig(ServeSettings):
                              f"spark-vllm-<stack>-{v} would take the name of the stack's")
         return v
 
-    @field_validator("repo")
-    @classmethod
-    def _repo(cls, v: str) -> str:
-        return _check_repo(v)
-
-    @field_validator("revision")
-    @classmethod
-    def _revision(cls, v: str) -> str:
-        return _check_revision(v)
-
-    @field_validator("port")
-    @classmethod
-    def _port(cls, v: int) -> int:
-        return check_port(v)
-
-    @field_validator("served_model_name")
-    @classmethod
-    def _served(cls, v: str | None) -> str | None:
-        return v if v is None else _check_served_name(v)
-
     @property
     def served_name(self) -> str:
-        return self.served_model_name or self.name
+        return self.served_model_name
 
     @property
     def pinned(self) -> bool:
         return is_commit(self.revision)
 
-
-class PreflightConfig(_Model):
+class PreflightConfig(ConfigModel):
     foreign_containers: Literal["fail", "stop", "ignore"] = "fail"
     allow_containers: list[str] = Field(default_factory=list)
 
     @field_validator("allow_containers")
     @classmethod
     def _names(cls, v: list[str]) -> list[str]:
-        bad = [n for n in v if not _CONTAINER_NAME.fullmatch(n)]
+        bad = [n for n in v if not CONTAINER_NAME.fullmatch(n)]
         if bad:
             raise ValueError(f"expected exact container names (no patterns), got {bad}")
         return v
@@ -833,7 +426,7 @@ class PreflightConfig(_Model):
     require_gb10: bool = True
     min_docker_version: str = "20.10"
     recon_timeout_seconds: int = Field(default=30, ge=1, le=600)
-    os_reserve_bytes: int = Field(default=8 * GIB, ge=0)
+    os_reserve_bytes: int = Field(default=OS_RESERVE_BYTES, ge=0)
 
     @field_validator("min_docker_version")
     @classmethod
@@ -843,12 +436,12 @@ class PreflightConfig(_Model):
         return v
 
 
-class HealthConfig(_Model):
+class HealthConfig(ConfigModel):
     timeout_seconds: int = Field(default=900, ge=10, le=7200)
     smoke_prompt: str = "Say hello"
 
 
-class StackConfig(_Model):
+class StackConfig(ConfigModel):
     environment: Literal["dev", "staging", "prod"] = "dev"
     nodes: list[NodeConfig] = Field(min_length=1)
     ssh: SshConfig = Field(default_factory=SshConfig)

@@ -1,6 +1,6 @@
 """Recipes: how to serve one model on the Sparks, shipped with the package.
 
-A recipe is a YAML file in config/recipes_data/ (`<name>.yaml`, typed by config.models.Recipe):
+A recipe is a YAML file in config/recipes_data/ (`<name>.yaml`, typed by Recipe below):
 serve settings (the keys of `spark-vllm:vllm`), `env` for every vLLM process, `launcherEnv` for
 the launcher (Ray, NCCL), the sources its values come from, and optionally a chat template
 shipped beside it (`<name>.jinja`). A stack names one with `spark-vllm:vllm.recipe`.
@@ -21,45 +21,148 @@ the stack config reports them at `spark-vllm:vllm.recipe`.
 
 from __future__ import annotations
 
+import copy
 import functools
 import re
-from importlib import resources
-from importlib.resources.abc import Traversable
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import (
+    AfterValidator,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
-from config.errors import describe, key_path
-from config.forms import KIB, clip
-from config.models import Recipe
+from config import recipe_files
+from config.errors import allowed_keys, describe, key_path
+from config.forms import COMMIT, clip
+from config.recipe_files import RecipeError
+from config.serve import RECIPE_FIELDS, ServeSettings
+from config.types import ConfigModel, PlainEnv, RepoId
 
-# Where the recipes are; tests point this at a folder of their own.
-RECIPES_DIR: Traversable = resources.files("config") / "recipes_data"
-CHAT_TEMPLATE_MAX_BYTES = 64 * KIB
-_FILE_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,63}")
+# Environment a recipe may not set: what the stack derives per node (components/nccl.node_env),
+# what the Ray and vLLM containers get from the stack (components/ray_cluster.py,
+# components/vllm_server.py, hostscripts/vllm.py). A recipe value would override a value the
+# stack validated, or be overridden itself without a word.
+# tests/unit/components/test_containers.py keeps this in step with what the containers get.
+STACK_ENV = frozenset({
+    "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
+    "VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS", "MASTER_ADDR",
+    "RAY_memory_monitor_refresh_ms", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "RAY_DEDUP_LOGS",
+    "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IGNORE_CPU_AFFINITY",
+    "HF_HOME", "HF_HUB_OFFLINE", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "VLLM_CACHE_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH",
+    "VLLM_CONFIG_ROOT", "VLLM_API_KEY", "VLLM_RPC_BASE_PATH", "RAY_ADDRESS",
+})
+_COMMIT_IN_URL = re.compile(rf"/{COMMIT.pattern}(/|$|#)")
+_PINNED_HOSTS = ("https://github.com/", "https://huggingface.co/")
+_PATH = re.compile(r"/[A-Za-z0-9._/-]*")
 
 
-class RecipeError(ValueError):
-    """A recipe that is not shipped, or a recipe (or chat template) file that is not valid.
-
-    A ValueError, so pydantic reports it at the key that named the recipe."""
-
-    def __init__(self, problems: list[str]):
-        self.problems = problems
-        super().__init__("; ".join(problems))
-
-
-def names() -> list[str]:
-    """The recipes shipped (file names without .yaml), sorted."""
-    return sorted(p.name[: -len(".yaml")] for p in RECIPES_DIR.iterdir()
-                  if p.name.endswith(".yaml") and _FILE_NAME.fullmatch(p.name[: -len(".yaml")]))
+def _not_stack_env(v: dict[str, str]) -> dict[str, str]:
+    owned = sorted(k for k in v if k in STACK_ENV)
+    if owned:
+        raise ValueError(
+            f"expected variables the stack does not set itself ({', '.join(owned)}): the stack "
+            "derives them per node (components/nccl.node_env) or sets them in the containers"
+        )
+    return v
 
 
-def chat_templates() -> list[str]:
-    """The chat templates shipped (`<name>.jinja`), sorted."""
-    return sorted(p.name for p in RECIPES_DIR.iterdir()
-                  if p.name.endswith(".jinja") and _FILE_NAME.fullmatch(p.name))
+RecipeEnv = Annotated[PlainEnv, AfterValidator(_not_stack_env)]
+"""A recipe's environment: plain (no secrets, no control characters), and nothing the stack
+sets itself."""
+
+
+class RecipeSource(ConfigModel):
+    """Where a recipe's values come from: a public URL, pinned to a commit on hosts that have
+    commits (GitHub, Hugging Face), or a file of this repository."""
+
+    url: str | None = None
+    path: str | None = None
+    covers: str  # which values this source supports
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        if not re.fullmatch(r"https://[A-Za-z0-9.-]+/[^\s]*", v):
+            raise ValueError("expected an https URL")
+        if v.startswith(_PINNED_HOSTS) and not _COMMIT_IN_URL.search(v):
+            raise ValueError("expected a URL pinned to a 40-hex commit (.../blob/<commit>/...)")
+        return v
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str | None) -> str | None:
+        if v is not None and (not _PATH.fullmatch("/" + v) or ".." in v.split("/")):
+            raise ValueError("expected a relative path in this repository, e.g. lab/tinymodel.py")
+        return v
+
+    @model_validator(mode="after")
+    def _one(self) -> RecipeSource:
+        if (self.url is None) == (self.path is None):
+            raise ValueError("expected exactly one of url or path")
+        return self
+
+
+class RecipeFile(ConfigModel):
+    """A recipe's own keys; `Recipe` adds the serve keys a recipe may set (config/serve.py)."""
+
+    name: str
+    description: str
+    model: RepoId  # the Hugging Face repo the recipe was written for
+    sources: list[RecipeSource] = Field(min_length=1)
+    env: RecipeEnv = Field(default_factory=dict)
+    launcher_env: RecipeEnv = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not recipe_files.FILE_NAME.fullmatch(v):
+            raise ValueError("expected a name of lowercase letters, digits, '.' and '-'")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RecipeFile:
+        both = sorted(set(self.env) & set(self.launcher_env))
+        if both:
+            raise ValueError(f"expected each variable in env or launcherEnv, not both ({both})")
+        serve = self.serve_settings()
+        if serve.get("enable_auto_tool_choice") and not serve.get("tool_call_parser"):
+            raise ValueError("expected toolCallParser with enableAutoToolChoice (vLLM refuses "
+                             "--enable-auto-tool-choice without --tool-call-parser)")
+        return self
+
+    def serve_settings(self) -> dict[str, Any]:
+        """The serve settings this recipe sets, by field name (copies: VllmConfig keeps them)."""
+        return {n: copy.deepcopy(getattr(self, n)) for n in RECIPE_FIELDS
+                if n in self.model_fields_set}
+
+
+def _unset(name: str) -> Any:
+    """A ServeSettings field as a recipe holds it: the same type and bounds, or null (unset)."""
+    field = ServeSettings.model_fields[name]
+    return Annotated[(field.annotation, *field.metadata)] | None, None
+
+
+Recipe: type[RecipeFile] = create_model(
+    "Recipe",
+    __base__=RecipeFile,
+    __module__=__name__,
+    __doc__="""A recipe: how to serve one model on the Sparks, as a file in config/recipes_data/
+    (`<name>.yaml`, camelCase keys). Its own keys (RecipeFile) and every serve key a recipe may
+    set (config/serve.py, RECIPE), null or absent when it does not set it. `env`: environment of
+    every vLLM process (vLLM's own and its libraries' settings); `launcherEnv`: environment of
+    the launcher (Ray, NCCL) for this model. Both reach every node's Ray container, which runs
+    the launcher and hosts vLLM's processes (components/nccl.node_env); the per-node launcher
+    values (VLLM_HOST_IP, RAY_OVERRIDE_NODE_IP_ADDRESS, ...) are the stack's own.""",
+    **{name: _unset(name) for name in RECIPE_FIELDS},
+)
 
 
 def _where(loc: tuple[Any, ...]) -> str:
@@ -76,7 +179,7 @@ def _where(loc: tuple[Any, ...]) -> str:
 def _problem(name: str, err: dict[str, Any]) -> str:
     loc = tuple(err["loc"])
     if err["type"] == "extra_forbidden":
-        allowed = ", ".join(f.alias or n for n, f in Recipe.model_fields.items())
+        allowed = ", ".join(allowed_keys(Recipe))
         return f"recipe {name}: {_where(loc)}: unknown key; expected one of: {allowed}"
     if err["type"] == "value_error" and (not loc or isinstance(loc[-1], int)) \
             and isinstance(err.get("input"), dict):  # a rule of the whole recipe or a source
@@ -88,9 +191,9 @@ def _problem(name: str, err: dict[str, Any]) -> str:
 
 
 @functools.lru_cache(maxsize=64)
-def _load(folder: str, name: str) -> Recipe:
+def _load(folder: str, name: str) -> RecipeFile:
     del folder  # the cache key: a test's own folder is another cache entry
-    file = RECIPES_DIR / f"{name}.yaml"
+    file = recipe_files.RECIPES_DIR / f"{name}.yaml"
     try:
         data = yaml.safe_load(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -108,41 +211,12 @@ def _load(folder: str, name: str) -> Recipe:
     return recipe
 
 
-def load_recipe(name: str) -> Recipe:
+def load_recipe(name: str) -> RecipeFile:
     """The recipe `name`, validated; RecipeError names what is wrong."""
-    known = names()
+    known = recipe_files.names()
     if name not in known:
         raise RecipeError([f"expected one of {known} (the recipes in config/recipes_data/)"])
-    return _load(str(RECIPES_DIR), name)
-
-
-@functools.lru_cache(maxsize=16)
-def _template(folder: str, name: str) -> str:
-    del folder
-    try:
-        data = (RECIPES_DIR / name).read_bytes()
-    except OSError as exc:
-        raise RecipeError([f"chat template {name}: cannot be read ({exc.strerror})"]) from None
-    if len(data) > CHAT_TEMPLATE_MAX_BYTES:
-        raise RecipeError([f"chat template {name}: {len(data)} bytes; expected at most "
-                           f"{CHAT_TEMPLATE_MAX_BYTES}"])
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise RecipeError([f"chat template {name}: expected UTF-8 text"]) from None
-    if "\0" in text or "{" not in text:
-        raise RecipeError([f"chat template {name}: expected a Jinja template (text with "
-                           "'{', no NUL)"])
-    return text
-
-
-def chat_template_text(name: str) -> str:
-    """The text of the shipped chat template `name` (`<name>.jinja`), as vLLM will read it."""
-    known = chat_templates()
-    if name not in known:
-        raise RecipeError([f"expected one of {known} (the chat templates in "
-                           "config/recipes_data/), or null for the model's own"])
-    return _template(str(RECIPES_DIR), name)
+    return _load(str(recipe_files.RECIPES_DIR), name)
 
 
 def with_recipe_env(raw: Any) -> Any:

@@ -198,7 +198,7 @@ def validate_config(raw: dict[str, Any]) -> StackConfig:
     try:
         cfg = StackConfig.model_validate(with_recipe_env(raw))
     except ValidationError as exc:
-        raise ConfigError([describe(dict(e)) for e in exc.errors()]) from None
+        raise ConfigError([describe(dict(e), StackConfig) for e in exc.errors()]) from None
     problems = _cross_checks(cfg)
     if problems:
         raise ConfigError(problems)

@@ -7,15 +7,12 @@ idempotent; every value interpolated goes through `shlex.quote`; secrets are nev
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping, Sequence
 from importlib import resources
 
-from config.forms import CONTAINER_ID, clip, is_image_id
+from config.forms import CONTAINER_ID, CONTAINER_NAME, clip, is_image_id
 from hostscripts.paths import StackNames
-
-CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
 
 q = shlex.quote
 

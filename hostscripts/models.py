@@ -15,11 +15,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from hostscripts.common import image_id, label_flags, payload, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
-from inspection.hub import ModelFile
 
 _SNAPSHOT_PY = payload("snapshot_download.py")
 _MODEL_SEEDER_PY = payload("model_seeder.py")
@@ -32,6 +32,16 @@ SYNC_CHUNK_BYTES = 128 << 20
 SYNC_STREAMS_PER_SEED = 2
 # How long the sync waits for a first seeder address to answer (the seeder may be starting).
 SYNC_WAIT_SECONDS = 120
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One file of a model commit as the hub lists it (inspection/hub.py reads the listing). The
+    HF cache names its blob by `etag`: the LFS sha256 for large files, else the git blob id."""
+
+    path: str
+    size: int
+    etag: str
 
 
 class Seed(NamedTuple):

@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from config.serve import SERVE_KEYS, Argv, Place, ServeKey, ServeSettings
 from hostscripts.common import (
     container_ids,
     legacy_file_remove,
@@ -33,91 +34,56 @@ CHAT_TEMPLATE = "/etc/spark-vllm/chat-template.jinja"
 # The line each start of vLLM writes first into the container's log: what follows is this run's.
 START_MARKER = "=== spark-vllm: vllm serve starts ==="
 
-def vllm_argv(
-    *,
-    model: str,
-    served_model_name: str,
-    revision: str,
-    tensor_parallel_size: int,
-    pipeline_parallel_size: int,
-    gpu_memory_utilization: float,
-    kv_cache_memory_bytes: int | None,
-    max_model_len: int | None,
-    max_num_seqs: int | None,
-    kv_cache_dtype: str,
-    enable_prefix_caching: bool,
-    load_format: str,
-    speculative_config: Mapping[str, Any] | None,
-    enforce_eager: bool,
-    host: str,
-    port: int,
-    extra_args: Sequence[str],
-    max_num_batched_tokens: int | None = None,
-    language_model_only: bool = False,
-    enable_expert_parallel: bool = False,
-    reasoning_parser: str | None = None,
-    tool_call_parser: str | None = None,
-    enable_auto_tool_choice: bool = False,
-    chat_template: bool = False,
-    executor: str = "ray",
-    node_flags: Sequence[str] = (),
-) -> list[str]:
-    """The `vllm serve` command line. The API key is not here: it comes from VLLM_API_KEY.
 
-    `executor`: vLLM's --distributed-executor-backend; `node_flags`: this node's place in a
-    multi-node mp run (mp_node_flags), before the listen address.
+def vllm_argv(settings: ServeSettings, *, model: str, commit: str, backend: str | None = None,
+              node_flags: Sequence[str] = ()) -> list[str]:
+    """The `vllm serve` command line of `settings`, one serve key after the other as
+    config/serve.py declares them (their Argv and Place). The API key is not here: it comes from
+    VLLM_API_KEY.
 
-    `chat_template`: vLLM reads a chat template from CHAT_TEMPLATE, uploaded into the vLLM
-    container (components/vllm_server.py)."""
-    argv = [
-        "vllm",
-        "serve",
-        model,
-        "--served-model-name",
-        served_model_name,
-        "--revision",
-        revision,
-        "--tensor-parallel-size",
-        str(tensor_parallel_size),
-        "--pipeline-parallel-size",
-        str(pipeline_parallel_size),
-        "--distributed-executor-backend",
-        executor,
-        "--gpu-memory-utilization",
-        f"{gpu_memory_utilization:g}",
-    ]
-    if kv_cache_memory_bytes is not None:
-        argv += ["--kv-cache-memory-bytes", str(kv_cache_memory_bytes)]
-    if max_model_len is not None:
-        argv += ["--max-model-len", str(max_model_len)]
-    if max_num_seqs is not None:
-        argv += ["--max-num-seqs", str(max_num_seqs)]
-    if max_num_batched_tokens is not None:
-        argv += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
-    argv += ["--kv-cache-dtype", kv_cache_dtype]
-    argv += ["--enable-prefix-caching" if enable_prefix_caching else "--no-enable-prefix-caching"]
-    argv += ["--load-format", load_format]
-    if speculative_config:
-        spec = pinned_speculative_config(speculative_config, model, revision)
-        argv += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
-    if enforce_eager:
-        argv += ["--enforce-eager"]
-    if language_model_only:
-        argv += ["--language-model-only"]
-    if enable_expert_parallel:
-        argv += ["--enable-expert-parallel"]
-    if reasoning_parser is not None:
-        argv += ["--reasoning-parser", reasoning_parser]
-    if enable_auto_tool_choice:
-        argv += ["--enable-auto-tool-choice"]
-    if tool_call_parser is not None:
-        argv += ["--tool-call-parser", tool_call_parser]
-    if chat_template:
-        argv += ["--chat-template", CHAT_TEMPLATE]
-    argv += list(node_flags)
-    argv += ["--host", host, "--port", str(port)]
-    argv += list(extra_args)
-    return argv
+    `model` at `commit` is what vLLM serves (--revision); `backend`: vLLM's
+    --distributed-executor-backend when not `settings.executor` (a service runs `uni`);
+    `node_flags`: this node's place in a multi-node mp run (mp_node_flags), before where it
+    listens. `settings.tensor_parallel_size` must be resolved (StackConfig.tensor_parallel_size).
+
+    A chat template is read by vLLM from CHAT_TEMPLATE, uploaded into the vLLM container
+    (components/vllm_server.py)."""
+    if settings.tensor_parallel_size is None:
+        raise ValueError("vllm_argv: tensor_parallel_size is not resolved "
+                         "(StackConfig.tensor_parallel_size)")
+    places: dict[Place, list[str]] = {place: [] for place in Place}
+    for key in SERVE_KEYS:
+        value = getattr(settings, key.name)
+        if key.name == "executor" and backend is not None:
+            value = backend
+        places[key.flag.place] += _rendered(key, value, model, commit)
+    return ["vllm", "serve", model, *places[Place.MODEL], "--revision", commit,
+            *places[Place.FLAGS], *node_flags, *places[Place.LISTEN], *places[Place.LAST]]
+
+
+def _rendered(key: ServeKey, value: Any, model: str, commit: str) -> list[str]:
+    """One serve key on the command line (config/serve.Argv says how)."""
+    flag, how = key.flag.flag, key.flag.argv
+    if how is Argv.ARGS:
+        return list(value)
+    if how in (Argv.NONE, Argv.NODE) or flag is None:
+        return []
+    if how is Argv.TOGGLE:
+        return [flag if value else "--no-" + flag.removeprefix("--")]
+    if how is Argv.SWITCH:
+        return [flag] if value else []
+    if value is None:
+        return []
+    if how is Argv.NUMBER:
+        return [flag, f"{value:g}"]
+    if how is Argv.JSON:
+        if not value:
+            return []
+        spec = pinned_speculative_config(value, model, commit)
+        return [flag, json.dumps(spec, sort_keys=True, separators=(",", ":"))]
+    if how is Argv.TEMPLATE:
+        return [flag, CHAT_TEMPLATE]
+    return [flag, str(value)]
 
 
 def mp_node_flags(nnodes: int, rank: int, master_addr: str, master_port: int) -> list[str]:

@@ -6,11 +6,8 @@ model commands, the total size feeds preflight, and the commit's config.json giv
 shape (inspection/memory_fit.py: the layers that hold a KV cache, KV heads, head dim, fixed
 per-sequence state), which makes preflight's and the policy pack's memory fit KV-aware.
 `cache_intact` compares what recon found in a node's HF cache with that manifest. No Pulumi
-resources here.
-
-Every ModelManifest made in this process is remembered by (repo, commit): `known_manifest` lets a
-part that has only the repo (preflight.run) or the repo and the commit (VllmServer's props) find
-the shape without a new argument through the stack's wiring.
+resources here. The manifest travels as an argument: __main__ hands it to preflight.run and to
+build_stack, which hands it to the components that use its files, commit or shape.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import pulumi
 
 from config.forms import is_commit
 from config.paths import local_state_dir
+from hostscripts.models import ModelFile
 from inspection.facts import NodeFacts
 from inspection.memory_fit import ModelShape, shape_from_config
 
@@ -37,16 +35,6 @@ class ModelResolutionError(pulumi.RunError):
 
 
 @dataclass(frozen=True)
-class ModelFile:
-    """One file of a model commit as the hub lists it. The HF cache names its blob by `etag`:
-    the LFS sha256 for large files, else the git blob id."""
-
-    path: str
-    size: int
-    etag: str
-
-
-@dataclass(frozen=True)
 class ModelManifest:
     repo: str
     revision: str
@@ -55,23 +43,9 @@ class ModelManifest:
     # the commit's config.json read into a shape; None when it was not read (see resolve_model)
     shape: ModelShape | None = None
 
-    def __post_init__(self) -> None:
-        _KNOWN.pop((self.repo, self.commit), None)  # re-inserted: the last made comes last
-        _KNOWN[(self.repo, self.commit)] = self
-
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
-
-
-_KNOWN: dict[tuple[str, str], ModelManifest] = {}
-
-
-def known_manifest(repo: str, commit: str | None = None) -> ModelManifest | None:
-    """The manifest of repo@commit made in this process (commit None: the one made last)."""
-    if commit is not None:
-        return _KNOWN.get((repo, commit))
-    return next((m for (r, _), m in reversed(_KNOWN.items()) if r == repo), None)
 
 
 def read_config(api: Any, repo: str, commit: str, files: tuple[ModelFile, ...]) -> ModelShape:

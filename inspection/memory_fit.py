@@ -45,8 +45,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-GIB = 1024**3
-MIB = 1024**2
+from config.forms import GIB, MIB
 
 # What vLLM needs beside weights and KV (CUDA context, activations, CUDA graphs, NCCL buffers),
 # the policy pack's default runtimeOverheadBytes. Recorded GB10 logs (tests/fixtures/gb10/INDEX.md)

@@ -20,6 +20,7 @@ import json
 import re
 from typing import Any
 
+from config.forms import CONTAINER_NAME
 from inspection.facts import (
     ContainerFacts,
     DockerFacts,
@@ -71,8 +72,6 @@ def _nonblank(text: str) -> list[str]:
 
 # A field of the survey's own listings: printable ASCII (space included), no tab, not empty.
 _FIELD = re.compile(r"[\x20-\x7e]+")
-# docker's own rule for container names ([a-zA-Z0-9][a-zA-Z0-9_.-]+)
-_CONTAINER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def _field(value: str) -> bool:
@@ -421,11 +420,6 @@ def _ifname(raw: str) -> str:
     return raw.split("@", 1)[0]  # veth5b4ba42@if2 -> veth5b4ba42
 
 
-
-_IP_LINK_HEAD = re.compile(r"^\d+:\s+(?P<name>[^:\s]+):\s+<(?P<flags>[^>]*)>(?P<rest>.*)$")
-
-
-
 def parse_ip_json_addr(text: str) -> list[InterfaceFacts]:
     """`ip -j addr` (the live survey uses this): name, IPv4 CIDRs, MTU, carrier."""
     kind = "ip -j addr"
@@ -586,31 +580,6 @@ def parse_docker_ps_json(text: str) -> list[ContainerFacts]:
                                   image=row["Image"], state=state,
                                   labels=parse_labels(row.get("Labels", ""))))
     return out
-
-
-
-def parse_docker_stats_json(text: str) -> dict[str, int]:
-    """`docker stats --no-stream --format '{{json .}}'` -> {container name: memory bytes}.
-
-    MemUsage is '45.2GiB / 121.7GiB' (binary units). The ID is also a key, so the caller can
-    join on either.
-    """
-    kind = "docker stats"
-    usage: dict[str, int] = {}
-    for row in _json_lines(text, kind):
-        raw = row.get("MemUsage")
-        name = row.get("Name") or row.get("Container")
-        if raw is None or not name:
-            raise ParseError(kind, "a row has no Name or MemUsage", json.dumps(row)[:160])
-        ident = row.get("ID") or ""
-        if not isinstance(raw, str) or not isinstance(name, str) or not isinstance(ident, str):
-            raise ParseError(kind, "Name, ID or MemUsage is not a string", json.dumps(row)[:160])
-        used = raw.split("/")[0].strip()
-        value = 0 if used in {"--", ""} else parse_size(used, kind=kind)
-        usage[name] = value
-        if ident:
-            usage[ident] = value
-    return usage
 
 
 _CGROUP_MEMORY = re.compile(
@@ -812,7 +781,7 @@ def parse_stopped_markers(text: str) -> dict[str, str]:
         parts = line.split("\t")
         if _skip_record(parts):
             continue
-        if len(parts) != 3 or parts[0] != "marker" or not _CONTAINER_NAME.fullmatch(parts[1]) \
+        if len(parts) != 3 or parts[0] != "marker" or not CONTAINER_NAME.fullmatch(parts[1]) \
                 or not _field(parts[2]):
             raise ParseError("stopped", "expected 'marker\\t<container>\\t<project>/<stack>'",
                              line)

@@ -59,10 +59,11 @@ from collections.abc import Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, ServiceConfig, StackConfig
-from config.forms import MODEL_SEED_PORT
+from config.forms import GIB, MODEL_SEED_PORT
 from hostscripts.paths import StackNames
 from inspection import memory_fit
 from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
+from inspection.hub import ModelManifest
 from inspection.memory_fit import Estimate, ModelShape
 from inspection.recon import ReconError, Runner
 
@@ -73,11 +74,12 @@ except ImportError:  # pragma: no cover
 
 # per service name: its model's bytes and its config.json's shape (the hub lookups)
 ServiceModels = Mapping[str, tuple[int | None, ModelShape | None]]
+# per service name: its model at the hub
+Manifests = Mapping[str, ModelManifest]
 
 GB10_NAME = "NVIDIA GB10"
 SPARK_LINK_MBPS = 200000
 CLOCK_WARN_SECONDS = 2.0
-GIB = 1024**3
 
 
 class Finding(BaseModel):
@@ -747,20 +749,19 @@ def _stack_label() -> str | None:
 
 
 def run(cfg: StackConfig, *, key_path: str | None = None,
-        model_bytes: int | Callable[[], int] | None = None,
+        model: ModelManifest | Callable[[], ModelManifest] | None = None,
         runner: Runner | None = None,
-        shape: ModelShape | None = None,
-        service_models: ServiceModels | Callable[[], ServiceModels] | None = None,
+        services: Manifests | Callable[[], Manifests] | None = None,
         ) -> tuple[dict[str, NodeFacts], Plan]:
     """Survey every node and check it: what __main__ calls before registering any resource.
 
-    Unreachable nodes are reported together with every other failed check. `model_bytes` may be
-    a callable, called once the nodes are surveyed (__main__ asks the hub meanwhile, so a
-    preview waits for the slower of the two, not for both). shape None: the one the hub lookup
-    of cfg.model.repo read in this process (inspection/hub.known_manifest). `service_models`
-    (or a callable, likewise): each service's model bytes and shape.
+    Unreachable nodes are reported together with every other failed check. `model`: the main
+    model at the hub (its bytes and its config.json's shape feed the memory and disk checks);
+    `services`: each service's, by name. Either may be a callable, called once the nodes are
+    surveyed (__main__ asks the hub meanwhile, so a preview waits for the slower of the two, not
+    for both). None: not known (the checks that need it say so or skip).
     """
-    from inspection import hub, recon
+    from inspection import recon
 
     label = _stack_label()
     names = stack_names(label)
@@ -768,13 +769,11 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
         results = recon.survey_all(cfg, names=names, key_path=key_path)
     else:
         results = recon.survey_all(cfg, names=names, key_path=key_path, runner=runner)
-    if callable(model_bytes):
-        model_bytes = model_bytes()
-    if shape is None:
-        manifest = hub.known_manifest(cfg.model.repo)
-        shape = manifest.shape if manifest is not None else None
-    if callable(service_models):
-        service_models = service_models()
-    plan = check(cfg, results, model_bytes=model_bytes, stack_label=label, shape=shape,
-                 services=service_models)
+    if callable(model):
+        model = model()
+    if callable(services):
+        services = services()
+    plan = check(cfg, results, model_bytes=model.total_bytes if model is not None else None,
+                 stack_label=label, shape=model.shape if model is not None else None,
+                 services={n: (m.total_bytes, m.shape) for n, m in (services or {}).items()})
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

@@ -43,7 +43,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TypeVar
 
-from config import NodeConfig, StackConfig
+from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.paths import STOPPED_DIR, StackNames
 from inspection import parsers as p
@@ -565,7 +565,7 @@ def survey_node(cfg: StackConfig, node: NodeConfig, *, names: StackNames | None,
     """One node: one ssh round trip, parsed. Raises ReconError with a fix. `names`: the
     stack's (recon_script)."""
     key = _key_file(cfg, key_path)
-    if "PLACEHOLDER" in node.pinned_host_key:
+    if PLACEHOLDER in node.pinned_host_key:
         return _raise(ReconError(
             node.name, "hostKey is still a placeholder, so the node cannot be authenticated",
             f"put the node's real key in spark-vllm:nodes[].hostKey for {node.name} (ssh-keyscan "

@@ -10,7 +10,9 @@
    Pulumi.<from>.yaml equal the config the last update ran with.
 2. Take the artifacts of that last update: `image.ref` pinned by digest (a tag is pinned with the
    repo digest recorded in the state), `model.repo` + the resolved commit (output `modelCommit`)
-   as `model.revision`, and the serve flags under `vllm.*` except the environment-owned ones;
+   as `model.revision`, and every serve key under `vllm.*` but the environment's own
+   (config/serve.py: PROMOTED_KEYS; the environment's are where vLLM listens and the
+   parallelism);
    for each entry of the target's `services` that the source served under the same name, its
    repo and the commit it resolved (output `services.<name>`) as its `revision`.
 3. Write them into the target stack's config (Pulumi.<to>.yaml) with `pulumi config set-all
@@ -30,7 +32,6 @@ import argparse
 import difflib
 import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -39,11 +40,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from config.forms import DIGEST_REF, NAMESPACE, SECRET_KEYS, is_commit, is_digest_ref
+from config.serve import ENVIRONMENT_KEYS, PROMOTED_KEYS, SERVE_KEYS
+
 if TYPE_CHECKING:  # imported where used: `--help` and the unit tests need no engine
     import pulumi.automation as auto
 
-PROJECT = "spark-vllm"
-NS = f"{PROJECT}:"
+PROJECT = NAMESPACE  # the Pulumi project (Pulumi.yaml) names the config namespace
+NS = f"{NAMESPACE}:"
 
 EXIT_OK = 0
 EXIT_ENGINE = 1
@@ -54,26 +58,12 @@ EXIT_UNPINNED = 5
 EXIT_NOT_CONFIRMED = 6
 EXIT_INVALID = 7
 
-# Serve flags that travel with the verified artifacts.
-PROMOTED_VLLM_KEYS = (
-    "servedModelName",
-    "gpuMemoryUtilization",
-    "maxModelLen",
-    "maxNumSeqs",
-    "kvCacheDtype",
-    "enablePrefixCaching",
-    "loadFormat",
-    "speculativeConfig",
-    "enforceEager",
-    "extraArgs",
-)
-# Environment-owned `vllm.*` keys: where the API listens, and the parallelism, which must match
-# the target's own node count (tp x pp = nodes x gpusPerNode).
-ENV_VLLM_KEYS = ("host", "port", "tensorParallelSize", "pipelineParallelSize")
-SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey")
-
-_DIGEST_REF = re.compile(r"^(?P<repo>[^@\s]+)@sha256:[0-9a-f]{64}$")
-_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+# The serve keys (`vllm.*`) that travel with the verified artifacts: every one config/serve.py
+# does not mark ENVIRONMENT. The environment's own: where the API and mp's master listen, and
+# the parallelism, which must match the target's own node count (tp x pp = nodes x gpusPerNode).
+PROMOTED_VLLM_KEYS = PROMOTED_KEYS
+ENV_VLLM_KEYS = ENVIRONMENT_KEYS
+SERVE_ALIASES = {k.name: k.key for k in SERVE_KEYS}  # snake_case field -> camelCase key
 REMOTE_IMAGE = "docker:index/remoteImage:RemoteImage"
 
 
@@ -98,11 +88,11 @@ class Artifacts:
 
     @property
     def image_pinned(self) -> bool:
-        return bool(_DIGEST_REF.match(self.image_ref))
+        return is_digest_ref(self.image_ref)
 
     @property
     def commit_pinned(self) -> bool:
-        return bool(_COMMIT.match(self.model_commit or ""))
+        return is_commit(self.model_commit)
 
 
 @dataclass
@@ -145,6 +135,15 @@ def config_value(cm: Mapping[str, Any], key: str) -> Any:
     return text
 
 
+def serve_object(value: Any) -> dict[str, Any]:
+    """A `vllm` object with every serve key as the stack file spells it (camelCase): the config
+    takes the snake_case field names too, and a key promotion did not recognise would be neither
+    carried nor compared."""
+    if not isinstance(value, dict):
+        return {}
+    return {SERVE_ALIASES.get(str(k), str(k)): v for k, v in value.items()}
+
+
 def promoted_view(config: Mapping[str, Any]) -> dict[str, Any]:
     """The promoted keys of a stack's config (`config_value` reads each), for comparing two
     configs: the image, the model, the promoted vLLM keys and each service's repo and revision."""
@@ -153,7 +152,7 @@ def promoted_view(config: Mapping[str, Any]) -> dict[str, Any]:
         value = config_value(config, key)
         return value if isinstance(value, dict) else {}
 
-    image, model, vllm = section("image"), section("model"), section("vllm")
+    image, model, vllm = section("image"), section("model"), serve_object(section("vllm"))
     view = {"image.ref": image.get("ref"), "model.repo": model.get("repo"),
             "model.revision": model.get("revision", "main")}
     view.update({f"vllm.{k}": vllm.get(k) for k in PROMOTED_VLLM_KEYS})
@@ -187,7 +186,7 @@ def _repository(ref: str) -> str:
 
 def pin_image(ref: str, deployment: Mapping[str, Any]) -> tuple[str, str | None]:
     """(ref pinned by digest if possible, note). A digest ref is kept as is."""
-    if _DIGEST_REF.match(ref):
+    if is_digest_ref(ref):
         return ref, None
     digests = repo_digests(deployment)
     repo = _repository(ref)
@@ -199,7 +198,7 @@ def pin_image(ref: str, deployment: Mapping[str, Any]) -> tuple[str, str | None]
         detail = ", ".join(f"{k}={v}" for k, v in sorted(digests.items()))
         return ref, f"image.ref {ref!r}: the nodes recorded different repo digests ({detail})"
     digest = values[0]
-    m = _DIGEST_REF.match(digest)
+    m = DIGEST_REF.fullmatch(digest)
     if not m:
         return ref, f"image.ref {ref!r}: recorded repo digest {digest!r} is not <repo>@sha256:<hex>"
     if m.group("repo") != repo:
@@ -402,7 +401,7 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
     ran = last_update.config or {}
     image = config_value(ran, "image") or {}
     model = config_value(ran, "model") or {}
-    vllm = config_value(ran, "vllm") or {}
+    vllm = serve_object(config_value(ran, "vllm"))
     before, after = promoted_view(ran), promoted_view(stack.get_all_config())
     if before != after:
         diff = ", ".join(f"{k}: {before.get(k)!r} -> {after.get(k)!r}"
@@ -433,11 +432,6 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
     return art
 
 
-def _target_environment(cm: dict[str, Any]) -> str | None:
-    v = config_value(cm, "environment")
-    return v if isinstance(v, str) else None
-
-
 def check_pinned(art: Artifacts, target_env: str | None) -> list[str]:
     """Problems with the artifacts' pinning (fatal for prod, warnings elsewhere)."""
     problems = []
@@ -458,7 +452,8 @@ def apply(stack: auto.Stack, art: Artifacts) -> None:
         model_promoted["repo"] = art.model_repo
         owned = ("repo", "revision")
     model = merge_object(config_value(cm, "model"), model_promoted, owned)
-    vllm = merge_object(config_value(cm, "vllm"), art.serve_flags, PROMOTED_VLLM_KEYS)
+    vllm = merge_object(serve_object(config_value(cm, "vllm")), art.serve_flags,
+                        PROMOTED_VLLM_KEYS)
     promoted: list[tuple[str, Any]] = [("image", image), ("model", model), ("vllm", vllm)]
     services = promoted_services(config_value(cm, "services"), art)
     if services is not None:

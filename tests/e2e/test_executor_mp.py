@@ -37,6 +37,10 @@ SERVE = "spark-vllm-dev-serve"
 @pytest.fixture(scope="module")
 def mp(stack):
     stack.set("vllm.executor", "mp")
+    # two serve keys the promotion round trip (the next module) must carry from a verified dev:
+    # set with the switch, they cost no vLLM restart of their own
+    stack.set("vllm.reasoningParser", "granite")
+    stack.set("vllm.maxNumBatchedTokens", 2048)
     return stack
 
 

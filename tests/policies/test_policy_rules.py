@@ -710,3 +710,28 @@ def test_ray_auth_is_not_judged_on_unknowns():
              _ray("c", mounts=UNKNOWN_ARRAY_VALUE),
              _ray("d", mounts=[AUTH_MOUNTS[0], UNKNOWN_STRING_VALUE])]
     assert run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG)) == []
+
+
+# --------------------------------------------------------------------------- one source
+# The pack runs in its own virtualenv and cannot import the program, so the values both must
+# agree on are held equal here, where both can be imported.
+
+def test_the_pack_defaults_the_os_reserve_to_preflights():
+    from config.forms import GIB as PROGRAM_GIB
+    from config.forms import OS_RESERVE_BYTES
+    from config.models import PreflightConfig
+
+    assert rules.DEFAULTS["osReserveBytes"] == OS_RESERVE_BYTES == \
+        PreflightConfig().os_reserve_bytes
+    assert rules.GIB == PROGRAM_GIB
+
+
+def test_the_pack_pins_commits_and_digests_by_the_programs_forms():
+    from config.forms import COMMIT, DIGEST_REF, IMAGE_ID
+    from rules import pinning
+
+    assert pinning.COMMIT_RE.pattern == f"^{COMMIT.pattern}$"
+    assert pinning.IMAGE_ID_RE.pattern == f"^{IMAGE_ID.pattern}$"
+    assert pinning.DIGEST_REF_RE.pattern == f"@{IMAGE_ID.pattern}$"
+    digest = "reg:5000/x@" + "sha256:" + "a" * 64
+    assert DIGEST_REF.fullmatch(digest) and pinning.DIGEST_REF_RE.search(digest)

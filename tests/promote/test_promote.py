@@ -22,6 +22,7 @@ from tests.policies.policy_testkit import res, sargs, spark_node, vllm_server
 from tests.policies.policy_testkit import run as run_policy
 from tests.promote.conftest import DEV_SERVICES, ROOT
 from tests.promote.fakestack import COMMIT, DIGEST, HOST_KEY, SOURCE_SECRETS, dev_config
+from tests.serve_samples import SAMPLES, recipes_with_template, sample_vllm
 from tools import promote
 
 # isort: split
@@ -118,8 +119,8 @@ def test_dev_to_staging_writes_the_verified_artifacts_and_keeps_secrets(project,
     assert "speculativeConfig" not in after["vllm"]  # dev verified without it
     assert isinstance(after["vllm"]["gpuMemoryUtilization"], float)
     # environment-owned keys are untouched
-    for k in promote.ENV_VLLM_KEYS:
-        assert after["vllm"][k] == before["vllm"][k], k
+    for k in promote.ENV_VLLM_KEYS:  # set or not (masterPort), the target's own
+        assert after["vllm"].get(k) == before["vllm"].get(k), k
     for k in ("environment", "nodes", "ssh", "nccl", "ray", "preflight", "health"):
         assert after[k] == before[k], k
     assert after["model"]["cacheDir"] == before["model"]["cacheDir"]
@@ -215,6 +216,36 @@ def test_prod_refuses_unpinned_artifacts(project, run_promote):
     msgs = run_policy(rules.prod_pinned, sargs(_prod_resources(prod_raw)))
     assert any("is not pinned by digest" in m for m in msgs), msgs
     assert any("revision 'main' is not a 40-hex commit" in m for m in msgs), msgs
+
+
+def test_every_promoted_serve_key_travels_from_staging_into_prod(project, run_promote, tmp_path,
+                                                                  monkeypatch):
+    """A staging stack whose last update set every promoted `vllm.*` key (config/serve.py
+    PROMOTED_KEYS, one sample each: tests/serve_samples.py) writes each one into prod, typed
+    as it was (floats, booleans, objects, lists), and nothing of prod's own."""
+    recipes_with_template(tmp_path / "recipes", monkeypatch)  # chatTemplate names a template
+    project.write_config("every", dev_config(ROOT, environment="staging",
+                                             vllm=sample_vllm(promote.PROMOTED_VLLM_KEYS)))
+    st = project.stack("every")
+    project.set_secrets(st, {"vllmApiKey": "sk-every-key"})
+    assert st.up().summary.result == "succeeded"
+    _target(project, "prod", {"vllmApiKey": PROD_KEY})
+    before = _config(project.file("prod"))
+
+    r = run_promote("every", "prod")
+    assert r.code == 0, r.err
+    after = _config(project.file("prod"))
+    assert len(promote.PROMOTED_VLLM_KEYS) == 20
+    for key in promote.PROMOTED_VLLM_KEYS:
+        assert after["vllm"][key] == SAMPLES[key][0], key
+        assert type(after["vllm"][key]) is type(SAMPLES[key][0]), key
+    for key in promote.ENV_VLLM_KEYS:
+        assert after["vllm"].get(key) == before["vllm"].get(key), key
+    raw = _with_real_host_keys(promote.raw_config(project.file("prod").read_text()))
+    raw["services"] = [{**s, "revision": COMMIT} for s in raw["services"]]
+    v = validate_config(raw).vllm
+    assert (v.executor, v.reasoning_parser, v.max_num_batched_tokens) == ("mp", "deepseek_r1",
+                                                                          4096)
 
 
 # ------------------------------------------------------------------------------ refusals

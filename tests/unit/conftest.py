@@ -14,8 +14,9 @@ import pulumi
 import pytest
 
 from config import Secrets, validate_config
+from hostscripts.models import ModelFile
 from inspection import hub
-from inspection.hub import ModelFile, ModelManifest
+from inspection.hub import ModelManifest
 from inspection.memory_fit import shape_from_config
 from inspection.preflight import Plan
 from tests.unit.inspection.model_configs import CONFIGS

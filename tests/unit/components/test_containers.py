@@ -245,9 +245,9 @@ def test_the_dev_recipe_env_reaches_the_lab_containers(build, mocks):
 @pytest.mark.parametrize("rdma", [False, True])
 @pulumi.runtime.test
 def test_a_recipe_may_not_set_what_the_containers_get_from_the_stack(build, mocks, rdma):
-    """config.models.STACK_ENV (refused in a recipe's env) is exactly what the Ray containers
+    """config.recipes.STACK_ENV (refused in a recipe's env) is exactly what the Ray containers
     get from the stack rather than from nccl.extraEnv and the recipe: kept in step here."""
-    from config.models import STACK_ENV
+    from config.recipes import STACK_ENV
 
     h = build(2, nccl={"rdma": rdma, "debug": "INFO"})
 

@@ -18,7 +18,7 @@ from typing import Any
 import pulumi
 import pytest
 
-from components import model_cache, stack
+from components import rerun, stack
 from components.model_cache import ModelManifest
 from config import validate_config
 from inspection.facts import ContainerFacts
@@ -75,7 +75,7 @@ def _normalize(value: Any, home: str) -> Any:
 
 def _scenario(name: str, mocks, gb10_facts, config_raw, monkeypatch, tmp_path):
     spec = SCENARIOS[name]
-    monkeypatch.setattr(model_cache, "repair_token", lambda now=None: "repair-golden")
+    monkeypatch.setattr(rerun, "fresh_trigger", lambda now=None: "repair-golden")
     cfg = validate_config(config_raw(spec["nodes"], **spec.get("overrides", {})))
     facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
     plan = Plan()

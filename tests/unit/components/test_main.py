@@ -22,11 +22,11 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
     """Run __main__.py with recon + preflight replaced by fixture facts; returns the exports."""
     calls = {}
 
-    def run_preflight(cfg, *, key_path=None, model_bytes=None, service_models=None):
+    def run_preflight(cfg, *, key_path=None, model=None, services=None):
         # the hub's answers are asked for once the nodes are surveyed (looked up meanwhile)
-        assert callable(model_bytes) and callable(service_models)
-        calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model_bytes())
-        calls["services"] = service_models()
+        assert callable(model) and callable(services)
+        calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model().total_bytes)
+        calls["services"] = services()
         return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, _Plan()
 
     monkeypatch.setattr(preflight, "run", run_preflight)

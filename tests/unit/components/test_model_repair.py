@@ -11,7 +11,7 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from components import model_cache, stack
+from components import rerun, stack
 from config import validate_config
 from inspection.facts import HfRepoFacts
 from inspection.hub import ModelManifest, cache_intact
@@ -48,8 +48,8 @@ def test_cache_intact_without_facts():
     assert cache_intact(None, MANIFEST) is False
 
 
-def test_repair_tokens_never_repeat():
-    assert model_cache.repair_token() != model_cache.repair_token()
+def test_fresh_triggers_never_repeat():
+    assert rerun.fresh_trigger() != rerun.fresh_trigger()
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def registered(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes):
     """build(nodes, wiped=set of node names) -> (handles, ignore_changes per resource name)."""
     ignored = ignored_changes
     tokens = iter(f"repair-{i}" for i in range(100))
-    monkeypatch.setattr(model_cache, "repair_token", lambda: next(tokens))
+    monkeypatch.setattr(rerun, "fresh_trigger", lambda: next(tokens))
 
     def build(nodes: int, wiped: set[str]):
         cfg = validate_config(config_raw(nodes, model={"repo": REPO}))

@@ -15,7 +15,7 @@ from __future__ import annotations
 import pulumi
 import pytest
 
-from components import model_cache, stack
+from components import rerun, stack
 from config import validate_config
 from inspection.parsers import ParseError, parse_presence
 from inspection.preflight import Plan
@@ -37,7 +37,7 @@ def test_anything_else_is_refused(text):
 def registered(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes,
                deleted_before_replace):
     tokens = iter(f"repair-{i}" for i in range(100))
-    monkeypatch.setattr(model_cache, "repair_token", lambda: next(tokens))
+    monkeypatch.setattr(rerun, "fresh_trigger", lambda: next(tokens))
     dbr = deleted_before_replace
 
     def build(present: dict[str, bool | None]):
@@ -72,7 +72,7 @@ def registered_key(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes,
     """The same for the head's vLLM API key file (StackNames.vllm_key_file): seen
     missing in a fresh clone's `make demo` after `make test`, whose e2e stacks' destroys remove
     it from the shared lab nodes (`bind source path does not exist: .../vllm/api-key`)."""
-    monkeypatch.setattr(model_cache, "repair_token", lambda: "repair-key")
+    monkeypatch.setattr(rerun, "fresh_trigger", lambda: "repair-key")
 
     def build(present: bool | None):
         cfg = validate_config(config_raw(2))

@@ -42,7 +42,7 @@ def qwen_raw(**vllm) -> dict:
 def recipes_with_template(folder, monkeypatch, template: str = OWN_TEMPLATE) -> None:
     """Point config.recipes at `folder`: the shipped 122B recipe with `chatTemplate:
     tool-args.jinja`, and that template (the test's own text)."""
-    from config import recipes
+    from config import recipe_files
 
     folder.mkdir(parents=True, exist_ok=True)
     doc = yaml.safe_load((ROOT / "config" / "recipes_data" / f"{QWEN_RECIPE}.yaml").read_text())
@@ -50,7 +50,7 @@ def recipes_with_template(folder, monkeypatch, template: str = OWN_TEMPLATE) -> 
     (folder / f"{QWEN_RECIPE}.yaml").write_text(
         yaml.safe_dump({**doc, "chatTemplate": "tool-args.jinja"}))
     (folder / "tool-args.jinja").write_bytes(template.encode())
-    monkeypatch.setattr(recipes, "RECIPES_DIR", folder)
+    monkeypatch.setattr(recipe_files, "RECIPES_DIR", folder)
 
 
 @pytest.fixture
@@ -177,14 +177,14 @@ def _registered(raw: dict, monkeypatch) -> dict[str, dict]:
 
     from pulumi.runtime import settings
 
-    from components import model_cache, stack
+    from components import rerun, stack
     from config import validate_config
     from inspection.hub import ModelManifest
     from inspection.preflight import Plan
     from tests.conftest import PROJECT, RecordingMocks, _SyncExecutor, gb10_facts
     from tests.unit.conftest import MODEL_FILES, fake_manifest, secrets
 
-    monkeypatch.setattr(model_cache, "repair_token", lambda now=None: "repair-fixed")
+    monkeypatch.setattr(rerun, "fresh_trigger", lambda now=None: "repair-fixed")
     loop = asyncio.new_event_loop()
     loop.set_default_executor(_SyncExecutor())
     asyncio.set_event_loop(loop)

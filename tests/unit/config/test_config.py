@@ -317,6 +317,6 @@ def test_speculative_drafter_from_another_repo_or_with_its_own_revision_is_refus
 def test_flags_the_stack_does_not_own_pass_extra_args(arg):
     """Longer flags that start like an owned one, a value, and an abbreviation that is
     ambiguous among the owned flags (vLLM refuses that one itself) are not owned."""
-    from config.models import owned_flag
+    from config.serve import owned_flag
 
     assert owned_flag(arg) is None

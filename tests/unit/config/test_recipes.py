@@ -11,8 +11,8 @@ import tomllib
 import pytest
 import yaml
 
-from config import ConfigError, StackConfig, load_recipe, recipes, validate_config
-from config.models import STACK_ENV
+from config import ConfigError, StackConfig, load_recipe, recipe_files, recipes, validate_config
+from config.recipes import STACK_ENV
 from tests.conftest import ROOT, config_raw
 
 DATA = ROOT / "config" / "recipes_data"
@@ -33,9 +33,9 @@ def problems(raw: dict) -> list[str]:
 
 # ------------------------------------------------------------------------ the shipped recipes
 def test_the_shipped_recipes_load_and_cite_pinned_sources():
-    assert recipes.names() == [QWEN, TINY]
-    assert recipes.chat_templates() == []  # none shipped: see test_no_chat_template_is_shipped
-    for name in recipes.names():
+    assert recipe_files.names() == [QWEN, TINY]
+    assert recipe_files.chat_templates() == []  # none shipped: see test_no_chat_template_is_shipped
+    for name in recipe_files.names():
         r = load_recipe(name)
         assert r.name == name and r.sources
         for s in r.sources:
@@ -54,7 +54,7 @@ def test_no_chat_template_is_shipped():
     """The community's fixed Qwen3.5 template is third-party code: not copied into the product.
     The 122B recipe serves the model's own template and says where the fix is."""
     assert sorted(p.name for p in DATA.iterdir() if p.name.endswith(".jinja")) == []
-    assert recipes.chat_templates() == []
+    assert recipe_files.chat_templates() == []
     doc = yaml.safe_load((DATA / f"{QWEN}.yaml").read_text())
     assert "chatTemplate" not in doc and "chat_template" not in doc
     assert load_recipe(QWEN).chat_template is None
@@ -159,7 +159,8 @@ BAD_RECIPES = [
     ("type", {"languageModelOnly": "yes please"},
      "recipe bad: languageModelOnly: got 'yes please'; expected true or false"),
     ("unknown-key", {"maxNumSeq": 2},
-     "recipe bad: maxNumSeq: unknown key; expected one of: gpuMemoryUtilization, "),
+     "recipe bad: maxNumSeq: unknown key; expected one of: name, description, model, sources, "
+     "env, launcherEnv, gpuMemoryUtilization, "),
     ("stack-owned-key", {"servedModelName": "x"}, "recipe bad: servedModelName: unknown key"),
     ("util", {"gpuMemoryUtilization": 1.5},
      "recipe bad: gpuMemoryUtilization: got 1.5; expected a fraction strictly between 0 and 1"),
@@ -204,7 +205,7 @@ OWN_TEMPLATE = "{{ messages }}"
 def recipe_dir(tmp_path, monkeypatch):
     """An empty recipes folder of the test's own, with one template; write(doc) adds bad.yaml."""
     (tmp_path / "ok.jinja").write_text(OWN_TEMPLATE)
-    monkeypatch.setattr(recipes, "RECIPES_DIR", tmp_path)
+    monkeypatch.setattr(recipe_files, "RECIPES_DIR", tmp_path)
 
     def write(doc, name: str = "bad") -> None:
         text = doc if isinstance(doc, str) else yaml.safe_dump(doc)
@@ -263,9 +264,9 @@ def test_a_chat_template_of_the_tests_own_is_read_byte_for_byte(recipe_dir, tmp_
     (tmp_path / "tool-args.jinja").write_bytes(TRICKY_TEMPLATE.encode())
     (tmp_path / "Upper.jinja").write_text(OWN_TEMPLATE)  # not a name the stack accepts
     (tmp_path / "notes.txt").write_text("{{ not a template }}")
-    assert recipes.chat_templates() == ["ok.jinja", "tool-args.jinja"]
-    assert recipes.chat_template_text("tool-args.jinja") == TRICKY_TEMPLATE
-    assert recipes.chat_template_text("ok.jinja") == OWN_TEMPLATE
+    assert recipe_files.chat_templates() == ["ok.jinja", "tool-args.jinja"]
+    assert recipe_files.chat_template_text("tool-args.jinja") == TRICKY_TEMPLATE
+    assert recipe_files.chat_template_text("ok.jinja") == OWN_TEMPLATE
     raw = config_raw(2)
     del raw["vllm"]["recipe"]
     raw["vllm"]["chatTemplate"] = "tool-args.jinja"

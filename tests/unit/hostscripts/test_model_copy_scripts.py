@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from hostscripts import common, images, models
-from inspection.hub import ModelFile
+from hostscripts.models import ModelFile
 
 COMMIT = "c" * 40
 REPO = "org/model"

@@ -12,7 +12,7 @@ import pytest
 
 from components import nccl
 from hostscripts import common, foreign, images, models, paths, ray, vllm
-from inspection.hub import ModelFile
+from hostscripts.models import ModelFile
 from tests.conftest import ROOT
 
 ID_A, ID_B = "a1" * 32, "b2" * 32  # container IDs as the daemon reports them (64 hex)

@@ -6,16 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from config import ServeSettings
 from hostscripts import paths, vllm
 
 
 def _argv(**kw) -> list[str]:
-    base = dict(model="org/m", served_model_name="m", revision="c" * 40, tensor_parallel_size=2,
-                pipeline_parallel_size=1, gpu_memory_utilization=0.7, kv_cache_memory_bytes=None,
-                max_model_len=None, max_num_seqs=None, kv_cache_dtype="auto",
-                enable_prefix_caching=True, load_format="auto", speculative_config=None,
-                enforce_eager=False, host="0.0.0.0", port=8000, extra_args=["--x"])
-    return vllm.vllm_argv(**{**base, **kw})
+    settings = ServeSettings.model_construct(**{
+        **ServeSettings(served_model_name="m").model_dump(), "tensor_parallel_size": 2,
+        "gpu_memory_utilization": 0.7, "extra_args": ["--x"], **kw})
+    return vllm.vllm_argv(settings, model="org/m", commit="c" * 40)
 
 
 def test_recipe_flags_in_the_argv_only_when_set():
@@ -26,7 +25,8 @@ def test_recipe_flags_in_the_argv_only_when_set():
         assert flag not in plain
     full = _argv(max_num_batched_tokens=8192, language_model_only=True,
                  enable_expert_parallel=True, reasoning_parser="qwen3",
-                 tool_call_parser="qwen3_coder", enable_auto_tool_choice=True, chat_template=True)
+                 tool_call_parser="qwen3_coder", enable_auto_tool_choice=True,
+                 chat_template="any.jinja")
     assert full[full.index("--max-num-batched-tokens") + 1] == "8192"
     assert full[-9:] == ["--tool-call-parser", "qwen3_coder", "--chat-template",
                          vllm.CHAT_TEMPLATE, "--host", "0.0.0.0", "--port",

@@ -25,6 +25,29 @@ def sample(name: str) -> str:
     return _body(SAMPLES / name)
 
 
+def docker_stats_json(text: str) -> dict[str, int]:
+    """`docker stats --no-stream --format '{{json .}}'` -> {container name or ID: memory bytes}.
+
+    Recon reads container memory from the cgroups (inspection/parsers.parse_container_memory);
+    the recorded docker stats of the same containers are what the tests hold it against.
+    MemUsage is '45.2GiB / 121.7GiB' (binary units)."""
+    import json
+
+    from inspection.parsers import parse_size
+
+    usage: dict[str, int] = {}
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        used = row["MemUsage"].split("/")[0].strip()
+        value = 0 if used in {"--", ""} else parse_size(used, kind="docker stats")
+        usage[row.get("Name") or row["Container"]] = value
+        if row.get("ID"):
+            usage[row["ID"]] = value
+    return usage
+
+
 # --------------------------------------------------------------------------- configs and outputs
 
 import copy  # noqa: E402

@@ -22,6 +22,7 @@ from tests.unit.inspection.recon_helpers import (
     NONCE,
     assemble,
     config,
+    docker_stats_json,
     parse,
     sample,
     spark_output,
@@ -117,9 +118,12 @@ def test_the_facts_equal_what_docker_stats_gave_for_the_same_containers():
     counters of the same containers (cgroup-memory-seed.txt): every container holds exactly the
     bytes docker stats showed, the exited one none."""
     facts = parse(spark_output(1, seed=True))
-    stats = p.parse_docker_stats_json(sample("docker-stats-json-seed.txt"))
+    stats = docker_stats_json(sample("docker-stats-json-seed.txt"))
     memory = {c.name: c.memory_bytes for c in facts.docker.containers}
     assert memory == {**{name: stats[name] for name in SEED}, "old_bench": 0}
+    assert stats["vllm_node"] == round(68.2 * GIB)
+    held = stats["vllm_node"] + stats["reranker"] + stats["vllm_embeddings"]
+    assert 97e9 < held < 99e9  # the reference head's ~98 GB
     assert facts.unreadable == {}
 
 
@@ -132,7 +136,7 @@ def test_the_lab_recording_agrees_with_docker_stats_to_its_printed_digits():
     facts = parse(assemble(spark_sections(1, docker_ps=ps,
                                           container_memory=sample("cgroup-memory-lab-v1.txt"))))
     (container,) = facts.docker.containers
-    stats = p.parse_docker_stats_json(sample("docker-stats-json-lab-v1.txt"))
+    stats = docker_stats_json(sample("docker-stats-json-lab-v1.txt"))
     printed = stats["spark-vllm-ray-head"]  # round(2.229 GiB)
     assert abs(container.memory_bytes - printed) <= 0.0005 * GIB
     assert container.memory_bytes == 2394566656 - 864256

@@ -11,8 +11,9 @@ import huggingface_hub
 import pytest
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
+from hostscripts.models import ModelFile
 from inspection import hub
-from inspection.hub import ModelFile, ModelResolutionError
+from inspection.hub import ModelResolutionError
 from inspection.hub import resolve_model as real_resolve
 from tests.unit.inspection.model_configs import QWEN35_122B_A10B_FP8
 
@@ -97,8 +98,8 @@ def test_the_commits_config_json_gives_the_shape(tmp_path):
     assert m.shape is not None and m.shape.known
     assert (m.shape.layers, m.shape.full_layers, m.shape.linear_layers) == (48, 12, 36)
     assert (m.shape.kv_heads, m.shape.head_dim, m.shape.mtp_layers) == (2, 256, 1)
-    # the manifest is remembered: preflight.run and the VllmServer props find the shape
-    assert hub.known_manifest("org/m", SHA) is m and hub.known_manifest("org/m") is m
+    # nothing is remembered: the manifest travels as an argument (preflight.run, build_stack)
+    assert not hasattr(hub, "known_manifest") and not hasattr(hub, "_KNOWN")
 
 
 def test_a_config_that_cannot_be_read_is_a_shape_problem_not_an_error():

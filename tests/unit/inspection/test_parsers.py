@@ -383,24 +383,6 @@ def test_docker_ps_json_garbled(text, words):
     assert_readable(exc.value, "docker ps", *words)
 
 
-def test_docker_stats_json_seed():
-    usage = p.parse_docker_stats_json(sample("docker-stats-json-seed.txt"))
-    assert usage["vllm_node"] == round(68.2 * GIB)
-    assert usage["spark-vllm-ray-head"] == 1022 * 1024**2
-    held = usage["vllm_node"] + usage["reranker"] + usage["vllm_embeddings"]
-    assert 97e9 < held < 99e9  # the reference head's ~98 GB
-
-
-@pytest.mark.parametrize("text,words", [
-    ('{"Name":"x"}', ["MemUsage"]),
-    ('{"Name":"x","MemUsage":"lots / 121.7GiB"}', ["size"]),
-])
-def test_docker_stats_json_garbled(text, words):
-    with pytest.raises(ParseError) as exc:
-        p.parse_docker_stats_json(text)
-    assert_readable(exc.value, "docker stats", *words)
-
-
 def test_docker_images_json_seed_merges_tags():
     images = {i.id: i for i in p.parse_docker_images_json(sample("docker-images-json-seed.txt"))}
     node = images["sha256:9a8b7c6d5e4f30211203f4e5d6c7b8a99a8b7c6d5e4f30211203f4e5d6c7b8a9"]
@@ -557,8 +539,6 @@ def test_stopped_markers_tagged_form_and_skips():
     (p.parse_docker_ps_json, '{"ID": 1, "Names": ["x"], "Image": "i"}'),
     (p.parse_docker_ps_json, '{"ID": "a", "Names": "x", "Image": "i", "Labels": 5}'),
     (p.parse_docker_ps_json, '{"ID": "a", "Names": "x", "Image": "i", "State": {"x": 1}}'),
-    (p.parse_docker_stats_json, '{"Name": "x", "MemUsage": 5}'),
-    (p.parse_docker_stats_json, '{"Name": ["x"], "MemUsage": "1GiB / 2GiB"}'),
     (p.parse_docker_images_json, '{"ID": ["x"], "Repository": "r"}'),
     (p.parse_docker_images_json, '{"ID": "x", "Repository": "r", "Size": 5}'),
     (p.parse_docker_info_json, '{"ServerVersion": "1", "Runtimes": ["runc"]}'),

@@ -443,15 +443,20 @@ def test_an_unreadable_model_config_is_a_warning_and_the_kv_is_not_counted():
     assert plan.memory_estimate is not None and plan.memory_estimate.kv_held_bytes == 0
 
 
-def test_run_takes_the_shape_the_hub_lookup_read(monkeypatch):
+def test_run_takes_the_bytes_and_shape_of_the_manifest_it_is_given(monkeypatch):
     from inspection import recon
     from inspection.hub import ModelManifest
     from tests.unit.conftest import COMMIT, MODEL_FILES
 
-    ModelManifest("Qwen/Qwen3.5-122B-A10B-FP8", "main", COMMIT, MODEL_FILES, qwen_shape())
+    manifest = ModelManifest("Qwen/Qwen3.5-122B-A10B-FP8", "main", COMMIT, MODEL_FILES,
+                             qwen_shape())
     monkeypatch.setattr(recon, "survey_all", lambda cfg, key_path=None, **kw: good_facts())
-    _, plan = preflight.run(config(vllm=STAGING_VLLM), model_bytes=MODEL_BYTES)
+    _, plan = preflight.run(config(vllm=STAGING_VLLM), model=lambda: manifest)
     assert plan.memory_estimate is not None and plan.memory_estimate.kv_bytes_per_token == 6656
+    assert plan.memory_estimate.weights_bytes == manifest.total_bytes // 2
+    # a manifest made elsewhere in the process is not picked up: nothing is remembered
+    _, plan = preflight.run(config(vllm=STAGING_VLLM))
+    assert plan.memory_estimate is None
 
 
 def test_memory_held_by_the_stacks_own_containers_counts_as_usable():

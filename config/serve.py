@@ -1,0 +1,319 @@
+"""The serve flags: one declaration per `spark-vllm:vllm.*` key, the single source of what the
+key is and where it goes.
+
+Each field of ServeSettings is one key: its name (camelCase in the file), its type with its
+bounds (config/types.py), its default (the main model's), and in its `Flag` the vLLM flag it
+sets and who may set it:
+
+    environment  the target environment's own (where vLLM listens, the parallelism that must
+                 match the nodes): promotion never carries it; every other key is promoted
+    recipe       a recipe (config/recipes_data/) may set it
+    service      a service (spark-vllm:services) may set it; the others are the main model's
+
+Generated from it, so none can fall out of step: the `vllm serve` argv (hostscripts/vllm.py
+vllm_argv, which takes a ServeSettings), the flags `extraArgs` may not set (OWNED_FLAGS), the
+keys promotion carries (PROMOTED_KEYS, tools/promote.py), a recipe's keys (config/recipes.py
+Recipe), the keys a service refuses (config/models.py ServiceConfig), and the serve-keys table
+of the README (markdown_table; tests/unit/config/test_serve.py holds the README to it).
+
+Adding a flag is one field here (its docstring is the README's words for it) plus its sample
+in tests/serve_samples.py, from which the tests of every generated part take it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, ConfigDict, Field
+
+from config.forms import GIB, NAMESPACE
+from config.types import (
+    ChatTemplateName,
+    ConfigModel,
+    Fraction,
+    IPv4,
+    ParserName,
+    Port,
+    ServedName,
+    VllmWord,
+)
+
+# Upper bounds of vLLM's sizes: far above any real setting on a Spark, low enough that a typo
+# (an extra few digits) is refused here rather than met by vLLM at start-up.
+MAX_KV_CACHE_BYTES = 512 * GIB
+MAX_TOKENS = 2**24  # --max-model-len, --max-num-batched-tokens (16M tokens)
+MAX_NUM_SEQS = 65536
+
+
+class Argv(enum.Enum):
+    """How a key's value lands on `vllm serve` (hostscripts/vllm.py renders each)."""
+
+    VALUE = "flag value, left out when null"
+    NUMBER = "flag value, as the shortest decimal"
+    TOGGLE = "flag when true, --no-flag when false"
+    SWITCH = "flag when true"
+    JSON = "flag JSON, a drafter pinned to the served commit"
+    TEMPLATE = "flag and the uploaded template's path, when set"
+    NODE = "with the node's place (vllm.executor mp), not by itself"
+    NONE = "nothing: not a flag of vLLM's"
+    ARGS = "as given, last"
+
+
+class Place(enum.IntEnum):
+    """Where on the command line, in this order (within a place: the declaration order)."""
+
+    MODEL = 0  # right after the model, before its --revision
+    FLAGS = 1
+    LISTEN = 2  # after a node's place (vllm.executor mp): where the API listens
+    LAST = 3
+
+
+class Who(enum.Flag):
+    """Who, besides the main model's stack file, has a say in a key."""
+
+    NOBODY = 0
+    ENVIRONMENT = enum.auto()  # the target environment's own: never promoted
+    RECIPE = enum.auto()  # a recipe may set it
+    SERVICE = enum.auto()  # a service may set it
+
+
+ENVIRONMENT, RECIPE, SERVICE = Who.ENVIRONMENT, Who.RECIPE, Who.SERVICE
+
+
+@dataclass(frozen=True)
+class Flag:
+    """What a serve key is to vLLM and who may set it (see the module docstring)."""
+
+    flag: str | None  # None: not a flag of vLLM's
+    who: Who = Who.NOBODY
+    spellings: tuple[str, ...] = ()  # more spellings vLLM reads as this flag
+    argv: Argv = Argv.VALUE
+    place: Place = Place.FLAGS
+    note: str = ""  # said after the key where extraArgs sets its flag
+
+    @property
+    def environment(self) -> bool:
+        return Who.ENVIRONMENT in self.who
+
+    @property
+    def recipe(self) -> bool:
+        return Who.RECIPE in self.who
+
+    @property
+    def service(self) -> bool:
+        return Who.SERVICE in self.who
+
+
+def _extra_args(v: list[str]) -> list[str]:
+    for arg in v:
+        flag = owned_flag(arg)
+        if flag is not None:
+            owner = OWNED_FLAGS[flag]
+            how = (" (set that key: the stack validates it there)"
+                   if owner.startswith(("spark-vllm:", "the secret")) else "")
+            spelled = "" if arg.split("=", 1)[0] == flag else f" (as {arg.split('=', 1)[0]!r})"
+            raise ValueError(f"expected flags the stack does not set itself; {flag}{spelled} "
+                             f"is owned by {owner}{how}")
+        if arg.split("=", 1)[0] == "--config":
+            raise ValueError("expected flags the stack does not set itself; --config reads "
+                             "flags from a file the stack cannot check: give them here or "
+                             "in their typed keys")
+        if any(ord(c) < 32 for c in arg):
+            raise ValueError(f"expected arguments without control characters, got {arg!r}")
+    return v
+
+
+ExtraArgs = Annotated[list[str], AfterValidator(_extra_args)]
+AtLeastOne = Annotated[int, Field(ge=1)]
+KvCacheBytes = Annotated[int, Field(ge=1024 * 1024, le=MAX_KV_CACHE_BYTES)]
+ModelLen = Annotated[int, Field(ge=16, le=MAX_TOKENS)]
+BatchedTokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+NumSeqs = Annotated[int, Field(ge=1, le=MAX_NUM_SEQS)]
+
+
+class ServeSettings(ConfigModel):
+    """`spark-vllm:vllm`'s keys, one each, in the order of `vllm serve`'s command line. With
+    the main model's defaults; VllmConfig is this plus a recipe, ServiceConfig the keys a service
+    may set. It is also what hostscripts/vllm.vllm_argv turns into the command line."""
+
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
+    served_model_name: Annotated[ServedName, Flag(
+        "--served-model-name", SERVICE, place=Place.MODEL)]
+    """the name the API serves the model under (a service's default: its name)"""
+    recipe: Annotated[str | None, Flag(None, SERVICE, argv=Argv.NONE)] = None
+    """a recipe shipped in config/recipes_data/: its serve settings fill in the keys the stack
+    file does not set (in a service: those it may set), its env and launcherEnv go under
+    nccl.extraEnv"""
+    tensor_parallel_size: Annotated[AtLeastOne | None, Flag(
+        "--tensor-parallel-size", ENVIRONMENT, ("-tp",))] = None
+    """GPUs a layer is split over; null: every GPU / pipelineParallelSize"""
+    pipeline_parallel_size: Annotated[AtLeastOne, Flag(
+        "--pipeline-parallel-size", ENVIRONMENT, ("-pp",))] = 1
+    """pipeline stages (tensorParallelSize x this = nodes x ray.gpusPerNode)"""
+    executor: Annotated[Literal["ray", "mp"], Flag("--distributed-executor-backend")] = "ray"
+    """`ray`: a Ray cluster, vLLM a Ray driver on the head; `mp`: vLLM's own multi-node
+    executor, a vLLM container per node, the others `--headless`, no Ray"""
+    master_port: Annotated[Port, Flag("--master-port", ENVIRONMENT, argv=Argv.NODE)] = 29501
+    """mp: the head's port the other nodes join"""
+    gpu_memory_utilization: Annotated[Fraction, Flag(
+        "--gpu-memory-utilization", RECIPE | SERVICE, argv=Argv.NUMBER)] = 0.80
+    """the share of each node's memory vLLM takes; 0.80 leaves the OS room on 128 GB unified
+    memory (required in a service)"""
+    kv_cache_memory_bytes: Annotated[KvCacheBytes | None, Flag(
+        "--kv-cache-memory-bytes", RECIPE | SERVICE)] = None
+    """the KV cache's exact size; vLLM then ignores gpuMemoryUtilization for it"""
+    max_model_len: Annotated[ModelLen | None, Flag("--max-model-len", RECIPE | SERVICE)] = None
+    """the longest sequence; null: the model's"""
+    max_num_seqs: Annotated[NumSeqs | None, Flag("--max-num-seqs", RECIPE | SERVICE)] = None
+    """sequences served at once; null: vLLM's default"""
+    max_num_batched_tokens: Annotated[BatchedTokens | None, Flag(
+        "--max-num-batched-tokens", RECIPE | SERVICE)] = None
+    """the tokens one engine step schedules (prefill chunks + decodes)"""
+    kv_cache_dtype: Annotated[VllmWord, Flag("--kv-cache-dtype", RECIPE | SERVICE)] = "auto"
+    """e.g. fp8"""
+    enable_prefix_caching: Annotated[bool, Flag(
+        "--enable-prefix-caching", RECIPE | SERVICE, ("--no-enable-prefix-caching",),
+        argv=Argv.TOGGLE)] = True
+    """reuse the KV cache of a shared prefix (a service's default: false)"""
+    load_format: Annotated[VllmWord, Flag("--load-format", RECIPE | SERVICE)] = "auto"
+    """e.g. fastsafetensors"""
+    speculative_config: Annotated[dict[str, Any] | None, Flag(
+        "--speculative-config", RECIPE | SERVICE, argv=Argv.JSON)] = None
+    """e.g. {method: mtp, num_speculative_tokens: 1}; the drafter is the served repo's, at the
+    served commit"""
+    enforce_eager: Annotated[bool, Flag(
+        "--enforce-eager", RECIPE | SERVICE, argv=Argv.SWITCH)] = False
+    """no CUDA graphs"""
+    language_model_only: Annotated[bool, Flag(
+        "--language-model-only", RECIPE, ("--no-language-model-only",), argv=Argv.SWITCH)] = False
+    """a multimodal checkpoint (Qwen3.5) loads without its vision tower"""
+    enable_expert_parallel: Annotated[bool, Flag(
+        "--enable-expert-parallel", RECIPE, ("--no-enable-expert-parallel", "-ep"),
+        argv=Argv.SWITCH)] = False
+    """MoE experts spread over the GPUs instead of split"""
+    reasoning_parser: Annotated[ParserName | None, Flag(
+        "--reasoning-parser", RECIPE | SERVICE)] = None
+    """a parser built into vLLM, e.g. qwen3"""
+    enable_auto_tool_choice: Annotated[bool, Flag(
+        "--enable-auto-tool-choice", RECIPE | SERVICE, ("--no-enable-auto-tool-choice",),
+        argv=Argv.SWITCH)] = False
+    """the model may call tools by itself (needs toolCallParser)"""
+    tool_call_parser: Annotated[ParserName | None, Flag(
+        "--tool-call-parser", RECIPE | SERVICE)] = None
+    """a parser built into vLLM, e.g. qwen3_coder"""
+    chat_template: Annotated[ChatTemplateName | None, Flag(
+        "--chat-template", RECIPE | SERVICE, argv=Argv.TEMPLATE,
+        note=" (a template shipped in config/recipes_data/)")] = None
+    """a `.jinja` shipped in config/recipes_data/, uploaded into the vLLM container; null: the
+    model's own"""
+    host: Annotated[IPv4, Flag("--host", ENVIRONMENT, place=Place.LISTEN)] = "0.0.0.0"
+    """the address the API listens on"""
+    port: Annotated[Port, Flag("--port", ENVIRONMENT | SERVICE, place=Place.LISTEN)] = 8000
+    """the API's port (required in a service)"""
+    extra_args: Annotated[ExtraArgs, Flag(
+        None, RECIPE | SERVICE, argv=Argv.ARGS, place=Place.LAST)] = Field(default_factory=list)
+    """more `vllm serve` flags; a flag one of these keys owns is refused"""
+
+
+@dataclass(frozen=True)
+class ServeKey:
+    """One row of the declaration, as the generators read it."""
+
+    name: str  # the field (snake_case)
+    key: str  # as the stack file spells it (camelCase)
+    flag: Flag
+    default: Any  # the main model's; REQUIRED when the key must be given
+    doc: str
+
+
+REQUIRED = object()
+
+
+def _keys() -> Iterator[ServeKey]:
+    for name, field in ServeSettings.model_fields.items():
+        (flag,) = (m for m in field.metadata if isinstance(m, Flag))
+        default = (field.default_factory() if field.default_factory is not None  # type: ignore[call-arg]
+                   else REQUIRED if field.is_required() else field.default)
+        yield ServeKey(name, field.alias or name, flag, default, " ".join(
+            (field.description or "").split()))
+
+
+SERVE_KEYS: tuple[ServeKey, ...] = tuple(_keys())
+ENVIRONMENT_KEYS = tuple(k.key for k in SERVE_KEYS if k.flag.environment)
+PROMOTED_KEYS = tuple(k.key for k in SERVE_KEYS if not k.flag.environment)
+RECIPE_FIELDS = tuple(k.name for k in SERVE_KEYS if k.flag.recipe)
+SERVICE_FIELDS = tuple(k.name for k in SERVE_KEYS if k.flag.service)
+MAIN_ONLY_FIELDS = tuple(k.name for k in SERVE_KEYS if not k.flag.service)
+
+
+def _owned() -> dict[str, str]:
+    owned = {
+        "--api-key": "the secret spark-vllm:vllmApiKey",
+        "--trust-remote-code": "the stack: off, it never runs a model's own code",
+        "--model": "spark-vllm:model.repo", "--revision": "spark-vllm:model.revision",
+        "--download-dir": "spark-vllm:model.cacheDir",
+        "--nnodes": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
+        "-n": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
+        "--node-rank": "the stack (with vllm.executor mp)",
+        "-r": "the stack (with vllm.executor mp)",
+        "--master-addr": "the stack (the head's fabric address, with vllm.executor mp)",
+        "--headless": "the stack (every node but the head, with vllm.executor mp)",
+    }
+    for k in SERVE_KEYS:
+        for flag in (k.flag.flag, *k.flag.spellings) if k.flag.flag else ():
+            owned[flag] = f"{NAMESPACE}:vllm.{k.key}{k.flag.note}"
+    return owned
+
+
+# vLLM flags the stack sets: extraArgs may not set them again (it would override what the stack
+# validated), so the message names the key to use instead.
+OWNED_FLAGS: dict[str, str] = _owned()
+
+
+def owned_flag(arg: str) -> str | None:
+    """The OWNED_FLAGS entry `arg` would set in vLLM's parser, or None.
+
+    vLLM's parser (vllm/utils/argparse_utils.py FlexibleArgumentParser, an argparse parser with
+    its default allow_abbrev) reads `--api_key` as `--api-key`, `--speculative-config.x` as a
+    key of `--speculative-config`, and an unambiguous prefix (`--hos`) as the whole flag; each
+    of those spellings is matched here too."""
+    if not arg.startswith("-") or arg in ("-", "--"):
+        return None
+    name = arg.split("=", 1)[0]
+    if name in OWNED_FLAGS:
+        return name
+    if not name.startswith("--"):
+        return None
+    name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
+    if name in OWNED_FLAGS:
+        return name
+    prefixed = [f for f in OWNED_FLAGS if f.startswith("--") and f.startswith(name)]
+    # more than one: vLLM refuses the ambiguous abbreviation itself
+    return prefixed[0] if len(name) > 3 and len(prefixed) == 1 else None
+
+
+def markdown_table() -> str:
+    """The README's table of the serve keys (between its `serve-keys` markers)."""
+
+    def default(k: ServeKey) -> str:
+        if k.default is REQUIRED:
+            return "required"
+        if k.default is None:
+            return "null"
+        return f"`{str(k.default).lower() if isinstance(k.default, bool) else k.default}`"
+
+    def yes(v: bool) -> str:
+        return "yes" if v else "-"
+
+    rows = ["| `vllm.` key | vLLM flag | default | promoted | recipe | service | meaning |",
+            "|---|---|---|---|---|---|---|"]
+    for k in SERVE_KEYS:
+        flags = ", ".join(f"`{f}`" for f in (k.flag.flag, *k.flag.spellings) if f) or "-"
+        promoted = "no (environment)" if k.flag.environment else "yes"
+        rows.append(f"| `{k.key}` | {flags} | {default(k)} | {promoted} | {yes(k.flag.recipe)} "
+                    f"| {yes(k.flag.service)} | {k.doc} |")
+    return "\n".join(rows) + "\n"

@@ -1,0 +1,131 @@
+"""The base of every config model, and the value types the models share: each type carries its
+form and its message, so a field declares what it holds in one annotation and no model repeats a
+validator (after alan-turing-institute/data-safe-haven's types/annotated_types.py).
+
+Every message reads as the `expected ...` half of a config error: config/errors.py puts the key
+path and the value before it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
+from pydantic.alias_generators import to_camel
+
+from config import recipe_files
+from config.forms import check_port, check_ref_name, secret_env_name, secret_value
+
+
+class ConfigModel(BaseModel):
+    """A section of the stack config (or a recipe): frozen, unknown keys refused, camelCase in
+    the file and snake_case here."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        alias_generator=to_camel,
+        populate_by_name=True,
+    )
+
+    @classmethod
+    def accepted_keys(cls) -> list[str]:
+        """The keys this section takes, as the file spells them (an unknown key's message)."""
+        return [f.alias or n for n, f in cls.model_fields.items()]
+
+
+def ipv4(v: str) -> str:
+    try:
+        return str(ipaddress.IPv4Address(v))
+    except (ipaddress.AddressValueError, ValueError):
+        raise ValueError("expected an IPv4 address such as 192.168.177.11") from None
+
+
+_REPO_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def _repo(v: str) -> str:
+    if not _REPO_ID.fullmatch(v):
+        raise ValueError("expected a Hugging Face repo id '<org>/<name>'")
+    return v
+
+
+def _revision(v: str) -> str:
+    problem = check_ref_name(v)
+    if problem:
+        raise ValueError(f"expected a branch, tag or 40-hex commit ({problem})")
+    return v
+
+
+def _served_name(v: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._/-]*", v):
+        raise ValueError("expected a model name of letters, digits, '.', '_', '-', '/'")
+    return v
+
+
+def _fraction(v: float) -> float:
+    if not 0 < v < 1:
+        raise ValueError("expected a fraction strictly between 0 and 1, e.g. 0.80")
+    return v
+
+
+def _vllm_word(v: str) -> str:
+    if not re.fullmatch(r"[a-z0-9_]+", v):
+        raise ValueError("expected a vLLM value of lowercase letters, digits and '_'")
+    return v
+
+
+def _parser(v: str) -> str:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", v):
+        raise ValueError("expected the name of a parser built into vLLM, e.g. qwen3 or "
+                         "qwen3_coder (lowercase letters, digits and '_')")
+    return v
+
+
+def _chat_template(v: str) -> str:
+    recipe_files.chat_template_text(v)  # a shipped template, readable: RecipeError otherwise
+    return v
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _plain_env(v: dict[str, str]) -> dict[str, str]:
+    bad = [k for k in v if not _ENV_NAME.fullmatch(k)]
+    if bad:
+        raise ValueError(f"expected environment variable names, got {bad}")
+    secret = sorted(k for k, val in v.items() if secret_env_name(k) or secret_value(val))
+    if secret:
+        raise ValueError(
+            f"expected no secrets in plain environment ({', '.join(secret)}): they would reach "
+            "the state, the containers and `docker inspect`; use the secrets "
+            "spark-vllm:hfToken / spark-vllm:vllmApiKey"
+        )
+    control = sorted(k for k, val in v.items() if any(ord(c) < 32 for c in val))
+    if control:
+        raise ValueError(f"expected values without control characters ({', '.join(control)})")
+    return v
+
+
+IPv4 = Annotated[str, AfterValidator(ipv4)]
+"""An IPv4 address, normalised (192.168.177.11)."""
+Port = Annotated[StrictInt, AfterValidator(check_port)]
+"""A TCP port, 1..65535 (an integer, never a string or a bool)."""
+RepoId = Annotated[str, AfterValidator(_repo)]
+"""A Hugging Face repo id, `<org>/<name>`."""
+Revision = Annotated[str, AfterValidator(_revision)]
+"""A branch, tag or 40-hex commit (git's ref-name rules: it names a folder in the HF cache)."""
+ServedName = Annotated[str, Field(max_length=128), AfterValidator(_served_name)]
+"""The name a model is served under (vLLM's --served-model-name)."""
+Fraction = Annotated[float, AfterValidator(_fraction)]
+"""A share strictly between 0 and 1 (vLLM's --gpu-memory-utilization)."""
+VllmWord = Annotated[str, AfterValidator(_vllm_word)]
+"""A vLLM enum value such as fp8 or fastsafetensors (--kv-cache-dtype, --load-format)."""
+ParserName = Annotated[str, AfterValidator(_parser)]
+"""The name of a parser built into vLLM (--reasoning-parser, --tool-call-parser)."""
+ChatTemplateName = Annotated[str, AfterValidator(_chat_template)]
+"""A chat template shipped in config/recipes_data/ (`<name>.jinja`), readable as a template."""
+PlainEnv = Annotated[dict[str, str], AfterValidator(_plain_env)]
+"""Environment variables in plain text: names, no secrets, no control characters."""
