@@ -138,6 +138,17 @@ def head_health_url(vllm: VllmConfig, head: SparkNode) -> str:
     return f"http://{host}:{vllm.port}/health"
 
 
+def transport_nodes(vllm: VllmConfig, cluster: Cluster) -> list[str]:
+    """The nodes whose NCCL transport the head's vLLM log must show: none on one node (no
+    inter-node transport), the head only with vllm.executor mp (the other ranks log into their
+    own containers), every node with Ray (its workers' lines reach the driver's log)."""
+    if len(cluster.nodes) < 2:
+        return []
+    if vllm.executor == "mp":
+        return [cluster.head.name]
+    return [n.name for n in cluster.nodes]
+
+
 @dataclass
 class VllmServerArgs:
     vllm: VllmConfig
@@ -365,11 +376,13 @@ class VllmServer(pulumi.ComponentResource):
 
     def _transport(self, name: str, args: VllmServerArgs) -> None:
         """After the health gate: which transport NCCL chose on every node, read from the
-        running vLLM's log (inspection/nccl_transport.py). With nccl.rdma a TCP fallback fails
-        the `up` outside dev and warns in dev. Runs again whenever the gate ran again (the
+        running vLLM's log (inspection/nccl_transport.py). With nccl.rdma it fails closed: a
+        TCP fallback, or a node of `transport_nodes` whose transport the log does not show,
+        fails the `up` outside dev and warns in dev. Runs again whenever the gate ran again (the
         container's ID and the gate's run are in the text)."""
         head = args.cluster.head
         names = {f.ip: n.name for n in args.cluster.nodes for f in n.node.fabric}
+        expected = transport_nodes(args.vllm, args.cluster)
         self.nccl_log = head.command(
             f"{name}-nccl-log",
             self,
@@ -389,6 +402,7 @@ class VllmServer(pulumi.ComponentResource):
                 rdma=args.rdma,
                 strict=args.environment != "dev",
                 nccl_debug=args.nccl_debug,
+                expected=expected,
             )
         )
         self.transport = judged.apply(lambda v: v.lines)

@@ -14,6 +14,7 @@ import yaml
 from hostscripts import vllm
 from tests.conftest import ROOT, config_raw, is_secret, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
+from tests.unit.inspection.recon_helpers import fixture
 
 QWEN_REPO = "Qwen/Qwen3.5-122B-A10B-FP8"
 TEMPLATE = "/etc/spark-vllm/chat-template.jinja"
@@ -409,12 +410,104 @@ def test_the_transport_is_read_after_the_health_gate_and_exported(build, mocks, 
         assert "vllm-health" in dependencies["vllm-nccl-log"]
         log = mocks.named("vllm-nccl-log").inputs["create"]
         assert "docker logs spark-vllm-dev-serve" in log and "NCCL INFO" in log
+        assert "P2P plugin|NET plugin" in log  # the plugin announcements are read too
         text = mocks.named("vllm-transport").inputs["create"]
-        # the mock log holds no NCCL lines: unknown, and with RDMA on a warning, no failure
+        # dev: the mock log holds no NCCL lines; with RDMA on a warning, no failure
         assert "nccl transport warning: the NCCL transport cannot be verified" in text
         assert "exit 1" not in text
         assert transport == {"all": "unknown: no NCCL transport lines (nccl.debug is WARN; INFO "
                                     "shows NCCL's choice)"}
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+def _staging(**nccl):
+    return {"environment": "staging", "nccl": {"rdma": True, "debug": "INFO", **nccl}}
+
+
+@pulumi.runtime.test
+def test_a_strict_rdma_stack_whose_log_shows_no_transport_fails_its_up(build, mocks):
+    """Issue 32: a stack that requires RDMA (outside dev) whose vLLM log shows no readable
+    transport fails the `up` (the transport check exits 1) with what to do; the real Spark log
+    here (tests/fixtures/nccl) holds NCCL lines and none naming the transport."""
+    mocks.stdouts["vllm-nccl-log"] = fixture("nccl/vllm-ray-spark-no-transport-lines-eugr.txt")
+    h = build(2, **_staging())
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert text.rstrip().endswith("exit 1")
+        assert ("nccl transport failed: the NCCL transport of spark-1, spark-2 cannot be "
+                "established from the vLLM log although nccl.rdma is true") in text
+        assert transport == {"all": "unknown: no NCCL transport lines (the log holds no NCCL "
+                                    "line that names a network, device or channel)"}
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_strict_rdma_stack_seeing_one_node_only_fails_naming_the_other(build, mocks):
+    """The real two-Spark IBext_v10 log shows the worker only: the head is not proven."""
+    worker = fixture("nccl/vllm-ray-ibext-v10-two-sparks-mark-ramsey.txt").replace(
+        "169.254.28.198", "192.168.177.12")
+    mocks.stdouts["vllm-nccl-log"] = worker
+    h = build(2, **_staging())
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "nccl transport failed: spark-1: no NCCL transport line from this node" in text
+        assert "spark-2" not in text.split("failed:", 1)[1].split("(lines seen from")[0]
+        assert transport["spark-2"].startswith("192.168.177.12: IB (IBext_v10) "
+                                               "devices=rocep1s0f1,roceP2p1s0f1 gdr=on")
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_strict_rdma_stack_seeing_ib_on_both_nodes_passes(build, mocks):
+    head = ("(EngineCore_DP0 pid=2301) spark-1:2301:2301 [0] NCCL INFO NET/IB : Made virtual "
+            "device [0] name=rocep1s0f1 speed=200000 ndevs=1\n")
+    mocks.stdouts["vllm-nccl-log"] = head + fixture(
+        "nccl/vllm-ray-ibext-v10-two-sparks-mark-ramsey.txt").replace("169.254.28.198",
+                                                                       "192.168.177.12")
+    h = build(2, **_staging())
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "exit 1" not in text and "warning" not in text
+        assert set(transport) == {"spark-1", "spark-2"}
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_the_lab_dev_stack_on_sockets_still_passes(build, mocks):
+    """The lab's dev stack (rdma false, Socket by design): a Socket log is no finding."""
+    mocks.stdouts["vllm-nccl-log"] = fixture("nccl/nccl-no-ib-device-socket-2.19.3.txt")
+    h = build(2, nccl={"rdma": False, "debug": "INFO"})
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "exit 1" not in text and "warning" not in text
+        assert transport["spark-1"].startswith("192.168.177.11: Socket TCP FALLBACK (NET/IB: no "
+                                               "device found) ifs=ens7:10.128.0.32")
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_with_mp_only_the_heads_transport_is_required(build, mocks):
+    mocks.stdouts["vllm-nccl-log"] = ("spark-1:1:2 [0] NCCL INFO NET/IB : Using "
+                                      "[0]rocep1s0f1:1/RoCE [RO]; OOB "
+                                      "enp1s0f1np1:192.168.177.11<0>\n")
+    h = build(2, vllm={"executor": "mp"}, **_staging())
+
+    def check(values):
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "exit 1" not in text, text
 
     return settled(h, h.vllm.transport).apply(check)
 
