@@ -228,6 +228,13 @@ def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
     for fab in node_cfg.fabric:
         name = fab.interface
         iface = f.interface(name)
+        if iface is None and "ip" in f.missing_tools:
+            errors.append(Finding(
+                node=f.node, check="fabric",
+                fact=f"cannot see fabric interface {name}: `ip` (iproute2) is not installed on "
+                     "the node, so recon could not list any interface",
+                fix="install iproute2 on the node (apt-get install iproute2), then run again"))
+            continue
         if iface is None:
             names = ", ".join(i.name for i in f.interfaces if i.name.startswith(("en", "ib")))
             listed = names or "none"

@@ -170,6 +170,18 @@ def test_fabric_interface_missing():
     assert "enP2p1s0f1np1 does not exist" in finding.fact and "case-sensitive" in finding.fix
 
 
+def test_fabric_check_on_a_host_without_ip_says_iproute2_is_missing():
+    """Issue 32: a GPU host without `ip` gave "fabric interface ... does not exist (present:
+    none)"; the survey's `command not found` (rc 127) now names the missing tool."""
+    err = fail(config(), good_facts(ip_addr=("", 127, "ip: command not found")))
+    findings = only(err, "fabric")
+    assert [f.node for f in findings] == ["spark-2", "spark-2"]
+    assert findings[0].fact == ("cannot see fabric interface enp1s0f1np1: `ip` (iproute2) is not "
+                                "installed on the node, so recon could not list any interface")
+    assert "apt-get install iproute2" in findings[0].fix
+    assert all("does not exist" not in f.fact for f in err.findings)
+
+
 def test_fabric_interface_down():
     down = _ip_json(**{'"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"]':
                        '"ifname":"enp1s0f1np1","flags":["NO-CARRIER","BROADCAST","MULTICAST","UP"]'})
