@@ -312,8 +312,8 @@ def _read(acc: _Acc, msg: str, complete: bool) -> bool:
     elif (p := _PLUGIN.match(msg)) and complete:
         acc.plugins[p.group(1)] = None
     elif g := _GDR.match(msg):
-        net, state, index, hca = g.groups()
-        acc.gdr_hcas[f"{net or '?'}:{hca or 'HCA ' + index}"] = state.lower() == "enabled"
+        net_name, state, index, hca = g.groups()
+        acc.gdr_hcas[f"{net_name or '?'}:{hca or 'HCA ' + index}"] = state.lower() == "enabled"
     elif r := _INIT_RANK.search(msg):
         acc.ranks.add(int(r.group(1)))
     else:

@@ -238,14 +238,17 @@ def test_a_recipe_change_is_a_serve_flag_or_an_env_change(tmp_path, monkeypatch)
         return _registered(raw, monkeypatch)
 
     base = variant("base")
+    # the serve check in the image (issue 32) runs again on every node whenever what it checks
+    # changes: the argv, the chat template, the VLLM_* env; it is vLLM's, not the image's
+    checks = {"vllm-serve-check-spark-1", "vllm-serve-check-spark-2"}
     serve = _changed(base, variant("serve", maxNumBatchedTokens=4096, maxModelLen=131072))
-    assert serve == {"vllm", "vllm-serve"}, serve  # (a new container ID re-runs its gate)
+    assert serve == {"vllm", "vllm-serve", *checks}, serve  # (a new container ID re-runs its gate)
     template = _changed(base, variant("template", template=OWN_TEMPLATE + "{# edited #}"))
-    assert template == {"vllm-serve"}, template  # the text is an upload
+    assert template == {"vllm-serve", *checks}, template  # the text is an upload
     env = _changed(base, variant("env", env={**doc["env"], "VLLM_FLASHINFER_MOE_BACKEND":
                                              "throughput"}))
     # the nodes' env: the Ray containers and the vLLM container (the head's env is its too)
-    assert {"nccl", "ray-head", "ray-worker-spark-2", "vllm-serve"} <= env, env
+    assert {"nccl", "ray-head", "ray-worker-spark-2", "vllm-serve", *checks} <= env, env
     assert not {r for r in env if r.startswith(("image", "model"))}, env
     assert "vllm" not in env
 
@@ -643,3 +646,104 @@ def test_the_policy_pack_refuses_a_kv_cache_that_cannot_fit(build, mocks):
                                 "83.5 GiB")
 
     return settled(h).apply(check)
+
+
+def _request(mocks, node: str) -> dict:
+    """The serve check's request on `node` (the JSON after the payload in its command)."""
+    import shlex
+
+    create = mocks.named(f"vllm-serve-check-{node}").inputs["create"]
+    words = shlex.split(create.split("\n", 1)[1])
+    assert words[:2] == ["docker", "run"] and "--network" in words and "none" in words
+    return json.loads(words[-1])
+
+
+@pulumi.runtime.test
+def test_the_serve_command_is_checked_in_the_image_on_every_node_before_vllm(
+        build, mocks, dependencies):
+    """Issue 32, item 5: the exact argv and every VLLM_* variable of the prod recipe go
+    through the serving image's own vLLM on every node; the vLLM container waits for every
+    check, so a rejected flag or unknown variable fails the `up` with the old one serving."""
+    h = build(raw={**qwen_raw(), "environment": "staging"})
+
+    def check(values):
+        argv, serve_check = values
+        for node in ("spark-1", "spark-2"):
+            r = _request(mocks, node)
+            assert r["argv"] == argv[2:]  # the exact words after `vllm serve` (Ray: the head's)
+            assert r["strict"] is True and r["timeout"] == 300
+            assert r["env"]["VLLM_FLASHINFER_MOE_BACKEND"] == "latency"  # the recipe's
+            assert all(k.startswith("VLLM_") for k in r["env"])
+            assert f"vllm-serve-check-{node}" in dependencies["vllm-serve"]
+            assert mocks.named(f"vllm-serve-check-{node}").inputs["create"].count(
+                "--label spark-vllm.role=serve-check") == 1
+        assert _request(mocks, "spark-1")["env"]["VLLM_CONFIG_ROOT"] == "/etc/spark-vllm/vllm-config"
+        assert "VLLM_CONFIG_ROOT" not in _request(mocks, "spark-2")["env"]
+        # the mock's stdout is no probe answer: the output says so, never "accepted"
+        assert all(line.startswith("unreadable:") for line in serve_check.values())
+
+    return settled(h, h.vllm.argv, h.vllm.serve_check).apply(check)
+
+
+@pulumi.runtime.test
+def test_dev_checks_too_but_only_a_rejected_flag_or_value_stops_it(build, mocks):
+    h = build(2)
+
+    def check(_):
+        assert _request(mocks, "spark-1")["strict"] is False
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_with_mp_each_node_checks_its_own_argv(build, mocks):
+    h = build(2, vllm={"executor": "mp"})
+
+    def check(_):
+        head, worker = _request(mocks, "spark-1")["argv"], _request(mocks, "spark-2")["argv"]
+        assert "--headless" in worker and "--headless" not in head
+        assert worker[worker.index("--node-rank") + 1] == "1"
+
+    return settled(h).apply(check)
+
+
+PROBE = {"libibverbs": True, "python": "3.12.3", "ray": "2.60.0", "torch": "2.13.0",
+         "torchCuda": "13.0", "vllm": "0.32.0", "fastsafetensors": "0.1.15"}
+
+
+@pytest.mark.parametrize(("environment", "cluster", "fails"), [
+    ("prod", False, True), ("prod", None, True), ("prod", True, False),
+    ("staging", False, False),
+])
+def test_fastsafetensors_across_nodes_is_an_error_in_prod_unless_the_loader_handles_it(
+        build, mocks, environment, cluster, fails):
+    """Issue 32, item 6: the stock loader uses torch's WORLD group (the known multi-node
+    failure); in prod that stops the `up` before Ray starts unless the probe shows the
+    patched loader; elsewhere it warns."""
+    answer = json.dumps({**PROBE, "fastsafetensorsCluster": cluster})
+    for node in ("spark-1", "spark-2"):
+        mocks.stdouts[f"image-probe-{node}"] = answer
+    raw = qwen_raw()  # the recipe's loadFormat fastsafetensors
+    raw["environment"] = environment
+    if environment == "prod":
+        raw["nccl"] = {**raw["nccl"], "rdma": True}
+        raw["image"] = {"ref": "registry.example:5000/vllm@sha256:" + "a" * 64,
+                        "plainHttpRegistry": False}
+        raw["model"] = {**raw["model"], "revision": COMMIT}
+
+    @pulumi.runtime.test
+    def body():
+        h = build(raw=raw)
+
+        def check(_):
+            text = mocks.named("image-check").inputs["create"]
+            assert ("exit 1" in text) is fails, text
+            assert "fastsafetensors across 2 nodes" in text or cluster is True
+            if fails:
+                assert "image check failed: spark-1: loadFormat fastsafetensors" in text
+            elif cluster is not True:
+                assert "image check warning: spark-1: loadFormat fastsafetensors" in text
+
+        return settled(h).apply(check)
+
+    body()
