@@ -284,6 +284,21 @@ def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
     return errors, warnings
 
 
+def check_transport_visible(cfg: StackConfig) -> list[Finding]:
+    """With nccl.rdma outside dev the stack must see NCCL's transport after serving (the
+    verdict of inspection/nccl_transport fails closed); NCCL states it only at INFO, so a
+    quieter nccl.debug is refused here, before anything changes, not after vLLM was replaced."""
+    if not cfg.nccl.rdma or cfg.environment == "dev" or cfg.nccl.debug in ("INFO", "TRACE"):
+        return []
+    return [Finding(
+        node=cfg.nodes[0].name, check="nccl",
+        fact=f"nccl.rdma is true in {cfg.environment} but nccl.debug is {cfg.nccl.debug}: "
+             "NCCL states its transport only at INFO, so RDMA could not be verified after "
+             "serving",
+        fix="set spark-vllm:nccl.debug INFO (the stack reads only NCCL's init and network "
+            "lines: NCCL_DEBUG_SUBSYS=INIT,NET)")]
+
+
 def check_roce(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]:
     if not cfg.nccl.rdma:
         return []
@@ -701,6 +716,7 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         surveyed[node_cfg.name] = result
 
     errors += check_driver_consistency(cfg, surveyed)
+    errors += check_transport_visible(cfg)
 
     for node_cfg in cfg.nodes:
         f = surveyed.get(node_cfg.name)

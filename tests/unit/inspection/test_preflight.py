@@ -732,3 +732,18 @@ def test_two_stacks_one_with_ray_one_with_mp_share_the_nodes():
     assert [f.fact for f in only(err, "other_stack")] == [
         "port 29600 is taken by spark-vllm-other-serve of the stack spark-vllm/other; this "
         "stack listens there (spark-vllm:vllm.masterPort)"]
+
+
+def test_rdma_outside_dev_with_nccl_debug_below_info_is_refused_before_any_change():
+    """Issue 32: the transport verdict fails closed; a debug level that hides NCCL's choice
+    is refused at preflight instead of after vLLM was replaced."""
+    err = fail(config(environment="staging", nccl={"rdma": True, "debug": "WARN"}), good_facts())
+    (finding,) = only(err, "nccl")
+    assert "nccl.debug is WARN" in finding.fact and "nccl.debug INFO" in finding.fix
+    for ok in (config(environment="staging", nccl={"rdma": True, "debug": "INFO"}),
+               config(environment="dev", nccl={"rdma": True, "debug": "WARN"}),  # dev: a warning
+               config(environment="staging", nccl={"rdma": False, "debug": "WARN"})):
+        try:
+            preflight.check(ok, good_facts(), model_bytes=MODEL_BYTES)
+        except PreflightError as exc:
+            assert not only(exc, "nccl"), exc
