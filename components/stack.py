@@ -143,7 +143,7 @@ def build_stack(
         "image",
         VllmImageArgs(
             image=cfg.image, cluster=cluster, names=names, labels=labels, rdma=cfg.nccl.rdma,
-            load_format=cfg.vllm.load_format, after=fabric,
+            load_format=cfg.vllm.load_format, environment=cfg.environment, after=fabric,
         ),
     )
     model = ModelCache(

@@ -21,9 +21,11 @@ Once per image ID on every node, `image-probe-<node>` asks the image's own pytho
 carries (Python, torch and its CUDA, vLLM, Ray, libibverbs; hostscripts/payloads/image_probe.py),
 and `image-check` on the head reports them and fails, before Ray starts, on an image without
 Ray or vLLM, a Ray too old for token authentication, versions that differ between nodes, or
-no libibverbs with RDMA on (inspection/image_probe.judge); it warns when loadFormat
-fastsafetensors meets an image whose loader lacks the multi-node patch (image_probe.warnings).
-The probes are stack outputs.
+no libibverbs with RDMA on (inspection/image_probe.judge); when loadFormat fastsafetensors
+meets an image whose loader the probe does not show handling several nodes (or no
+fastsafetensors at all) it fails in prod and warns elsewhere (image_probe.loader_findings).
+The probes are stack outputs. The serve command itself is checked with the same payload by
+VllmServer's `vllm-serve-check-<node>` (components/vllm_server.py).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from hostscripts.images import (
     image_seeder_stop,
 )
 from hostscripts.paths import StackNames
-from inspection.image_probe import ImageProbe, ImageProbeError, judge, parse_probe, warnings
+from inspection.image_probe import ImageProbe, ImageProbeError, judge, loader_findings, parse_probe
 
 
 class ImageMismatchError(pulumi.RunError):
@@ -97,6 +99,7 @@ class VllmImageArgs:
     labels: Mapping[str, str]  # ownership labels for the probe's throw-away container
     rdma: bool  # nccl.rdma: the image must carry libibverbs
     load_format: str = "auto"  # vllm.loadFormat: fastsafetensors needs a patched image
+    environment: str = "dev"  # prod: an image not shown to load fastsafetensors across nodes stops
     # what must be done before any image moves (the fabric check): every child waits for it
     after: list[pulumi.Resource] = field(default_factory=list)
 
@@ -179,8 +182,10 @@ class VllmImage(pulumi.ComponentResource):
                 except ImageProbeError as exc:
                     problems.append(str(exc))
             lines = {n: p.line() for n, p in probes.items()}
-            warned = warnings(probes, load_format=args.load_format, nodes=len(args.cluster.nodes))
-            return lines, problems + judge(probes, rdma=args.rdma), warned
+            stop, warned = loader_findings(probes, load_format=args.load_format,
+                                           nodes=len(args.cluster.nodes),
+                                           prod=args.environment == "prod")
+            return lines, problems + judge(probes, rdma=args.rdma) + stop, warned
 
         judged = outs.apply(verdict)
         self.probe_summary = judged.apply(lambda v: v[0])

@@ -57,6 +57,7 @@ from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
+from hostscripts.images import image_probe
 from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
 from hostscripts.vllm import (
     CHAT_TEMPLATE,
@@ -72,6 +73,7 @@ from hostscripts.vllm import (
 )
 from inspection import memory_fit
 from inspection.hub import ModelManifest
+from inspection.image_probe import ImageProbeError, parse_serve_check
 from inspection.nccl_transport import parse_transport, verdict
 
 # Env keys vLLM's Ray executor must not copy from the driver to the workers: the per-node NCCL
@@ -114,6 +116,28 @@ def head_health_url(vllm: VllmConfig, head: SparkNode) -> str:
     return f"http://{host}:{vllm.port}/health"
 
 
+def serve_check_env(env: Mapping[str, str], *, ray: bool, head: bool) -> dict[str, str]:
+    """The VLLM_* variables a node's vLLM process gets from the stack: its containers' (the
+    nodes' env, a recipe's, the compile caches, Ray's IPC folder) and, for the head's Ray
+    driver, its config folder. Only VLLM_* ones: the check is vLLM's, and no secret is among
+    them (the API key is read from a file by the launcher)."""
+    out = {k: val for k, val in env.items() if k.startswith("VLLM_")}
+    if ray and head:
+        out["VLLM_CONFIG_ROOT"] = VLLM_CONFIG_ROOT
+    return dict(sorted(out.items()))
+
+
+def transport_nodes(vllm: VllmConfig, cluster: Cluster) -> list[str]:
+    """The nodes whose NCCL transport the head's vLLM log must show: none on one node (no
+    inter-node transport), the head only with vllm.executor mp (the other ranks log into their
+    own containers), every node with Ray (its workers' lines reach the driver's log)."""
+    if len(cluster.nodes) < 2:
+        return []
+    if vllm.executor == "mp":
+        return [cluster.head.name]
+    return [n.name for n in cluster.nodes]
+
+
 @dataclass
 class VllmServerArgs:
     vllm: VllmConfig
@@ -144,6 +168,8 @@ class VllmServer(pulumi.ComponentResource):
     serve: docker.Container  # the head's (the API)
     headless: dict[str, docker.Container]  # mp: the other nodes' `--headless` vLLM
     ranks_restart: remote.Command | None  # mp on more than one node
+    serve_checks: dict[str, remote.Command]  # per node: the serve command in the image's vLLM
+    serve_check: pulumi.Output[dict[str, str]]
     health: remote.Command
     nccl_log: remote.Command
     transport_check: remote.Command
@@ -176,6 +202,7 @@ class VllmServer(pulumi.ComponentResource):
             ignore_changes=again.ignore_changes,
             delete_before_replace=True,
         )
+        self._serve_checks(name, args)
         # Without Ray nothing else makes the nodes' compile-cache folders
         self.caches = (ray.caches if ray is not None
                        else compile_cache_dirs(name, self, args.cluster))
@@ -248,6 +275,7 @@ class VllmServer(pulumi.ComponentResource):
                 "container": self.serve.name,
                 "health": self.health.stdout,
                 "ncclTransport": self.transport,
+                "serveCheck": self.serve_check,
             }
         )
 
@@ -274,7 +302,9 @@ class VllmServer(pulumi.ComponentResource):
         labels = {**args.labels, "spark-vllm.role": "vllm-serve", "spark-vllm.node": node.name}
         extra_labels: list[docker.ContainerLabelArgs] = []
         uploads: list[docker.ContainerUploadArgs] = []
-        depends: list[pulumi.Resource] = [self.caches[node.name], *args.after]
+        # the serve command checked in the image on every node before a container is replaced
+        depends: list[pulumi.Resource] = [self.caches[node.name], *args.after,
+                                          *self.serve_checks.values()]
         ray_opts: dict[str, Any] = {}
         if is_head:
             labels.update(port_labels(v, args.cluster))
@@ -340,13 +370,60 @@ class VllmServer(pulumi.ComponentResource):
             ),
         )
 
+    def _serve_checks(self, name: str, args: VllmServerArgs) -> None:
+        """On every node, before any vLLM container is replaced: the exact serve argv (the
+        head's with Ray, the node's own with mp) and every VLLM_* variable its container gets,
+        through the serving image's own vLLM (hostscripts/payloads/image_probe.py with a
+        request). A rejected flag or refused value fails the `up` everywhere; outside dev an
+        unknown variable or a check that could not run does too. The request is in the
+        command's text: it runs again exactly when the argv, the env or the image change."""
+        runtime, v = args.runtime, args.vllm
+        head = args.cluster.head
+        labels = {**args.labels, "spark-vllm.role": "serve-check"}
+        template = serve_chat_template(v)
+        strict = args.environment != "dev"
+        self.serve_checks = {}
+        for node in args.cluster.nodes:
+            argv = self._argv(args, node if v.executor == "mp" else head)
+            env = serve_check_env(runtime.env(node), ray=args.ray is not None,
+                                  head=node is head)
+
+            def request(values: list[Any], env: dict[str, str] = env) -> str:
+                words, image = values
+                return image_probe(image or "", labels, {
+                    "argv": list(words)[2:], "env": env, "strict": strict, "timeout": 300,
+                    "chatTemplate": ({"path": CHAT_TEMPLATE, "text": template}
+                                     if template is not None else None),
+                })
+
+            self.serve_checks[node.name] = node.command(
+                f"{name}-serve-check-{node.name}",
+                self,
+                create=pulumi.Output.all(argv, runtime.image_ids[node.name]).apply(request),
+                depends_on=list(args.after),
+            )
+
+        def lines(stdouts: dict[str, str]) -> dict[str, str]:
+            out = {}
+            for node_name, text in sorted(stdouts.items()):
+                try:
+                    out[node_name] = parse_serve_check(node_name, text or "").line()
+                except ImageProbeError as exc:
+                    out[node_name] = f"unreadable: {exc}"
+            return out
+
+        self.serve_check = pulumi.Output.all(
+            **{n: c.stdout for n, c in self.serve_checks.items()}).apply(lines)
+
     def _transport(self, name: str, args: VllmServerArgs) -> None:
         """After the health gate: which transport NCCL chose on every node, read from the
-        running vLLM's log (inspection/nccl_transport.py). With nccl.rdma a TCP fallback fails
-        the `up` outside dev and warns in dev. Runs again whenever the gate ran again (the
+        running vLLM's log (inspection/nccl_transport.py). With nccl.rdma it fails closed: a
+        TCP fallback, or a node of `transport_nodes` whose transport the log does not show,
+        fails the `up` outside dev and warns in dev. Runs again whenever the gate ran again (the
         container's ID and the gate's run are in the text)."""
         head = args.cluster.head
         names = {f.ip: n.name for n in args.cluster.nodes for f in n.node.fabric}
+        expected = transport_nodes(args.vllm, args.cluster)
         self.nccl_log = head.command(
             f"{name}-nccl-log",
             self,
@@ -366,6 +443,7 @@ class VllmServer(pulumi.ComponentResource):
                 rdma=args.rdma,
                 strict=args.environment != "dev",
                 nccl_debug=args.nccl_debug,
+                expected=expected,
             )
         )
         self.transport = judged.apply(lambda v: v.lines)

@@ -8,7 +8,9 @@ seeder also stops on its own after SEED_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from hostscripts.common import image_id, label_flags, payload, q, verdict_script
 from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
@@ -77,15 +79,20 @@ def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
     )
 
 
-def image_probe(image: str, labels: Mapping[str, str]) -> str:
+def image_probe(image: str, labels: Mapping[str, str],
+                request: Mapping[str, Any] | None = None) -> str:
     """On every node, once per image ID: the image's own python reports what it carries
-    (payloads/image_probe.py), in a throw-away container without network or GPU."""
+    (payloads/image_probe.py), in a throw-away container without network or GPU. With a
+    `request` (the serve check: argv, VLLM_* env, chat template, strict) it also checks the
+    serve command with the image's vLLM and exits 1 on what must stop the `up`; the request is
+    in the text, so the check runs again whenever what it checks changes."""
     image = image_id(image)  # the daemon's answer: its exact form before any shell
+    tail = f" {q(json.dumps(request, sort_keys=True))}" if request is not None else ""
     return "\n".join(
         [
             "set -eu",
             f"docker run --rm --network none {label_flags(labels)} --entrypoint python3 "
-            f"{q(image)} -c {q(_PROBE_PY)}",
+            f"{q(image)} -c {q(_PROBE_PY)}{tail}",
         ]
     )
 

@@ -283,7 +283,8 @@ def vllm_nccl_lines(container: str, serve_marker: str) -> str:
 
     `serve_marker` (the vLLM container's ID and the gate's run) is in the text so a vLLM started
     again makes this run again."""
-    pattern = "NCCL INFO.*(NET/|Using network|via |GPU Direct RDMA|Init COMPLETE)"
+    pattern = ("NCCL INFO.*(NET/|Using network|via |GPU Direct RDMA|Init COMPLETE|P2P plugin"
+               "|NET plugin)")
     return "\n".join(
         [
             "set -eu",

@@ -131,6 +131,22 @@ class RoceFacts(_Facts):
         return self.state.lower() in {"up", "active"}
 
 
+class IbPort(_Facts):
+    """One port of `ibstat` (infiniband-diags): the CA, its type, and the port's state."""
+
+    ca: str  # mlx5_0, rocep1s0f1
+    ca_type: str = ""  # MT4129 = ConnectX-7
+    port: int
+    state: str  # Active | Down | Initializing | Armed | ...
+    physical_state: str = ""  # LinkUp | Disabled | Polling | ...
+    rate_gbps: float | None = None  # `Rate: 200` (None when the block holds no Rate line)
+    link_layer: str = ""  # Ethernet (RoCE) | InfiniBand
+
+    @property
+    def up(self) -> bool:
+        return self.state == "Active" and self.physical_state == "LinkUp"
+
+
 class NodeFacts(_Facts):
     node: str  # the config name of the node
     hostname: str = ""

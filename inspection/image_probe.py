@@ -14,9 +14,47 @@ import json
 import re
 from collections.abc import Mapping
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 RAY_TOKEN_AUTH = (2, 52)  # the first Ray release with RAY_AUTH_MODE=token
+
+
+class ServeCheck(BaseModel):
+    """The probe's check of the serve command with the image's own vLLM (payloads/image_probe.py
+    with a request): whether it ran, the parser's verdict, and the VLLM_* variables vLLM does
+    not know or refuses. The payload itself exits 1 on what must stop the `up`."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    checked: bool = False
+    ok: bool | None = None
+    parser: str | None = None  # the module whose make_arg_parser read the argv
+    error: str | None = None  # the parser's or validation's message when it rejected the argv
+    reason: str | None = None  # why the check could not run
+    unknown_env: list[str] = Field(default_factory=list, alias="unknownEnv")
+    bad_env: dict[str, str] = Field(default_factory=dict, alias="badEnv")
+
+    def line(self) -> str:
+        if not self.checked:
+            text = f"serve command not checked ({self.reason or 'no reason given'})"
+        elif self.ok:
+            text = f"serve command accepted by {self.parser}"
+        else:
+            text = f"serve command REJECTED: {self.error}"
+        if self.unknown_env:
+            text += f"; unknown to vLLM: {', '.join(self.unknown_env)}"
+        if self.bad_env:
+            text += f"; refused values: {', '.join(sorted(self.bad_env))}"
+        return text
+
+
+def parse_serve_check(node: str, text: str) -> ServeCheck:
+    """The serve check's answer (the `serve` object of the probe's last line)."""
+    probe = parse_probe(node, text)
+    if probe.serve is None:
+        clipped = text[-300:].replace("\n", "\\n")
+        raise ImageProbeError(f"{node}: the image probe printed no serve check: {clipped!r}")
+    return probe.serve
 
 
 class ImageProbe(BaseModel):
@@ -32,6 +70,7 @@ class ImageProbe(BaseModel):
     # vLLM's fastsafetensors loader uses vLLM's world group (patched for clusters), torch's
     # default WORLD group (stock: fails or hangs across nodes), or was not found (None)
     fastsafetensors_cluster: bool | None = None
+    serve: ServeCheck | None = None  # only when the probe was given a serve check request
 
     def line(self) -> str:
         cuda = f"CUDA {self.torch_cuda}" if self.torch_cuda else "no CUDA"
@@ -77,16 +116,19 @@ def version_tuple(v: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def warnings(probes: Mapping[str, ImageProbe], *, load_format: str, nodes: int) -> list[str]:
-    """What may go wrong and is worth saying, without stopping the `up`.
+def loader_findings(probes: Mapping[str, ImageProbe], *, load_format: str, nodes: int,
+                    prod: bool) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of loadFormat fastsafetensors with these images.
 
-    fastsafetensors across nodes: vLLM's stock loader passes torch's default WORLD group to
-    fastsafetensors, which fails or hangs in a multi-node cluster; eugr/spark-vllm-docker patches
-    it to use vLLM's world group (README section 8, fastsafetensors.patch;
-    https://github.com/foundation-model-stack/fastsafetensors/issues/36)."""
+    Across nodes vLLM's stock loader passes torch's default WORLD group to fastsafetensors,
+    which fails or hangs in a multi-node cluster; eugr/spark-vllm-docker patches it to use
+    vLLM's world group (README section 8, fastsafetensors.patch;
+    https://github.com/foundation-model-stack/fastsafetensors/issues/36). In prod an image
+    whose loader the probe does not show handling it (and an image without the package) stops
+    the `up`; elsewhere it is a warning."""
     out: list[str] = []
     if load_format != "fastsafetensors":
-        return out
+        return [], []
     for node, p in sorted(probes.items()):
         if p.fastsafetensors is None:
             out.append(f"{node}: loadFormat fastsafetensors but the image has no fastsafetensors "
@@ -97,7 +139,13 @@ def warnings(probes: Mapping[str, ImageProbe], *, load_format: str, nodes: int) 
                        f"known to carry the cluster patch (its loader is {known}: it uses torch's "
                        "default WORLD group); loads may fail or hang. Use an image built with the "
                        "patch (eugr/spark-vllm-docker fastsafetensors.patch) or loadFormat auto")
-    return out
+    return (out, []) if prod else ([], out)
+
+
+def warnings(probes: Mapping[str, ImageProbe], *, load_format: str, nodes: int) -> list[str]:
+    """What may go wrong and is worth saying outside prod, without stopping the `up`
+    (loader_findings)."""
+    return loader_findings(probes, load_format=load_format, nodes=nodes, prod=False)[1]
 
 
 def judge(probes: Mapping[str, ImageProbe], *, rdma: bool) -> list[str]:

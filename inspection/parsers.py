@@ -26,6 +26,7 @@ from inspection.facts import (
     DockerFacts,
     GpuFacts,
     HfRepoFacts,
+    IbPort,
     ImageFacts,
     InterfaceFacts,
     MemoryFacts,
@@ -177,13 +178,17 @@ def parse_nvidia_smi(text: str) -> list[GpuFacts]:
 
 
 QUERY_GPU_FIELDS = ("name", "compute_cap", "driver_version", "memory.total")
+# a header cell of `--format=csv`: a query field name, then its unit (`memory.total [MiB]`)
+_QUERY_HEADER = re.compile(r"[a-z_][a-z0-9_.]*(?: \[[^\]]*\])?")
 
 
 def parse_nvidia_smi_query(text: str, fields: tuple[str, ...] = QUERY_GPU_FIELDS) -> list[GpuFacts]:
     """`nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader`.
 
     memory.total is '[N/A]' on GB10 (memory_total_mib None); '122880 MiB' or, with nounits,
-    '122880' elsewhere.
+    '122880' elsewhere. With `--format=csv` (a header line, e.g. `index, name, memory.total
+    [MiB]`) the columns are read by the header's names instead of `fields`; a header without a
+    `name` column is refused.
     """
     kind = "nvidia-smi --query-gpu"
     if "No devices were found" in (text or ""):
@@ -191,6 +196,16 @@ def parse_nvidia_smi_query(text: str, fields: tuple[str, ...] = QUERY_GPU_FIELDS
     rows = _nonblank(text)
     if not rows:
         raise ParseError(kind, "empty output", text)
+    header = [c.strip() for c in rows[0].split(",")]
+    if all(_QUERY_HEADER.fullmatch(c) for c in header):
+        # `--format=csv` with its header line: the columns are named there (units dropped)
+        named = tuple(c.split(" [", 1)[0] for c in header)
+        if "name" not in named and "gpu_name" not in named:
+            raise ParseError(kind, "the header line names no `name` column", rows[0])
+        fields = tuple("name" if f == "gpu_name" else f for f in named)
+        rows = rows[1:]
+        if not rows:
+            raise ParseError(kind, "a header line and no GPU row", text)
     gpus = []
     for row in rows:
         cells = [c.strip() for c in row.split(",")]
@@ -393,6 +408,64 @@ def parse_ibdev2netdev(text: str) -> list[RoceFacts]:
         out.append(RoceFacts(device=m.group("dev"), port=int(m.group("port")),
                              netdev=m.group("netdev"), state=m.group("state")))
     return out
+
+
+_IBSTAT_CA = re.compile(r"^CA '(?P<ca>[^'\s]+)'$")
+_IBSTAT_PORT = re.compile(r"^Port (?P<port>\d+):$")
+_IBSTAT_KV = re.compile(r"^(?P<key>[A-Za-z][A-Za-z ]*?):\s*(?P<value>\S.*?)?\s*$")
+
+
+def parse_ibstat(text: str) -> list[IbPort]:
+    """`ibstat` (infiniband-diags): a `CA '<name>'` block of indented `Key: value` lines, with a
+    `Port <n>:` block per port. Every port must state its `State`; Physical state, Rate and
+    Link layer are read when present (a capture cut mid-block keeps what it shows). Empty
+    output: no CA. Anything else (a line outside a CA, a port without a State, a Rate that is
+    not a number) is a ParseError, never a guess."""
+    kind = "ibstat"
+    ports: list[IbPort] = []
+    ca: str | None = None
+    ca_type = ""
+    port: dict[str, str] | None = None
+    port_line = ""
+
+    def close() -> None:
+        if port is None:
+            return
+        if "State" not in port:
+            raise ParseError(kind, f"{ca} port {port['#']}: no 'State:' line", port_line)
+        rate = port.get("Rate")
+        if rate is not None and not re.fullmatch(r"\d+(?:\.\d+)?", rate):
+            raise ParseError(kind, f"{ca} port {port['#']}: Rate {rate!r} is not a number",
+                             rate)
+        assert ca is not None
+        ports.append(IbPort(ca=ca, ca_type=ca_type, port=int(port["#"]), state=port["State"],
+                            physical_state=port.get("Physical state", ""),
+                            rate_gbps=float(rate) if rate is not None else None,
+                            link_layer=port.get("Link layer", "")))
+
+    for line in _nonblank(text):
+        stripped = line.strip()
+        if m := _IBSTAT_CA.match(stripped):
+            close()
+            ca, ca_type, port = m.group("ca"), "", None
+        elif ca is None:
+            raise ParseError(kind, "expected a `CA '<name>'` line first", line)
+        elif m := _IBSTAT_PORT.match(stripped):
+            close()
+            port, port_line = {"#": m.group("port")}, line
+        elif m := _IBSTAT_KV.match(stripped):
+            key, value = m.group("key"), m.group("value") or ""
+            if port is not None:
+                if key in port:
+                    raise ParseError(kind, f"{ca} port {port['#']}: {key} appears twice", line)
+                port[key] = value
+            elif key == "CA type":
+                ca_type = value
+        else:
+            raise ParseError(kind, "line is neither `CA '<name>'`, `Port <n>:` nor `Key: value`",
+                             line)
+    close()
+    return ports
 
 
 _RDMA_LINK = re.compile(r"^link\s+(?P<dev>[^/\s]+)/(?P<port>\d+)\s+(?P<rest>.*)$")

@@ -230,6 +230,13 @@ def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
     for fab in node_cfg.fabric:
         name = fab.interface
         iface = f.interface(name)
+        if iface is None and "ip" in f.missing_tools:
+            errors.append(Finding(
+                node=f.node, check="fabric",
+                fact=f"cannot see fabric interface {name}: `ip` (iproute2) is not installed on "
+                     "the node, so recon could not list any interface",
+                fix="install iproute2 on the node (apt-get install iproute2), then run again"))
+            continue
         if iface is None:
             names = ", ".join(i.name for i in f.interfaces if i.name.startswith(("en", "ib")))
             listed = names or "none"
@@ -277,6 +284,21 @@ def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
                      f"below {SPARK_LINK_MBPS} on a Spark",
                 fix="use a 200G QSFP56 cable; behind a switch, force the switch port to 200G"))
     return errors, warnings
+
+
+def check_transport_visible(cfg: StackConfig) -> list[Finding]:
+    """With nccl.rdma outside dev the stack must see NCCL's transport after serving (the
+    verdict of inspection/nccl_transport fails closed); NCCL states it only at INFO, so a
+    quieter nccl.debug is refused here, before anything changes, not after vLLM was replaced."""
+    if not cfg.nccl.rdma or cfg.environment == "dev" or cfg.nccl.debug in ("INFO", "TRACE"):
+        return []
+    return [Finding(
+        node=cfg.nodes[0].name, check="nccl",
+        fact=f"nccl.rdma is true in {cfg.environment} but nccl.debug is {cfg.nccl.debug}: "
+             "NCCL states its transport only at INFO, so RDMA could not be verified after "
+             "serving",
+        fix="set spark-vllm:nccl.debug INFO (the stack reads only NCCL's init and network "
+            "lines: NCCL_DEBUG_SUBSYS=INIT,NET)")]
 
 
 def check_roce(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]:
@@ -696,6 +718,7 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         surveyed[node_cfg.name] = result
 
     errors += check_driver_consistency(cfg, surveyed)
+    errors += check_transport_visible(cfg)
 
     for node_cfg in cfg.nodes:
         f = surveyed.get(node_cfg.name)

@@ -225,6 +225,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
 
     def __init__(self) -> None:
         self.resources: list[pulumi.runtime.MockResourceArgs] = []
+        # a command's stdout by resource name (e.g. a recorded NCCL log for `vllm-nccl-log`)
+        self.stdouts: dict[str, str] = {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs):
         self.resources.append(args)
@@ -233,7 +235,8 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["imageId"] = fake_image_id(args.inputs["name"])
             outputs["repoDigest"] = args.inputs["name"]
         elif args.typ in ("command:remote:Command", "command:local:Command"):
-            outputs["stdout"] = PROBE_STDOUT if "-probe-" in args.name else f"{args.name}: ok"
+            outputs["stdout"] = self.stdouts.get(args.name) or (
+                PROBE_STDOUT if "-probe-" in args.name else f"{args.name}: ok")
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID
             return hashlib.sha256(args.name.encode()).hexdigest(), outputs

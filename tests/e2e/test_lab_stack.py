@@ -25,7 +25,9 @@ SERVE = "spark-vllm-dev-serve"  # vLLM's own container on the head (a Ray driver
 START_MARKER = "=== spark-vllm: vllm serve starts ==="  # the first line of each start's log
 # What a change of vLLM's flags may touch: the vLLM container (replaced), the gate after it and
 # the NCCL transport read from its log (and the VllmServer component's own props)
-VLLM_STEPS = {"vllm", "vllm-serve", "vllm-health", "vllm-nccl-log", "vllm-transport"}
+# with the serve command checked in the image on each lab node (issue 32) before vLLM changes
+VLLM_STEPS = {"vllm", "vllm-serve", "vllm-health", "vllm-nccl-log", "vllm-transport",
+              "vllm-serve-check-spark-1", "vllm-serve-check-spark-2"}
 
 
 def _models(d) -> list[str]:

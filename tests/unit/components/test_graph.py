@@ -47,8 +47,8 @@ def expected_counts(n: int) -> Counter:
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
             # ray ready; vLLM's API key file + health gate + NCCL log + transport check; n
             # fabric checks; n image probes + the image check; n page-cache drops; n
-            # compile-cache folders
-            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n,
+            # compile-cache folders; n serve checks (the serve command in the image's vLLM)
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n,
         }
     )
 

@@ -14,6 +14,7 @@ import yaml
 from hostscripts import vllm
 from tests.conftest import ROOT, config_raw, is_secret, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
+from tests.unit.inspection.recon_helpers import fixture
 
 QWEN_REPO = "Qwen/Qwen3.5-122B-A10B-FP8"
 TEMPLATE = "/etc/spark-vllm/chat-template.jinja"
@@ -237,14 +238,17 @@ def test_a_recipe_change_is_a_serve_flag_or_an_env_change(tmp_path, monkeypatch)
         return _registered(raw, monkeypatch)
 
     base = variant("base")
+    # the serve check in the image (issue 32) runs again on every node whenever what it checks
+    # changes: the argv, the chat template, the VLLM_* env; it is vLLM's, not the image's
+    checks = {"vllm-serve-check-spark-1", "vllm-serve-check-spark-2"}
     serve = _changed(base, variant("serve", maxNumBatchedTokens=4096, maxModelLen=131072))
-    assert serve == {"vllm", "vllm-serve"}, serve  # (a new container ID re-runs its gate)
+    assert serve == {"vllm", "vllm-serve", *checks}, serve  # (a new container ID re-runs its gate)
     template = _changed(base, variant("template", template=OWN_TEMPLATE + "{# edited #}"))
-    assert template == {"vllm-serve"}, template  # the text is an upload
+    assert template == {"vllm-serve", *checks}, template  # the text is an upload
     env = _changed(base, variant("env", env={**doc["env"], "VLLM_FLASHINFER_MOE_BACKEND":
                                              "throughput"}))
     # the nodes' env: the Ray containers and the vLLM container (the head's env is its too)
-    assert {"nccl", "ray-head", "ray-worker-spark-2", "vllm-serve"} <= env, env
+    assert {"nccl", "ray-head", "ray-worker-spark-2", "vllm-serve", *checks} <= env, env
     assert not {r for r in env if r.startswith(("image", "model"))}, env
     assert "vllm" not in env
 
@@ -409,12 +413,104 @@ def test_the_transport_is_read_after_the_health_gate_and_exported(build, mocks, 
         assert "vllm-health" in dependencies["vllm-nccl-log"]
         log = mocks.named("vllm-nccl-log").inputs["create"]
         assert "docker logs spark-vllm-dev-serve" in log and "NCCL INFO" in log
+        assert "P2P plugin|NET plugin" in log  # the plugin announcements are read too
         text = mocks.named("vllm-transport").inputs["create"]
-        # the mock log holds no NCCL lines: unknown, and with RDMA on a warning, no failure
+        # dev: the mock log holds no NCCL lines; with RDMA on a warning, no failure
         assert "nccl transport warning: the NCCL transport cannot be verified" in text
         assert "exit 1" not in text
         assert transport == {"all": "unknown: no NCCL transport lines (nccl.debug is WARN; INFO "
                                     "shows NCCL's choice)"}
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+def _staging(**nccl):
+    return {"environment": "staging", "nccl": {"rdma": True, "debug": "INFO", **nccl}}
+
+
+@pulumi.runtime.test
+def test_a_strict_rdma_stack_whose_log_shows_no_transport_fails_its_up(build, mocks):
+    """Issue 32: a stack that requires RDMA (outside dev) whose vLLM log shows no readable
+    transport fails the `up` (the transport check exits 1) with what to do; the real Spark log
+    here (tests/fixtures/nccl) holds NCCL lines and none naming the transport."""
+    mocks.stdouts["vllm-nccl-log"] = fixture("nccl/vllm-ray-spark-no-transport-lines-eugr.txt")
+    h = build(2, **_staging())
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert text.rstrip().endswith("exit 1")
+        assert ("nccl transport failed: the NCCL transport of spark-1, spark-2 cannot be "
+                "established from the vLLM log although nccl.rdma is true") in text
+        assert transport == {"all": "unknown: no NCCL transport lines (the log holds no NCCL "
+                                    "line that names a network, device or channel)"}
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_strict_rdma_stack_seeing_one_node_only_fails_naming_the_other(build, mocks):
+    """The real two-Spark IBext_v10 log shows the worker only: the head is not proven."""
+    worker = fixture("nccl/vllm-ray-ibext-v10-two-sparks-mark-ramsey.txt").replace(
+        "169.254.28.198", "192.168.177.12")
+    mocks.stdouts["vllm-nccl-log"] = worker
+    h = build(2, **_staging())
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "nccl transport failed: spark-1: no NCCL transport line from this node" in text
+        assert "spark-2" not in text.split("failed:", 1)[1].split("(lines seen from")[0]
+        assert transport["spark-2"].startswith("192.168.177.12: IB (IBext_v10) "
+                                               "devices=rocep1s0f1,roceP2p1s0f1 gdr=on")
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_strict_rdma_stack_seeing_ib_on_both_nodes_passes(build, mocks):
+    head = ("(EngineCore_DP0 pid=2301) spark-1:2301:2301 [0] NCCL INFO NET/IB : Made virtual "
+            "device [0] name=rocep1s0f1 speed=200000 ndevs=1\n")
+    mocks.stdouts["vllm-nccl-log"] = head + fixture(
+        "nccl/vllm-ray-ibext-v10-two-sparks-mark-ramsey.txt").replace("169.254.28.198",
+                                                                       "192.168.177.12")
+    h = build(2, **_staging())
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "exit 1" not in text and "warning" not in text
+        assert set(transport) == {"spark-1", "spark-2"}
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_the_lab_dev_stack_on_sockets_still_passes(build, mocks):
+    """The lab's dev stack (rdma false, Socket by design): a Socket log is no finding."""
+    mocks.stdouts["vllm-nccl-log"] = fixture("nccl/nccl-no-ib-device-socket-2.19.3.txt")
+    h = build(2, nccl={"rdma": False, "debug": "INFO"})
+
+    def check(values):
+        (transport,) = values
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "exit 1" not in text and "warning" not in text
+        assert transport["spark-1"].startswith("192.168.177.11: Socket TCP FALLBACK (NET/IB: no "
+                                               "device found) ifs=ens7:10.128.0.32")
+
+    return settled(h, h.vllm.transport).apply(check)
+
+
+@pulumi.runtime.test
+def test_with_mp_only_the_heads_transport_is_required(build, mocks):
+    mocks.stdouts["vllm-nccl-log"] = ("spark-1:1:2 [0] NCCL INFO NET/IB : Using "
+                                      "[0]rocep1s0f1:1/RoCE [RO]; OOB "
+                                      "enp1s0f1np1:192.168.177.11<0>\n")
+    h = build(2, vllm={"executor": "mp"}, **_staging())
+
+    def check(values):
+        text = mocks.named("vllm-transport").inputs["create"]
+        assert "exit 1" not in text, text
 
     return settled(h, h.vllm.transport).apply(check)
 
@@ -550,3 +646,104 @@ def test_the_policy_pack_refuses_a_kv_cache_that_cannot_fit(build, mocks):
                                 "83.5 GiB")
 
     return settled(h).apply(check)
+
+
+def _request(mocks, node: str) -> dict:
+    """The serve check's request on `node` (the JSON after the payload in its command)."""
+    import shlex
+
+    create = mocks.named(f"vllm-serve-check-{node}").inputs["create"]
+    words = shlex.split(create.split("\n", 1)[1])
+    assert words[:2] == ["docker", "run"] and "--network" in words and "none" in words
+    return json.loads(words[-1])
+
+
+@pulumi.runtime.test
+def test_the_serve_command_is_checked_in_the_image_on_every_node_before_vllm(
+        build, mocks, dependencies):
+    """Issue 32, item 5: the exact argv and every VLLM_* variable of the prod recipe go
+    through the serving image's own vLLM on every node; the vLLM container waits for every
+    check, so a rejected flag or unknown variable fails the `up` with the old one serving."""
+    h = build(raw={**qwen_raw(), "environment": "staging"})
+
+    def check(values):
+        argv, serve_check = values
+        for node in ("spark-1", "spark-2"):
+            r = _request(mocks, node)
+            assert r["argv"] == argv[2:]  # the exact words after `vllm serve` (Ray: the head's)
+            assert r["strict"] is True and r["timeout"] == 300
+            assert r["env"]["VLLM_FLASHINFER_MOE_BACKEND"] == "latency"  # the recipe's
+            assert all(k.startswith("VLLM_") for k in r["env"])
+            assert f"vllm-serve-check-{node}" in dependencies["vllm-serve"]
+            assert mocks.named(f"vllm-serve-check-{node}").inputs["create"].count(
+                "--label spark-vllm.role=serve-check") == 1
+        assert _request(mocks, "spark-1")["env"]["VLLM_CONFIG_ROOT"] == "/etc/spark-vllm/vllm-config"
+        assert "VLLM_CONFIG_ROOT" not in _request(mocks, "spark-2")["env"]
+        # the mock's stdout is no probe answer: the output says so, never "accepted"
+        assert all(line.startswith("unreadable:") for line in serve_check.values())
+
+    return settled(h, h.vllm.argv, h.vllm.serve_check).apply(check)
+
+
+@pulumi.runtime.test
+def test_dev_checks_too_but_only_a_rejected_flag_or_value_stops_it(build, mocks):
+    h = build(2)
+
+    def check(_):
+        assert _request(mocks, "spark-1")["strict"] is False
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_with_mp_each_node_checks_its_own_argv(build, mocks):
+    h = build(2, vllm={"executor": "mp"})
+
+    def check(_):
+        head, worker = _request(mocks, "spark-1")["argv"], _request(mocks, "spark-2")["argv"]
+        assert "--headless" in worker and "--headless" not in head
+        assert worker[worker.index("--node-rank") + 1] == "1"
+
+    return settled(h).apply(check)
+
+
+PROBE = {"libibverbs": True, "python": "3.12.3", "ray": "2.60.0", "torch": "2.13.0",
+         "torchCuda": "13.0", "vllm": "0.32.0", "fastsafetensors": "0.1.15"}
+
+
+@pytest.mark.parametrize(("environment", "cluster", "fails"), [
+    ("prod", False, True), ("prod", None, True), ("prod", True, False),
+    ("staging", False, False),
+])
+def test_fastsafetensors_across_nodes_is_an_error_in_prod_unless_the_loader_handles_it(
+        build, mocks, environment, cluster, fails):
+    """Issue 32, item 6: the stock loader uses torch's WORLD group (the known multi-node
+    failure); in prod that stops the `up` before Ray starts unless the probe shows the
+    patched loader; elsewhere it warns."""
+    answer = json.dumps({**PROBE, "fastsafetensorsCluster": cluster})
+    for node in ("spark-1", "spark-2"):
+        mocks.stdouts[f"image-probe-{node}"] = answer
+    raw = qwen_raw()  # the recipe's loadFormat fastsafetensors
+    raw["environment"] = environment
+    if environment == "prod":
+        raw["nccl"] = {**raw["nccl"], "rdma": True}
+        raw["image"] = {"ref": "registry.example:5000/vllm@sha256:" + "a" * 64,
+                        "plainHttpRegistry": False}
+        raw["model"] = {**raw["model"], "revision": COMMIT}
+
+    @pulumi.runtime.test
+    def body():
+        h = build(raw=raw)
+
+        def check(_):
+            text = mocks.named("image-check").inputs["create"]
+            assert ("exit 1" in text) is fails, text
+            assert "fastsafetensors across 2 nodes" in text or cluster is True
+            if fails:
+                assert "image check failed: spark-1: loadFormat fastsafetensors" in text
+            elif cluster is not True:
+                assert "image check warning: spark-1: loadFormat fastsafetensors" in text
+
+        return settled(h).apply(check)
+
+    body()

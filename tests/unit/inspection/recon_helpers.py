@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-GB10 = Path(__file__).resolve().parents[2] / "fixtures" / "gb10"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
+GB10 = FIXTURES / "gb10"
 SAMPLES = Path(__file__).resolve().parent / "samples"
 
 
@@ -19,6 +20,17 @@ def _body(path: Path) -> str:
 def gb10(name: str) -> str:
     """The raw output recorded in tests/fixtures/gb10/<name> (without its source line)."""
     return _body(GB10 / name)
+
+
+def fixture(path: str) -> str:
+    """The raw output recorded in tests/fixtures/<path> (without its source line), e.g.
+    `nccl/...` or `rdma/...`."""
+    return _body(FIXTURES / path)
+
+
+def fixtures(folder: str) -> list[str]:
+    """Every recorded output under tests/fixtures/<folder>, as `<folder>/<name>`."""
+    return sorted(f"{folder}/{p.name}" for p in (FIXTURES / folder).glob("*.txt"))
 
 
 def sample(name: str) -> str:

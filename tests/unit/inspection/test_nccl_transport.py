@@ -38,12 +38,14 @@ def test_recorded_oshlabs_fixture() -> None:
     assert node.node == HEAD
     assert (node.transport, node.nets, node.net_plugin) == ("IB", ["IBext_v11"], "IBext_v11")
     assert node.hcas == [ROCE_F0, ROCE_P2]
-    assert (node.relaxed_ordering, node.oob, node.gdr) == (True, None, "off")
+    # no `GPU Direct RDMA ... for HCA` statement: unknown; the channels without /GDRDMA are detail
+    assert (node.relaxed_ordering, node.oob, node.gdr, node.gdr_channels) == (True, None, "unknown",
+                                                                              "off")
     assert (node.channels, node.ranks, node.hosts) == ({"NET/IBext_v11": 4}, [0], [])
     assert socket_fallback(report) == []
     assert report.summary() == (
-        f"{HEAD}: IB (IBext_v11) hcas=rocep1s0f0:1/RoCE,roceP2p1s0f0:1/RoCE gdr=off "
-        "channels=NET/IBext_v11:4 ranks=0"
+        f"{HEAD}: IB (IBext_v11) hcas=rocep1s0f0:1/RoCE,roceP2p1s0f0:1/RoCE gdr=unknown "
+        "channels=NET/IBext_v11:4 channel-gdrdma=off ranks=0"
     )
     assert (report.lines_scanned, report.truncated, report.repeated_lines) == (5, False, 0)
 
@@ -90,7 +92,8 @@ def test_ibext_plugin_names(plugin: str) -> None:
         P1 + f"Channel 01/0 : 0[0] -> 1[0] [send] via NET/{plugin}/1/GDRDMA",
     )
     (node,) = parse_transport(text, HEAD).nodes
-    assert (node.transport, node.nets, node.net_plugin, node.gdr) == ("IB", [plugin], plugin, "on")
+    assert (node.transport, node.nets, node.net_plugin) == ("IB", [plugin], plugin)
+    assert (node.gdr, node.gdr_channels) == ("unknown", "on")  # no statement per HCA
     assert node.channels == {f"NET/{plugin}": 2}
 
 
@@ -109,11 +112,11 @@ def test_socket_fallback_with_interface() -> None:
         SocketIf(index=0, name="enp1s0f0np0", address=W1),
         SocketIf(index=1, name="enP7s7", address="10.0.0.11"),
     ]
-    assert (node.gdr, node.channels, node.ranks) == ("off", {"NET/Socket": 2}, [1])
+    assert (node.gdr, node.channels, node.ranks) == ("unknown", {"NET/Socket": 2}, [1])
     assert socket_fallback(report) == [W1]
     assert report.summary() == (
-        f"{W1}: Socket TCP FALLBACK ifs=enp1s0f0np0:{W1},enP7s7:10.0.0.11 gdr=off "
-        "channels=NET/Socket:2 ranks=1"
+        f"{W1}: Socket TCP FALLBACK ifs=enp1s0f0np0:{W1},enP7s7:10.0.0.11 gdr=unknown "
+        "channels=NET/Socket:2 channel-gdrdma=off ranks=1"
     )
 
 
@@ -192,17 +195,24 @@ def test_ray_prefixed_three_nodes_one_on_socket() -> None:
             ],
             "mixed",
         ),
-        (  # what the channels say wins over the per-HCA capability
+        (  # NCCL's statement per HCA is the truth; a channel without /GDRDMA is detail
             [
                 "NET/IB : GPU Direct RDMA Enabled for HCA 0 'rocep1s0f0'",
                 "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0",
             ],
-            "off",
+            "on",
         ),
-        (
+        (  # channels alone are no statement
             [
                 "Channel 00/0 : 0[0] -> 1[0] [send] via NET/IB/0/GDRDMA(PCI)/Shared",
                 "Channel 01/0 : 0[0] -> 1[0] [send] via NET/IB/1(1)/GDRDMA",
+            ],
+            "unknown",
+        ),
+        (  # the same HCA stated twice (two comms): its last word
+            [
+                "NET/IB : GPU Direct RDMA Disabled for HCA 0 'rocep1s0f0'",
+                "NET/IB : GPU Direct RDMA Enabled for HCA 0 'rocep1s0f0'",
             ],
             "on",
         ),

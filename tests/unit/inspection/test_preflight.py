@@ -170,6 +170,18 @@ def test_fabric_interface_missing():
     assert "enP2p1s0f1np1 does not exist" in finding.fact and "case-sensitive" in finding.fix
 
 
+def test_fabric_check_on_a_host_without_ip_says_iproute2_is_missing():
+    """Issue 32: a GPU host without `ip` gave "fabric interface ... does not exist (present:
+    none)"; the survey's `command not found` (rc 127) now names the missing tool."""
+    err = fail(config(), good_facts(ip_addr=("", 127, "ip: command not found")))
+    findings = only(err, "fabric")
+    assert [f.node for f in findings] == ["spark-2", "spark-2"]
+    assert findings[0].fact == ("cannot see fabric interface enp1s0f1np1: `ip` (iproute2) is not "
+                                "installed on the node, so recon could not list any interface")
+    assert "apt-get install iproute2" in findings[0].fix
+    assert all("does not exist" not in f.fact for f in err.findings)
+
+
 def test_fabric_interface_down():
     down = _ip_json(**{'"ifname":"enp1s0f1np1","flags":["BROADCAST","MULTICAST","UP","LOWER_UP"]':
                        '"ifname":"enp1s0f1np1","flags":["NO-CARRIER","BROADCAST","MULTICAST","UP"]'})
@@ -725,3 +737,18 @@ def test_two_stacks_one_with_ray_one_with_mp_share_the_nodes():
     assert [f.fact for f in only(err, "other_stack")] == [
         "port 29600 is taken by spark-vllm-other-serve of the stack spark-vllm/other; this "
         "stack listens there (spark-vllm:vllm.masterPort)"]
+
+
+def test_rdma_outside_dev_with_nccl_debug_below_info_is_refused_before_any_change():
+    """Issue 32: the transport verdict fails closed; a debug level that hides NCCL's choice
+    is refused at preflight instead of after vLLM was replaced."""
+    err = fail(config(environment="staging", nccl={"rdma": True, "debug": "WARN"}), good_facts())
+    (finding,) = only(err, "nccl")
+    assert "nccl.debug is WARN" in finding.fact and "nccl.debug INFO" in finding.fix
+    for ok in (config(environment="staging", nccl={"rdma": True, "debug": "INFO"}),
+               config(environment="dev", nccl={"rdma": True, "debug": "WARN"}),  # dev: a warning
+               config(environment="staging", nccl={"rdma": False, "debug": "WARN"})):
+        try:
+            preflight.check(ok, good_facts(), model_bytes=MODEL_BYTES)
+        except PreflightError as exc:
+            assert not only(exc, "nccl"), exc

@@ -33,14 +33,19 @@ def test_a_socket_fallback_with_rdma_fails_outside_dev_and_warns_in_dev():
     assert "TCP FALLBACK" in plain.lines["spark-2"]
 
 
-def test_no_nccl_lines_is_unknown_and_says_why():
+def test_no_nccl_lines_is_unknown_and_fails_closed_with_rdma_outside_dev():
     quiet = verdict(parse_transport("", "192.168.177.11"), names=NAMES, rdma=True, strict=True,
                     nccl_debug="WARN")
     assert quiet.lines == {"all": "unknown: no NCCL transport lines (nccl.debug is WARN; INFO "
                                   "shows NCCL's choice)"}
-    assert quiet.problems == [] and len(quiet.warnings) == 1
+    # issue 32: a transport the log cannot show is a failure in a stack that requires RDMA
+    assert quiet.warnings == [] and len(quiet.problems) == 1
+    assert "set spark-vllm:nccl.debug INFO" in quiet.problems[0]
+    blind = verdict(parse_transport("", "192.168.177.11"), names=NAMES, rdma=True, strict=True,
+                    nccl_debug="INFO")
+    assert len(blind.problems) == 1 and "cannot be established" in blind.problems[0]
     lab = verdict(parse_transport("gloo only\n", "192.168.177.11"), names=NAMES, rdma=False,
                   strict=False, nccl_debug="INFO")
-    assert lab.lines == {"all": "unknown: no NCCL transport lines (NCCL was not used or logged "
-                                "nothing)"}
-    assert lab.warnings == []
+    assert lab.lines == {"all": "unknown: no NCCL transport lines (the log holds no NCCL line "
+                                "that names a network, device or channel)"}
+    assert lab.warnings == [] and lab.problems == []
