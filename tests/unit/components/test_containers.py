@@ -215,7 +215,8 @@ def test_recipe_env_reaches_every_nodes_ray_container(build, mocks):
     """The 122B recipe's env (Pulumi.prod.yaml's recipe) is in the container of every node, so
     in the vLLM driver (docker exec inherits it) and in every Ray worker; the policies see it
     in the NcclEnvironment's per-node env. A stack-file extraEnv entry wins over the recipe's."""
-    h = build(raw=_qwen_raw(3, extraEnv={"PYTORCH_ALLOC_CONF": "expandable_segments:False"}))
+    h = build(raw=_qwen_raw(3, extraEnv={"PYTORCH_ALLOC_CONF": "expandable_segments:False",
+                                         "VLLM_LOGGING_LEVEL": "DEBUG"}))
 
     def check(_):
         nodes = {"ray-head": "spark-1", "ray-worker-spark-2": "spark-2",
@@ -223,10 +224,10 @@ def test_recipe_env_reaches_every_nodes_ray_container(build, mocks):
         props = {n["name"]: n["env"] for n in mocks.named("nccl").inputs["nodes"]}
         for i, (container, node) in enumerate(nodes.items(), start=1):
             env = envs(mocks.named(container).inputs)
-            assert env["VLLM_FLASHINFER_MOE_BACKEND"] == "latency", container
             assert env["PYTORCH_ALLOC_CONF"] == "expandable_segments:False"  # the stack file's
+            assert env["VLLM_LOGGING_LEVEL"] == "DEBUG", container
             assert env["RAY_OVERRIDE_NODE_IP_ADDRESS"] == f"192.168.177.{10 + i}"
-            assert props[node]["VLLM_FLASHINFER_MOE_BACKEND"] == "latency"
+            assert props[node]["PYTORCH_ALLOC_CONF"] == "expandable_segments:False"
 
     return settled(h).apply(check)
 

@@ -245,8 +245,7 @@ def test_a_recipe_change_is_a_serve_flag_or_an_env_change(tmp_path, monkeypatch)
     assert serve == {"vllm", "vllm-serve", *checks}, serve  # (a new container ID re-runs its gate)
     template = _changed(base, variant("template", template=OWN_TEMPLATE + "{# edited #}"))
     assert template == {"vllm-serve", *checks}, template  # the text is an upload
-    env = _changed(base, variant("env", env={**doc["env"], "VLLM_FLASHINFER_MOE_BACKEND":
-                                             "throughput"}))
+    env = _changed(base, variant("env", env={**doc["env"], "VLLM_LOGGING_LEVEL": "DEBUG"}))
     # the nodes' env: the Ray containers and the vLLM container (the head's env is its too)
     assert {"nccl", "ray-head", "ray-worker-spark-2", "vllm-serve", *checks} <= env, env
     assert not {r for r in env if r.startswith(("image", "model"))}, env
@@ -664,7 +663,9 @@ def test_the_serve_command_is_checked_in_the_image_on_every_node_before_vllm(
     """Issue 32, item 5: the exact argv and every VLLM_* variable of the prod recipe go
     through the serving image's own vLLM on every node; the vLLM container waits for every
     check, so a rejected flag or unknown variable fails the `up` with the old one serving."""
-    h = build(raw={**qwen_raw(), "environment": "staging"})
+    raw = qwen_raw()
+    raw["nccl"] = {**raw["nccl"], "extraEnv": {"VLLM_LOGGING_LEVEL": "DEBUG"}}
+    h = build(raw={**raw, "environment": "staging"})
 
     def check(values):
         argv, serve_check = values
@@ -672,7 +673,7 @@ def test_the_serve_command_is_checked_in_the_image_on_every_node_before_vllm(
             r = _request(mocks, node)
             assert r["argv"] == argv[2:]  # the exact words after `vllm serve` (Ray: the head's)
             assert r["strict"] is True and r["timeout"] == 300
-            assert r["env"]["VLLM_FLASHINFER_MOE_BACKEND"] == "latency"  # the recipe's
+            assert r["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"  # the stack file's
             assert all(k.startswith("VLLM_") for k in r["env"])
             assert f"vllm-serve-check-{node}" in dependencies["vllm-serve"]
             assert mocks.named(f"vllm-serve-check-{node}").inputs["create"].count(

@@ -77,8 +77,7 @@ def test_the_122b_recipe_is_the_communitys_serve_line():
         "language_model_only": True, "enable_expert_parallel": True, "reasoning_parser": "qwen3",
         "enable_auto_tool_choice": True, "tool_call_parser": "qwen3_coder",
     }
-    assert r.env == {"VLLM_FLASHINFER_MOE_BACKEND": "latency",
-                     "PYTORCH_ALLOC_CONF": "expandable_segments:True"}
+    assert r.env == {"PYTORCH_ALLOC_CONF": "expandable_segments:True"}
     assert r.launcher_env == {}
 
 
@@ -122,8 +121,7 @@ def test_stack_file_keys_win_over_the_recipe_and_the_recipe_over_defaults():
     assert v.enable_expert_parallel is False  # explicit false
     assert v.max_num_batched_tokens == 8192 and v.language_model_only  # the recipe's
     assert v.enforce_eager is False and v.host == "0.0.0.0"  # neither: the defaults
-    assert cfg.nccl.extra_env == {"VLLM_FLASHINFER_MOE_BACKEND": "latency",
-                                  "PYTORCH_ALLOC_CONF": "expandable_segments:False", "X_Y": "1"}
+    assert cfg.nccl.extra_env == {"PYTORCH_ALLOC_CONF": "expandable_segments:False", "X_Y": "1"}
     assert raw["nccl"]["extraEnv"] == {"PYTORCH_ALLOC_CONF": "expandable_segments:False",
                                        "X_Y": "1"}  # the caller's mapping is not changed
     no_recipe = copy.deepcopy(raw)
