@@ -60,14 +60,14 @@ test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hos
 # scripts/run_tests.py runs the tiers as separate pytest processes (the mock tests install
 # Pulumi's global mock monitor, which the engine tests must not inherit), fails on any skipped
 # test, and prints each tier's time and the 15 slowest tests. docs/testing.md: what proves what.
-test: require-root setup lint ## the whole suite: lint, unit, engine, lab, e2e, promote (CI; ~40 min)
+test: require-root setup lint ## the whole suite: lint, unit, engine, promote, lab, e2e (CI; ~40 min)
 	$(PY) scripts/run_tests.py $(TEST_ARGS)
 
 test-all: require-root setup lint ## make test plus the long tail of e2e cases (docs/testing.md; ~75 min)
 	$(PY) scripts/run_tests.py --all $(TEST_ARGS)
 
 require-root:
-	@test "$$(id -u)" = 0 || { echo "make test: the lab, e2e and promote tiers drive simulated Sparks (network namespaces, a dockerd per node), which needs root. Run it as root; nothing was run." >&2; exit 2; }
+	@test "$$(id -u)" = 0 || { echo "make test: the lab and e2e tiers drive simulated Sparks (network namespaces, a dockerd per node), which needs root. Run it as root; nothing was run." >&2; exit 2; }
 
 demo: setup ## bring up the lab, `pulumi up` the dev stack, show a completion
 	scripts/demo.sh $(STACK)

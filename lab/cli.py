@@ -71,6 +71,7 @@ from lab.util import (
     require_root,
     rmtree_robust,
     run,
+    session_held_by_parent,
     wait_for,
 )
 
@@ -322,19 +323,6 @@ def take_lock(verb: str) -> None:
         fcntl.flock(_LOCK_FD, fcntl.LOCK_EX)
 
 
-def _ancestors() -> set[int]:
-    """The pids of this process's parents, up to init."""
-    found, pid = set(), os.getpid()
-    while pid > 1:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-        found.add(pid)
-    return found
-
-
 def take_session_lock(verb: str) -> None:
     """The lab session lock (layout.SESSION_LOCK), unless a parent of this process holds it.
 
@@ -342,8 +330,7 @@ def take_session_lock(verb: str) -> None:
     down` from another shell meanwhile (`make lab-down`) waits instead of removing the lab under
     it. Held until this process exits."""
     global _SESSION_FD
-    holder = os.environ.get(SESSION_ENV, "")
-    if holder.isdigit() and int(holder) in _ancestors():
+    if session_held_by_parent(SESSION_ENV):
         return
     _SESSION_FD = open(SESSION_LOCK, "a")  # noqa: SIM115  (held until exit)
     try:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from lab.layout import SESSION_ENV, SESSION_LOCK
+from lab.util import session_held_by_parent
 
 ROOT = Path(__file__).resolve().parents[1]
 LAB = [sys.executable, str(ROOT / "lab" / "lab.py")]
@@ -54,7 +55,8 @@ class _Held:
             if _LOCK["holders"] == 0:
                 _LOCK["fh"].close()
                 _LOCK["fh"] = None
-                os.environ.pop(SESSION_ENV, None)
+                if os.environ.get(SESSION_ENV) == str(os.getpid()):
+                    os.environ.pop(SESSION_ENV, None)
 
 
 def lock_lab() -> _Held:
@@ -67,9 +69,10 @@ def lock_lab() -> _Held:
 
     if _LOCK["fh"] is None:
         fh = open(LAB_LOCK, "a")  # noqa: SIM115  (held until the last holder closes it)
-        fcntl.flock(fh, fcntl.LOCK_EX)
+        if not session_held_by_parent(SESSION_ENV):  # else the test runner holds it for us
+            fcntl.flock(fh, fcntl.LOCK_EX)
+            os.environ[SESSION_ENV] = str(os.getpid())  # the lab.py runs of this session
         _LOCK["fh"] = fh
-        os.environ[SESSION_ENV] = str(os.getpid())  # the lab.py runs of this session: no wait
     _LOCK["holders"] += 1
     return _Held()
 

@@ -24,6 +24,28 @@ APT_PKGS = {"dockerd": "docker.io", "debootstrap": "debootstrap",
             "iptables": "iptables", "unpigz": "pigz"}  # unpigz: dockerd's fast layer unpacking
 
 
+# --------------------------------------------------------------------------- the session lock
+def ancestors() -> set[int]:
+    """The pids of this process's parents, up to init."""
+    found, pid = set(), os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+        found.add(pid)
+    return found
+
+
+def session_held_by_parent(env_name: str) -> bool:
+    """True when the lab session lock is held by a parent of this process: it names itself in
+    the environment variable `env_name` (layout.SESSION_ENV) and is one of our ancestors (a
+    stale value inherited from elsewhere does not count)."""
+    holder = os.environ.get(env_name, "")
+    return holder.isdigit() and int(holder) in ancestors()
+
+
 # --------------------------------------------------------------------------- messages
 def log(msg: str) -> None:
     print(f"[lab {time.strftime('%H:%M:%S')}] {msg}", flush=True)

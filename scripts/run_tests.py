@@ -10,8 +10,10 @@ failure) the run prints each tier's wall time and result and the 15 slowest test
 
 Strict, as CI needs it: SPARK_VLLM_STRICT_SKIPS=1 makes any skipped test fail its tier
 (tests/conftest.py), and a run that needs the lab refuses at once when not run as root instead
-of skipping whole tiers. `--all` adds the long tail (tests marked `long`, docs/testing.md) to
-the e2e tier.
+of skipping whole tiers. A run that needs the lab holds the lab's session lock from its first
+tier to its last (lab/layout.py SESSION_LOCK), so a `make lab-down` or `make demo` from another
+shell waits for the whole run, not only for one tier. `--all` adds the long tail (tests marked
+`long`, docs/testing.md) to the lab and e2e tiers.
 
 Stdlib only; run it with the project's virtualenv python (the Makefile does).
 """
@@ -19,6 +21,7 @@ Stdlib only; run it with the project's virtualenv python (the Makefile does).
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import subprocess
 import sys
@@ -28,6 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from lab.layout import SESSION_ENV, SESSION_LOCK  # noqa: E402  (stdlib only)
+
 CACHE = Path(os.environ.get("SPARK_VLLM_CACHE", Path.home() / ".cache" / "spark-vllm"))
 
 
@@ -42,7 +48,7 @@ class Tier:
 
 
 # In the order they run. The lab tier's down/up test (test_zz_down) runs last, on its own: it
-# wipes the nodes' HF and compile caches, which the e2e and promote tiers reuse.
+# wipes the nodes' HF and compile caches, which the e2e tier reuses from the lab tier.
 TIERS = [
     # unit + policies: mocks only, no hosts; two workers (pytest-xdist) on this 2-core machine
     Tier("fast", ["tests/unit", "tests/policies"], ["-n", "2"]),
@@ -136,6 +142,15 @@ def main(argv: list[str] | None = None) -> int:
               "a dockerd per simulated Spark), which needs root; run it as root (e.g. "
               "`sudo make test`). Nothing was run.", file=sys.stderr)
         return 2
+    if needs_root:
+        lock = open(SESSION_LOCK, "a")  # noqa: SIM115  (held until this process exits)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for the lab: another session (make demo, a test run) holds "
+                  f"{SESSION_LOCK}", flush=True)
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        os.environ[SESSION_ENV] = str(os.getpid())  # the tiers' lab users are this session's
     reports = CACHE / "test-reports" / time.strftime("%Y%m%d-%H%M%S")
     reports.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []

@@ -101,7 +101,6 @@ class SharedStack:
     d: Deployment
     first_up: FirstUp | None = None
     destroyed: bool = False
-    broken_by: str | None = None
     modules: list[str] = field(default_factory=list)
 
     def begin(self, module: str) -> Deployment:

@@ -265,6 +265,12 @@ def test_secrets_never_in_plaintext_and_api_key_enforced(deployment):
     with timed("full up with secrets"):
         r = d.run("up", on_output=on_output)
     assert r.summary.result == "succeeded"
+    # each secret's path ran in this up (the stack was converged without them): the HF token
+    # is model-fetch's stdin, the API key the key file and vLLM's launcher, the SSH key every
+    # connection
+    ops = d.ops()
+    print(f"[observed] the up with secrets ran: {sorted(ops)}")
+    assert {"model-fetch", "vllm-api-key", "vllm-serve"} <= set(ops), ops
     events = [plain(e) for e in d.events]
     # the Ray cluster token the stack made: on every node only in its root-only file
     token = d.ssh(HEAD, "cat /var/lib/spark-vllm/stacks/dev/ray/auth-token").strip()

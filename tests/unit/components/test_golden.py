@@ -2,7 +2,7 @@
 
 For a few representative stacks, every resource's type, name and inputs (the remote scripts,
 container commands and environments, provider settings) and the full set of URNs are compared
-with the JSON files in tests/unit/golden/. A byte change to a script that runs on a host, a
+with the JSON files in tests/unit/components/golden/. A byte change to a script that runs on a host, a
 renamed resource or a moved parent shows up here, in review, before it reaches a stack (where it
 would re-run that command or replace that resource once). Regenerate deliberately with
 `GOLDEN_UPDATE=1 make test-unit` and read the diff.
