@@ -141,7 +141,8 @@ class RayCluster(pulumi.ComponentResource):
             self,
             create=self.container_ids.apply(
                 lambda ids: ray_ready(
-                    names.ray_head, len(cluster.nodes), gpus, args.ready_timeout_seconds, ids
+                    names.ray_head, len(cluster.nodes), gpus, args.ready_timeout_seconds, ids,
+                    [n.fabric_ip for n in cluster.nodes],
                 )
             ),
             depends_on=all_containers,

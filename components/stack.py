@@ -192,6 +192,7 @@ def build_stack(
             manifest=manifest,
             commit=model.commit,
             after=[] if with_ray else [image, model, *stopped],
+            checks_after=[model] if with_ray else [],
             model_bytes=model.model_bytes,
             api_key=made.api_key,
             rdma=cfg.nccl.rdma,

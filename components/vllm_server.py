@@ -157,6 +157,9 @@ class VllmServerArgs:
     rdma: bool = False  # nccl.rdma: a TCP fallback of NCCL is then a finding
     nccl_debug: str = "WARN"
     after: list[pulumi.Resource] = field(default_factory=list)
+    # what the serve checks wait for besides `after`: the model on every node (vLLM's engine
+    # arguments resolve the served snapshot offline)
+    checks_after: list[pulumi.Resource] = field(default_factory=list)
     # recon's reason to start vLLM again with unchanged flags (stack.vllm_restart_reason)
     restart_reason: str | None = None
     # per node, the memory shares (gpuMemoryUtilization) of the services placed there: the
@@ -394,13 +397,13 @@ class VllmServer(pulumi.ComponentResource):
                     "argv": list(words)[2:], "env": env, "strict": strict, "timeout": 300,
                     "chatTemplate": ({"path": CHAT_TEMPLATE, "text": template}
                                      if template is not None else None),
-                })
+                }, hf_cache=runtime.cache_dir)
 
             self.serve_checks[node.name] = node.command(
                 f"{name}-serve-check-{node.name}",
                 self,
                 create=pulumi.Output.all(argv, runtime.image_ids[node.name]).apply(request),
-                depends_on=list(args.after),
+                depends_on=[*args.after, *args.checks_after],
             )
 
         def lines(stdouts: dict[str, str]) -> dict[str, str]:

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hostscripts.common import image_id, label_flags, payload, q, verdict_script
-from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
+from hostscripts.paths import HF_MOUNT, IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
 _FETCH_PY = payload("fetch_url.py")
@@ -80,18 +80,22 @@ def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
 
 
 def image_probe(image: str, labels: Mapping[str, str],
-                request: Mapping[str, Any] | None = None) -> str:
+                request: Mapping[str, Any] | None = None, hf_cache: str | None = None) -> str:
     """On every node, once per image ID: the image's own python reports what it carries
     (payloads/image_probe.py), in a throw-away container without network or GPU. With a
     `request` (the serve check: argv, VLLM_* env, chat template, strict) it also checks the
     serve command with the image's vLLM and exits 1 on what must stop the `up`; the request is
-    in the text, so the check runs again whenever what it checks changes."""
+    in the text, so the check runs again whenever what it checks changes. `hf_cache` (the
+    node's model cache, read-only, offline as vLLM serves it): vLLM's engine arguments resolve
+    the served snapshot, which must be there."""
     image = image_id(image)  # the daemon's answer: its exact form before any shell
     tail = f" {q(json.dumps(request, sort_keys=True))}" if request is not None else ""
+    cache = (f"-v {q(hf_cache + ':' + HF_MOUNT + ':ro')} -e HF_HOME={HF_MOUNT} "
+             "-e HF_HUB_OFFLINE=1 " if hf_cache is not None else "")
     return "\n".join(
         [
             "set -eu",
-            f"docker run --rm --network none {label_flags(labels)} --entrypoint python3 "
+            f"docker run --rm --network none {label_flags(labels)} {cache}--entrypoint python3 "
             f"{q(image)} -c {q(_PROBE_PY)}{tail}",
         ]
     )

@@ -3,9 +3,19 @@ shows every node and every GPU)."""
 
 from __future__ import annotations
 
+import ipaddress
+
 from hostscripts.common import container_ids as checked_ids
-from hostscripts.common import legacy_file_remove, q, secret_file_write, stack_file_remove
+from hostscripts.common import (
+    legacy_file_remove,
+    payload,
+    q,
+    secret_file_write,
+    stack_file_remove,
+)
 from hostscripts.paths import COMPILE_CACHE_DIR, LEGACY_RAY_TOKEN_FILE, StackNames
+
+_DRAIN_PY = payload("ray_drain.py")
 
 
 def ray_token_write(names: StackNames) -> str:
@@ -35,17 +45,30 @@ def ray_token_remove(names: StackNames) -> str:
     return stack_file_remove(names, names.ray_token_file)
 
 
-def ray_ready(container: str, nodes: int, gpus: int, timeout: int, container_ids: str) -> str:
+def ray_ready(container: str, nodes: int, gpus: int, timeout: int, container_ids: str,
+              addresses: list[str] | None = None) -> str:
     """On the head: poll `ray status` until every node and GPU has joined, or fail loudly.
 
-    `container_ids` (the Ray containers, so a replaced one re-runs this) are checked to be IDs
-    before they land in the comment line."""
+    With `addresses` (the stack's nodes' Ray addresses, validated IPv4 from the config): when
+    `ray status` shows more nodes than the stack has, the extra ones left the stack and are
+    drained first (payloads/ray_drain.py), so the vLLM that starts after this places no rank on
+    a node whose Ray container goes at the end of the update. `container_ids` (the Ray
+    containers, so a replaced one re-runs this) are checked to be IDs before they land in the
+    comment line."""
     container_ids = checked_ids(container_ids)
+    drain = [] if addresses is None else [
+        f"  if [ \"$n\" -gt {nodes} ] && [ -z \"$drained\" ]; then",
+        f"    docker exec {q(container)} python3 -c {q(_DRAIN_PY)} "
+        + " ".join(q(str(ipaddress.IPv4Address(a))) for a in addresses),
+        "    drained=1",
+        "  fi",
+    ]
     return "\n".join(
         [
             "set -eu",
             f"# ray containers: {container_ids}",
             f"end=$(( $(date +%s) + {int(timeout)} ))",
+            "drained=",
             "while :; do",
             f"  out=$(docker exec {q(container)} ray status 2>&1) || true",
             "  n=$(printf '%s\\n' \"$out\" | awk '/^Active:/{a=1;next} /^[A-Za-z]/{a=0} "
@@ -53,6 +76,7 @@ def ray_ready(container: str, nodes: int, gpus: int, timeout: int, container_ids
             "  g=$(printf '%s\\n' \"$out\" | awk '$2==\"GPU\"{split($1,p,\"/\"); "
             "print int(p[2]); exit}')",
             "  g=${g:-0}",
+            *drain,
             f"  if [ \"$n\" -ge {nodes} ] && [ \"$g\" -ge {gpus} ]; then",
             "    echo \"ray ready: $n nodes, $g GPUs\"; exit 0",
             "  fi",

@@ -57,6 +57,75 @@ def test_ray_ready_times_out_with_a_clear_error(tmp_path):
     assert "want 3 nodes and 3 GPUs, have 2 nodes and 2 GPUs" in out.stderr
 
 
+_FAKE_RAY = """# FAKE ray module for the drain payload's test: three alive nodes, one of them gone
+def init(**_kw): pass
+def shutdown(): pass
+def nodes():
+    return [{"Alive": True, "NodeManagerAddress": ip, "NodeID": "id-" + ip}
+            for ip in ("192.168.177.11", "192.168.177.12", "192.168.177.13")] + [
+            {"Alive": False, "NodeManagerAddress": "192.168.177.14", "NodeID": "id-dead"}]
+"""
+
+
+def _three_node_status() -> str:
+    """The recorded 2-node `ray status` with a third active node (one that left the stack)."""
+    lines = _ray_status_text().splitlines(keepends=True)
+    i = next(i for i, line in enumerate(lines) if "node_" in line)
+    return "".join([*lines[: i + 1], lines[i].replace("node_", "node_ffff"), *lines[i + 1:]])
+
+
+def _drain_env(tmp_path: Path, ray_cli: str) -> tuple[dict[str, str], Path]:
+    """A docker whose `exec ... python3` runs locally with the FAKE ray module, a FAKE `ray` CLI
+    that logs its arguments, and a 3-node status."""
+    status = tmp_path / "status.txt"
+    status.write_text(_three_node_status())
+    env = _fake_docker(tmp_path, 'if [ "$1" = exec ] && [ "$3" = python3 ]; then shift 3; '
+                                 f'exec python3 "$@"; fi\ncat {status}\n')
+    (tmp_path / "mod").mkdir()
+    (tmp_path / "mod" / "ray.py").write_text(_FAKE_RAY)
+    log = tmp_path / "ray-cli.log"
+    cli = tmp_path / "bin" / "ray"
+    cli.write_text(f"#!/bin/sh\necho \"$*\" >> {log}\n{ray_cli}")
+    cli.chmod(0o755)
+    return {**env, "PYTHONPATH": str(tmp_path / "mod")}, log
+
+
+def test_ray_ready_drains_a_node_that_left_the_stack_once(tmp_path):
+    """Issue 28's node-leaves case: Pulumi deletes the leaving node's Ray container last, after
+    vLLM's new container placed its ranks; the ray-ready step drains it first."""
+    env, log = _drain_env(tmp_path, "exit 0\n")
+    script = ray.ray_ready("head", 2, 2, 5, f"{ID_A} {ID_B}", ["192.168.177.11", "192.168.177.12"])
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["drained Ray node 192.168.177.13: not one of the stack's nodes",
+                                       "ray ready: 3 nodes, 2 GPUs"]
+    assert log.read_text().splitlines() == [
+        "drain-node --node-id id-192.168.177.13 --reason DRAIN_NODE_REASON_PREEMPTION "
+        "--reason-message it left the spark-vllm stack"]
+
+
+def test_ray_ready_fails_with_rays_message_when_a_drain_is_refused(tmp_path):
+    env, _ = _drain_env(tmp_path, "echo 'node is not alive' >&2; exit 1\n")
+    script = ray.ray_ready("head", 2, 2, 5, f"{ID_A} {ID_B}", ["192.168.177.11", "192.168.177.12"])
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0
+    assert "ray drain-node of 192.168.177.13 (id-192.168.177.13) failed: node is not alive" in out.stderr
+
+
+def test_ray_ready_drains_nothing_when_every_node_is_the_stacks(tmp_path):
+    env, log = _drain_env(tmp_path, "exit 0\n")
+    (tmp_path / "status.txt").write_text(_ray_status_text())
+    script = ray.ray_ready("head", 2, 2, 5, f"{ID_A} {ID_B}", ["192.168.177.11", "192.168.177.12"])
+    out = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ray ready: 2 nodes, 2 GPUs", out
+    assert not log.exists()
+
+
+def test_ray_ready_refuses_an_address_that_is_not_ipv4():
+    with pytest.raises(ValueError):
+        ray.ray_ready("head", 2, 2, 5, f"{ID_A} {ID_B}", ["192.168.177.11; rm -rf /"])
+
+
 def _hf_cache(root, files: dict[str, bytes], commit: str = "c" * 40) -> list[ModelFile]:
     """A real HF cache layout: blobs named by the hub's etag (LFS sha256 for *.safetensors, the
     git blob id otherwise), snapshot symlinks."""
