@@ -9,7 +9,9 @@ Ordered on purpose, on the session's shared stack (tests/e2e/conftest.py: conver
    is enforced;
 3. a vLLM flag the image's vLLM rejects: the serve check in the image (issue 32) fails the `up`
    with vLLM's own message before the vLLM container is replaced, the old one keeps serving;
-   putting the last good value back converges without touching it;
+   putting the last good value back converges without touching it; a setting the parser
+   accepts but vLLM dies of at start: the health gate fails the `up` in seconds with vLLM's
+   log tail, and the last good config converges;
 4. two `up`s at once: the second is refused by the stack lock, the first completes, the stack is
    quiet afterwards;
 5. the worker lost in the middle of an `up`, and Ctrl-C during the health gate: the next `up`
@@ -367,6 +369,40 @@ def test_vllm_bad_flag_is_refused_by_the_images_vllm_before_vllm_is_replaced(dep
     assert r.summary.result == "succeeded"
     assert "vllm-serve" not in d.ops(), d.ops()  # it never changed
     assert d.snapshot() == before
+    d.run("preview", expect_no_changes=True)
+
+
+def test_vllm_that_dies_at_start_fails_the_gate_with_its_log_tail(deployment):
+    """A serve setting vLLM's parser accepts but the model cannot serve (a context far beyond
+    the lab model's 4096 positions): the serve check passes, the vLLM container is replaced and
+    vLLM exits at start. The health gate watches the container: it fails the `up` as soon as
+    vLLM exits, not at its timeout, with vLLM's log tail; the last good config converges."""
+    import pulumi.automation as auto
+
+    d = deployment
+    d.set("vllm.maxModelLen", 1048576)
+    try:
+        with timed("up with maxModelLen 1048576 (fails)"), \
+                pytest.raises(auto.CommandError) as info:
+            d.run("up")
+        text = str(info.value)
+        assert "vllm serve exited while the gate waited" in text, text[-3000:]
+        assert ("--- vllm serve in spark-vllm-dev-serve: the last 50 lines of its log ---"
+                in text), text[-3000:]
+        m = re.search(r"[^\n]*(max_model_len|max seq len)[^\n]*", text)
+        assert m, f"vLLM's own error is not in the failure:\n{text[-3000:]}"
+        print(f"[observed] {m.group(0).strip()}")
+        timeout = int(d.stack.get_config("spark-vllm:health.timeoutSeconds", path=True).value)
+        took = TIMES["up with maxModelLen 1048576 (fails)"]
+        assert took < timeout, f"the failing up took {took} s: the gate waited for its timeout"
+    finally:  # the recipe's value again: the key is not in the stack file
+        d.stack.remove_config("spark-vllm:vllm.maxModelLen", path=True)
+    with timed("up back to the recipe's maxModelLen"):
+        r = d.run("up")
+    assert r.summary.result == "succeeded"
+    assert d.ops().get("vllm-serve") == "replace", d.ops()
+    status, body = complete(d)
+    assert status == 200, (status, body)
     d.run("preview", expect_no_changes=True)
 
 
