@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from config.forms import check_model_file, clip
 from hostscripts.common import image_id, label_flags, payload, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
@@ -37,11 +38,20 @@ SYNC_WAIT_SECONDS = 120
 @dataclass(frozen=True)
 class ModelFile:
     """One file of a model commit as the hub lists it (inspection/hub.py reads the listing). The
-    HF cache names its blob by `etag`: the LFS sha256 for large files, else the git blob id."""
+    HF cache names its blob by `etag`: the LFS sha256 for large files, else the git blob id.
+
+    Every value comes from the hub (or a mirror, or whoever sits on the path to it) and ends up
+    in a root file operation on every node (payloads/model_verify.py removes a wrong blob,
+    model_sync.py replaces snapshot links): it is refused here unless the etag is 40 or 64
+    lowercase hex, the path relative and normalised and the size a byte count
+    (config.forms.check_model_file; ValueError). The payloads check again."""
 
     path: str
     size: int
     etag: str
+
+    def __post_init__(self) -> None:
+        checked(self)
 
 
 class Seed(NamedTuple):
@@ -52,13 +62,53 @@ class Seed(NamedTuple):
     via: str | None = None
 
 
+def checked(f: ModelFile) -> ModelFile:
+    """`f`, or ValueError naming what the stack refuses in it (config.forms.check_model_file).
+    Called when a ModelFile is made and again by every builder that puts one into a manifest."""
+    problem = check_model_file(f.path, f.size, f.etag)
+    if problem is not None:
+        raise ValueError(f"a model file the hub lists is refused: {problem}")
+    return f
+
+
+def listing_problem(files: Iterable[ModelFile]) -> str | None:
+    """Why a commit's files cannot all live in one snapshot folder, or None: a path listed
+    twice, a path that is also a folder of another path, an etag listed with two sizes (one
+    blob per etag)."""
+    paths: set[str] = set()
+    sizes: dict[str, int] = {}
+    for f in files:
+        if f.path in paths:
+            return f"it lists {clip(f.path)} twice"
+        paths.add(f.path)
+        if sizes.setdefault(f.etag, f.size) != f.size:
+            return f"it lists blob {f.etag} with two sizes ({sizes[f.etag]} and {f.size})"
+    for path in paths:
+        parts = path.split("/")
+        folder = next(("/".join(parts[:i]) for i in range(1, len(parts))
+                       if "/".join(parts[:i]) in paths), None)
+        if folder is not None:
+            return f"it lists {clip(folder)} as a file and as the folder of {clip(path)}"
+    return None
+
+
+def _files_json(files: Iterable[ModelFile]) -> list[dict[str, object]]:
+    """The files as the payloads read them, each checked again (ModelFile's checks and the
+    listing's: `checked`, `listing_problem`)."""
+    listed = [checked(f) for f in files]
+    problem = listing_problem(listed)
+    if problem is not None:
+        raise ValueError(f"a model listing is refused: {problem}")
+    return [{"path": f.path, "size": f.size, "etag": f.etag} for f in listed]
+
+
 def verify_manifest_json(repo: str, commit: str, files: Iterable[ModelFile]) -> str:
     """What model_verify.py checks: the commit's files with size and hub etag."""
     return json.dumps(
         {
             "repoDir": repo_dir(repo),
             "commit": commit,
-            "files": [{"path": f.path, "size": f.size, "etag": f.etag} for f in files],
+            "files": _files_json(files),
         },
         sort_keys=True,
     )
@@ -181,7 +231,7 @@ def model_manifest_json(
             "chunkBytes": SYNC_CHUNK_BYTES,
             "streamsPerSeed": SYNC_STREAMS_PER_SEED,
             "waitSeconds": SYNC_WAIT_SECONDS,
-            "files": [{"path": f.path, "size": f.size, "etag": f.etag} for f in files],
+            "files": _files_json(files),
         },
         sort_keys=True,
     )
