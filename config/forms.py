@@ -97,6 +97,12 @@ def check_port(value: int) -> int:
     return value
 
 
+# The folders of the stack's files on every node (hostscripts/paths.py: one folder per stack in
+# STATE_DIR/stacks, Ray's session folders in RUN_DIR/stacks): no cache folder may be one of them,
+# be in one or hold one (config.models.cache_dir_problem).
+STATE_DIR = "/var/lib/spark-vllm"
+RUN_DIR = "/run/spark-vllm"
+
 # The seeders' ports on the head's fabric address (hostscripts/images.py, hostscripts/models.py):
 # no other port of the stack may take them.
 IMAGE_SEED_PORT = 18471

@@ -22,7 +22,9 @@ from config.forms import (
     IMAGE_ID,
     OS_RESERVE_BYTES,
     PLACEHOLDER,
+    RUN_DIR,
     STACK_CONTAINERS,
+    STATE_DIR,
     credential_in_url,
     is_commit,
     is_digest_ref,
@@ -58,12 +60,40 @@ _IMAGE_REF = re.compile(
     r"[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
     rf"(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(@{IMAGE_ID.pattern})?"
 )
-# A model cache is bind-mounted read-write into every container: never a system folder.
-_SYSTEM_DIRS = {"/", "/root", "/home", "/var", "/var/lib", "/opt", "/srv", "/mnt", "/tmp",
-                "/usr/local"}
-_SYSTEM_TREES = ("/etc", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/share", "/usr/include",
-                 "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys",
-                 "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/root/.ssh")
+# The model cache (model.cacheDir) is written as root by the model commands on every node and
+# mounted into the stack's containers: it may only be a folder of a dedicated root, an
+# allow-list (docs/design.md "The model cache folder"), never a class of paths a list of names
+# misses. The default HF cache and what is below it, a user's own HF cache, and a folder below
+# /data or /srv (where a node's model disks are mounted); not /data or /srv themselves.
+CACHE_ROOTS = ("/root/.cache/huggingface",)  # the folder itself or below
+CACHE_PARENTS = ("/data", "/srv")  # a folder below, not the folder itself
+_HOME_HF_CACHE = re.compile(r"/home/[a-z_][a-z0-9_-]{0,31}/\.cache/huggingface(/.+)?")
+CACHE_ALLOWED = ("/root/.cache/huggingface[/...]", "/home/<user>/.cache/huggingface[/...]",
+                 "/data/<folder>[/...]", "/srv/<folder>[/...]")
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def cache_dir_problem(path: str) -> str | None:
+    """Why a normalised absolute path may not be the model cache, or None.
+
+    The stack's own folders on the nodes (config.forms STATE_DIR and RUN_DIR: every stack's Ray
+    token and API key) are refused on their own, with anything in them and every folder above
+    them, whatever the allow-list holds."""
+    for state in (STATE_DIR, RUN_DIR):
+        if _within(path, state) or _within(state, path):
+            return (f"expected a folder of a dedicated root ({', '.join(CACHE_ALLOWED)}), never "
+                    f"{state}, a folder in it or above it: it holds every stack's secrets")
+    if (any(_within(path, r) for r in CACHE_ROOTS)
+            or any(path.startswith(p + "/") for p in CACHE_PARENTS)
+            or _HOME_HF_CACHE.fullmatch(path)):
+        return None
+    return (f"expected a folder of a dedicated root ({', '.join(CACHE_ALLOWED)}): the cache is "
+            "written as root and mounted into the containers, so it is never a system folder, a "
+            "home folder or another program's")
+
 MAX_RAY_BYTES = 64 * GIB  # a Spark has 128 GB of unified memory: Ray must not take half
 
 
@@ -225,10 +255,9 @@ class ModelConfig(ConfigModel):
         norm = os.path.normpath(v)
         if norm != (v.rstrip("/") or "/") or "/../" in v + "/":
             raise ValueError(f"expected a normalised path (this one means {norm})")
-        if norm in _SYSTEM_DIRS or any(norm == d or norm.startswith(d + "/")
-                                       for d in _SYSTEM_TREES):
-            raise ValueError("expected a folder of its own, not / or a system folder (it is "
-                             "mounted read-write into the containers)")
+        problem = cache_dir_problem(norm)
+        if problem is not None:
+            raise ValueError(problem)
         return norm
 
     @field_validator("endpoint")

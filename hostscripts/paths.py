@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, STACK_CONTAINERS
+from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, RUN_DIR, STACK_CONTAINERS, STATE_DIR
 
 __all__ = [
            "COMPILE_CACHE_DIR",
@@ -31,9 +31,9 @@ HF_MOUNT = "/root/.cache/huggingface"  # HF_HOME inside every container
 SEED_TIMEOUT_SECONDS = 3600
 # Files of one stack only, in a folder per stack (<STACK_DIR>/<stack>/, StackNames): what
 # several stacks sharing a node must not share (API keys, the Ray token).
-STACK_DIR = "/var/lib/spark-vllm/stacks"
+STACK_DIR = f"{STATE_DIR}/stacks"
 # Likewise under /run, emptied by a reboot (Ray's session folder)
-STACK_RUN_DIR = "/run/spark-vllm/stacks"
+STACK_RUN_DIR = f"{RUN_DIR}/stacks"
 STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the stack stopped
 VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)

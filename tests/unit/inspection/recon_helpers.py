@@ -102,8 +102,14 @@ def raw_config(**sections) -> dict:
     return copy.deepcopy(raw)
 
 
-def config(**sections) -> StackConfig:
-    return validate_config(raw_config(**sections))
+def config(cache_dir: str | None = None, **sections) -> StackConfig:
+    """The validated config; `cache_dir` a local folder for the model cache (config refuses one
+    outside the dedicated roots, config.models.cache_dir_problem: set past validation, for a
+    recon script run here)."""
+    cfg = validate_config(raw_config(**sections))
+    if cache_dir is None:
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"cache_dir": cache_dir})})
 
 
 # the marker nonce of the assembled outputs (a real survey makes a fresh one: recon.new_nonce)

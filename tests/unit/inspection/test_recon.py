@@ -71,7 +71,7 @@ def test_recon_script_quotes_config_values():
 
 def test_recon_script_runs_in_local_bash_and_parses():
     """The generated script is valid bash: run it here (no ssh) and parse what it prints."""
-    cfg = config(model={"cacheDir": "/nonexistent/spark-vllm-test/hf"})
+    cfg = config(cache_dir="/nonexistent/spark-vllm-test/hf")
     script = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
     sent = time.time()
     proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60)
@@ -386,7 +386,7 @@ def test_a_crafted_hf_cache_folder_cannot_forge_the_docker_facts(tmp_path):
     bin_ = _tools(tmp_path, docker=FAKE_DOCKER)
     cache = tmp_path / "hf"
     (cache / "hub" / "models--org--real" / "snapshots" / ("a" * 40)).mkdir(parents=True)
-    cfg = config(model={"cacheDir": str(cache)}, preflight={"foreignContainers": "stop"})
+    cfg = config(cache_dir=str(cache), preflight={"foreignContainers": "stop"})
     clean = recon.survey_node(cfg, cfg.nodes[0], names=NAMES, runner=local_bash(bin_))
     assert [c.name for c in clean.docker.containers] == ["vllm_node"]
     crafted = ("models--x--y\n=== spark-vllm:section:docker_ps ===\n" + FORGED_PS
@@ -442,7 +442,7 @@ def test_recon_refuses_a_predictable_temp_dir_when_mktemp_fails(tmp_path):
     or a symlink there first) when mktemp failed. It must fail with a clear reason instead."""
     bin_ = _tools(tmp_path, mktemp="#!/bin/sh\necho 'mktemp: failed to create directory via "
                                    "template: No space left on device' >&2\nexit 1\n")
-    cfg = config(model={"cacheDir": str(tmp_path / "hf")})
+    cfg = config(cache_dir=str(tmp_path / "hf"))
     with pytest.raises(ReconError) as exc:
         recon.survey_node(cfg, cfg.nodes[0], names=NAMES, runner=local_bash(bin_))
     assert exc.value.kind == "output" and "mktemp" in exc.value.reason
