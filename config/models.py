@@ -33,9 +33,9 @@ from config.recipe_files import RecipeError
 from config.serve import MAIN_ONLY_FIELDS, RECIPE_FIELDS, SERVICE_FIELDS, ServeSettings
 from config.types import (
     ConfigModel,
+    ExtraEnv,
     Fraction,
     IPv4,
-    PlainEnv,
     Port,
     RepoId,
     Revision,
@@ -286,7 +286,7 @@ class NcclConfig(ConfigModel):
     # INFO (with NCCL_DEBUG_SUBSYS=INIT,NET: init and network lines only) lets the stack read
     # which transport NCCL chose after serving starts; WARN hides it.
     debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = "INFO"
-    extra_env: PlainEnv = Field(default_factory=dict)
+    extra_env: ExtraEnv = Field(default_factory=dict)
 
     @field_validator("fabric_subnets")
     @classmethod
