@@ -45,10 +45,12 @@ from config.types import (
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# Every pattern is used with fullmatch (config/forms.py): `^...$` with match lets a trailing
+# newline through.
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*")
+_IFNAME = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
 HOST_KEY = re.compile(
-    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,2}$"
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,2}"
 )
 # pulumi-command 1.2.1 verifies a pinned RSA host key with the SHA-1 `ssh-rsa` algorithm only,
 # which OpenSSH 8.8+ servers (Ubuntu 24.04 on the Sparks) no longer accept, so such a pin can
@@ -107,7 +109,7 @@ class FabricInterface(ConfigModel):
     @field_validator("interface")
     @classmethod
     def _ifname(cls, v: str) -> str:
-        if not _IFNAME.match(v):
+        if not _IFNAME.fullmatch(v):
             raise ValueError("expected a Linux interface name (1-15 chars), e.g. enp1s0f1np1")
         if v == "lo":
             raise ValueError("expected a fabric interface (ConnectX-7), not the loopback lo")
@@ -116,7 +118,7 @@ class FabricInterface(ConfigModel):
     @field_validator("hca")
     @classmethod
     def _hca(cls, v: str | None) -> str | None:
-        if v is not None and not _IFNAME.match(v):
+        if v is not None and not _IFNAME.fullmatch(v):
             raise ValueError("expected an RDMA device name, e.g. rocep1s0f1")
         return v
 
@@ -151,7 +153,7 @@ class NodeConfig(ConfigModel):
         if ":" in v:  # the docker provider's ssh://user@host:port URL cannot carry an IPv6 host
             raise ValueError("expected an IPv4 address or a DNS hostname (IPv6 management "
                              "addresses are not supported: give the node a DNS name)")
-        if not _HOSTNAME.match(v):
+        if not _HOSTNAME.fullmatch(v):
             raise ValueError("expected an IPv4 address or a DNS hostname")
         return v
 
@@ -168,7 +170,7 @@ class NodeConfig(ConfigModel):
         if v is None:
             return v
         v = v.strip()
-        if not HOST_KEY.match(v):
+        if not HOST_KEY.fullmatch(v):
             raise ValueError(
                 "expected '<type> <base64>' with type ssh-ed25519 or "
                 "ecdsa-sha2-nistp256/384/521 (the line from ssh-keyscan without the host)"

@@ -7,6 +7,7 @@ idempotent; every value interpolated goes through `shlex.quote`; secrets are nev
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -50,6 +51,20 @@ def container_name(value: str) -> str:
     """A Docker container name (what `docker ps` reports), or RemoteValueError."""
     if CONTAINER_NAME.fullmatch(value) is None:
         raise RemoteValueError(f"not a container name: {clip(value)}")
+    return value
+
+
+# A value that may stand in a comment or an unquoted echo word of a script: quoting does not
+# protect a comment (a newline ends it and what follows runs), so builders check instead.
+_PLAIN = re.compile(r"[A-Za-z0-9._:/@+=,-]{1,512}")
+
+
+def plain(value: str) -> str:
+    """`value`, when it is plain (letters, digits and ._:/@+=,- only, 1 to 512 of them), for a
+    comment line or an unquoted echo word; ValueError otherwise. Builders use it for every value
+    they put there, whatever validated it before."""
+    if not isinstance(value, str) or _PLAIN.fullmatch(value) is None:
+        raise ValueError(f"not a plain value for a comment or echo line: {clip(value)}")
     return value
 
 

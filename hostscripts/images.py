@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hostscripts.common import image_id, label_flags, payload, q, verdict_script
+from hostscripts.common import image_id, label_flags, payload, plain, q, verdict_script
 from hostscripts.paths import IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
@@ -32,14 +32,14 @@ def image_seeder_start(names: StackNames, ref: str, bind_ip: str,
     return "\n".join(
         [
             "set -eu",
-            f"# targets: {' '.join(targets)}",
+            f"# targets: {' '.join(map(plain, targets))}",
             f"docker image inspect {q(ref)} >/dev/null",
             f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; fi",
             f"setsid nohup timeout {SEED_TIMEOUT_SECONDS} python3 -c {q(_IMAGE_SEEDER_PY)} "
             f"{q(bind_ip)} {IMAGE_SEED_PORT} {q(ref)} </dev/null "
             f">{log} 2>&1 &",
             f"echo $! > {pidfile}",
-            f"echo image seeder on {bind_ip}:{IMAGE_SEED_PORT}",
+            f"echo image seeder on {plain(bind_ip)}:{IMAGE_SEED_PORT}",
         ]
     )
 
@@ -51,7 +51,7 @@ def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str) -> st
     return "\n".join(
         [
             "set -eu",
-            f"# targets: {' '.join(targets)} ref: {ref}",
+            f"# targets: {' '.join(map(plain, targets))} ref: {plain(ref)}",
             f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; "
             f"rm -f {pidfile}; fi",
             "echo image seeder stopped",

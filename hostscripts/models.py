@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from config.forms import check_model_file, clip
-from hostscripts.common import image_id, label_flags, payload, q, repo_dir
+from hostscripts.common import image_id, label_flags, payload, plain, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _SNAPSHOT_PY = payload("snapshot_download.py")
@@ -185,13 +185,14 @@ def model_seeder_start(
     return "\n".join(
         [
             "set -eu",
-            f"# commit {commit} for: {' '.join(targets)}",
+            f"# commit {plain(commit)} for: {' '.join(map(plain, targets))}",
             f"docker rm -f {seeder} >/dev/null 2>&1 || true",
             f"docker run -d --rm --name {seeder} --network host {label_flags(labels)} "
             f"-v {q(cache_dir)}:{HF_MOUNT}:ro --entrypoint timeout {q(image)} "
             f"{SEED_TIMEOUT_SECONDS} python3 -c {q(_MODEL_SEEDER_PY)} "
             f"{q(binds)} {MODEL_SEED_PORT} {q(root)} >/dev/null",
-            f"echo model seeder on {' '.join(f'{ip}:{MODEL_SEED_PORT}' for ip in bind_ips)}",
+            f"echo model seeder on "
+            f"{' '.join(f'{plain(ip)}:{MODEL_SEED_PORT}' for ip in bind_ips)}",
         ]
     )
 
@@ -207,7 +208,8 @@ def model_seeder_stop(
     return "\n".join(
         [
             "set -eu",
-            f"# commit {commit} for: {' '.join(targets)} image: {image} on: {','.join(bind_ips)}",
+            f"# commit {plain(commit)} for: {' '.join(map(plain, targets))} image: {image} "
+            f"on: {','.join(map(plain, bind_ips))}",
             f"docker rm -f {q(names.model_seeder)} >/dev/null 2>&1 || true",
             "echo model seeder stopped",
         ]
@@ -290,7 +292,7 @@ def drop_page_cache(repo: str, commit: str, files: Iterable[ModelFile]) -> str:
     return "\n".join(
         [
             "set -eu",
-            f"# model {q(repo)} @ {q(commit)} ({len(listed)} files, {digest}) moved",
+            f"# model {plain(repo)} @ {plain(commit)} ({len(listed)} files, {digest}) moved",
             "free_kb() { awk '$1 == \"MemFree:\" {print $2}' /proc/meminfo; }",
             "before=$(free_kb)",
             "sync",

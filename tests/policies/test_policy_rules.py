@@ -730,8 +730,30 @@ def test_the_pack_pins_commits_and_digests_by_the_programs_forms():
     from config.forms import COMMIT, DIGEST_REF, IMAGE_ID
     from rules import pinning
 
-    assert pinning.COMMIT_RE.pattern == f"^{COMMIT.pattern}$"
-    assert pinning.IMAGE_ID_RE.pattern == f"^{IMAGE_ID.pattern}$"
-    assert pinning.DIGEST_REF_RE.pattern == f"@{IMAGE_ID.pattern}$"
+    # the same patterns, used with fullmatch on both sides (issue 31: no `^...$` with match)
+    assert pinning.COMMIT_RE.pattern == COMMIT.pattern
+    assert pinning.IMAGE_ID_RE.pattern == IMAGE_ID.pattern
+    assert pinning.DIGEST_REF_RE.pattern == DIGEST_REF.pattern
     digest = "reg:5000/x@" + "sha256:" + "a" * 64
-    assert DIGEST_REF.fullmatch(digest) and pinning.DIGEST_REF_RE.search(digest)
+    assert DIGEST_REF.fullmatch(digest) and pinning.DIGEST_REF_RE.fullmatch(digest)
+
+
+def test_prod_pinned_refuses_a_trailing_newline():
+    """Issue 31, item 7: `^[0-9a-f]{40}$` with .match (and `...$` with search) took a value with
+    a trailing newline as pinned."""
+    assert rules.COMMIT_RE.fullmatch("c" * 40) and not rules.COMMIT_RE.fullmatch("c" * 40 + "\n")
+    assert rules.DIGEST_REF_RE.fullmatch("r:5/x@sha256:" + "a" * 64)
+    assert not rules.DIGEST_REF_RE.fullmatch("r:5/x@sha256:" + "a" * 64 + "\n")
+    assert not rules.IMAGE_ID_RE.fullmatch("sha256:" + "a" * 64 + "\n")
+    from rules import pinning
+
+    class R:
+        def __init__(self, props):
+            self.props, self.name, self.urn = props, "r", "urn"
+
+    assert pinning._model_revision_finding("prod", R({"revision": "c" * 40 + "\n",
+                                                     "repo": "o/m"}))
+    assert pinning._image_ref_finding("prod", R({"ref": "r:5/x@sha256:" + "a" * 64 + "\n"}))
+    assert pinning._container_image_finding("prod", R({"image": "sha256:" + "a" * 64 + "\n"}))
+    assert pinning._model_revision_finding("prod", R({"revision": "c" * 40, "repo": "o/m"})) \
+        is None
