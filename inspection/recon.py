@@ -139,6 +139,8 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
         f"sv_bg rdma_link {COMMAND_TIMEOUT} rdma link",
         f"sv_bg docker_info {DOCKER_TIMEOUT} docker info --format '{{{{json .}}}}'",
         f"sv_bg docker_ps {DOCKER_TIMEOUT} docker ps -a --no-trunc --format '{{{{json .}}}}'",
+        # the containers' labels, as JSON (docker ps's Labels column cannot be split safely)
+        f"sv_bg docker_labels {DOCKER_TIMEOUT} bash -c {q(snippet('docker_labels.sh'))}",
         f"sv_bg container_memory {DOCKER_TIMEOUT} bash -c {q(snippet('container_memory.sh'))} "
         f"_ {q(CGROUP_ROOT)}",
         f"sv_bg docker_images {DOCKER_TIMEOUT} docker images --no-trunc --format '{{{{json .}}}}'",
@@ -278,12 +280,17 @@ def _strip_added_newline(lines: list[str]) -> str:
 
 T = TypeVar("T")
 
+# the unreadable key of containers docker ps listed and the docker_labels section did not
+# (a fact of both sections): their labels are unknown, and preflight cannot judge them
+UNMATCHED_LABELS = "docker_labels:unmatched"
+
 # the sections whose snippets print `skip\t<%q name>` records (inspection/parsers.py)
 SKIP_SECTIONS = ("hf_cache", "stopped", "gpu_runtime", "container_memory")
 
 _TOOL = {"nvidia_smi": "nvidia-smi", "nvidia_smi_query": "nvidia-smi",
          "nvidia_smi_list": "nvidia-smi", "ibdev2netdev": "ibdev2netdev", "rdma_link": "rdma",
-         "docker_info": "docker", "docker_ps": "docker", "container_memory": "docker",
+         "docker_info": "docker", "docker_ps": "docker", "docker_labels": "docker",
+         "container_memory": "docker",
          "docker_images": "docker", "ip_addr": "ip"}
 
 
@@ -456,6 +463,13 @@ def _docker_facts(r: _Reader) -> DockerFacts | None:
         return None
     evidence = r.parse("gpu_runtime", p.parse_gpu_runtime) or []
     containers = r.parse("docker_ps", p.parse_docker_ps_json) or []
+    labels = r.parse("docker_labels", p.parse_docker_labels_json)
+    if labels is not None:
+        unlabelled = [c.name for c in containers if c.id not in labels]
+        if unlabelled:  # unknown is not "no labels": preflight cannot judge them (fail closed)
+            r.unreadable[UNMATCHED_LABELS] = printable(
+                f"no labels read for {', '.join(unlabelled)} (removed while recon ran?)")
+        containers = [c.model_copy(update={"labels": labels.get(c.id, {})}) for c in containers]
     usage, unknown = r.parse("container_memory", p.parse_container_memory) or ({}, {})
     images = r.parse("docker_images", p.parse_docker_images_json) or []
     # both sections carry full IDs (`docker ps --no-trunc`); a container without counters holds

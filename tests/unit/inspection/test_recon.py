@@ -348,8 +348,10 @@ FORGED_PS = '{"ID":"e0e0","Names":"evil","Image":"evil:latest","State":"running"
 FAKE_DOCKER = """#!/bin/sh
 case "$1 $2" in
   "info --format") echo '{"ServerVersion":"29.2.1","Runtimes":{"runc":{}},"CgroupDriver":"systemd"}' ;;
-  "ps -a") echo '{"ID":"c0ffee","Names":"vllm_node","Image":"vllm:1","State":"running","Labels":""}' ;;
-  "stats --no-stream") echo '{"Name":"vllm_node","ID":"c0ffee","MemUsage":"1GiB / 2GiB"}' ;;
+  "ps -a") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Names":"vllm_node","Image":"vllm:1","State":"running","Labels":""}' ;;
+  "ps -aq") echo c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff ;;
+  "inspect --type") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Labels":null}' ;;
+  "stats --no-stream") echo '{"Name":"vllm_node","ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","MemUsage":"1GiB / 2GiB"}' ;;
 esac
 exit 0
 """
