@@ -94,7 +94,12 @@ def secret_file_write(path: str, what: str) -> str:
             "umask 077",
             f"mkdir -p {q(d)}",
             f"chmod 700 {q(d)}",
-            f"cat > {q(path + '.new')}",
+            # a leftover .new (an interrupted run) is removed, never written through: its mode
+            # (or a symlink's target) would become the secret's; noclobber makes the new one
+            # exclusively, and it is 0600 before it takes the secret's name
+            f"rm -f {q(path + '.new')}",
+            f"(set -C; cat > {q(path + '.new')})",
+            f"chmod 600 {q(path + '.new')}",
             f"test -s {q(path + '.new')}",
             f"mv {q(path + '.new')} {q(path)}",
             f"echo \"{what} $(sha256sum {q(path)} | cut -d' ' -f1)\"",
