@@ -32,7 +32,8 @@ Consequences that are the point of the design:
   cluster it did not start with.
 * The API key travels on stdin into a root-only file on the head, mounted read-only; the
   container's launcher exports it for vLLM as VLLM_API_KEY: it is in no command line, no
-  `docker inspect`, no container environment and no plaintext state.
+  `docker inspect`, no container environment and no plaintext state. Its label is an
+  HMAC-SHA256 under the stack's label key (StackSecrets.api_key_label), not a hash of the key.
 * After creation a command on the head gates the `up` on `/health`, `/v1/models` and one smoke
   completion, and another reads which transport NCCL chose from the container's log.
 """
@@ -55,6 +56,7 @@ from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import RayCluster, session_volume
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
+from components.stack_secrets import StackSecrets
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
 from hostscripts.images import image_probe
@@ -154,6 +156,7 @@ class VllmServerArgs:
     commit: pulumi.Input[str]
     model_bytes: pulumi.Input[int]
     api_key: pulumi.Output[str]  # configured or generated (StackSecrets): vLLM never serves open
+    secrets: StackSecrets  # its api_key_label (an HMAC under the stack's label key)
     rdma: bool = False  # nccl.rdma: a TCP fallback of NCCL is then a finding
     nccl_debug: str = "WARN"
     after: list[pulumi.Resource] = field(default_factory=list)
@@ -312,7 +315,7 @@ class VllmServer(pulumi.ComponentResource):
                 target=VLLM_KEY, type="bind", source=names.vllm_key_file, read_only=True))
             extra_labels.append(docker.ContainerLabelArgs(
                 label="spark-vllm.api-key",
-                value=self.api_key_file.stdout.apply(lambda s: s.split()[-1])))
+                value=args.secrets.api_key_label(self.api_key_file.stdout)))
             depends.append(self.api_key_file)
             template = serve_chat_template(v)
             if template is not None:
