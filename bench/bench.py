@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 from hostscripts import common, models  # noqa: E402
 from hostscripts.models import ModelFile  # noqa: E402
-from hostscripts.paths import COMPILE_CACHE_DIR, StackNames  # noqa: E402
+from hostscripts.paths import StackNames  # noqa: E402
 from inspection import hub, recon  # noqa: E402
 from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
 from lab.deployments import (  # noqa: E402
@@ -414,7 +414,7 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict]
 
 
 # ------------------------------------------------------------------ 2b. compile cache
-COMPILE_CACHE = COMPILE_CACHE_DIR  # every stack's on the node
+COMPILE_CACHE = NAMES.compile_cache_dir  # the dev stack's own on each node
 
 
 def _compile_lines(d: Deployment) -> dict[str, int]:

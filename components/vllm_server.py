@@ -208,7 +208,7 @@ class VllmServer(pulumi.ComponentResource):
         self._serve_checks(name, args)
         # Without Ray nothing else makes the nodes' compile-cache folders
         self.caches = (ray.caches if ray is not None
-                       else compile_cache_dirs(name, self, args.cluster))
+                       else compile_cache_dirs(name, self, args.cluster, names))
         self.headless = {
             n.name: self._container(f"{name}-serve-{n.name}", args, n)
             for n in (args.cluster.workers if ray is None else ())
