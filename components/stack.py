@@ -196,6 +196,7 @@ def build_stack(
             api_key=made.api_key,
             secrets=made,
             rdma=cfg.nccl.rdma,
+            fabric_subnets=cfg.nccl.fabric_subnets,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
             service_shares={n.name: {s.name: s.gpu_memory_utilization

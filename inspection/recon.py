@@ -46,6 +46,7 @@ from typing import TypeVar
 from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.common import plain
+from hostscripts.firewall import master_port_guard_check
 from hostscripts.paths import STOPPED_DIR, StackNames
 from inspection import parsers as p
 from inspection.facts import DockerFacts, NodeFacts, OsFacts
@@ -158,6 +159,10 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             f"sv_bg vllm_key {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ "
             f"{q(names.vllm_key_file)}",
         ]
+        if cfg.vllm.executor == "mp" and len(cfg.nodes) > 1 and node.name == cfg.head.name:
+            # whether the rule that keeps vLLM's rendezvous port on the fabric is in place
+            lines.append(f"sv_bg master_guard {COMMAND_TIMEOUT} bash -c "
+                         f"{q(master_port_guard_check(names, cfg.vllm.master_port))}")
     lines += [
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before
@@ -403,6 +408,8 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     disk = r.parse("disk", p.parse_df_avail) or 0
     ray_token = r.parse("ray_token", p.parse_presence) if "ray_token" in sections else None
     vllm_key = r.parse("vllm_key", p.parse_presence) if "vllm_key" in sections else None
+    guard = (r.parse("master_guard", p.parse_presence) if "master_guard" in sections
+             else None)
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
     for name in SKIP_SECTIONS:  # names the snippets refused to print: say so, never drop quietly
         s = sections.get(name)
@@ -433,6 +440,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         stopped_by=stopped,
         ray_token_present=ray_token,
         vllm_key_present=vllm_key,
+        master_guard_present=guard,
         clock_offset_seconds=clock_offset,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,

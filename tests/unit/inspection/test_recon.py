@@ -456,3 +456,15 @@ def test_ssh_round_trip_keeps_carriage_returns_as_they_are():
     """Universal newlines turned a '\\r' in a file name into a line break on this side."""
     result = recon.ssh_round_trip(["bash", "-s"], "printf 'a\\rb\\x85c\\n'\n", 30)
     assert result.rc == 0 and result.stdout == "a\rb\ufffdc\n"
+
+
+@pytest.mark.parametrize("text,present", [("present", True), ("absent", False)])
+def test_the_master_guard_section_becomes_a_fact(text, present):
+    """Issue 31, item 5: the head's rule that keeps vLLM's mp rendezvous on the fabric."""
+    from tests.unit.inspection.recon_helpers import assemble, spark_sections
+
+    facts = recon.parse_recon_output("spark-1", assemble(spark_sections(1, master_guard=text)),
+                                     nonce=NONCE)
+    assert facts.master_guard_present is present
+    assert recon.parse_recon_output("spark-1", assemble(spark_sections(1)),
+                                    nonce=NONCE).master_guard_present is None
