@@ -209,13 +209,20 @@ class ModelCache(pulumi.ComponentResource):
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,
             depends_on=[self.fetch],
+            # its stdout is the run's token (the seeder answers no one without it): a secret,
+            # never logged, handed to the syncs on stdin
+            secret_outputs=["stdout"],
+            logging=remote.Logging.STDERR,
         )
         for node in workers:
             node_again = self._again([node])
-            manifest = model_manifest_json(
-                a.model.repo, a.manifest.commit, a.model.revision, a.manifest.files,
-                seeds[node.name],
-            )
+            def with_token(out: str | None, n: str = node.name) -> str:
+                return model_manifest_json(a.model.repo, a.manifest.commit, a.model.revision,
+                                           a.manifest.files, seeds[n],
+                                           token=(out or "").strip())
+
+            plain_manifest: pulumi.Output[str] = start.stdout.apply(with_token)
+            manifest: pulumi.Output[str] = pulumi.Output.secret(plain_manifest)
             self.syncs[node.name] = node.command(
                 f"{name}-sync-{node.name}",
                 self,

@@ -230,7 +230,13 @@ class VllmImage(pulumi.ComponentResource):
             self,
             create=image_seeder_start(self.names, ref, head.fabric_ip, targets),
             depends_on=[*self.after, self.images[head.name]],
+            # its stdout is the run's token (the seeder answers no one without it): a secret,
+            # never logged, handed to the pulls on stdin
+            secret_outputs=["stdout"],
+            logging=remote.Logging.STDERR,
         )
+        run_token: pulumi.Output[str] = start.stdout.apply(lambda out: (out or "").strip() + "\n")
+        token: pulumi.Output[str] = pulumi.Output.secret(run_token)
         for node in cluster.workers:
             self.copies[node.name] = node.command(
                 f"{name}-copy-{node.name}",
@@ -238,6 +244,7 @@ class VllmImage(pulumi.ComponentResource):
                 create=self.images[head.name].image_id.apply(
                     lambda i: image_pull_from_head(ref, head.fabric_ip, i or "")
                 ),
+                stdin=token,
                 depends_on=[*self.after, start],
             )
         stop = head.command(

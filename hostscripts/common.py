@@ -68,6 +68,16 @@ def plain(value: str) -> str:
     return value
 
 
+# The run's token, made on the head by each seeder's start (32 random bytes as 64 hex): printed
+# on the start's stdout (a secret the program hands to the nodes' pulls or syncs on stdin),
+# its sha256 only on the seeder's command line.
+MAKE_TOKEN = [
+    "tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')",
+    "[ ${#tok} -eq 64 ] || { echo 'seeder: no random token (od, /dev/urandom)' >&2; exit 1; }",
+    "sum=$(printf %s \"$tok\" | sha256sum | cut -d' ' -f1)",
+]
+
+
 def payload(name: str) -> str:
     """The program text of hostscripts/payloads/<name>, as it is sent to a node.
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from config.forms import check_model_file, clip
-from hostscripts.common import image_id, label_flags, payload, plain, q, repo_dir
+from hostscripts.common import MAKE_TOKEN, image_id, label_flags, payload, plain, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _SNAPSHOT_PY = payload("snapshot_download.py")
@@ -167,8 +168,11 @@ def model_seeder_start(
     targets: Sequence[str],
     commit: str,
 ) -> str:
-    """On the head: serve the repo's cache folder read-only over HTTP on each fabric address in
-    `bind_ips` (the head's carrier-up twins, primary first), one listener each, same port.
+    """On the head: serve the files of `commit` from the repo's cache folder, read-only, over
+    HTTP on each fabric address in `bind_ips` (the head's carrier-up twins, primary first), one
+    listener each, same port, to the holders of this run's token only (issue 31): the script
+    makes the token (hostscripts.common.MAKE_TOKEN), gives the seeder its sha256 and prints the
+    token on stdout, the only thing it prints there (the program hands it to the syncs).
 
     `targets` and `commit` are in the text so the seeder runs again whenever a pull will. The
     container is the stack's (StackNames.model_seeder) and declares its port
@@ -187,12 +191,14 @@ def model_seeder_start(
             "set -eu",
             f"# commit {plain(commit)} for: {' '.join(map(plain, targets))}",
             f"docker rm -f {seeder} >/dev/null 2>&1 || true",
+            *MAKE_TOKEN,
             f"docker run -d --rm --name {seeder} --network host {label_flags(labels)} "
             f"-v {q(cache_dir)}:{HF_MOUNT}:ro --entrypoint timeout {q(image)} "
             f"{SEED_TIMEOUT_SECONDS} python3 -c {q(_MODEL_SEEDER_PY)} "
-            f"{q(binds)} {MODEL_SEED_PORT} {q(root)} >/dev/null",
+            f"{q(binds)} {MODEL_SEED_PORT} {q(root)} {q(plain(commit))} \"$sum\" >/dev/null",
             f"echo model seeder on "
-            f"{' '.join(f'{plain(ip)}:{MODEL_SEED_PORT}' for ip in bind_ips)}",
+            f"{' '.join(f'{plain(ip)}:{MODEL_SEED_PORT}' for ip in bind_ips)} >&2",
+            "printf '%s\\n' \"$tok\"",
         ]
     )
 
@@ -217,12 +223,17 @@ def model_seeder_stop(
 
 
 def model_manifest_json(
-    repo: str, commit: str, revision: str, files: Iterable[ModelFile], seeds: Sequence[Seed]
+    repo: str, commit: str, revision: str, files: Iterable[ModelFile], seeds: Sequence[Seed],
+    token: str = "",
 ) -> str:
     """The stdin of a sync command: what to fetch, from where (every seeder address the node
-    pairs with one of its twins, in the node's twin order), at which commit, in which pieces."""
+    pairs with one of its twins, in the node's twin order), at which commit, in which pieces,
+    and the run's token the seeder asks for (model_seeder_start's stdout; a secret: the program
+    keeps this stdin as one)."""
     if not seeds:
         raise ValueError("model_manifest_json: no seeder address")
+    if token and not re.fullmatch(r"[0-9a-f]{64}", token):
+        raise ValueError("model_manifest_json: the seeder's token is not 64 hex digits")
     return json.dumps(
         {
             "repoDir": repo_dir(repo),
@@ -230,6 +241,7 @@ def model_manifest_json(
             "revision": revision,
             "seeds": [{"ip": s.ip, "via": s.via} for s in seeds],
             "seedPort": MODEL_SEED_PORT,
+            "token": token,
             "chunkBytes": SYNC_CHUNK_BYTES,
             "streamsPerSeed": SYNC_STREAMS_PER_SEED,
             "waitSeconds": SYNC_WAIT_SECONDS,

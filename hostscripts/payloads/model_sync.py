@@ -9,7 +9,8 @@
 # ones are whole-file GETs; the pieces are dealt to the seeds in manifest order, each to the
 # seed with the fewest bytes so far (one big safetensors file goes over both twins, small files
 # alternate), and `streamsPerSeed` threads per seed fetch their seed's share.
-# Before any transfer every seed is probed (TCP connect) until one answers (up to `waitSeconds`,
+# Every request carries the run's token (`token`, Authorization: Bearer; the seeder answers
+# 401 without it). Before any transfer every seed is probed (TCP connect) until one answers (up to `waitSeconds`,
 # 120: the seeder may still be starting), then 3 s more for the rest. A seed that does not answer, or
 # whose stream breaks later, is dropped with a stderr line naming it and its pieces go to the
 # others; no seed left is fatal, with the errors. An HTTP answer other than the expected one
@@ -65,6 +66,9 @@ if not isinstance(m.get("repoDir"), str) or not re.fullmatch(
     refuse("repoDir %r is not models--<org>--<name>" % (m.get("repoDir"),))
 if bad_path(m.get("revision")):
     refuse("revision %r is not a ref name" % (m.get("revision"),))
+if not isinstance(m.get("token"), str) or not re.fullmatch(r"[0-9a-f]{64}", m["token"]):
+    refuse("no token for the seeder")
+AUTH = {"Authorization": "Bearer " + m["token"]}
 for f in m["files"]:
     if not isinstance(f, dict):
         refuse("a file entry %r is not an object" % (f,))
@@ -120,8 +124,8 @@ def fetch(seed, piece, buf):
     f, start, length, ranged = piece
     conn = seed.connect(60)
     try:
-        conn.request("GET", f.url, headers={"Range": "bytes=%d-%d" % (start, start + length - 1)}
-                     if ranged else {})
+        conn.request("GET", f.url, headers=dict(AUTH, Range="bytes=%d-%d" % (
+            start, start + length - 1)) if ranged else AUTH)
         r = conn.getresponse()
         want = "bytes %d-%d/%d" % (start, start + length - 1, f.size) if ranged else None
         if r.status != (206 if ranged else 200) or r.getheader("Content-Range") != want:

@@ -74,7 +74,8 @@ def test_sync_refuses_a_path_or_etag_outside_the_cache(tmp_path):
     outside.write_text("keep")
     for files in ([{"path": "../../../../../outside", "size": 0, "etag": "a" * 40}],
                   [{"path": "ok.json", "size": 0, "etag": "../../../../outside"}]):
-        m = json.loads(models.model_manifest_json(REPO, COMMIT, "main", [], [models.Seed("x")]))
+        m = json.loads(models.model_manifest_json(REPO, COMMIT, "main", [], [models.Seed("x")],
+                                                  token="ab" * 32))
         m["files"] = files
         out = subprocess.run([sys.executable, "-c", text], input=json.dumps(m),
                              capture_output=True, text=True, timeout=30)

@@ -336,7 +336,8 @@ def test_sync_payload_touches_nothing_outside_the_repo():
                     with open(root / "blobs" / f["etag"], "wb") as out:
                         out.truncate(f["size"])
             m = json.loads(models.model_manifest_json(REPO, COMMIT, "main", [],
-                                                      [models.Seed("192.0.2.1")]))
+                                                      [models.Seed("192.0.2.1")],
+                                                      token="ab" * 32))
             m.update({"commit": commit, "revision": revision, "files": files})
             text = models._SYNC_PY.replace(hub_literal, repr(str(cache / "hub") + "/"))
             ended = _run_payload(text, [], json.dumps(m), [str(root)])
