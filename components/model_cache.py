@@ -197,15 +197,14 @@ class ModelCache(pulumi.ComponentResource):
         again = self._again(workers)
         seeds = {n.name: seeds_for(head, n, a.fabric_subnets) for n in workers}
         binds = seeder_binds(head, list(seeds.values()))
+        def start_text(image: str) -> str:
+            return model_seeder_start(a.names, image, a.model.cache_dir, a.model.repo, binds,
+                                      self._labels("model-seeder"), targets, a.manifest.commit)
+
         start = head.command(
             f"{name}-seed",
             self,
-            create=self._image(head).apply(
-                lambda image: model_seeder_start(
-                    a.names, image, a.model.cache_dir, a.model.repo, binds,
-                    self._labels("model-seeder"), targets, a.manifest.commit,
-                )
-            ),
+            create=self._image(head).apply(start_text),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,
             depends_on=[self.fetch],
@@ -240,7 +239,7 @@ class ModelCache(pulumi.ComponentResource):
             self,
             create=self._image(head).apply(
                 lambda image: model_seeder_stop(a.names, targets, a.manifest.commit, image,
-                                                binds)
+                                                binds, start=start_text(image))
             ),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,

@@ -225,10 +225,11 @@ class VllmImage(pulumi.ComponentResource):
         """A seeder on the head, a pull on each worker, and a stop once every pull is done."""
         head = cluster.head
         targets = [n.name for n in cluster.workers]
+        start_text = image_seeder_start(self.names, ref, head.fabric_ip, targets)
         start = head.command(
             f"{name}-seed",
             self,
-            create=image_seeder_start(self.names, ref, head.fabric_ip, targets),
+            create=start_text,
             depends_on=[*self.after, self.images[head.name]],
             # its stdout is the run's token (the seeder answers no one without it): a secret,
             # never logged, handed to the pulls on stdin
@@ -250,7 +251,7 @@ class VllmImage(pulumi.ComponentResource):
         stop = head.command(
             f"{name}-seed-stop",
             self,
-            create=image_seeder_stop(self.names, targets, ref),
+            create=image_seeder_stop(self.names, targets, ref, start=start_text),
             depends_on=list(self.copies.values()),
         )
         self.seeder = (start, stop)

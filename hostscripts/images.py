@@ -8,6 +8,7 @@ seeder also stops on its own after SEED_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,14 +57,17 @@ def image_seeder_start(names: StackNames, ref: str, bind_ip: str,
     )
 
 
-def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str) -> str:
+def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str,
+                      start: str = "") -> str:
     """Stops what image_seeder_start started. Carries `ref` as well as the targets: whatever
-    makes the seeder run again must make the stop run again, or the seeder stays up."""
+    makes the seeder run again must make the stop run again, or the seeder stays up. `start`:
+    the start's whole text, whose digest it carries too (a change of the seeder's program)."""
     pidfile = q(names.image_seeder_pid)
     return "\n".join(
         [
             "set -eu",
             f"# targets: {' '.join(map(plain, targets))} ref: {plain(ref)}",
+            *([f"# start {hashlib.sha256(start.encode()).hexdigest()[:16]}"] if start else []),
             f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; "
             f"rm -f {pidfile}; fi",
             "echo image seeder stopped",

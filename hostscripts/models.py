@@ -204,18 +204,21 @@ def model_seeder_start(
 
 
 def model_seeder_stop(
-    names: StackNames, targets: Sequence[str], commit: str, image: str, bind_ips: Sequence[str]
+    names: StackNames, targets: Sequence[str], commit: str, image: str, bind_ips: Sequence[str],
+    start: str = "",
 ) -> str:
     """Stops what model_seeder_start started. Carries the same inputs (targets, commit, the
     image the seeder runs and the addresses it listens on): an image change re-runs the start,
     and without the image here the stop would not run again and the seeder would stay up after
-    the update."""
+    the update. `start`: the start's whole text, whose digest it carries too, so a change of the
+    seeder's program (a new release) re-runs the stop as well (issue 31)."""
     image = image_id(image)  # read back from the head's daemon, and it lands in a comment line
     return "\n".join(
         [
             "set -eu",
             f"# commit {plain(commit)} for: {' '.join(map(plain, targets))} image: {image} "
             f"on: {','.join(map(plain, bind_ips))}",
+            *([f"# start {hashlib.sha256(start.encode()).hexdigest()[:16]}"] if start else []),
             f"docker rm -f {q(names.model_seeder)} >/dev/null 2>&1 || true",
             "echo model seeder stopped",
         ]
