@@ -563,14 +563,16 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
     files = [ModelFile("weights.bin", size, etag)]
     start = models.model_seeder_start(bench, image, cache, BENCH_REPO, [h for h, _ in pairs],
                                       labels, [WORKER], BENCH_COMMIT)
-    stop = models.model_seeder_stop(bench, [WORKER], BENCH_COMMIT, image, [h for h, _ in pairs])
+    stop = models.model_seeder_stop(bench, [WORKER], BENCH_COMMIT, image, [h for h, _ in pairs],
+                                    start=start)
     sync = models.model_sync(image, cache, labels)
     out: dict = {"size_bytes": size, "reps": reps, "twins": len(pairs)}
     try:
-        lab("ssh", HEAD, "sh", "-c", start)
+        token = lab("ssh", HEAD, "sh", "-c", start).stdout.strip()  # the run's (issue 31)
         for label, used in (("one", pairs[:1]), ("both", pairs)):
             manifest = models.model_manifest_json(BENCH_REPO, BENCH_COMMIT, BENCH_COMMIT, files,
-                                                   [models.Seed(h, w) for h, w in used])
+                                                   [models.Seed(h, w) for h, w in used],
+                                                   token=token)
             product, raw, fixed = [], [], []
             for i in range(-1, reps):  # run -1 warms the page cache and the image; not counted
                 lab("ssh", WORKER, "sh", "-c", f"rm -rf {root}")
