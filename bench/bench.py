@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 from hostscripts import common, models  # noqa: E402
 from hostscripts.models import ModelFile  # noqa: E402
-from hostscripts.paths import COMPILE_CACHE_DIR, StackNames  # noqa: E402
+from hostscripts.paths import StackNames  # noqa: E402
 from inspection import hub, recon  # noqa: E402
 from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
 from lab.deployments import (  # noqa: E402
@@ -414,7 +414,7 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict]
 
 
 # ------------------------------------------------------------------ 2b. compile cache
-COMPILE_CACHE = COMPILE_CACHE_DIR  # every stack's on the node
+COMPILE_CACHE = NAMES.compile_cache_dir  # the dev stack's own on each node
 
 
 def _compile_lines(d: Deployment) -> dict[str, int]:
@@ -563,14 +563,16 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
     files = [ModelFile("weights.bin", size, etag)]
     start = models.model_seeder_start(bench, image, cache, BENCH_REPO, [h for h, _ in pairs],
                                       labels, [WORKER], BENCH_COMMIT)
-    stop = models.model_seeder_stop(bench, [WORKER], BENCH_COMMIT, image, [h for h, _ in pairs])
+    stop = models.model_seeder_stop(bench, [WORKER], BENCH_COMMIT, image, [h for h, _ in pairs],
+                                    start=start)
     sync = models.model_sync(image, cache, labels)
     out: dict = {"size_bytes": size, "reps": reps, "twins": len(pairs)}
     try:
-        lab("ssh", HEAD, "sh", "-c", start)
+        token = lab("ssh", HEAD, "sh", "-c", start).stdout.strip()  # the run's (issue 31)
         for label, used in (("one", pairs[:1]), ("both", pairs)):
             manifest = models.model_manifest_json(BENCH_REPO, BENCH_COMMIT, BENCH_COMMIT, files,
-                                                   [models.Seed(h, w) for h, w in used])
+                                                   [models.Seed(h, w) for h, w in used],
+                                                   token=token)
             product, raw, fixed = [], [], []
             for i in range(-1, reps):  # run -1 warms the page cache and the image; not counted
                 lab("ssh", WORKER, "sh", "-c", f"rm -rf {root}")

@@ -197,25 +197,31 @@ class ModelCache(pulumi.ComponentResource):
         again = self._again(workers)
         seeds = {n.name: seeds_for(head, n, a.fabric_subnets) for n in workers}
         binds = seeder_binds(head, list(seeds.values()))
+        def start_text(image: str) -> str:
+            return model_seeder_start(a.names, image, a.model.cache_dir, a.model.repo, binds,
+                                      self._labels("model-seeder"), targets, a.manifest.commit)
+
         start = head.command(
             f"{name}-seed",
             self,
-            create=self._image(head).apply(
-                lambda image: model_seeder_start(
-                    a.names, image, a.model.cache_dir, a.model.repo, binds,
-                    self._labels("model-seeder"), targets, a.manifest.commit,
-                )
-            ),
+            create=self._image(head).apply(start_text),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,
             depends_on=[self.fetch],
+            # its stdout is the run's token (the seeder answers no one without it): a secret,
+            # never logged, handed to the syncs on stdin
+            secret_outputs=["stdout"],
+            logging=remote.Logging.STDERR,
         )
         for node in workers:
             node_again = self._again([node])
-            manifest = model_manifest_json(
-                a.model.repo, a.manifest.commit, a.model.revision, a.manifest.files,
-                seeds[node.name],
-            )
+            def with_token(out: str | None, n: str = node.name) -> str:
+                return model_manifest_json(a.model.repo, a.manifest.commit, a.model.revision,
+                                           a.manifest.files, seeds[n],
+                                           token=(out or "").strip())
+
+            plain_manifest: pulumi.Output[str] = start.stdout.apply(with_token)
+            manifest: pulumi.Output[str] = pulumi.Output.secret(plain_manifest)
             self.syncs[node.name] = node.command(
                 f"{name}-sync-{node.name}",
                 self,
@@ -233,7 +239,7 @@ class ModelCache(pulumi.ComponentResource):
             self,
             create=self._image(head).apply(
                 lambda image: model_seeder_stop(a.names, targets, a.manifest.commit, image,
-                                                binds)
+                                                binds, start=start_text(image))
             ),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,

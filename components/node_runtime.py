@@ -10,10 +10,13 @@ mounted with HF_HUB_OFFLINE=1 (the model is already on every node; a container m
 download it), restarted by Docker (`unless-stopped`), never privileged.
 
 Compile and JIT caches (vLLM's torch.compile artifacts, torch inductor, Triton, FlashInfer, CUDA's
-PTX cache) live in a folder per node, mounted into the containers and kept on `destroy` like the
-model, so a replaced container (a new image, an env change) does not compile again from nothing.
-Every stack on the node shares that folder (the caches are keyed by content); everything else a
-container mounts from the host is the stack's own (hostscripts/paths.StackNames).
+PTX cache) live in a folder per node and per stack (StackNames.compile_cache_dir), mounted into
+the containers and kept on `destroy` like the model, so a replaced container (a new image, an env
+change) does not compile again from nothing. They hold code the containers load, so no other
+stack's containers see them (issue 31). The HF cache is mounted read-only: only the stack's model
+commands write it. Everything a container mounts from the host is the stack's own
+(hostscripts/paths.StackNames) but the HF cache, which stacks naming the same model.cacheDir
+share (docs/design.md says why that is safe).
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from pulumi_command import remote
 from components.nccl import NcclEnvironment
 from components.spark_node import Cluster, SparkNode
 from hostscripts.paths import (
-    COMPILE_CACHE_DIR,
     COMPILE_CACHE_MOUNT,
     HF_MOUNT,
     RAY_SESSION_MOUNT,
@@ -112,11 +114,14 @@ class NodeRuntime:
         }
 
     def mounts(self) -> list[docker.ContainerMountArgs]:
-        """The HF cache, the compile caches and, with Ray, the Ray token (read-only)."""
+        """The HF cache (read-only: a serving container never writes it; the model commands
+        do, in containers of their own), the stack's own compile caches and, with Ray, the Ray
+        token (read-only)."""
         mounts = [
-            docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=self.cache_dir),
+            docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=self.cache_dir,
+                                      read_only=True),
             docker.ContainerMountArgs(
-                target=COMPILE_CACHE_MOUNT, type="bind", source=COMPILE_CACHE_DIR
+                target=COMPILE_CACHE_MOUNT, type="bind", source=self.names.compile_cache_dir
             ),
         ]
         if self.ray:
@@ -127,7 +132,7 @@ class NodeRuntime:
 
 
 def compile_cache_dirs(
-    name: str, parent: pulumi.Resource, cluster: Cluster
+    name: str, parent: pulumi.Resource, cluster: Cluster, names: StackNames
 ) -> dict[str, remote.Command]:
     """The compile-cache folder on every node (a bind mount needs it to exist), kept on destroy
     like the model: a command per node, `<name>-compile-cache-<node>`."""
@@ -135,7 +140,7 @@ def compile_cache_dirs(
         n.name: n.command(
             f"{name}-compile-cache-{n.name}",
             parent,
-            create=compile_cache_dir(),
+            create=compile_cache_dir(names),
             retain_on_delete=True,
         )
         for n in cluster.nodes

@@ -123,7 +123,7 @@ class RayCluster(pulumi.ComponentResource):
             )
             for n in cluster.nodes
         }
-        self.caches = compile_cache_dirs(name, self, cluster)
+        self.caches = compile_cache_dirs(name, self, cluster, names)
         self.head = self._container(f"{name}-head", names.ray_head, "ray-head", cluster.head,
                                     list(args.after))
         self.workers = {

@@ -195,7 +195,9 @@ def build_stack(
             checks_after=[model] if with_ray else [],
             model_bytes=model.model_bytes,
             api_key=made.api_key,
+            secrets=made,
             rdma=cfg.nccl.rdma,
+            fabric_subnets=cfg.nccl.fabric_subnets,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
             service_shares={n.name: {s.name: s.gpu_memory_utilization
@@ -233,6 +235,7 @@ def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets
                 runtime=runtime,
                 labels=labels,
                 api_key=made.api_key,
+                secrets=made,
                 health=cfg.health,
                 environment=cfg.environment,
                 caches=vllm.caches,

@@ -7,6 +7,11 @@
 * vLLM's API key, when the stack config gives none (`spark-vllm:vllmApiKey`): vLLM always
   listens beyond loopback here, so it never serves without a key. `pulumi stack output
   vllmApiKey --show-secrets` shows the generated one.
+* The label key: a random key of the stack's own under which the API key's label is an
+  HMAC-SHA256 (`secret_label`). A vLLM container carries `spark-vllm.api-key` so that a new key
+  replaces it; an unsalted sha256 there let anyone who may `docker inspect` the node test
+  guesses of the key offline (issue 31). The HMAC is the same for the same key, so nothing is
+  replaced for nothing, and says nothing without the label key.
 
 Each is a `local.Command` that runs once on the machine running Pulumi (no triggers: the value
 stays in the state, encrypted, until the resource is replaced on purpose), its stdout marked
@@ -16,6 +21,8 @@ root-only file on every node.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass
 
 import pulumi
@@ -30,9 +37,16 @@ class StackSecretsArgs:
     api_key: pulumi.Output[str] | None = None  # the configured key, if any
 
 
+def secret_label(label_key: str, secret: str) -> str:
+    """The label value that stands for `secret` on a container: HMAC-SHA256 under the stack's
+    label key, hex."""
+    return hmac.new(label_key.encode(), secret.encode(), hashlib.sha256).hexdigest()
+
+
 class StackSecrets(pulumi.ComponentResource):
     ray_token: pulumi.Output[str]
     api_key: pulumi.Output[str]
+    label_key: pulumi.Output[str]
 
     def __init__(
         self, name: str, args: StackSecretsArgs, opts: pulumi.ResourceOptions | None = None
@@ -47,7 +61,18 @@ class StackSecrets(pulumi.ComponentResource):
         self.api_key = (
             args.api_key if args.api_key is not None else self._generated(f"{name}-vllm-api-key")
         )
+        self.label_key = self._generated(f"{name}-label-key")
         self.register_outputs({"apiKeyGenerated": args.api_key is None})
+
+    def api_key_label(self, written: pulumi.Output[str]) -> pulumi.Output[str]:
+        """The `spark-vllm.api-key` label of a container whose key file the command with
+        stdout `written` wrote: known once that write ran (as the file's hash was before).
+
+        Not a secret: it tells nothing without the label key, and a secret element would make
+        the container's whole `labels` secret, hiding every label's change from the preview."""
+        return pulumi.Output.unsecret(
+            pulumi.Output.all(written, self.label_key, self.api_key).apply(
+                lambda a: secret_label(a[1], a[2])))
 
     def _generated(self, name: str) -> pulumi.Output[str]:
         made = local.Command(

@@ -225,12 +225,19 @@ class VllmImage(pulumi.ComponentResource):
         """A seeder on the head, a pull on each worker, and a stop once every pull is done."""
         head = cluster.head
         targets = [n.name for n in cluster.workers]
+        start_text = image_seeder_start(self.names, ref, head.fabric_ip, targets)
         start = head.command(
             f"{name}-seed",
             self,
-            create=image_seeder_start(self.names, ref, head.fabric_ip, targets),
+            create=start_text,
             depends_on=[*self.after, self.images[head.name]],
+            # its stdout is the run's token (the seeder answers no one without it): a secret,
+            # never logged, handed to the pulls on stdin
+            secret_outputs=["stdout"],
+            logging=remote.Logging.STDERR,
         )
+        run_token: pulumi.Output[str] = start.stdout.apply(lambda out: (out or "").strip() + "\n")
+        token: pulumi.Output[str] = pulumi.Output.secret(run_token)
         for node in cluster.workers:
             self.copies[node.name] = node.command(
                 f"{name}-copy-{node.name}",
@@ -238,12 +245,13 @@ class VllmImage(pulumi.ComponentResource):
                 create=self.images[head.name].image_id.apply(
                     lambda i: image_pull_from_head(ref, head.fabric_ip, i or "")
                 ),
+                stdin=token,
                 depends_on=[*self.after, start],
             )
         stop = head.command(
             f"{name}-seed-stop",
             self,
-            create=image_seeder_stop(self.names, targets, ref),
+            create=image_seeder_stop(self.names, targets, ref, start=start_text),
             depends_on=list(self.copies.values()),
         )
         self.seeder = (start, stop)

@@ -32,6 +32,7 @@ from pulumi_command import remote
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.node_runtime import NodeRuntime
 from components.spark_node import Cluster, SparkNode
+from components.stack_secrets import StackSecrets
 from config import HealthConfig, ModelConfig, ServiceConfig, chat_template_text
 from hostscripts.paths import VLLM_KEY
 from hostscripts.vllm import (
@@ -88,6 +89,7 @@ class VllmServiceArgs:
     runtime: NodeRuntime  # with the stack's names (runtime.names)
     labels: Mapping[str, str]  # managed + stack
     api_key: pulumi.Output[str]
+    secrets: StackSecrets  # its api_key_label (an HMAC under the stack's label key)
     health: HealthConfig
     environment: str
     caches: Mapping[str, pulumi.Resource]  # the compile-cache folder per node (a bind mount)
@@ -169,7 +171,7 @@ class VllmService(pulumi.ComponentResource):
             labels=[
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
                 docker.ContainerLabelArgs(label="spark-vllm.api-key",
-                                          value=key.stdout.apply(lambda s: s.split()[-1])),
+                                          value=args.secrets.api_key_label(key.stdout)),
             ],
             destroy_grace_seconds=60,
             **runtime.runtime(node),

@@ -28,6 +28,11 @@ COMMIT = re.compile(r"[0-9a-f]{40}")
 IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
 DIGEST_REF = re.compile(r"(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
 CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
+# A file of a model commit as the hub lists it (hostscripts.models.ModelFile): its etag names
+# its blob in the HF cache (the LFS sha256, or the git blob id), its path names its snapshot link.
+ETAG = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
+MAX_MODEL_FILE_BYTES = 2**40  # 1 TiB: far above any file the hub holds, far below a bogus size
+MAX_REPO_PATH = 1024  # a snapshot link's path below its folder; the hub's are far shorter
 # Docker's rule for a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]+), bounded: a name the stack
 # puts into a shell, accepts in config or reads back from a host
 CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
@@ -48,12 +53,55 @@ def is_digest_ref(value: object) -> bool:
     return isinstance(value, str) and DIGEST_REF.fullmatch(value) is not None
 
 
+def check_repo_path(path: object) -> str | None:
+    """Why `path` is not the path of a file inside a repo (relative, normalised, no '.' or '..'
+    component, no control character, valid UTF-8), or None. It is joined under a snapshot
+    folder on every node, as root: `../x` or `/x` must never pass."""
+    if not isinstance(path, str) or not path:
+        return "not a non-empty string"
+    if len(path) > MAX_REPO_PATH:
+        return f"longer than {MAX_REPO_PATH} characters"
+    try:
+        raw = path.encode("utf-8")
+    except UnicodeEncodeError:
+        return "not valid UTF-8"
+    if any(b < 32 or b == 127 for b in raw):
+        return "contains a control character"
+    parts = path.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        return "not relative and normalised (an empty, '.' or '..' component, or a leading or " \
+               "trailing '/')"
+    if any(len(p.encode("utf-8")) > 255 for p in parts):
+        return "a component longer than 255 bytes"
+    return None
+
+
+def check_model_file(path: object, size: object, etag: object) -> str | None:
+    """Why a file the hub lists cannot name a blob and a link in the HF cache, or None: the
+    etag 40 or 64 lowercase hex, the path relative and normalised, the size a byte count."""
+    if not isinstance(etag, str) or ETAG.fullmatch(etag) is None:
+        return f"etag {clip(etag)} is not 40 or 64 lowercase hex digits"
+    problem = check_repo_path(path)
+    if problem is not None:
+        return f"path {clip(path)} is {problem}" if problem.startswith("not") \
+            else f"path {clip(path)}: {problem}"
+    if type(size) is not int or not 0 <= size <= MAX_MODEL_FILE_BYTES:
+        return f"size {clip(size)} of {path} is not a byte count (0 to {MAX_MODEL_FILE_BYTES})"
+    return None
+
+
 def check_port(value: int) -> int:
     """A TCP port, for pydantic validators (raises ValueError with the expected form)."""
     if not 1 <= value <= 65535:
         raise ValueError("expected a TCP port between 1 and 65535")
     return value
 
+
+# The folders of the stack's files on every node (hostscripts/paths.py: one folder per stack in
+# STATE_DIR/stacks, Ray's session folders in RUN_DIR/stacks): no cache folder may be one of them,
+# be in one or hold one (config.models.cache_dir_problem).
+STATE_DIR = "/var/lib/spark-vllm"
+RUN_DIR = "/run/spark-vllm"
 
 # The seeders' ports on the head's fabric address (hostscripts/images.py, hostscripts/models.py):
 # no other port of the stack may take them.

@@ -43,7 +43,7 @@ def known_host_keys(text: str, host: str, port: int) -> list[str]:
         else:
             matched = bool(names & set(hosts.split(",")))
         candidate = f"{kind} {blob}"
-        if matched and kind in PINNABLE and HOST_KEY.match(candidate) and candidate not in keys:
+        if matched and kind in PINNABLE and HOST_KEY.fullmatch(candidate) and candidate not in keys:
             keys.append(candidate)
     keys.sort(key=lambda k: _KEY_PREFERENCE.index(k.split()[0]))
     return keys

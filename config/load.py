@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -67,6 +68,51 @@ class Secrets:
     vllm_api_key: pulumi.Output[str] | None = None
 
 
+# The repository this program runs from, and the passphrase it commits for the lab's dev stack
+# (Pulumi.dev.yaml says why: every value it protects is made by and for the lab).
+REPOSITORY = Path(__file__).resolve().parents[1]
+COMMITTED_PASSPHRASE = REPOSITORY / "lab" / "dev.passphrase"
+
+
+def _committed_passphrase() -> str | None:
+    """Where the passphrase in use is committed (a path relative to the repository), or None.
+
+    The one Pulumi reads (PULUMI_CONFIG_PASSPHRASE, else the file of
+    PULUMI_CONFIG_PASSPHRASE_FILE) is committed when it is lab/dev.passphrase's text or its
+    file lies inside the repository."""
+    given = os.environ.get("PULUMI_CONFIG_PASSPHRASE")
+    where = os.environ.get("PULUMI_CONFIG_PASSPHRASE_FILE")
+    if not given and where:
+        path = Path(os.path.expanduser(where)).resolve()
+        if path.is_relative_to(REPOSITORY):
+            return str(path.relative_to(REPOSITORY))
+        try:
+            given = path.read_text()
+        except OSError:
+            return None
+    try:
+        committed = COMMITTED_PASSPHRASE.read_text()
+    except OSError:
+        return None
+    if given is not None and given.strip() and given.strip() == committed.strip():
+        return str(COMMITTED_PASSPHRASE.relative_to(REPOSITORY))
+    return None
+
+
+def committed_passphrase_warnings(present: set[str], stack: str) -> list[str]:
+    """A warning for each secret key set on a stack whose passphrase is committed: whoever has
+    the repository decrypts it from Pulumi.<stack>.yaml (issue 31)."""
+    keys = sorted(k for k in present if k in SECRET_KEYS)
+    where = _committed_passphrase() if keys else None
+    if where is None:
+        return []
+    return [f"{key_path((k,))} is set on stack {stack}, whose passphrase is committed in this "
+            f"repository ({where}): anyone with the repository can decrypt it from "
+            f"Pulumi.{stack}.yaml and the state. Set only throw-away values there, or give the "
+            "stack a passphrase of its own (pulumi stack change-secrets-provider passphrase)"
+            for k in keys]
+
+
 def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -> Secrets:
     """Read the secret keys. Outside dev an API key for vLLM is required (in dev the stack makes
     one: StackSecrets), and an HF token is only sent to an https endpoint.
@@ -111,6 +157,8 @@ def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -
             )
     if problems or ssh_key is None:
         raise ConfigError(problems)
+    for warning in committed_passphrase_warnings(_present_keys(), pulumi.get_stack()):
+        pulumi.log.warn(warning)
     return Secrets(
         ssh_private_key=ssh_key, hf_token=hf_token, vllm_api_key=api_key
     )

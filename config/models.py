@@ -22,7 +22,9 @@ from config.forms import (
     IMAGE_ID,
     OS_RESERVE_BYTES,
     PLACEHOLDER,
+    RUN_DIR,
     STACK_CONTAINERS,
+    STATE_DIR,
     credential_in_url,
     is_commit,
     is_digest_ref,
@@ -31,9 +33,9 @@ from config.recipe_files import RecipeError
 from config.serve import MAIN_ONLY_FIELDS, RECIPE_FIELDS, SERVICE_FIELDS, ServeSettings
 from config.types import (
     ConfigModel,
+    ExtraEnv,
     Fraction,
     IPv4,
-    PlainEnv,
     Port,
     RepoId,
     Revision,
@@ -43,10 +45,12 @@ from config.types import (
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(\.{_LABEL})*$")
-_IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}$")
+# Every pattern is used with fullmatch (config/forms.py): `^...$` with match lets a trailing
+# newline through.
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(\.{_LABEL})*")
+_IFNAME = re.compile(r"[A-Za-z0-9_.:-]{1,15}")
 HOST_KEY = re.compile(
-    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,2}$"
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)) [A-Za-z0-9+/]+={0,2}"
 )
 # pulumi-command 1.2.1 verifies a pinned RSA host key with the SHA-1 `ssh-rsa` algorithm only,
 # which OpenSSH 8.8+ servers (Ubuntu 24.04 on the Sparks) no longer accept, so such a pin can
@@ -58,12 +62,40 @@ _IMAGE_REF = re.compile(
     r"[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
     rf"(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(@{IMAGE_ID.pattern})?"
 )
-# A model cache is bind-mounted read-write into every container: never a system folder.
-_SYSTEM_DIRS = {"/", "/root", "/home", "/var", "/var/lib", "/opt", "/srv", "/mnt", "/tmp",
-                "/usr/local"}
-_SYSTEM_TREES = ("/etc", "/usr/bin", "/usr/sbin", "/usr/lib", "/usr/share", "/usr/include",
-                 "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/boot", "/dev", "/proc", "/sys",
-                 "/run", "/var/run", "/var/lib/docker", "/var/lib/containerd", "/root/.ssh")
+# The model cache (model.cacheDir) is written as root by the model commands on every node and
+# mounted into the stack's containers: it may only be a folder of a dedicated root, an
+# allow-list (docs/design.md "The model cache folder"), never a class of paths a list of names
+# misses. The default HF cache and what is below it, a user's own HF cache, and a folder below
+# /data or /srv (where a node's model disks are mounted); not /data or /srv themselves.
+CACHE_ROOTS = ("/root/.cache/huggingface",)  # the folder itself or below
+CACHE_PARENTS = ("/data", "/srv")  # a folder below, not the folder itself
+_HOME_HF_CACHE = re.compile(r"/home/[a-z_][a-z0-9_-]{0,31}/\.cache/huggingface(/.+)?")
+CACHE_ALLOWED = ("/root/.cache/huggingface[/...]", "/home/<user>/.cache/huggingface[/...]",
+                 "/data/<folder>[/...]", "/srv/<folder>[/...]")
+
+
+def _within(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def cache_dir_problem(path: str) -> str | None:
+    """Why a normalised absolute path may not be the model cache, or None.
+
+    The stack's own folders on the nodes (config.forms STATE_DIR and RUN_DIR: every stack's Ray
+    token and API key) are refused on their own, with anything in them and every folder above
+    them, whatever the allow-list holds."""
+    for state in (STATE_DIR, RUN_DIR):
+        if _within(path, state) or _within(state, path):
+            return (f"expected a folder of a dedicated root ({', '.join(CACHE_ALLOWED)}), never "
+                    f"{state}, a folder in it or above it: it holds every stack's secrets")
+    if (any(_within(path, r) for r in CACHE_ROOTS)
+            or any(path.startswith(p + "/") for p in CACHE_PARENTS)
+            or _HOME_HF_CACHE.fullmatch(path)):
+        return None
+    return (f"expected a folder of a dedicated root ({', '.join(CACHE_ALLOWED)}): the cache is "
+            "written as root and mounted into the containers, so it is never a system folder, a "
+            "home folder or another program's")
+
 MAX_RAY_BYTES = 64 * GIB  # a Spark has 128 GB of unified memory: Ray must not take half
 
 
@@ -77,7 +109,7 @@ class FabricInterface(ConfigModel):
     @field_validator("interface")
     @classmethod
     def _ifname(cls, v: str) -> str:
-        if not _IFNAME.match(v):
+        if not _IFNAME.fullmatch(v):
             raise ValueError("expected a Linux interface name (1-15 chars), e.g. enp1s0f1np1")
         if v == "lo":
             raise ValueError("expected a fabric interface (ConnectX-7), not the loopback lo")
@@ -86,7 +118,7 @@ class FabricInterface(ConfigModel):
     @field_validator("hca")
     @classmethod
     def _hca(cls, v: str | None) -> str | None:
-        if v is not None and not _IFNAME.match(v):
+        if v is not None and not _IFNAME.fullmatch(v):
             raise ValueError("expected an RDMA device name, e.g. rocep1s0f1")
         return v
 
@@ -121,7 +153,7 @@ class NodeConfig(ConfigModel):
         if ":" in v:  # the docker provider's ssh://user@host:port URL cannot carry an IPv6 host
             raise ValueError("expected an IPv4 address or a DNS hostname (IPv6 management "
                              "addresses are not supported: give the node a DNS name)")
-        if not _HOSTNAME.match(v):
+        if not _HOSTNAME.fullmatch(v):
             raise ValueError("expected an IPv4 address or a DNS hostname")
         return v
 
@@ -138,7 +170,7 @@ class NodeConfig(ConfigModel):
         if v is None:
             return v
         v = v.strip()
-        if not HOST_KEY.match(v):
+        if not HOST_KEY.fullmatch(v):
             raise ValueError(
                 "expected '<type> <base64>' with type ssh-ed25519 or "
                 "ecdsa-sha2-nistp256/384/521 (the line from ssh-keyscan without the host)"
@@ -225,10 +257,9 @@ class ModelConfig(ConfigModel):
         norm = os.path.normpath(v)
         if norm != (v.rstrip("/") or "/") or "/../" in v + "/":
             raise ValueError(f"expected a normalised path (this one means {norm})")
-        if norm in _SYSTEM_DIRS or any(norm == d or norm.startswith(d + "/")
-                                       for d in _SYSTEM_TREES):
-            raise ValueError("expected a folder of its own, not / or a system folder (it is "
-                             "mounted read-write into the containers)")
+        problem = cache_dir_problem(norm)
+        if problem is not None:
+            raise ValueError(problem)
         return norm
 
     @field_validator("endpoint")
@@ -257,7 +288,7 @@ class NcclConfig(ConfigModel):
     # INFO (with NCCL_DEBUG_SUBSYS=INIT,NET: init and network lines only) lets the stack read
     # which transport NCCL chose after serving starts; WARN hides it.
     debug: Literal["VERSION", "WARN", "INFO", "TRACE"] = "INFO"
-    extra_env: PlainEnv = Field(default_factory=dict)
+    extra_env: ExtraEnv = Field(default_factory=dict)
 
     @field_validator("fabric_subnets")
     @classmethod

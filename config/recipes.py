@@ -41,7 +41,7 @@ from config.errors import allowed_keys, describe, key_path
 from config.forms import COMMIT, clip
 from config.recipe_files import RecipeError
 from config.serve import RECIPE_FIELDS, ServeSettings
-from config.types import ConfigModel, PlainEnv, RepoId
+from config.types import AllowedEnv, ConfigModel, PlainEnv, RepoId
 
 # Environment a recipe may not set: what the stack derives per node (components/nccl.node_env),
 # what the Ray and vLLM containers get from the stack (components/ray_cluster.py,
@@ -72,9 +72,9 @@ def _not_stack_env(v: dict[str, str]) -> dict[str, str]:
     return v
 
 
-RecipeEnv = Annotated[PlainEnv, AfterValidator(_not_stack_env)]
-"""A recipe's environment: plain (no secrets, no control characters), and nothing the stack
-sets itself."""
+RecipeEnv = Annotated[PlainEnv, AfterValidator(_not_stack_env), AllowedEnv]
+"""A recipe's environment: plain (no secrets, no control characters), nothing the stack sets
+itself, and only what nccl.extraEnv may hold (config.types.EXTRA_ENV_NAMES and families)."""
 
 
 class RecipeSource(ConfigModel):

@@ -109,6 +109,50 @@ def _plain_env(v: dict[str, str]) -> dict[str, str]:
     return v
 
 
+# nccl.extraEnv (and a recipe's env/launcherEnv, merged into it) reaches every Ray and vLLM
+# container of every node. Only the communication libraries' own families, without the variables
+# that make them load a library or plugin or read or write a file, and a short list of exact
+# names, each with its reason. Anything else (VLLM_SERVER_DEV_MODE's routes outside the API key
+# check, PYTHONPATH or LD_PRELOAD into the model cache, VLLM_PLUGINS, ...) is refused.
+EXTRA_ENV_FAMILIES = ("NCCL_", "UCX_", "GLOO_")
+_LOADS_OR_NAMES_A_FILE = re.compile(r"PLUGIN|MODULE|_(FILE|PATH|DIR|LIB|SO)(_|$)")
+EXTRA_ENV_NAMES: dict[str, str] = {
+    "PYTORCH_ALLOC_CONF": "PyTorch's allocator settings (expandable segments on unified memory; "
+                          "the 122B recipe sets it)",
+    "PYTORCH_CUDA_ALLOC_CONF": "the same settings under the name older PyTorch reads",
+    "VLLM_LOGGING_LEVEL": "how much vLLM logs (the lab's recipe sets it)",
+    "VLLM_FLASHINFER_MOE_BACKEND": "FlashInfer's MoE kernel choice, for images whose vLLM reads it "
+                                   "(config/recipes_data/qwen3.5-122b-a10b-fp8.yaml says why "
+                                   "the recipe leaves it out)",
+    "VLLM_USE_DEEP_GEMM": "a kernel choice (DeepGEMM for FP8 matmuls)",
+    "VLLM_MARLIN_USE_ATOMIC_ADD": "a kernel choice (Marlin's reduction)",
+    "VLLM_USE_FLASHINFER_SAMPLER": "a kernel choice (FlashInfer's sampler)",
+}
+
+
+def extra_env_problem(name: str) -> str | None:
+    """Why `name` may not be set through nccl.extraEnv or a recipe's env, or None."""
+    if name in EXTRA_ENV_NAMES:
+        return None
+    if name.startswith(EXTRA_ENV_FAMILIES):
+        if _LOADS_OR_NAMES_A_FILE.search(name):
+            return "names a library, plugin or file the library would load, read or write"
+        return None
+    return "not in the allowed families or names"
+
+
+def _allowed_env(v: dict[str, str]) -> dict[str, str]:
+    bad = sorted(k for k in v if extra_env_problem(k) is not None)
+    if bad:
+        raise ValueError(
+            f"expected only NCCL_*, UCX_*, GLOO_* variables (none that names a library, plugin or "
+            f"file) and {', '.join(EXTRA_ENV_NAMES)} ({', '.join(bad)}): the values reach every "
+            "container of the stack, where others could open vLLM's development routes or load "
+            "code from the model cache (docs/design.md \"What extraEnv may set\")"
+        )
+    return v
+
+
 IPv4 = Annotated[str, AfterValidator(ipv4)]
 """An IPv4 address, normalised (192.168.177.11)."""
 Port = Annotated[StrictInt, AfterValidator(check_port)]
@@ -129,3 +173,7 @@ ChatTemplateName = Annotated[str, AfterValidator(_chat_template)]
 """A chat template shipped in config/recipes_data/ (`<name>.jinja`), readable as a template."""
 PlainEnv = Annotated[dict[str, str], AfterValidator(_plain_env)]
 """Environment variables in plain text: names, no secrets, no control characters."""
+AllowedEnv = AfterValidator(_allowed_env)
+"""The check of nccl.extraEnv and a recipe's env: only EXTRA_ENV_FAMILIES and EXTRA_ENV_NAMES."""
+ExtraEnv = Annotated[PlainEnv, AllowedEnv]
+"""nccl.extraEnv: plain environment of the allowed families and names only."""

@@ -7,6 +7,7 @@ idempotent; every value interpolated goes through `shlex.quote`; secrets are nev
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from importlib import resources
@@ -53,6 +54,30 @@ def container_name(value: str) -> str:
     return value
 
 
+# A value that may stand in a comment or an unquoted echo word of a script: quoting does not
+# protect a comment (a newline ends it and what follows runs), so builders check instead.
+_PLAIN = re.compile(r"[A-Za-z0-9._:/@+=,-]{1,512}")
+
+
+def plain(value: str) -> str:
+    """`value`, when it is plain (letters, digits and ._:/@+=,- only, 1 to 512 of them), for a
+    comment line or an unquoted echo word; ValueError otherwise. Builders use it for every value
+    they put there, whatever validated it before."""
+    if not isinstance(value, str) or _PLAIN.fullmatch(value) is None:
+        raise ValueError(f"not a plain value for a comment or echo line: {clip(value)}")
+    return value
+
+
+# The run's token, made on the head by each seeder's start (32 random bytes as 64 hex): printed
+# on the start's stdout (a secret the program hands to the nodes' pulls or syncs on stdin),
+# its sha256 only on the seeder's command line.
+MAKE_TOKEN = [
+    "tok=$(od -An -N32 -tx1 /dev/urandom | tr -d ' \\n')",
+    "[ ${#tok} -eq 64 ] || { echo 'seeder: no random token (od, /dev/urandom)' >&2; exit 1; }",
+    "sum=$(printf %s \"$tok\" | sha256sum | cut -d' ' -f1)",
+]
+
+
 def payload(name: str) -> str:
     """The program text of hostscripts/payloads/<name>, as it is sent to a node.
 
@@ -79,7 +104,12 @@ def secret_file_write(path: str, what: str) -> str:
             "umask 077",
             f"mkdir -p {q(d)}",
             f"chmod 700 {q(d)}",
-            f"cat > {q(path + '.new')}",
+            # a leftover .new (an interrupted run) is removed, never written through: its mode
+            # (or a symlink's target) would become the secret's; noclobber makes the new one
+            # exclusively, and it is 0600 before it takes the secret's name
+            f"rm -f {q(path + '.new')}",
+            f"(set -C; cat > {q(path + '.new')})",
+            f"chmod 600 {q(path + '.new')}",
             f"test -s {q(path + '.new')}",
             f"mv {q(path + '.new')} {q(path)}",
             f"echo \"{what} $(sha256sum {q(path)} | cut -d' ' -f1)\"",

@@ -8,11 +8,20 @@ seeder also stops on its own after SEED_TIMEOUT_SECONDS.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hostscripts.common import image_id, label_flags, payload, q, verdict_script
+from hostscripts.common import (
+    MAKE_TOKEN,
+    image_id,
+    label_flags,
+    payload,
+    plain,
+    q,
+    verdict_script,
+)
 from hostscripts.paths import HF_MOUNT, IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
@@ -23,7 +32,9 @@ _PROBE_PY = payload("image_probe.py")
 def image_seeder_start(names: StackNames, ref: str, bind_ip: str,
                        targets: Sequence[str]) -> str:
     """On the head: serve `docker save <ref>` over HTTP on the fabric address, in the background
-    (its pid and log files are the stack's).
+    (its pid and log files are the stack's), to the holders of this run's token only; the
+    token is the script's stdout (the only thing it prints there), at most one `docker save`
+    per target at once.
 
     `targets` is part of the text on purpose: adding a node changes it, so the seeder runs again
     for the new node's pull.
@@ -32,26 +43,31 @@ def image_seeder_start(names: StackNames, ref: str, bind_ip: str,
     return "\n".join(
         [
             "set -eu",
-            f"# targets: {' '.join(targets)}",
+            f"# targets: {' '.join(map(plain, targets))}",
             f"docker image inspect {q(ref)} >/dev/null",
             f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; fi",
+            *MAKE_TOKEN,
             f"setsid nohup timeout {SEED_TIMEOUT_SECONDS} python3 -c {q(_IMAGE_SEEDER_PY)} "
-            f"{q(bind_ip)} {IMAGE_SEED_PORT} {q(ref)} </dev/null "
+            f"{q(bind_ip)} {IMAGE_SEED_PORT} {q(ref)} \"$sum\" {max(len(targets), 1)} </dev/null "
             f">{log} 2>&1 &",
             f"echo $! > {pidfile}",
-            f"echo image seeder on {bind_ip}:{IMAGE_SEED_PORT}",
+            f"echo image seeder on {plain(bind_ip)}:{IMAGE_SEED_PORT} >&2",
+            "printf '%s\\n' \"$tok\"",
         ]
     )
 
 
-def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str) -> str:
+def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str,
+                      start: str = "") -> str:
     """Stops what image_seeder_start started. Carries `ref` as well as the targets: whatever
-    makes the seeder run again must make the stop run again, or the seeder stays up."""
+    makes the seeder run again must make the stop run again, or the seeder stays up. `start`:
+    the start's whole text, whose digest it carries too (a change of the seeder's program)."""
     pidfile = q(names.image_seeder_pid)
     return "\n".join(
         [
             "set -eu",
-            f"# targets: {' '.join(targets)} ref: {ref}",
+            f"# targets: {' '.join(map(plain, targets))} ref: {plain(ref)}",
+            *([f"# start {hashlib.sha256(start.encode()).hexdigest()[:16]}"] if start else []),
             f"if [ -f {pidfile} ]; then kill \"$(cat {pidfile})\" 2>/dev/null || true; "
             f"rm -f {pidfile}; fi",
             "echo image seeder stopped",
@@ -60,7 +76,9 @@ def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str) -> st
 
 
 def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
-    """On another node: load the head's image from its seeder unless the same ID is present."""
+    """On another node: load the head's image from its seeder unless the same ID is present.
+    The run's token (image_seeder_start's stdout) arrives on stdin and goes to the fetch's
+    stdin: it is in no command line."""
     expect_id = image_id(expect_id)  # read back from the head's daemon: its exact form only
     url = f"http://{seed_ip}:{IMAGE_SEED_PORT}/image.tar"
     return "\n".join(

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hostscripts.common import image_id, label_flags, payload, q, repo_dir
+from config.forms import check_model_file, clip
+from hostscripts.common import MAKE_TOKEN, image_id, label_flags, payload, plain, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _SNAPSHOT_PY = payload("snapshot_download.py")
@@ -37,11 +39,20 @@ SYNC_WAIT_SECONDS = 120
 @dataclass(frozen=True)
 class ModelFile:
     """One file of a model commit as the hub lists it (inspection/hub.py reads the listing). The
-    HF cache names its blob by `etag`: the LFS sha256 for large files, else the git blob id."""
+    HF cache names its blob by `etag`: the LFS sha256 for large files, else the git blob id.
+
+    Every value comes from the hub (or a mirror, or whoever sits on the path to it) and ends up
+    in a root file operation on every node (payloads/model_verify.py removes a wrong blob,
+    model_sync.py replaces snapshot links): it is refused here unless the etag is 40 or 64
+    lowercase hex, the path relative and normalised and the size a byte count
+    (config.forms.check_model_file; ValueError). The payloads check again."""
 
     path: str
     size: int
     etag: str
+
+    def __post_init__(self) -> None:
+        checked(self)
 
 
 class Seed(NamedTuple):
@@ -52,13 +63,53 @@ class Seed(NamedTuple):
     via: str | None = None
 
 
+def checked(f: ModelFile) -> ModelFile:
+    """`f`, or ValueError naming what the stack refuses in it (config.forms.check_model_file).
+    Called when a ModelFile is made and again by every builder that puts one into a manifest."""
+    problem = check_model_file(f.path, f.size, f.etag)
+    if problem is not None:
+        raise ValueError(f"a model file the hub lists is refused: {problem}")
+    return f
+
+
+def listing_problem(files: Iterable[ModelFile]) -> str | None:
+    """Why a commit's files cannot all live in one snapshot folder, or None: a path listed
+    twice, a path that is also a folder of another path, an etag listed with two sizes (one
+    blob per etag)."""
+    paths: set[str] = set()
+    sizes: dict[str, int] = {}
+    for f in files:
+        if f.path in paths:
+            return f"it lists {clip(f.path)} twice"
+        paths.add(f.path)
+        if sizes.setdefault(f.etag, f.size) != f.size:
+            return f"it lists blob {f.etag} with two sizes ({sizes[f.etag]} and {f.size})"
+    for path in paths:
+        parts = path.split("/")
+        folder = next(("/".join(parts[:i]) for i in range(1, len(parts))
+                       if "/".join(parts[:i]) in paths), None)
+        if folder is not None:
+            return f"it lists {clip(folder)} as a file and as the folder of {clip(path)}"
+    return None
+
+
+def _files_json(files: Iterable[ModelFile]) -> list[dict[str, object]]:
+    """The files as the payloads read them, each checked again (ModelFile's checks and the
+    listing's: `checked`, `listing_problem`)."""
+    listed = [checked(f) for f in files]
+    problem = listing_problem(listed)
+    if problem is not None:
+        raise ValueError(f"a model listing is refused: {problem}")
+    return [{"path": f.path, "size": f.size, "etag": f.etag} for f in listed]
+
+
 def verify_manifest_json(repo: str, commit: str, files: Iterable[ModelFile]) -> str:
     """What model_verify.py checks: the commit's files with size and hub etag."""
     return json.dumps(
         {
             "repoDir": repo_dir(repo),
             "commit": commit,
-            "files": [{"path": f.path, "size": f.size, "etag": f.etag} for f in files],
+            "files": _files_json(files),
         },
         sort_keys=True,
     )
@@ -117,8 +168,11 @@ def model_seeder_start(
     targets: Sequence[str],
     commit: str,
 ) -> str:
-    """On the head: serve the repo's cache folder read-only over HTTP on each fabric address in
-    `bind_ips` (the head's carrier-up twins, primary first), one listener each, same port.
+    """On the head: serve the files of `commit` from the repo's cache folder, read-only, over
+    HTTP on each fabric address in `bind_ips` (the head's carrier-up twins, primary first), one
+    listener each, same port, to the holders of this run's token only (issue 31): the script
+    makes the token (hostscripts.common.MAKE_TOKEN), gives the seeder its sha256 and prints the
+    token on stdout, the only thing it prints there (the program hands it to the syncs).
 
     `targets` and `commit` are in the text so the seeder runs again whenever a pull will. The
     container is the stack's (StackNames.model_seeder) and declares its port
@@ -135,29 +189,36 @@ def model_seeder_start(
     return "\n".join(
         [
             "set -eu",
-            f"# commit {commit} for: {' '.join(targets)}",
+            f"# commit {plain(commit)} for: {' '.join(map(plain, targets))}",
             f"docker rm -f {seeder} >/dev/null 2>&1 || true",
+            *MAKE_TOKEN,
             f"docker run -d --rm --name {seeder} --network host {label_flags(labels)} "
             f"-v {q(cache_dir)}:{HF_MOUNT}:ro --entrypoint timeout {q(image)} "
             f"{SEED_TIMEOUT_SECONDS} python3 -c {q(_MODEL_SEEDER_PY)} "
-            f"{q(binds)} {MODEL_SEED_PORT} {q(root)} >/dev/null",
-            f"echo model seeder on {' '.join(f'{ip}:{MODEL_SEED_PORT}' for ip in bind_ips)}",
+            f"{q(binds)} {MODEL_SEED_PORT} {q(root)} {q(plain(commit))} \"$sum\" >/dev/null",
+            f"echo model seeder on "
+            f"{' '.join(f'{plain(ip)}:{MODEL_SEED_PORT}' for ip in bind_ips)} >&2",
+            "printf '%s\\n' \"$tok\"",
         ]
     )
 
 
 def model_seeder_stop(
-    names: StackNames, targets: Sequence[str], commit: str, image: str, bind_ips: Sequence[str]
+    names: StackNames, targets: Sequence[str], commit: str, image: str, bind_ips: Sequence[str],
+    start: str = "",
 ) -> str:
     """Stops what model_seeder_start started. Carries the same inputs (targets, commit, the
     image the seeder runs and the addresses it listens on): an image change re-runs the start,
     and without the image here the stop would not run again and the seeder would stay up after
-    the update."""
+    the update. `start`: the start's whole text, whose digest it carries too, so a change of the
+    seeder's program (a new release) re-runs the stop as well (issue 31)."""
     image = image_id(image)  # read back from the head's daemon, and it lands in a comment line
     return "\n".join(
         [
             "set -eu",
-            f"# commit {commit} for: {' '.join(targets)} image: {image} on: {','.join(bind_ips)}",
+            f"# commit {plain(commit)} for: {' '.join(map(plain, targets))} image: {image} "
+            f"on: {','.join(map(plain, bind_ips))}",
+            *([f"# start {hashlib.sha256(start.encode()).hexdigest()[:16]}"] if start else []),
             f"docker rm -f {q(names.model_seeder)} >/dev/null 2>&1 || true",
             "echo model seeder stopped",
         ]
@@ -165,12 +226,17 @@ def model_seeder_stop(
 
 
 def model_manifest_json(
-    repo: str, commit: str, revision: str, files: Iterable[ModelFile], seeds: Sequence[Seed]
+    repo: str, commit: str, revision: str, files: Iterable[ModelFile], seeds: Sequence[Seed],
+    token: str = "",
 ) -> str:
     """The stdin of a sync command: what to fetch, from where (every seeder address the node
-    pairs with one of its twins, in the node's twin order), at which commit, in which pieces."""
+    pairs with one of its twins, in the node's twin order), at which commit, in which pieces,
+    and the run's token the seeder asks for (model_seeder_start's stdout; a secret: the program
+    keeps this stdin as one)."""
     if not seeds:
         raise ValueError("model_manifest_json: no seeder address")
+    if token and not re.fullmatch(r"[0-9a-f]{64}", token):
+        raise ValueError("model_manifest_json: the seeder's token is not 64 hex digits")
     return json.dumps(
         {
             "repoDir": repo_dir(repo),
@@ -178,10 +244,11 @@ def model_manifest_json(
             "revision": revision,
             "seeds": [{"ip": s.ip, "via": s.via} for s in seeds],
             "seedPort": MODEL_SEED_PORT,
+            "token": token,
             "chunkBytes": SYNC_CHUNK_BYTES,
             "streamsPerSeed": SYNC_STREAMS_PER_SEED,
             "waitSeconds": SYNC_WAIT_SECONDS,
-            "files": [{"path": f.path, "size": f.size, "etag": f.etag} for f in files],
+            "files": _files_json(files),
         },
         sort_keys=True,
     )
@@ -240,7 +307,7 @@ def drop_page_cache(repo: str, commit: str, files: Iterable[ModelFile]) -> str:
     return "\n".join(
         [
             "set -eu",
-            f"# model {q(repo)} @ {q(commit)} ({len(listed)} files, {digest}) moved",
+            f"# model {plain(repo)} @ {plain(commit)} ({len(listed)} files, {digest}) moved",
             "free_kb() { awk '$1 == \"MemFree:\" {print $2}' /proc/meminfo; }",
             "before=$(free_kb)",
             "sync",

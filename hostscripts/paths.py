@@ -6,13 +6,13 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, STACK_CONTAINERS
+from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, RUN_DIR, STACK_CONTAINERS, STATE_DIR
 
 __all__ = [
-           "COMPILE_CACHE_DIR",
            "COMPILE_CACHE_MOUNT",
            "HF_MOUNT",
            "IMAGE_SEED_PORT",
+           "LEGACY_COMPILE_CACHE_DIR",
            "LEGACY_RAY_TOKEN_FILE",
            "LEGACY_VLLM_KEY_FILE",
            "MODEL_SEED_PORT",
@@ -31,20 +31,21 @@ HF_MOUNT = "/root/.cache/huggingface"  # HF_HOME inside every container
 SEED_TIMEOUT_SECONDS = 3600
 # Files of one stack only, in a folder per stack (<STACK_DIR>/<stack>/, StackNames): what
 # several stacks sharing a node must not share (API keys, the Ray token).
-STACK_DIR = "/var/lib/spark-vllm/stacks"
+STACK_DIR = f"{STATE_DIR}/stacks"
 # Likewise under /run, emptied by a reboot (Ray's session folder)
-STACK_RUN_DIR = "/run/spark-vllm/stacks"
+STACK_RUN_DIR = f"{RUN_DIR}/stacks"
 STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the stack stopped
 VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)
 RAY_SESSION_MOUNT = "/tmp/ray"  # Ray's default --temp-dir, in the Ray head and vLLM containers
 RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers read the token
-# Compile and JIT caches, per node, kept across container replacements and `destroy`. Shared by
-# every stack on the node on purpose: the caches are keyed by content (vLLM's by its config and
-# code hash, inductor's, Triton's and FlashInfer's by the kernel's source, CUDA's by the PTX), so
-# two stacks never read each other's entries by mistake and one stack's compile warms the other.
-COMPILE_CACHE_DIR = "/var/lib/spark-vllm/compile-cache"  # on each node
-COMPILE_CACHE_MOUNT = "/var/cache/spark-vllm"  # inside the Ray containers
+# Compile and JIT caches, per node and per stack (StackNames.compile_cache_dir), kept across
+# container replacements and `destroy`. Not shared between stacks: the caches hold code
+# (inductor's generated modules, Triton's and FlashInfer's kernels, CUDA's JIT'd PTX) that the
+# containers load, so a folder every stack's containers write let one stack's image plant code
+# another stack runs (issue 31). Up to 0.18 it was this one folder; an upgrade leaves it alone.
+LEGACY_COMPILE_CACHE_DIR = "/var/lib/spark-vllm/compile-cache"
+COMPILE_CACHE_MOUNT = "/var/cache/spark-vllm"  # inside the stack's GPU containers
 
 # Where releases up to 0.17.0 kept the stack's secrets, before they moved into the stack's folder:
 # the commands that write the new ones remove these, so no copy stays behind after an upgrade.
@@ -107,6 +108,12 @@ class StackNames:
     def run_dir(self) -> str:
         """The stack's folder under /run (a reboot empties it)."""
         return f"{STACK_RUN_DIR}/{self.stack}"
+
+    @property
+    def compile_cache_dir(self) -> str:
+        """The stack's compile and JIT caches on every node (root only), mounted read-write into
+        its GPU containers only."""
+        return f"{self.dir}/compile-cache"
 
     @property
     def vllm_key_file(self) -> str:

@@ -13,7 +13,7 @@ from hostscripts.common import (
     secret_file_write,
     stack_file_remove,
 )
-from hostscripts.paths import COMPILE_CACHE_DIR, LEGACY_RAY_TOKEN_FILE, StackNames
+from hostscripts.paths import LEGACY_RAY_TOKEN_FILE, StackNames
 
 _DRAIN_PY = payload("ray_drain.py")
 
@@ -26,16 +26,20 @@ def ray_token_write(names: StackNames) -> str:
                       legacy_file_remove(LEGACY_RAY_TOKEN_FILE)])
 
 
-def compile_cache_dir() -> str:
-    """On every node: the folder the Ray containers keep vLLM's, torch inductor's, Triton's,
-    FlashInfer's and CUDA's compile caches in (a bind mount needs it to exist). The stack never
-    deletes it: like the model, a cache is expensive to rebuild and harmless to keep."""
+def compile_cache_dir(names: StackNames) -> str:
+    """On every node: the folder the stack's GPU containers keep vLLM's, torch inductor's,
+    Triton's, FlashInfer's and CUDA's compile caches in (a bind mount needs it to exist), the
+    stack's own (StackNames.compile_cache_dir), root only like the stack's folder it is in. The
+    stack never deletes it: like the model, a cache is expensive to rebuild and harmless to
+    keep."""
+    folder = names.compile_cache_dir
     return "\n".join(
         [
             "set -eu",
-            f"mkdir -p {q(COMPILE_CACHE_DIR)}",
-            f"chmod 700 {q(COMPILE_CACHE_DIR)}",
-            f"echo \"compile cache $(du -sh {q(COMPILE_CACHE_DIR)} | cut -f1)\"",
+            "umask 077",
+            f"mkdir -p {q(folder)}",
+            f"chmod 700 {q(names.dir)} {q(folder)}",
+            f"echo \"compile cache $(du -sh {q(folder)} | cut -f1)\"",
         ]
     )
 

@@ -12,6 +12,7 @@ from hostscripts.common import (
     container_ids,
     legacy_file_remove,
     payload,
+    plain,
     q,
     secret_file_write,
     stack_file_remove,
@@ -248,7 +249,7 @@ def vllm_health_gate(
             "if [ -z \"$fail\" ] && wait $probe; then cat \"$out\"; exit 0; fi",
             "cat \"$out\" >&2",
             "[ -z \"$fail\" ] || echo \"$fail\" >&2",
-            f"echo '--- vllm serve in {container}: the last 50 lines of its log ---' >&2",
+            f"echo '--- vllm serve in {plain(container)}: the last 50 lines of its log ---' >&2",
             f"docker logs --tail 50 {c} >&2 2>&1 || true",
             "exit 1",
         ]
@@ -266,7 +267,7 @@ def vllm_ranks_restart(container: str) -> str:
         [
             "set -eu",
             "why=$(cat)",
-            f"echo \"restarting vllm serve in {container}: $why\"",
+            f"echo \"restarting vllm serve in {plain(container)}: $why\"",
             f"docker restart -t 60 {c} >/dev/null",
         ]
     )

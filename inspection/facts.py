@@ -166,6 +166,9 @@ class NodeFacts(_Facts):
     ray_token_present: bool | None = None
     # the stack's vLLM API key file (StackNames.vllm_key_file; the head's matters)
     vllm_key_present: bool | None = None
+    # the head's firewall rule that keeps vLLM's mp rendezvous port on the fabric
+    # (hostscripts/firewall.py); None: not surveyed (Ray, one node, not the head)
+    master_guard_present: bool | None = None
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output

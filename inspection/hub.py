@@ -21,7 +21,7 @@ import pulumi
 
 from config.forms import is_commit
 from config.paths import local_state_dir
-from hostscripts.models import ModelFile
+from hostscripts.models import ModelFile, listing_problem
 from inspection.facts import NodeFacts
 from inspection.memory_fit import ModelShape, shape_from_config
 
@@ -77,6 +77,40 @@ def read_config(api: Any, repo: str, commit: str, files: tuple[ModelFile, ...]) 
     return shape_from_config(config)
 
 
+def _etag(entry: Any) -> Any:
+    lfs = getattr(entry, "lfs", None)
+    return getattr(lfs, "sha256", None) if lfs else getattr(entry, "blob_id", None)
+
+
+def listed_files(repo: str, commit: str, where: str, entries: list[Any]) -> tuple[ModelFile, ...]:
+    """The hub's listing of `repo@commit` as ModelFiles sorted by path, every value checked at
+    this boundary (hostscripts.models.ModelFile: the etag 40 or 64 lowercase hex, the path
+    relative and normalised, the size a byte count; no path twice or as another's folder, one
+    size per etag). The values name files that
+    the nodes remove and replace as root, and a mirror (`model.endpoint`, plain http in dev) or
+    whoever sits on the path to it controls them: anything else fails the run before a node is
+    touched."""
+    files: list[ModelFile] = []
+    for e in entries:
+        path: Any = getattr(e, "path", None)
+        size: Any = getattr(e, "size", None)
+        try:
+            f = ModelFile(path=path, size=size, etag=_etag(e))
+        except ValueError as exc:
+            raise ModelResolutionError(
+                f"spark-vllm:model: the listing of {repo}@{commit} at {where} is refused: "
+                f"{str(exc).removeprefix('a model file the hub lists is refused: ')}"
+            ) from None
+        files.append(f)
+    problem = listing_problem(files)
+    if problem is not None:
+        raise ModelResolutionError(
+            f"spark-vllm:model: the listing of {repo}@{commit} at {where} is refused: {problem}")
+    if not files:
+        raise ModelResolutionError(f"spark-vllm:model: {repo}@{commit} lists no files")
+    return tuple(sorted(files, key=lambda f: f.path))
+
+
 def resolve_model(
     repo: str, revision: str, endpoint: str | None, token: str | None
 ) -> ModelManifest:
@@ -90,15 +124,12 @@ def resolve_model(
     from huggingface_hub.hf_api import RepoFile
 
     api = HfApi(endpoint=endpoint, token=token or None)
+    where = endpoint or "https://huggingface.co"
     try:
         commit = revision if is_commit(revision) else api.model_info(repo, revision=revision).sha
-        files = [
-            ModelFile(path=e.path, size=int(e.size), etag=e.lfs.sha256 if e.lfs else e.blob_id)
-            for e in api.list_repo_tree(repo, revision=commit, recursive=True)
-            if isinstance(e, RepoFile)
-        ]
+        entries = [e for e in api.list_repo_tree(repo, revision=commit, recursive=True)
+                   if isinstance(e, RepoFile)]
     except Exception as exc:  # network, auth, unknown repo/revision: the message is the report
-        where = endpoint or "https://huggingface.co"
         raise ModelResolutionError(
             f"spark-vllm:model: cannot resolve {repo}@{revision} at {where}: {exc}"
         ) from None
@@ -106,13 +137,10 @@ def resolve_model(
         raise ModelResolutionError(
             f"spark-vllm:model: hub returned no commit for {repo}@{revision}"
         )
-    if not files:
-        raise ModelResolutionError(f"spark-vllm:model: {repo}@{commit} lists no files")
-    listing = tuple(sorted(files, key=lambda f: f.path))
+    listing = listed_files(repo, str(commit), where, entries)
     try:
         shape = read_config(api, repo, str(commit), listing)
     except Exception as exc:  # network, auth, a mirror without the file
-        where = endpoint or "https://huggingface.co"
         raise ModelResolutionError(
             f"spark-vllm:model: cannot read {CONFIG_FILE} of {repo}@{commit} at {where} (the "
             f"memory fit needs the model's shape): {exc}"

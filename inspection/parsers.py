@@ -609,15 +609,27 @@ def parse_docker_info_json(text: str) -> DockerFacts:
 
 
 
-def parse_labels(raw: str) -> dict[str, str]:
-    """docker ps's Labels column: 'a=b,c=d' (a value containing ',' cannot be told apart)."""
-    labels: dict[str, str] = {}
-    for item in (raw or "").split(","):
-        if not item:
-            continue
-        key, _, value = item.partition("=")
-        labels[key.strip()] = value
-    return labels
+def parse_docker_labels_json(text: str) -> dict[str, dict[str, str]]:
+    """The docker_labels snippet (`docker inspect --format '{"ID":..,"Labels":..}'` of every
+    container): labels by full container ID, read as JSON. docker ps's Labels column is never
+    read for them: it joins the labels with ',' and a value may hold one, so an image label
+    `description=fast,spark-vllm.managed=true` would pose as the stack's own label."""
+    kind = "docker labels"
+    out: dict[str, dict[str, str]] = {}
+    for row in _json_lines(text, kind):
+        ident, labels = row.get("ID"), row.get("Labels")
+        if not isinstance(ident, str) or _CONTAINER_FULL_ID.fullmatch(ident) is None:
+            raise ParseError(kind, "a container's ID is not 64 hex digits", json.dumps(row)[:160])
+        if labels is None:
+            labels = {}
+        if not isinstance(labels, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+            raise ParseError(kind, "a container's Labels is not a mapping of strings",
+                             json.dumps(row)[:160])
+        if ident in out:
+            raise ParseError(kind, "a container is listed twice", json.dumps(row)[:160])
+        out[ident] = dict(labels)
+    return out
 
 
 def _state_from_status(status: str) -> str:
@@ -649,12 +661,14 @@ def parse_docker_ps_json(text: str) -> list[ContainerFacts]:
             raise ParseError(kind, f"{', '.join(wrong)} of a container is not a string",
                              json.dumps(row)[:160])
         state = row.get("State") or _state_from_status(row.get("Status", ""))
+        # labels: from the docker_labels section (parse_docker_labels_json), never from the
+        # Labels column, which cannot tell a ',' in a value from the next label
         out.append(ContainerFacts(id=row["ID"], name=row["Names"].split(",")[0],
-                                  image=row["Image"], state=state,
-                                  labels=parse_labels(row.get("Labels", ""))))
+                                  image=row["Image"], state=state))
     return out
 
 
+_CONTAINER_FULL_ID = re.compile(r"[0-9a-f]{64}")
 _CGROUP_MEMORY = re.compile(
     r"(?P<id>[0-9a-f]{64}) (?P<version>v1|v2) (?P<usage>\S+) (?P<inactive>\S+)")
 _CGROUP_UNAVAILABLE = re.compile(r"(?P<id>[0-9a-f]{64}) unavailable (?P<why>[\x20-\x7e]+)")

@@ -65,7 +65,7 @@ from inspection import memory_fit
 from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
 from inspection.hub import ModelManifest
 from inspection.memory_fit import Estimate, ModelShape
-from inspection.recon import ReconError, Runner
+from inspection.recon import UNMATCHED_LABELS, ReconError, Runner
 
 try:
     from pulumi import RunError as _UserError
@@ -354,8 +354,8 @@ def check_foreign(cfg: StackConfig, f: NodeFacts, stack_label: str | None = None
     # Without a readable container list (or, for `stop`, the stack's own stop markers) the
     # foreign containers cannot be judged: refuse rather than pass with "none seen", or drop
     # earlier stops from the plan (the engine would then start those containers again).
-    blind = [s for s in (("docker_ps", "stopped") if mode == "stop" else ("docker_ps",))
-             if s in f.unreadable]
+    seen = ("docker_ps", "docker_labels", UNMATCHED_LABELS)
+    blind = [s for s in ((*seen, "stopped") if mode == "stop" else seen) if s in f.unreadable]
     if blind and mode != "ignore":
         return [Finding(
             node=f.node, check="foreign",
@@ -610,6 +610,16 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
     mine = stack_names(stack_label)
     if mine is None:
         return []
+    unlabelled = next((f.unreadable[k] for k in ("docker_labels", UNMATCHED_LABELS)
+                       if k in f.unreadable), None)
+    if unlabelled is not None and f.docker and f.docker.containers:
+        # whose containers they are is in their labels: unknown, so nothing can be ruled out
+        return [Finding(
+            node=f.node, check="other_stack",
+            fact="the containers' labels are unreadable, so another stack's containers cannot "
+                 f"be told apart ({unlabelled})",
+            fix="see the node (docker inspect --format '{{json .Config.Labels}}' <container>) "
+                "and run again")]
     names = wanted_containers(cfg, f.node, mine)
     ports = wanted_ports(cfg, f.node)
     with_ray = cfg.vllm.executor == "ray"

@@ -236,7 +236,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
             outputs["repoDigest"] = args.inputs["name"]
         elif args.typ in ("command:remote:Command", "command:local:Command"):
             outputs["stdout"] = self.stdouts.get(args.name) or (
-                PROBE_STDOUT if "-probe-" in args.name else f"{args.name}: ok")
+                PROBE_STDOUT if "-probe-" in args.name
+                # a seeder's start prints the run's token (hostscripts.common.MAKE_TOKEN)
+                else hashlib.sha256(args.name.encode()).hexdigest() + "\n"
+                if args.name.endswith("-seed") else f"{args.name}: ok")
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID
             return hashlib.sha256(args.name.encode()).hexdigest(), outputs

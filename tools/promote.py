@@ -23,7 +23,8 @@
 Exit codes: 0 promoted (or dry run shown), 1 engine/CLI failure, 2 usage or environment problem,
 3 source not verified (never deployed, last update failed, destroyed), 4 source drifted or its
 config changed since the last update, 5 an artifact is unpinned or missing (always fatal for a
-prod target), 6 not confirmed, 7 the promoted values make the target config invalid.
+prod target), 6 not confirmed, 7 the promoted values make the target config invalid (a promoted
+key, or any other key such as `services.*` that was valid before the promotion).
 """
 
 from __future__ import annotations
@@ -247,17 +248,29 @@ def promoted_problem_keys() -> tuple[str, ...]:
             *(f"vllm.{k}" for k in PROMOTED_VLLM_KEYS))
 
 
-def check_target_config(text: str) -> tuple[list[str], list[str]]:
-    """(problems caused by promoted keys, other problems) of a stack file."""
+def config_problems(text: str) -> list[str]:
+    """Every problem validate_config finds in a stack file's plain keys ([] when it is valid)."""
     from config import ConfigError, validate_config
 
     try:
         validate_config(raw_config(text))
     except ConfigError as e:
-        ours = tuple(f"{NS}{k}" for k in promoted_problem_keys())
-        mine = [p for p in e.problems if p.startswith(ours)]
-        return mine, [p for p in e.problems if p not in mine]
-    return [], []
+        return list(e.problems)
+    return []
+
+
+def check_target_config(after: str, before: str | None = None) -> tuple[list[str], list[str]]:
+    """(problems the promotion causes, problems the target already had) of a stack file.
+
+    The promotion's: every problem at a promoted key, and every problem `after` has that
+    `before` (the target as it was) did not: only promoted values changed, so a `services.*`
+    made invalid by them (a promoted servedModelName taking a service's, say) is the
+    promotion's too and refused like the others. Without `before`, only the promoted keys'."""
+    problems = config_problems(after)
+    had = set(config_problems(before)) if before is not None else None
+    ours = tuple(f"{NS}{k}" for k in promoted_problem_keys())
+    mine = [p for p in problems if p.startswith(ours) or (had is not None and p not in had)]
+    return mine, [p for p in problems if p not in mine]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -545,7 +558,7 @@ def promote(o: Options) -> int:
     out(f"  serve flags     {json.dumps(art.serve_flags, sort_keys=True)}")
 
     before, after = plan_in_scratch(o, art)
-    mine, others = check_target_config(after)
+    mine, others = check_target_config(after, before)
     if mine:
         raise Refusal(EXIT_INVALID, f"the promoted values make Pulumi.{o.target}.yaml invalid:\n"
                       + "\n".join(f"  - {p}" for p in mine))

@@ -1,27 +1,57 @@
 # Image seeder (runs on the head with the host's python3; image.source = head).
-# Serves `docker save <ref>` over HTTP on the head's fabric address: argv = bind-ip port ref.
+# Serves `docker save <ref>` over HTTP on the head's fabric address, to the run's nodes only
+# (issue 31): GET /image.tar with `Authorization: Bearer <token>`, the token the start command
+# made for this run (the seeder knows only its sha256, so none is on its command line). Without
+# it 401 and no `docker save` runs; another path 404; at most max-saves saves at once (one per
+# node that copies), another then 503. argv = bind-ip port ref token-sha256 max-saves.
 # The Server class binds without http.server's reverse DNS lookup of the bind address (getfqdn),
 # which timed out for fabric addresses no resolver knows (10 s per converge on the lab).
 # Built into a command by hostscripts/images.py; the lines above are not sent to the node.
 
-import http.server, socketserver, subprocess, sys
+import hashlib, hmac, http.server, re, socketserver, subprocess, sys, threading
+
+if len(sys.argv) != 6 or not re.fullmatch(r"[0-9a-f]{64}", sys.argv[4]) \
+        or not sys.argv[5].isdigit() or int(sys.argv[5]) < 1:
+    sys.exit("image seeder: argv is bind-ip port ref token-sha256 max-saves")
+ref, digest, saves = sys.argv[3], sys.argv[4], threading.BoundedSemaphore(int(sys.argv[5]))
+
 
 class Server(http.server.ThreadingHTTPServer):
     def server_bind(self):
         socketserver.TCPServer.server_bind(self)
         self.server_name, self.server_port = self.server_address[:2]
 
-ref = sys.argv[3]
+
 class H(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        p = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-tar")
+    def refuse(self, status):
+        self.send_response(status)
+        if status == 401:
+            self.send_header("WWW-Authenticate", "Bearer")
+        self.send_header("Content-Length", "0")
         self.end_headers()
-        while True:
-            b = p.stdout.read(1 << 20)
-            if not b:
-                break
-            self.wfile.write(b)
-        p.wait()
+
+    def do_GET(self):
+        given = self.headers.get("Authorization", "")
+        token = given[len("Bearer "):] if given.startswith("Bearer ") else ""
+        if not hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), digest):
+            return self.refuse(401)
+        if self.path != "/image.tar":
+            return self.refuse(404)
+        if not saves.acquire(blocking=False):
+            return self.refuse(503)
+        try:
+            p = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-tar")
+            self.end_headers()
+            while True:
+                b = p.stdout.read(1 << 20)
+                if not b:
+                    break
+                self.wfile.write(b)
+            p.wait()
+        finally:
+            saves.release()
+
+
 Server((sys.argv[1], int(sys.argv[2])), H).serve_forever()

@@ -9,7 +9,8 @@
 # ones are whole-file GETs; the pieces are dealt to the seeds in manifest order, each to the
 # seed with the fewest bytes so far (one big safetensors file goes over both twins, small files
 # alternate), and `streamsPerSeed` threads per seed fetch their seed's share.
-# Before any transfer every seed is probed (TCP connect) until one answers (up to `waitSeconds`,
+# Every request carries the run's token (`token`, Authorization: Bearer; the seeder answers
+# 401 without it). Before any transfer every seed is probed (TCP connect) until one answers (up to `waitSeconds`,
 # 120: the seeder may still be starting), then 3 s more for the rest. A seed that does not answer, or
 # whose stream breaks later, is dropped with a stderr line naming it and its pieces go to the
 # others; no seed left is fatal, with the errors. An HTTP answer other than the expected one
@@ -21,12 +22,74 @@
 # arrived with exactly its length and the file has the manifest's size. After a failure the
 # `.incomplete` files of unfinished blobs are removed. Prints a line per file finished (bytes
 # and rate per seed), then {"files", "bytesMoved", "bytesBySeed"} as the last line.
+# The manifest's values came from the hub: every one is checked before a file is touched (etag
+# 40 or 64 lowercase hex, path relative and normalised, size a byte count, the revision a ref
+# name), and every path again where it is joined; a manifest that fails exits 1 with
+# "model manifest refused: ..." and changes nothing (issue 31).
 # The lines above are not sent to the node.
 
-import collections, http.client, json, os, socket, sys, threading, time, urllib.parse
-m = json.load(sys.stdin)
-root = "/root/.cache/huggingface/hub/" + m["repoDir"]
-snap = root + "/snapshots/" + m["commit"]
+import collections, http.client, json, os, re, socket, sys, threading, time, urllib.parse
+
+
+def refuse(why):
+    sys.exit("model manifest refused: %s; nothing was changed" % why)
+
+
+def bad_path(p):
+    if not isinstance(p, str) or not p or len(p) > 1024:
+        return True
+    try:
+        raw = p.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return any(b < 32 or b == 127 for b in raw) or any(
+        x in ("", ".", "..") or len(x.encode("utf-8")) > 255 for x in p.split("/"))
+
+
+def inside(base, *parts):
+    path = os.path.normpath(os.path.join(base, *parts))
+    if not path.startswith(base + "/"):
+        refuse("%r leaves %s" % ("/".join(parts), base))
+    return path
+
+
+try:
+    m = json.load(sys.stdin)
+except ValueError as e:
+    refuse("not JSON (%s)" % e)
+if not isinstance(m, dict) or not isinstance(m.get("files"), list):
+    refuse("no file list")
+if not isinstance(m.get("commit"), str) or not re.fullmatch(r"[0-9a-f]{40}", m["commit"]):
+    refuse("commit %r is not 40 lowercase hex digits" % (m.get("commit"),))
+if not isinstance(m.get("repoDir"), str) or not re.fullmatch(
+        r"models--[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*", m["repoDir"]):
+    refuse("repoDir %r is not models--<org>--<name>" % (m.get("repoDir"),))
+if bad_path(m.get("revision")):
+    refuse("revision %r is not a ref name" % (m.get("revision"),))
+if not isinstance(m.get("token"), str) or not re.fullmatch(r"[0-9a-f]{64}", m["token"]):
+    refuse("no token for the seeder")
+AUTH = {"Authorization": "Bearer " + m["token"]}
+for f in m["files"]:
+    if not isinstance(f, dict):
+        refuse("a file entry %r is not an object" % (f,))
+    if not isinstance(f.get("etag"), str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}",
+                                                              f["etag"]):
+        refuse("etag %r is not 40 or 64 lowercase hex digits" % (f.get("etag"),))
+    if bad_path(f.get("path")):
+        refuse("path %r is not relative and normalised" % (f.get("path"),))
+    if type(f.get("size")) is not int or not 0 <= f["size"] <= 2**40:
+        refuse("size %r is not a byte count" % (f.get("size"),))
+paths, sizes = set(), {}
+for f in m["files"]:
+    if f["path"] in paths or sizes.setdefault(f["etag"], f["size"]) != f["size"]:
+        refuse("%r or its blob is listed twice" % f["path"])
+    paths.add(f["path"])
+for listed in paths:
+    parts = listed.split("/")
+    if any("/".join(parts[:i]) in paths for i in range(1, len(parts))):
+        refuse("%r is under a path listed as a file" % listed)
+root = inside("/root/.cache/huggingface/hub/".rstrip("/"), m["repoDir"])
+snap = inside(root, "snapshots", m["commit"])
 base = "/snapshots/%s/" % m["commit"]
 port, chunk, streams = m["seedPort"], m["chunkBytes"], m["streamsPerSeed"]
 
@@ -49,7 +112,8 @@ class Seed:
 class File:
     def __init__(self, f):
         self.path, self.size = f["path"], f["size"]
-        self.blob = root + "/blobs/" + f["etag"]
+        self.blob = inside(root, "blobs", f["etag"])  # checked again where joined
+        self.link = inside(snap, f["path"])
         self.tmp = self.blob + ".incomplete"
         self.url = base + urllib.parse.quote(self.path)
         self.left, self.got = 0, 0
@@ -60,8 +124,8 @@ def fetch(seed, piece, buf):
     f, start, length, ranged = piece
     conn = seed.connect(60)
     try:
-        conn.request("GET", f.url, headers={"Range": "bytes=%d-%d" % (start, start + length - 1)}
-                     if ranged else {})
+        conn.request("GET", f.url, headers=dict(AUTH, Range="bytes=%d-%d" % (
+            start, start + length - 1)) if ranged else AUTH)
         r = conn.getresponse()
         want = "bytes %d-%d/%d" % (start, start + length - 1, f.size) if ranged else None
         if r.status != (206 if ranged else 200) or r.getheader("Content-Range") != want:
@@ -237,13 +301,13 @@ if missing:
     el = max(time.time() - t0, 1e-6)
     print("moved %d B in %.1f s: %s" % (moved, el, per_seed(el)), flush=True)
 for f in files:
-    link = snap + "/" + f.path
+    link = f.link
     os.makedirs(os.path.dirname(link), exist_ok=True)
     if os.path.lexists(link):
         os.remove(link)
     os.symlink(os.path.relpath(f.blob, os.path.dirname(link)), link)
 if m["revision"] != m["commit"]:
-    ref = root + "/refs/" + m["revision"]
+    ref = inside(root, "refs", m["revision"])
     os.makedirs(os.path.dirname(ref), exist_ok=True)
     with open(ref, "w") as out:
         out.write(m["commit"])

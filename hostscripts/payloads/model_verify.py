@@ -8,13 +8,73 @@
 # model_manifest_json) on stdin. --prune deletes blobs whose content is wrong and succeeds (the
 # fetch that follows downloads them again); without it a wrong blob is deleted and the command
 # fails naming the file, so vLLM never starts on it and the next `up` copies it again.
-# Prints {"files", "bytes", "hashed", "bad"}. The lines above are not sent to the node.
+# Prints {"files", "bytes", "hashed", "bad"}. The manifest's values came from the hub: every one
+# is checked before a file is touched (etag 40 or 64 lowercase hex, path relative and
+# normalised, size a byte count), and every path again where it is joined; a manifest that fails
+# exits 1 with "model manifest refused: ..." and changes nothing (issue 31).
+# The lines above are not sent to the node.
 
-import hashlib, json, os, sys
+import hashlib, json, os, re, sys
 cache, prune = sys.argv[1], "--prune" in sys.argv[2:]
-m = json.load(sys.stdin)
-root = os.path.join(cache, "hub", m["repoDir"])
-record_path = os.path.join(cache, ".spark-vllm", "verified-%s" % m["repoDir"])
+
+
+def refuse(why):
+    sys.exit("model manifest refused: %s; nothing was changed" % why)
+
+
+def bad_path(p):
+    if not isinstance(p, str) or not p or len(p) > 1024:
+        return True
+    try:
+        raw = p.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return any(b < 32 or b == 127 for b in raw) or any(
+        x in ("", ".", "..") or len(x.encode("utf-8")) > 255 for x in p.split("/"))
+
+
+def inside(base, *parts):
+    path = os.path.normpath(os.path.join(base, *parts))
+    if not path.startswith(base + os.sep):
+        refuse("%r leaves %s" % ("/".join(parts), base))
+    return path
+
+
+try:
+    m = json.load(sys.stdin)
+except ValueError as e:
+    refuse("not JSON (%s)" % e)
+if not isinstance(m, dict) or not isinstance(m.get("files"), list):
+    refuse("no file list")
+if not isinstance(m.get("commit"), str) or not re.fullmatch(r"[0-9a-f]{40}", m["commit"]):
+    refuse("commit %r is not 40 lowercase hex digits" % (m.get("commit"),))
+if not isinstance(m.get("repoDir"), str) or not re.fullmatch(
+        r"models--[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*", m["repoDir"]):
+    refuse("repoDir %r is not models--<org>--<name>" % (m.get("repoDir"),))
+for f in m["files"]:
+    if not isinstance(f, dict):
+        refuse("a file entry %r is not an object" % (f,))
+    if not isinstance(f.get("etag"), str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}",
+                                                              f["etag"]):
+        refuse("etag %r is not 40 or 64 lowercase hex digits" % (f.get("etag"),))
+    if bad_path(f.get("path")):
+        refuse("path %r is not relative and normalised" % (f.get("path"),))
+    if type(f.get("size")) is not int or not 0 <= f["size"] <= 2**40:
+        refuse("size %r is not a byte count" % (f.get("size"),))
+paths, sizes = set(), {}
+for f in m["files"]:
+    if f["path"] in paths or sizes.setdefault(f["etag"], f["size"]) != f["size"]:
+        refuse("%r or its blob is listed twice" % f["path"])
+    paths.add(f["path"])
+for listed in paths:
+    parts = listed.split("/")
+    if any("/".join(parts[:i]) in paths for i in range(1, len(parts))):
+        refuse("%r is under a path listed as a file" % listed)
+cache = os.path.abspath(cache)
+root = inside(cache, "hub", m["repoDir"])
+blobs = inside(root, "blobs")
+snap = inside(root, "snapshots", m["commit"])
+record_path = inside(cache, ".spark-vllm", "verified-%s" % m["repoDir"])
 record = {}
 try:
     with open(record_path) as fh:
@@ -38,8 +98,8 @@ def digest(path, etag):
     return h.hexdigest()
 bad, hashed, total = [], 0, 0
 for f in m["files"]:
-    blob = os.path.join(root, "blobs", f["etag"])
-    link = os.path.join(root, "snapshots", m["commit"], f["path"])
+    blob = inside(blobs, f["etag"])  # checked again where joined: a name in blobs/, nothing else
+    link = inside(snap, f["path"])
     if not os.path.isfile(blob):
         if not prune:
             bad.append("%s: missing" % f["path"])

@@ -104,6 +104,7 @@ from .ray_exposure import (
     ray_not_exposed,
     validate_ray_not_exposed,
 )
+from .rendezvous import mp_rendezvous_fabric_only, validate_mp_rendezvous
 
 POLICIES: list[Policy] = [
     memory_fit,
@@ -118,6 +119,7 @@ POLICIES: list[Policy] = [
     prod_pinned,
     gpu_memory_utilization_advisory,
     enforce_eager_advisory,
+    mp_rendezvous_fabric_only,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -171,6 +173,7 @@ __all__ = [
     "mask",
     "memory_fit",
     "memory_fit_findings",
+    "mp_rendezvous_fabric_only",
     "nccl_findings",
     "nccl_rdma_interfaces",
     "no_privileged_containers",
@@ -192,6 +195,7 @@ __all__ = [
     "validate_enforce_eager_advisory",
     "validate_hf_token",
     "validate_memory_fit",
+    "validate_mp_rendezvous",
     "validate_mtu",
     "validate_nccl",
     "validate_no_privileged",

@@ -27,24 +27,26 @@ from ._common import (
 )
 from ._schema import ENV_PROP, env_list_prop, schema
 
-DIGEST_REF_RE = re.compile(r"@sha256:[0-9a-f]{64}$")
-IMAGE_ID_RE = re.compile(r"^sha256:[0-9a-f]{64}$")
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-HOST_KEY_RE = re.compile(r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|"
+# Used with fullmatch only: `^...$` with match (or `...$` with search) takes a value with a
+# trailing newline as pinned.
+DIGEST_REF_RE = re.compile(r"(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
+IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
+COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+HOST_KEY_RE = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|"
                          r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com)"
-                         r" [A-Za-z0-9+/]+={0,3}( .*)?$")
+                         r" [A-Za-z0-9+/]+={0,3}( [^\n]*)?")
 
 
 def _image_ref_finding(env: str | None, r: PolicyResource) -> str | None:
     ref = get(r.props, "ref")
-    if is_unknown(ref) or (isinstance(ref, str) and DIGEST_REF_RE.search(ref)):
+    if is_unknown(ref) or (isinstance(ref, str) and DIGEST_REF_RE.fullmatch(ref)):
         return None
     return f"{env}: image ref {ref!r} is not pinned by digest (<repo>@sha256:<64 hex>)"
 
 
 def _container_image_finding(env: str | None, r: PolicyResource) -> str | None:
     image = get(r.props, "image")
-    if not isinstance(image, str) or DIGEST_REF_RE.search(image) or IMAGE_ID_RE.match(image):
+    if not isinstance(image, str) or DIGEST_REF_RE.fullmatch(image) or IMAGE_ID_RE.fullmatch(image):
         return None
     return f"{env}: container {r.name} image {image!r} is neither a digest ref nor an image ID"
 
@@ -55,7 +57,7 @@ def _model_revision_finding(env: str | None, r: PolicyResource) -> str | None:
         return None
     if revision is None:
         revision = get(r.props, "commit")
-    if is_unknown(revision) or (isinstance(revision, str) and COMMIT_RE.match(revision)):
+    if is_unknown(revision) or (isinstance(revision, str) and COMMIT_RE.fullmatch(revision)):
         return None
     return (f"{env}: model {text(get(r.props, 'repo')) or '?'} revision {revision!r} is not a "
             f"40-hex commit")
@@ -63,7 +65,7 @@ def _model_revision_finding(env: str | None, r: PolicyResource) -> str | None:
 
 def _host_key_finding(env: str | None, r: PolicyResource) -> str | None:
     key = get(r.props, "hostKey")
-    if is_unknown(key) or (isinstance(key, str) and HOST_KEY_RE.match(key.strip())):
+    if is_unknown(key) or (isinstance(key, str) and HOST_KEY_RE.fullmatch(key.strip())):
         return None
     return (f"{env}: node {text(get(r.props, 'name')) or r.name} has no pinned host key "
             f"(got {key!r}; expected '<type> <base64>')")

@@ -74,6 +74,16 @@ def test_mp_switch_from_ray_serves_and_moves_no_image_or_model(mp):
     assert head[head.index("--node-rank") + 1] == "0" and "--headless" not in head
     assert worker[worker.index("--node-rank") + 1] == "1" and "--headless" in worker
     assert complete(d)
+    # issue 31: the rendezvous (torch's TCPStore on the head's master port, every address) is
+    # reached over the fabric and not from the management network
+    assert "vllm-master-guard" in ops, ops
+    port = head[head.index("--master-port") + 1]
+    probe = ("python3 -c 'import socket,sys\ntry:\n socket.create_connection((sys.argv[1], "
+             "int(sys.argv[2])), 3).close(); print(\"reached\")\nexcept OSError as e: "
+             "print(\"blocked\", e)' ")
+    fabric_ip, mgmt_ip = head[head.index("--master-addr") + 1], d.cfg["nodes"][0]["host"]
+    assert d.ssh(WORKER, probe + f"{fabric_ip} {port}").startswith("reached")
+    assert d.ssh(WORKER, probe + f"{mgmt_ip} {port}").startswith("blocked")
 
 
 @pytest.mark.long

@@ -120,6 +120,18 @@ def test_up_from_empty_serves(stack, shared, lab_cfg):
     assert len(re.findall(r"node_", status)) >= 2, status
     assert re.search(r"(\d+(\.\d+)?)/2(\.0)? GPU", status), status
 
+    # issue 31: the serving containers read the HF cache (read-only) and write only the stack's
+    # own compile caches; vLLM served above with that
+    for c in (SERVE, "spark-vllm-dev-ray-head"):
+        mounts = {m["Destination"]: m for m in json.loads(
+            d.ssh(HEAD, f"docker inspect -f '{{{{json .Mounts}}}}' {c}"))}
+        assert mounts["/root/.cache/huggingface"]["RW"] is False, mounts
+        assert mounts["/var/cache/spark-vllm"]["Source"] == \
+            "/var/lib/spark-vllm/stacks/dev/compile-cache", mounts
+    denied = d.ssh(HEAD, f"docker exec {SERVE} touch /root/.cache/huggingface/probe 2>&1; "
+                   "echo rc=$?", check=False)
+    assert "rc=0" not in denied and "Read-only" in denied, denied
+
 
 def test_ray_refuses_a_client_without_the_token_from_the_management_network(stack):
     """Ray's servers listen on every interface; what protects the cluster is its token. From

@@ -486,7 +486,7 @@ def test_levels_names_and_metadata():
         "memory-fit", "same-image-everywhere", "parallelism-matches-gpus", "nccl-rdma-interfaces",
         "fabric-mtu", "no-privileged-containers", "ray-not-exposed", "vllm-api-key",
         "hf-token-secret", "prod-pinned", "gpu-memory-utilization-advisory",
-        "enforce-eager-advisory"]
+        "enforce-eager-advisory", "mp-rendezvous-fabric-only"]
     for p in rules.POLICIES:
         assert p.description and p.remediation_steps, p.name
         advisory = p.name.endswith("-advisory")
@@ -730,8 +730,97 @@ def test_the_pack_pins_commits_and_digests_by_the_programs_forms():
     from config.forms import COMMIT, DIGEST_REF, IMAGE_ID
     from rules import pinning
 
-    assert pinning.COMMIT_RE.pattern == f"^{COMMIT.pattern}$"
-    assert pinning.IMAGE_ID_RE.pattern == f"^{IMAGE_ID.pattern}$"
-    assert pinning.DIGEST_REF_RE.pattern == f"@{IMAGE_ID.pattern}$"
+    # the same patterns, used with fullmatch on both sides (issue 31: no `^...$` with match)
+    assert pinning.COMMIT_RE.pattern == COMMIT.pattern
+    assert pinning.IMAGE_ID_RE.pattern == IMAGE_ID.pattern
+    assert pinning.DIGEST_REF_RE.pattern == DIGEST_REF.pattern
     digest = "reg:5000/x@" + "sha256:" + "a" * 64
-    assert DIGEST_REF.fullmatch(digest) and pinning.DIGEST_REF_RE.search(digest)
+    assert DIGEST_REF.fullmatch(digest) and pinning.DIGEST_REF_RE.fullmatch(digest)
+
+
+def test_prod_pinned_refuses_a_trailing_newline():
+    """Issue 31, item 7: `^[0-9a-f]{40}$` with .match (and `...$` with search) took a value with
+    a trailing newline as pinned."""
+    assert rules.COMMIT_RE.fullmatch("c" * 40) and not rules.COMMIT_RE.fullmatch("c" * 40 + "\n")
+    assert rules.DIGEST_REF_RE.fullmatch("r:5/x@sha256:" + "a" * 64)
+    assert not rules.DIGEST_REF_RE.fullmatch("r:5/x@sha256:" + "a" * 64 + "\n")
+    assert not rules.IMAGE_ID_RE.fullmatch("sha256:" + "a" * 64 + "\n")
+    from rules import pinning
+
+    class R:
+        def __init__(self, props):
+            self.props, self.name, self.urn = props, "r", "urn"
+
+    assert pinning._model_revision_finding("prod", R({"revision": "c" * 40 + "\n",
+                                                     "repo": "o/m"}))
+    assert pinning._image_ref_finding("prod", R({"ref": "r:5/x@sha256:" + "a" * 64 + "\n"}))
+    assert pinning._container_image_finding("prod", R({"image": "sha256:" + "a" * 64 + "\n"}))
+    assert pinning._model_revision_finding("prod", R({"revision": "c" * 40, "repo": "o/m"})) \
+        is None
+
+
+# --------------------------------------------------------------- 13. mp-rendezvous-fabric-only
+# Issue 31, item 5: with vllm.executor mp the ranks meet at the head's master port, where
+# torch's TCPStore listens on every address without authentication (hostscripts/firewall.py).
+MP_GUARD = {"port": 29501, "sources": [
+    {"interface": "enp1s0f1np1", "subnet": "192.168.177.0/24"},
+    {"interface": "enP2p1s0f1np1", "subnet": "192.168.178.0/24"}]}
+
+
+def _mp(**over):
+    return vllm_server(**{"executor": "mp", "masterAddr": "192.168.177.11", "masterPort": 29501,
+                          "masterGuard": MP_GUARD, **over})
+
+
+def _mp_container(addr="192.168.177.11", name="vllm-serve"):
+    return res(CONTAINER, {"image": "sha256:" + "a" * 64, "networkMode": "host",
+                           "command": ["vllm", "serve", "m", "--nnodes", "2", "--node-rank", "0",
+                                       "--master-addr", addr, "--master-port", "29501"]}, name)
+
+
+def test_mp_rendezvous_passes_with_the_guard_on_the_fabric():
+    stack = [res(VLLM_SERVER, _mp(), "vllm"), _mp_container()]
+    assert run(rules.mp_rendezvous_fabric_only, sargs(stack, RAY_CONFIG)) == []
+    # not mp, or mp on one node: nothing listens for other ranks
+    for props in (vllm_server(), vllm_server(executor="mp", nodes=[{"name": "spark-1"}])):
+        assert run(rules.mp_rendezvous_fabric_only,
+                   sargs([res(VLLM_SERVER, props, "vllm")], RAY_CONFIG)) == []
+
+
+def test_mp_rendezvous_fails_without_the_guard_or_off_the_fabric():
+    no_guard = {k: v for k, v in _mp().items() if k != "masterGuard"}
+    msgs = run(rules.mp_rendezvous_fabric_only,
+               sargs([res(VLLM_SERVER, no_guard, "vllm")], RAY_CONFIG))
+    assert msgs == [
+        "vllm: vllm.executor mp listens for its ranks on port 29501 of every address (torch's "
+        "TCPStore binds 0.0.0.0 and ::, unauthenticated) with no firewall rule keeping it on the "
+        "fabric (masterGuard)"], msgs
+    wrong = _mp(masterGuard={"port": 29600, "sources": MP_GUARD["sources"]})
+    (msg,) = run(rules.mp_rendezvous_fabric_only,
+                 sargs([res(VLLM_SERVER, wrong, "vllm")], RAY_CONFIG))
+    assert "guards port 29600, not the master port 29501" in msg
+    wide = _mp(masterGuard={"port": 29501, "sources": [
+        {"interface": "eno1", "subnet": "10.77.0.0/24"}]})
+    (msg,) = run(rules.mp_rendezvous_fabric_only,
+                 sargs([res(VLLM_SERVER, wide, "vllm")], RAY_CONFIG))
+    assert "lets 10.77.0.0/24 (eno1) in, outside the fabric subnets" in msg
+    mgmt = _mp(masterAddr="10.77.0.11")
+    (msg,) = run(rules.mp_rendezvous_fabric_only,
+                 sargs([res(VLLM_SERVER, mgmt, "vllm")], RAY_CONFIG))
+    assert "masterAddr 10.77.0.11 is not a fabric address" in msg
+    msgs = run(rules.mp_rendezvous_fabric_only,
+               sargs([res(VLLM_SERVER, _mp(), "vllm"), _mp_container("0.0.0.0", "c1"),
+                      _mp_container("10.77.0.11", "c2")], RAY_CONFIG))
+    assert msgs == [
+        "container c1: --master-addr 0.0.0.0 is not a fabric address (the other ranks would "
+        "reach the rendezvous over another network)",
+        "container c2: --master-addr 10.77.0.11 is not a fabric address (the other ranks would "
+        "reach the rendezvous over another network)"], msgs
+
+
+def test_mp_rendezvous_skips_what_a_preview_cannot_know():
+    from pulumi_policy.proxy import UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE
+
+    stack = [res(VLLM_SERVER, _mp(masterGuard=UNKNOWN_OBJECT_VALUE,
+                                  masterAddr=UNKNOWN_STRING_VALUE), "vllm")]
+    assert run(rules.mp_rendezvous_fabric_only, sargs(stack, RAY_CONFIG)) == []

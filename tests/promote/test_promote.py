@@ -375,3 +375,19 @@ def test_promoted_services_pin_only_the_services_the_source_served():
         {"name": "embed", "repo": "org/e", "revision": "e" * 40, "port": 1},
         {"name": "rerank", "repo": "org/r", "revision": "PLACEHOLDER"}]
     assert promote.promoted_services(None, art) is None
+
+
+def test_refuses_a_promotion_that_makes_a_service_invalid(project, verified_dev, run_promote):
+    """Issue 31, item 10: the target's service `tiny-moe` is valid until the promoted
+    vllm.servedModelName (dev's, tiny-moe) takes its name. Before, promote wrote the file with a
+    warning and the target's next preview failed; now it refuses (exit 7) and writes nothing."""
+    text = (ROOT / "Pulumi.staging.yaml").read_text().replace("- name: embed", "- name: tiny-moe")
+    assert "- name: tiny-moe" in text
+    project.file("staging-svc").write_text(text)
+    st = project.stack("staging-svc")
+    project.set_secrets(st, {"vllmApiKey": STAGING_KEY})
+    before = project.file("staging-svc").read_text()
+    r = run_promote("dev", "staging-svc")
+    assert r.code == promote.EXIT_INVALID, (r.out, r.err)
+    assert "services[0].servedModelName: got 'tiny-moe'" in r.err
+    assert project.file("staging-svc").read_text() == before

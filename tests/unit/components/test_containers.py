@@ -46,14 +46,16 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
             assert labels(c) == {**LABELS, "spark-vllm.role": role, "spark-vllm.node": node,
                                  "spark-vllm.ray-token": "ok"}  # the token file's sha256
             assert c["mounts"] == [
-                {"target": "/root/.cache/huggingface", "type": "bind",
+                # read-only: only the model commands write it (issue 31)
+                {"target": "/root/.cache/huggingface", "type": "bind", "readOnly": True,
                  "source": "/root/.cache/huggingface"},
                 # Ray's token authentication: the token only as a root-only file, read-only
                 {"target": "/run/spark-vllm/ray-auth-token", "type": "bind", "readOnly": True,
                  "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token"},
-                # compile/JIT caches survive a replaced container (issue 16)
+                # compile/JIT caches survive a replaced container (issue 16), the stack's own
+                # (issue 31)
                 {"target": "/var/cache/spark-vllm", "type": "bind",
-                 "source": "/var/lib/spark-vllm/compile-cache"},
+                 "source": "/var/lib/spark-vllm/stacks/dev/compile-cache"},
             ]
             env = envs(c)
             assert env["HF_HUB_OFFLINE"] == "1" and env["HF_HOME"] == "/root/.cache/huggingface"
@@ -191,7 +193,7 @@ def test_compile_cache_folder_made_first_and_kept_on_destroy(build, mocks, depen
     def check(_):
         for node, container in (("spark-1", "ray-head"), ("spark-2", "ray-worker-spark-2")):
             cache = mocks.named(f"ray-compile-cache-{node}")
-            assert "mkdir -p /var/lib/spark-vllm/compile-cache" in cache.inputs["create"]
+            assert "mkdir -p /var/lib/spark-vllm/stacks/dev/compile-cache" in cache.inputs["create"]
             assert not cache.inputs.get("delete") and retained[f"ray-compile-cache-{node}"]
             assert f"ray-compile-cache-{node}" in dependencies[container]
         assert not retained["ray-head"]  # (the fixture sees both kinds)

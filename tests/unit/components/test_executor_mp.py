@@ -95,7 +95,8 @@ def test_switching_executor_moves_neither_image_nor_model(monkeypatch):
                     "ray-token-spark-2", "ray-compile-cache-spark-1",
                     "ray-compile-cache-spark-2"}, gone
     assert new == {"vllm-serve-spark-2", "vllm-compile-cache-spark-1",
-                   "vllm-compile-cache-spark-2", "vllm-ranks-restart"}, new
+                   "vllm-compile-cache-spark-2", "vllm-ranks-restart",
+                   "vllm-master-guard"}, new
     same = {k: ray[k] for k in ray.keys() & mp.keys()}
     changed = _changed(same, {k: mp[k] for k in same})
     assert not {r for r in changed if r.startswith(("image", "model", "nccl"))}, changed
@@ -126,3 +127,64 @@ def test_mp_on_more_nodes_needs_a_head_address_the_ranks_reach():
 def test_every_node_but_the_head_is_headless():
     assert vllm.mp_node_flags(2, 1, "10.0.0.1", 1)[-1] == "--headless"
     assert "--headless" not in vllm.mp_node_flags(2, 0, "10.0.0.1", 1)
+
+
+# Issue 31, item 5: vLLM 0.32's rendezvous (torch's TCPStore on the head's master port) listens
+# on every address whatever --master-addr says, and has no authentication. The stack puts a
+# firewall rule on the head before any vLLM container (hostscripts/firewall.py; proven with the
+# real iptables in tests/unit/hostscripts/test_master_guard.py) and shows it to the policy pack.
+@pytest.mark.parametrize("n", [2, 3])
+@pulumi.runtime.test
+def test_mp_keeps_the_rendezvous_port_on_the_fabric(build, mocks, dependencies, n):
+    h = build(n, vllm=MP)
+
+    def check(_):
+        from hostscripts import firewall, paths
+
+        guard = mocks.named("vllm-master-guard").inputs
+        assert reveal(guard["connection"])["host"] == "10.77.0.11"  # the head
+        chain = firewall.guard_chain(paths.StackNames("dev"))
+        assert f"-I INPUT -p tcp --dport 29501 -j {chain}" in guard["create"]
+        assert f"-A {chain} -i enp1s0f1np1 -s 192.168.177.0/24 -j RETURN" in guard["create"]
+        assert f"-A {chain} -i enP2p1s0f1np1 -s 192.168.178.0/24 -j RETURN" in guard["create"]
+        assert guard["delete"] == firewall.master_port_unguard(paths.StackNames("dev"))
+        assert guard["triggers"] == ["intact"]
+        for c in ["vllm-serve", *(f"vllm-serve-spark-{i}" for i in range(2, n + 1))]:
+            assert "vllm-master-guard" in dependencies[c], c
+        props = {k: reveal(v) for k, v in mocks.named("vllm").inputs.items()}
+        assert props["masterAddr"] == "192.168.177.11" and props["masterPort"] == 29501
+        assert props["masterGuard"] == {"port": 29501, "sources": [
+            {"interface": "enp1s0f1np1", "subnet": "192.168.177.0/24"},
+            {"interface": "enP2p1s0f1np1", "subnet": "192.168.178.0/24"}]}
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_guard_recon_found_gone_is_put_back(build, mocks, gb10_facts):
+    """A reboot empties the kernel's rules while Docker starts vLLM again: recon sees the rule
+    absent on the head, and the guard runs again (a fresh trigger) before the next gate."""
+    facts = {f"spark-{i}": gb10_facts(f"spark-{i}", index=i) for i in (1, 2)}
+    facts["spark-1"] = facts["spark-1"].model_copy(update={"master_guard_present": False})
+    h = build(2, vllm=MP, facts=facts)
+
+    def check(_):
+        (trigger,) = mocks.named("vllm-master-guard").inputs["triggers"]
+        assert trigger.startswith("repair-")
+
+    return settled(h).apply(check)
+
+
+def test_recon_looks_for_the_guard_on_the_head_with_mp_only():
+    from hostscripts.paths import StackNames
+    from inspection import recon
+
+    mp = validate_config(config_raw(2, vllm=MP))
+    ray = validate_config(config_raw(2))
+    names = StackNames("dev")
+    head = recon.recon_script(mp, mp.nodes[0], "5eed5eed5eed5eed", names)
+    assert "sv_bg master_guard" in head and "--dport 29501" in head
+    assert "sv_bg master_guard" not in recon.recon_script(mp, mp.nodes[1], "5eed5eed5eed5eed",
+                                                         names)
+    assert "sv_bg master_guard" not in recon.recon_script(ray, ray.nodes[0], "5eed5eed5eed5eed",
+                                                         names)

@@ -34,8 +34,9 @@ def expected_counts(n: int) -> Counter:
         {
             "spark-vllm:spark_node:SparkNode": n,
             "spark-vllm:stack_secrets:StackSecrets": 1,
-            # the Ray cluster token, made once (the API key is configured in these stacks)
-            LOCAL: 1,
+            # the Ray cluster token and the label key, made once (the API key is configured in
+            # these stacks)
+            LOCAL: 2,
             "spark-vllm:nccl:NcclEnvironment": 1,
             "spark-vllm:vllm_image:VllmImage": 1,
             "spark-vllm:model_cache:ModelCache": 1,

@@ -15,7 +15,7 @@ import pulumi
 from components.model_cache import seeder_binds, seeds_for
 from config import validate_config
 from hostscripts.models import Seed
-from tests.conftest import config_raw, gb10_facts
+from tests.conftest import config_raw, gb10_facts, reveal
 from tests.unit.conftest import settled
 
 SUBNETS = ("192.168.177.0/24", "192.168.178.0/24")
@@ -92,8 +92,8 @@ def test_the_seeder_listens_where_some_worker_pulls_and_each_manifest_lists_its_
         assert " 192.168.177.11,192.168.178.11 18472 " in seed, seed
         stop = mocks.named("model-seed-stop").inputs["create"]
         assert "on: 192.168.177.11,192.168.178.11" in stop  # the stop runs again with the start
-        s2 = json.loads(mocks.named("model-sync-spark-2").inputs["stdin"])
-        s3 = json.loads(mocks.named("model-sync-spark-3").inputs["stdin"])
+        s2 = json.loads(reveal(mocks.named("model-sync-spark-2").inputs["stdin"]))
+        s3 = json.loads(reveal(mocks.named("model-sync-spark-3").inputs["stdin"]))
         assert s2["seeds"] == [{"ip": "192.168.177.11", "via": "192.168.177.12"}]
         assert s3["seeds"] == [{"ip": "192.168.177.11", "via": "192.168.177.13"},
                                {"ip": "192.168.178.11", "via": "192.168.178.13"}]

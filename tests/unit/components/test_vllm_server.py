@@ -385,7 +385,10 @@ def test_model_fetched_once_on_head_and_fanned_out_over_fabric(build, mocks):
                 and ":ro" in seed)
         for w, host in (("spark-2", 12), ("spark-3", 13)):
             sync = mocks.named(f"model-sync-{w}").inputs
-            manifest = json.loads(sync["stdin"])
+            # the run's token (the seed's stdout) is in it: the whole stdin is a secret
+            assert is_secret(sync["stdin"])
+            manifest = json.loads(reveal(sync["stdin"]))
+            assert manifest["token"] == hashlib.sha256(b"model-seed").hexdigest()  # (mocks)
             # each head twin paired with the worker's own twin in the same subnet
             assert manifest["seeds"] == [
                 {"ip": "192.168.177.11", "via": f"192.168.177.{host}"},

@@ -90,8 +90,8 @@ WEAKENING = [
      "spark-vllm:model.revision", "contains '..'"),
     ("revision-control", {"model.revision": "main\n$(id)"},
      "spark-vllm:model.revision", "control character"),
-    ("cache-root", {"model.cacheDir": "/"}, "spark-vllm:model.cacheDir", "not / or a system"),
-    ("cache-etc", {"model.cacheDir": "/etc"}, "spark-vllm:model.cacheDir", "not / or a system"),
+    ("cache-root", {"model.cacheDir": "/"}, "spark-vllm:model.cacheDir", "dedicated root"),
+    ("cache-etc", {"model.cacheDir": "/etc"}, "spark-vllm:model.cacheDir", "dedicated root"),
     ("cache-dotdot", {"model.cacheDir": "/root/../etc"},
      "spark-vllm:model.cacheDir", "normalised path (this one means /etc)"),
     ("cache-colon", {"model.cacheDir": "/data/a:b"},
@@ -320,3 +320,30 @@ def test_flags_the_stack_does_not_own_pass_extra_args(arg):
     from config.serve import owned_flag
 
     assert owned_flag(arg) is None
+
+
+# Issue 31, item 7: patterns checked with `.match` and `^...$` let a trailing newline through
+# (`$` matches before a final newline); every pattern is a fullmatch now.
+NEWLINE_KEYS = [("nodes", 0, "fabric", 0, "interface"), ("nodes", 0, "fabric", 0, "hca"),
+                ("nodes", 0, "host"), ("nodes", 0, "hostKey"), ("nodes", 0, "name"),
+                ("nodes", 0, "user"), ("model", "repo"), ("model", "revision"),
+                ("model", "cacheDir"), ("image", "ref"), ("vllm", "servedModelName"),
+                ("preflight", "minDockerVersion")]
+
+
+@pytest.mark.parametrize("where", NEWLINE_KEYS, ids=lambda w: ".".join(map(str, w)))
+def test_a_trailing_newline_is_refused_everywhere(where):
+    raw = config_raw(2)
+    raw["nodes"][0]["host"] = "spark-1.lab.example"  # the hostname form, not an IPv4
+    raw["nodes"][0]["hostKey"] = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHn0deKeyOne"
+    node = raw
+    for part in where[:-1]:
+        node = node[part]
+    node[where[-1]] = node.get(where[-1], "x") + "\n"
+    try:
+        cfg = validate_config(raw)
+    except ConfigError as exc:
+        assert any(p.startswith("spark-vllm:" + where[0]) for p in exc.problems), exc.problems
+        return
+    # or normalised without it (a pasted host key's line end is stripped)
+    assert "\\n" not in cfg.model_dump_json(), where

@@ -113,7 +113,7 @@ def test_stack_file_keys_win_over_the_recipe_and_the_recipe_over_defaults():
     raw["vllm"] = {"servedModelName": "m", "recipe": QWEN, "tensorParallelSize": 2,
                    "maxModelLen": 65536, "tool_call_parser": "hermes",
                    "enableExpertParallel": False}
-    raw["nccl"]["extraEnv"] = {"PYTORCH_ALLOC_CONF": "expandable_segments:False", "X_Y": "1"}
+    raw["nccl"]["extraEnv"] = {"PYTORCH_ALLOC_CONF": "expandable_segments:False", "NCCL_X_Y": "1"}
     cfg = validate_config(raw)
     v = cfg.vllm
     assert v.max_model_len == 65536  # the stack file's
@@ -121,9 +121,9 @@ def test_stack_file_keys_win_over_the_recipe_and_the_recipe_over_defaults():
     assert v.enable_expert_parallel is False  # explicit false
     assert v.max_num_batched_tokens == 8192 and v.language_model_only  # the recipe's
     assert v.enforce_eager is False and v.host == "0.0.0.0"  # neither: the defaults
-    assert cfg.nccl.extra_env == {"PYTORCH_ALLOC_CONF": "expandable_segments:False", "X_Y": "1"}
+    assert cfg.nccl.extra_env == {"PYTORCH_ALLOC_CONF": "expandable_segments:False", "NCCL_X_Y": "1"}
     assert raw["nccl"]["extraEnv"] == {"PYTORCH_ALLOC_CONF": "expandable_segments:False",
-                                       "X_Y": "1"}  # the caller's mapping is not changed
+                                       "NCCL_X_Y": "1"}  # the caller's mapping is not changed
     no_recipe = copy.deepcopy(raw)
     del no_recipe["vllm"]["recipe"]
     v = validate_config(no_recipe).vllm
@@ -179,8 +179,8 @@ BAD_RECIPES = [
      "expected variables the stack does not set itself (NCCL_IB_HCA, VLLM_HOST_IP)"),
     ("control", {"env": {"A": "1\n2"}}, "expected values without control characters (A)"),
     ("env-name", {"env": {"1A": "x"}}, "expected environment variable names, got ['1A']"),
-    ("both", {"env": {"A": "1"}, "launcherEnv": {"A": "2"}},
-     "recipe bad: expected each variable in env or launcherEnv, not both (['A'])"),
+    ("both", {"env": {"NCCL_A": "1"}, "launcherEnv": {"NCCL_A": "2"}},
+     "recipe bad: expected each variable in env or launcherEnv, not both (['NCCL_A'])"),
     ("tool-choice", {"enableAutoToolChoice": True},
      "recipe bad: expected toolCallParser with enableAutoToolChoice"),
     ("unpinned-source", {"sources": [{"url": "https://github.com/o/r/blob/main/x.yaml",
@@ -237,7 +237,8 @@ def test_a_recipe_file_that_is_not_a_mapping_or_not_yaml(recipe_dir):
 
 
 def test_a_good_recipe_of_the_tests_own(recipe_dir):
-    recipe_dir({**GOOD, "chatTemplate": "ok.jinja", "env": {"A": "1"}, "launcherEnv": {"B": "2"},
+    recipe_dir({**GOOD, "chatTemplate": "ok.jinja", "env": {"NCCL_A": "1"},
+                "launcherEnv": {"UCX_B": "2"},
                 "extraArgs": ["--moe-backend", "triton"]})
     raw = config_raw(2)
     raw["vllm"]["recipe"] = "bad"
@@ -245,7 +246,7 @@ def test_a_good_recipe_of_the_tests_own(recipe_dir):
     assert cfg.vllm.max_num_seqs == 4  # Pulumi.dev.yaml's own key wins over the recipe's 2
     assert cfg.vllm.chat_template == "ok.jinja"  # the recipe's template
     assert cfg.vllm.extra_args == []  # the stack file's extraArgs: [] wins too
-    assert cfg.nccl.extra_env == {"A": "1", "B": "2"}
+    assert cfg.nccl.extra_env == {"NCCL_A": "1", "UCX_B": "2"}
     del raw["vllm"]["extraArgs"]
     assert validate_config(raw).vllm.extra_args == ["--moe-backend", "triton"]
     raw["vllm"]["chatTemplate"] = None  # an explicit null wins: the model's own template

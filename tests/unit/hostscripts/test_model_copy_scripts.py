@@ -22,6 +22,8 @@ from hostscripts.models import ModelFile
 
 COMMIT = "c" * 40
 REPO = "org/model"
+TOKEN = "5eed" * 16  # the run's token (model_seeder_start makes one per run)
+TOKEN_SUM = __import__("hashlib").sha256(TOKEN.encode()).hexdigest()
 A, B, DEAD = "127.0.0.1", "127.0.0.2", "127.0.0.3"
 
 
@@ -68,7 +70,7 @@ def _manifest(root: Path, port: int, seeds: list[models.Seed], chunk: int | None
             path = str(p.relative_to(snap))
             files.append(ModelFile(path=path, size=(sizes or {}).get(path, p.stat().st_size),
                                    etag=os.path.basename(os.readlink(p))))
-    m = json.loads(models.model_manifest_json(REPO, COMMIT, "main", files, seeds))
+    m = json.loads(models.model_manifest_json(REPO, COMMIT, "main", files, seeds, token=TOKEN))
     m["seedPort"] = port
     if chunk is not None:
         m["chunkBytes"] = chunk
@@ -96,7 +98,7 @@ class Seeder:
         self._err = self.log.open("w")
         self.proc = subprocess.Popen(
             [sys.executable, "-c", models._MODEL_SEEDER_PY, ",".join(ips), str(port),
-             str(_repo(src))],
+             str(_repo(src)), COMMIT, TOKEN_SUM],
             stdout=subprocess.DEVNULL, stderr=self._err,
         )
         for ip in ips:
@@ -331,7 +333,8 @@ ip, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 out = []
 for method, rng in json.loads(sys.argv[4]):
     c = http.client.HTTPConnection(ip, port, timeout=10)
-    c.request(method, path, headers={"Range": rng} if rng else {})
+    auth = {"Authorization": "Bearer " + sys.argv[5]}
+    c.request(method, path, headers=dict(auth, Range=rng) if rng else auth)
     r = c.getresponse()
     body = r.read()
     out.append([r.status, r.getheader("Content-Range"), r.getheader("Content-Length"),
@@ -354,7 +357,8 @@ def test_the_seeder_answers_byte_ranges_exactly_and_refuses_bad_ones(tmp_path, s
         ("GET", f"bytes={n}-"), ("GET", "bytes=9-3"), ("GET", "bytes=-0"), ("GET", "bytes=abc"),
         ("GET", "bytes=0-1,4-5"), ("GET", "items=0-9"),
     ]
-    p = subprocess.run([sys.executable, "-c", _CLIENT, A, str(port), path, json.dumps(asks)],
+    p = subprocess.run([sys.executable, "-c", _CLIENT, A, str(port), path, json.dumps(asks),
+                        TOKEN],
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     got = [(s, cr, int(cl) if cl else None, bytes.fromhex(b)) for s, cr, cl, b in
@@ -377,12 +381,14 @@ def test_the_seeder_is_read_only_and_listens_on_each_address(tmp_path, served):
     client = r'''
 import http.client, sys
 c = http.client.HTTPConnection(sys.argv[1], int(sys.argv[2]), timeout=10)
-c.request(sys.argv[3], "/snapshots/%s/config.json" % sys.argv[4], body=b"x")
+c.request(sys.argv[3], "/snapshots/%s/config.json" % sys.argv[4], body=b"x",
+          headers={"Authorization": "Bearer " + sys.argv[5]})
 print(c.getresponse().status)
 '''
     for ip in (A, B):
         for method, want in (("GET", "200"), ("PUT", "501"), ("POST", "501"), ("DELETE", "501")):
-            p = subprocess.run([sys.executable, "-c", client, ip, str(port), method, COMMIT],
+            p = subprocess.run([sys.executable, "-c", client, ip, str(port), method, COMMIT,
+                                TOKEN],
                                capture_output=True, text=True, timeout=30)
             assert p.stdout.strip() == want, (ip, method, p.stderr)
     log = seeder.log.read_text()
@@ -392,7 +398,8 @@ print(c.getresponse().status)
 
 def test_a_seeder_with_no_address_to_listen_on_exits(tmp_path):
     p = subprocess.run([sys.executable, "-c", models._MODEL_SEEDER_PY, "127.0.0.300", "1",
-                        str(tmp_path)], capture_output=True, text=True, timeout=30)
+                        str(tmp_path), COMMIT, TOKEN_SUM], capture_output=True, text=True,
+                       timeout=30)
     assert p.returncode != 0 and "no address to listen on" in p.stderr
 
 
@@ -404,10 +411,11 @@ def test_seeders_listen_without_a_reverse_dns_lookup(tmp_path):
              "def _no(*a):\n    sys.exit('getfqdn called')\n"
              "socket.getfqdn = _no\n")
     (tmp_path / "f.txt").write_text("x")
-    for program, arg3 in ((models._MODEL_SEEDER_PY, str(tmp_path)),
-                          (images._IMAGE_SEEDER_PY, "some/ref:tag")):
+    for program, rest in ((models._MODEL_SEEDER_PY, [str(tmp_path), COMMIT, TOKEN_SUM]),
+                          (images._IMAGE_SEEDER_PY, ["some/ref:tag", TOKEN_SUM, "1"])):
         port = _free_port()
-        proc = subprocess.Popen([sys.executable, "-c", guard + program, "127.0.0.1", str(port), arg3],
+        proc = subprocess.Popen([sys.executable, "-c", guard + program, "127.0.0.1", str(port),
+                                 *rest],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             _wait_listening(proc, "127.0.0.1", port)

@@ -48,11 +48,14 @@ def test_image_seeder_streams_docker_save_and_fetch_reads_it(tmp_path):
     (bin_ / "docker").chmod(0o755)
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"}
     port = _free_port()
+    token = "ab" * 32  # the run's token: the seeder gets its sha256, the fetch it on stdin
     seeder = subprocess.Popen([sys.executable, "-c", images._IMAGE_SEEDER_PY, "127.0.0.1",
-                               str(port), "repo@sha256:abc"], env=env)
+                               str(port), "repo@sha256:abc",
+                               __import__("hashlib").sha256(token.encode()).hexdigest(), "1"],
+                              env=env)
     try:
         out = subprocess.run([sys.executable, "-c", images._FETCH_PY,
-                              f"http://127.0.0.1:{port}/image.tar"],
+                              f"http://127.0.0.1:{port}/image.tar"], input=f"{token}\n".encode(),
                              capture_output=True, timeout=60, check=True)
         assert out.stdout == b"tar-of-repo@sha256:abc"
     finally:

@@ -419,7 +419,7 @@ def test_page_cache_drop_fails_clearly_when_it_cannot_write(tmp_path):
 
 def test_every_name_and_file_of_a_stack_is_its_own():
     """Two stacks on the same nodes share no container name and no file (hostscripts/paths
-    StackNames); only the content-keyed compile cache is every stack's."""
+    StackNames), their compile caches included (issue 31)."""
     dev, prod = paths.StackNames("dev"), paths.StackNames("prod")
     assert (dev.serve, dev.ray_head, dev.ray_worker, dev.model_seeder) == (
         "spark-vllm-dev-serve", "spark-vllm-dev-ray-head", "spark-vllm-dev-ray-worker",
@@ -431,10 +431,11 @@ def test_every_name_and_file_of_a_stack_is_its_own():
     assert dev.service_key_file("embed") == "/var/lib/spark-vllm/stacks/dev/services/embed/api-key"
     assert dev.image_seeder_pid == "/run/spark-vllm-dev-image-seeder.pid"
     own = [dev.serve, dev.ray_head, dev.ray_worker, dev.model_seeder, dev.vllm_key_file,
-           dev.ray_token_file, dev.ray_session_dir, dev.image_seeder_pid, dev.image_seeder_log]
+           dev.ray_token_file, dev.ray_session_dir, dev.image_seeder_pid, dev.image_seeder_log,
+           dev.compile_cache_dir]
     theirs = [prod.serve, prod.ray_head, prod.ray_worker, prod.model_seeder, prod.vllm_key_file,
               prod.ray_token_file, prod.ray_session_dir, prod.image_seeder_pid,
-              prod.image_seeder_log]
+              prod.image_seeder_log, prod.compile_cache_dir]
     assert not set(own) & set(theirs) and len(set(own)) == len(own)
     # the stack's own containers' names are exactly the ones no service may take
     from config.forms import STACK_CONTAINERS

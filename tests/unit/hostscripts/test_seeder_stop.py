@@ -72,3 +72,38 @@ def test_image_seed_stop_names_the_ref_like_the_seed(build, mocks):
         assert ref in mocks.named("image-seed-stop").inputs["create"]
 
     return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_change_of_the_seeders_program_runs_the_stop_again_too(build, mocks, monkeypatch):
+    """Issue 31 changed the seeders' programs (the run's token): the starts' text changed while
+    the stops' did not, so an upgrade would start a seeder that no stop ends (it would listen
+    for an hour and hold its port against another stack). Each stop carries a digest of its
+    start's whole text now: whatever re-runs the start re-runs the stop."""
+    builds = {}
+    for variant in ("before", "after"):
+        if variant == "after":
+            monkeypatch.setattr(models, "_MODEL_SEEDER_PY", models._MODEL_SEEDER_PY + "\n# x")
+            monkeypatch.setattr(images, "_IMAGE_SEEDER_PY", images._IMAGE_SEEDER_PY + "\n# x")
+        ref = "vllm-node:local"
+        start = images.image_seeder_start(NAMES, ref, "192.168.177.11", ["spark-2"])
+        builds[variant] = (
+            models.model_seeder_stop(NAMES, ["spark-2"], "c" * 40, "sha256:" + "a" * 64,
+                                     ["192.168.177.11"], start=models.model_seeder_start(
+                                         NAMES, "sha256:" + "a" * 64, "/c", "o/m",
+                                         ["192.168.177.11"], LABELS, ["spark-2"], "c" * 40)),
+            images.image_seeder_stop(NAMES, ["spark-2"], ref, start=start),
+        )
+    assert builds["before"][0] != builds["after"][0]
+    assert builds["before"][1] != builds["after"][1]
+    h = build(2, image={"ref": "vllm-node:local", "source": "head", "plainHttpRegistry": False})
+
+    def check(_):
+        import hashlib
+
+        for what in ("model", "image"):
+            start = mocks.named(f"{what}-seed").inputs["create"]
+            stop = mocks.named(f"{what}-seed-stop").inputs["create"]
+            assert hashlib.sha256(start.encode()).hexdigest()[:16] in stop, what
+
+    return settled(h).apply(check)

@@ -102,8 +102,14 @@ def raw_config(**sections) -> dict:
     return copy.deepcopy(raw)
 
 
-def config(**sections) -> StackConfig:
-    return validate_config(raw_config(**sections))
+def config(cache_dir: str | None = None, **sections) -> StackConfig:
+    """The validated config; `cache_dir` a local folder for the model cache (config refuses one
+    outside the dedicated roots, config.models.cache_dir_problem: set past validation, for a
+    recon script run here)."""
+    cfg = validate_config(raw_config(**sections))
+    if cache_dir is None:
+        return cfg
+    return cfg.model_copy(update={"model": cfg.model.model_copy(update={"cache_dir": cache_dir})})
 
 
 # the marker nonce of the assembled outputs (a real survey makes a fresh one: recon.new_nonce)
@@ -172,6 +178,7 @@ def spark_sections(n: int = 1, *, seed: bool = False, **override) -> dict:
         "rdma_link": gb10("rdma-link-sean70653-gb10.txt"),
         "docker_info": sample("docker-info-json-spark.txt"),
         "docker_ps": sample("docker-ps-json-seed.txt") if seed else "",
+        "docker_labels": sample("docker-labels-json-seed.txt") if seed else "",
         "container_memory": sample("cgroup-memory-seed.txt") if seed else "",
         "docker_images": sample("docker-images-json-seed.txt"),
         "gpu_runtime": "cdi /etc/cdi/nvidia.yaml",
@@ -181,7 +188,34 @@ def spark_sections(n: int = 1, *, seed: bool = False, **override) -> dict:
         "clock_end": "1764480000.900000000",
     }
     sections.update(override)
+    if "docker_ps" in override and "docker_labels" not in override:
+        sections["docker_labels"] = docker_labels_of(sections["docker_ps"])
     return sections
+
+
+def docker_labels_of(ps: str | tuple) -> str | tuple:
+    """The docker_labels section (inspection/snippets/docker_labels.sh) for the containers of a
+    docker_ps section, as `docker inspect` would print them. The samples' Labels columns hold no
+    ',' inside a value (they are SYNTHETIC, samples/docker-ps-json-seed.txt says so), so here,
+    and only here, splitting them is exact. A docker_ps section given as (stdout, rc, ...) keeps
+    its rc."""
+    import json
+
+    text = ps[0] if isinstance(ps, tuple) else ps
+    lines = []
+    for line in text.splitlines():
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(row, dict) or not isinstance(row.get("ID"), str):
+            continue
+        raw = row.get("Labels") or ""
+        labels = dict(item.split("=", 1) for item in raw.split(",") if "=" in item) \
+            if isinstance(raw, str) else {}
+        lines.append(json.dumps({"ID": row["ID"], "Labels": labels or None}))
+    out = "\n".join(lines)
+    return (out, *ps[1:]) if isinstance(ps, tuple) else out
 
 
 def spark_output(n: int = 1, *, seed: bool = False, **override) -> str:

@@ -153,3 +153,37 @@ def test_a_commits_config_in_the_cache_is_read_without_the_hub(tmp_path, monkeyp
         api.hf_hub_download(repo_id="org/m", filename="other.json", revision=SHA,
                             cache_dir=str(tmp_path))
     assert len(asked) == 1 and asked[0].endswith("/other.json")
+
+
+@pytest.mark.parametrize("entry,why", [
+    (RepoFile(path="config.json", size=3, oid="../../../../victim"), "etag '../../../../victim'"),
+    (RepoFile(path="w.safetensors", size=10, oid="1" * 40,
+              lfs={"size": 10, "oid": "../x", "pointerSize": 1}), "etag '../x'"),
+    (RepoFile(path="../../etc/cron.d/x", size=3, oid="3" * 40), "path '../../etc/cron.d/x'"),
+    (RepoFile(path="/etc/passwd", size=3, oid="3" * 40), "path '/etc/passwd'"),
+    (RepoFile(path="a.json", size=-5, oid="3" * 40), "size -5"),
+])
+def test_a_listing_the_stack_would_not_keep_inside_the_cache_is_refused(monkeypatch, entry, why):
+    """Issue 31: the hub's etags and paths name files the nodes remove and replace as root.
+    A mirror (or a plain-http path to it) that answers `../../../../victim` fails the run here,
+    before anything is registered, naming the value."""
+    monkeypatch.setattr(FakeApi, "list_repo_tree", lambda self, *a, **k: [entry])
+    with pytest.raises(ModelResolutionError) as exc:
+        real_resolve("org/m", "main", "http://mirror:8090", None)
+    assert str(exc.value).startswith(
+        f"spark-vllm:model: the listing of org/m@{SHA} at http://mirror:8090 is refused: ")
+    assert why in str(exc.value)
+
+
+def test_a_listing_with_a_path_twice_or_as_a_folder_is_refused(monkeypatch):
+    for listing, why in (
+        ([RepoFile(path="a", size=1, oid="1" * 40), RepoFile(path="a", size=1, oid="2" * 40)],
+         "lists 'a' twice"),
+        ([RepoFile(path="a", size=1, oid="1" * 40), RepoFile(path="a/b", size=1, oid="2" * 40)],
+         "lists 'a' as a file and as the folder of 'a/b'"),
+        ([RepoFile(path="a", size=1, oid="1" * 40), RepoFile(path="b", size=2, oid="1" * 40)],
+         "with two sizes"),
+    ):
+        monkeypatch.setattr(FakeApi, "list_repo_tree", lambda self, *a, _l=listing, **k: _l)
+        with pytest.raises(ModelResolutionError, match=why):
+            real_resolve("org/m", "main", None, None)

@@ -3,6 +3,8 @@ which must raise ParseError with a readable message (never IndexError/KeyError).
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from inspection import parsers as p
@@ -366,8 +368,16 @@ def test_docker_ps_json_seed():
     containers = {c.name: c for c in p.parse_docker_ps_json(sample("docker-ps-json-seed.txt"))}
     assert set(containers) == {"vllm_node", "reranker", "vllm_embeddings", "spark-vllm-ray-head",
                                "old_bench"}
-    assert containers["reranker"].labels == {"com.example.team": "search", "purpose": "rerank"}
-    assert containers["spark-vllm-ray-head"].managed
+    # docker ps's Labels column is not read (a ',' in a value cannot be told from the next
+    # label): labels come from the docker_labels section, as JSON
+    assert all(c.labels == {} for c in containers.values())
+    labels = p.parse_docker_labels_json(sample("docker-labels-json-seed.txt"))
+    assert set(labels) == {c.id for c in containers.values()}
+    assert labels[containers["reranker"].id] == {
+        "com.example.team": "search", "purpose": "rerank",
+        "org.opencontainers.image.description": "vLLM, reranker build"}
+    assert labels[containers["spark-vllm-ray-head"].id]["spark-vllm.managed"] == "true"
+    assert labels[containers["vllm_node"].id] == {}  # Labels null: none
     assert containers["old_bench"].state == "exited"
     assert containers["vllm_node"].image == "vllm-node:latest"
 
@@ -552,3 +562,17 @@ def test_stopped_markers_tagged_form_and_skips():
 def test_json_of_the_wrong_types_is_a_parse_error_not_a_traceback(parser, text):
     with pytest.raises(ParseError):
         parser(text)
+
+
+@pytest.mark.parametrize("text,words", [
+    ('{"ID":"abc","Labels":{}}', ["ID", "64 hex"]),
+    (json.dumps({"ID": "a" * 64, "Labels": ["a=b"]}), ["not a mapping"]),
+    (json.dumps({"ID": "a" * 64, "Labels": {"a": 1}}), ["not a mapping"]),
+    (json.dumps({"ID": "a" * 64, "Labels": None}) * 2, ["not JSON"]),
+    ("\n".join([json.dumps({"ID": "a" * 64, "Labels": None})] * 2), ["twice"]),
+    ('{"ID":"' + "a" * 64 + '","Lab', ["not JSON"]),
+])
+def test_docker_labels_json_garbled(text, words):
+    with pytest.raises(ParseError) as exc:
+        p.parse_docker_labels_json(text)
+    assert_readable(exc.value, "docker labels", *words)

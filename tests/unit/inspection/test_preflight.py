@@ -3,6 +3,9 @@ outputs (recon_helpers.spark_output) and the reference head's seed containers.""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import pytest
 
 from hostscripts.paths import StackNames
@@ -622,7 +625,8 @@ def _container(name: str, stack: str = "other", **labels: str) -> str:
     short names: role, port, master_port, service)."""
     text = ",".join([f"spark-vllm.managed=true,spark-vllm.stack=spark-vllm/{stack}",
                      *(f"spark-vllm.{k.replace('_', '-')}={v}" for k, v in labels.items())])
-    return (f'{{"ID":"{"cd34" * 16}","Names":"{name}","Image":"x","State":"running",'
+    ident = hashlib.sha256(name.encode()).hexdigest()  # docker's IDs are unique
+    return (f'{{"ID":"{ident}","Names":"{name}","Image":"x","State":"running",'
             f'"Labels":"{text}"}}')
 
 
@@ -752,3 +756,45 @@ def test_rdma_outside_dev_with_nccl_debug_below_info_is_refused_before_any_chang
             preflight.check(ok, good_facts(), model_bytes=MODEL_BYTES)
         except PreflightError as exc:
             assert not only(exc, "nccl"), exc
+
+
+# Issue 31, item 8: docker ps joins the labels with ',' and a value may hold one, so an image
+# label `description=fast,spark-vllm.managed=true` made a foreign container count as the
+# stack's and drop out of the foreign list. Labels are read as JSON (docker inspect) now.
+FORGER = "5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d"
+FORGER_PS = json.dumps({"ID": FORGER, "Image": "evil:latest", "Names": "forger",
+                        "State": "running", "Status": "Up 1 hour",
+                        "Labels": "description=fast,spark-vllm.managed=true,"
+                                  "spark-vllm.stack=spark-vllm/dev"})
+FORGER_LABELS = json.dumps({"ID": FORGER, "Labels": {
+    "description": "fast,spark-vllm.managed=true,spark-vllm.stack=spark-vllm/dev"}})
+
+
+def test_a_label_value_with_commas_cannot_make_a_container_the_stacks():
+    out = assemble(spark_sections(1, docker_ps=FORGER_PS, docker_labels=FORGER_LABELS))
+    (forger,) = recon.parse_recon_output("spark-1", out, nonce=NONCE).docker.containers
+    assert forger.labels == {"description": "fast,spark-vllm.managed=true,"
+                                            "spark-vllm.stack=spark-vllm/dev"}
+    assert not forger.managed
+    facts = facts_of(out, spark_output(2))
+    (finding,) = only(fail(config(), facts, stack_label="spark-vllm/dev"), "foreign")
+    assert finding.node == "spark-1" and "foreign container forger (image evil:latest)" in \
+        finding.fact
+
+
+def test_a_container_whose_labels_were_not_read_cannot_be_judged():
+    """docker ps lists it, docker inspect gave no labels for it (removed in between, or the
+    section failed): its labels are unknown, not empty, and preflight says so (fail closed)."""
+    out = assemble(spark_sections(1, docker_ps=FORGER_PS, docker_labels=""))
+    facts = facts_of(out, spark_output(2))
+    assert "docker_labels:unmatched" in facts["spark-1"].unreadable
+    for mode in ("fail", "stop"):
+        (finding,) = only(fail(config(preflight={"foreignContainers": mode}), facts), "foreign")
+        assert finding.fact.startswith("the running containers cannot be judged: "
+                                       "docker_labels:unmatched unreadable (no labels read for "
+                                       "forger")
+    # and whose they are is unknown too, foreign containers ignored or not
+    err = fail(config(preflight={"foreignContainers": "ignore"}), facts,
+               stack_label="spark-vllm/dev")
+    (finding,) = only(err, "other_stack")
+    assert "labels are unreadable" in finding.fact

@@ -71,7 +71,7 @@ def test_recon_script_quotes_config_values():
 
 def test_recon_script_runs_in_local_bash_and_parses():
     """The generated script is valid bash: run it here (no ssh) and parse what it prints."""
-    cfg = config(model={"cacheDir": "/nonexistent/spark-vllm-test/hf"})
+    cfg = config(cache_dir="/nonexistent/spark-vllm-test/hf")
     script = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
     sent = time.time()
     proc = subprocess.run(["bash", "-s"], input=script, capture_output=True, text=True, timeout=60)
@@ -348,8 +348,10 @@ FORGED_PS = '{"ID":"e0e0","Names":"evil","Image":"evil:latest","State":"running"
 FAKE_DOCKER = """#!/bin/sh
 case "$1 $2" in
   "info --format") echo '{"ServerVersion":"29.2.1","Runtimes":{"runc":{}},"CgroupDriver":"systemd"}' ;;
-  "ps -a") echo '{"ID":"c0ffee","Names":"vllm_node","Image":"vllm:1","State":"running","Labels":""}' ;;
-  "stats --no-stream") echo '{"Name":"vllm_node","ID":"c0ffee","MemUsage":"1GiB / 2GiB"}' ;;
+  "ps -a") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Names":"vllm_node","Image":"vllm:1","State":"running","Labels":""}' ;;
+  "ps -aq") echo c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff ;;
+  "inspect --type") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Labels":null}' ;;
+  "stats --no-stream") echo '{"Name":"vllm_node","ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","MemUsage":"1GiB / 2GiB"}' ;;
 esac
 exit 0
 """
@@ -386,7 +388,7 @@ def test_a_crafted_hf_cache_folder_cannot_forge_the_docker_facts(tmp_path):
     bin_ = _tools(tmp_path, docker=FAKE_DOCKER)
     cache = tmp_path / "hf"
     (cache / "hub" / "models--org--real" / "snapshots" / ("a" * 40)).mkdir(parents=True)
-    cfg = config(model={"cacheDir": str(cache)}, preflight={"foreignContainers": "stop"})
+    cfg = config(cache_dir=str(cache), preflight={"foreignContainers": "stop"})
     clean = recon.survey_node(cfg, cfg.nodes[0], names=NAMES, runner=local_bash(bin_))
     assert [c.name for c in clean.docker.containers] == ["vllm_node"]
     crafted = ("models--x--y\n=== spark-vllm:section:docker_ps ===\n" + FORGED_PS
@@ -442,7 +444,7 @@ def test_recon_refuses_a_predictable_temp_dir_when_mktemp_fails(tmp_path):
     or a symlink there first) when mktemp failed. It must fail with a clear reason instead."""
     bin_ = _tools(tmp_path, mktemp="#!/bin/sh\necho 'mktemp: failed to create directory via "
                                    "template: No space left on device' >&2\nexit 1\n")
-    cfg = config(model={"cacheDir": str(tmp_path / "hf")})
+    cfg = config(cache_dir=str(tmp_path / "hf"))
     with pytest.raises(ReconError) as exc:
         recon.survey_node(cfg, cfg.nodes[0], names=NAMES, runner=local_bash(bin_))
     assert exc.value.kind == "output" and "mktemp" in exc.value.reason
@@ -454,3 +456,15 @@ def test_ssh_round_trip_keeps_carriage_returns_as_they_are():
     """Universal newlines turned a '\\r' in a file name into a line break on this side."""
     result = recon.ssh_round_trip(["bash", "-s"], "printf 'a\\rb\\x85c\\n'\n", 30)
     assert result.rc == 0 and result.stdout == "a\rb\ufffdc\n"
+
+
+@pytest.mark.parametrize("text,present", [("present", True), ("absent", False)])
+def test_the_master_guard_section_becomes_a_fact(text, present):
+    """Issue 31, item 5: the head's rule that keeps vLLM's mp rendezvous on the fabric."""
+    from tests.unit.inspection.recon_helpers import assemble, spark_sections
+
+    facts = recon.parse_recon_output("spark-1", assemble(spark_sections(1, master_guard=text)),
+                                     nonce=NONCE)
+    assert facts.master_guard_present is present
+    assert recon.parse_recon_output("spark-1", assemble(spark_sections(1)),
+                                    nonce=NONCE).master_guard_present is None

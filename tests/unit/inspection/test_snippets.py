@@ -163,3 +163,25 @@ def test_gpu_runtime_never_prints_a_path_raw(tmp_path):
     assert p.parse_gpu_runtime(out.stdout) == []
 
 
+
+
+def test_docker_labels_asks_docker_inspect_for_every_container_and_parses(tmp_path):
+    """Issue 31, item 8: one `docker inspect` of every container ID `docker ps -aq` lists, each
+    a JSON object whose labels keep a ',' (and an escaped newline) inside a value."""
+    a, b = "a" * 64, "b" * 64
+    fake_tool(tmp_path, "docker", f"""
+case "$1" in
+  ps) [ "$*" = "ps -aq --no-trunc" ] && printf '%s\\n%s\\n' {a} {b} ;;
+  inspect) shift 4; for id in "$@"; do
+      case $id in
+        {a}) echo '{{"ID":"{a}","Labels":{{"description":"fast,spark-vllm.managed=true","x":"1\\\\n2"}}}}' ;;
+        {b}) echo '{{"ID":"{b}","Labels":null}}' ;;
+      esac; done ;;
+esac
+""")
+    out = run("docker_labels.sh", path=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert p.parse_docker_labels_json(out.stdout) == {
+        a: {"description": "fast,spark-vllm.managed=true", "x": "1\n2"}, b: {}}
+    fake_tool(tmp_path, "docker", "exit 0\n")  # no container at all: nothing, and no inspect
+    assert run("docker_labels.sh", path=tmp_path).stdout == ""

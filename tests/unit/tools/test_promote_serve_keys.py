@@ -152,3 +152,44 @@ def test_a_promoted_key_the_source_does_not_set_is_removed_from_the_target(stagi
     after = target.raw()["vllm"]
     assert "executor" not in after and "reasoningParser" not in after
     assert "reasoning_parser" not in after  # the snake_case spelling is the same key
+
+
+# Issue 31, item 10: promote only refused problems at the promoted keys themselves; a target
+# whose `services` became invalid through a promoted value (here the main model's servedModelName
+# taking a service's name) was written with a warning. Now every problem the promotion brings
+# is refused; what the target already had stays a warning.
+def _plan(target: str, art: promote.Artifacts) -> tuple[str, str]:
+    """(before, after) text of Pulumi.<target>.yaml as plan_in_scratch makes them, through the
+    stand-in stack: the promoted objects written back into the file's config."""
+    text = (ROOT / f"Pulumi.{target}.yaml").read_text()
+    data = yaml.safe_load(text)
+    stack = FakeStack(target, _as_config({k[len(NS):]: v for k, v in data["config"].items()
+                                          if not (isinstance(v, dict) and "secure" in v)}))
+    promote.apply(stack, art)
+    after = copy.deepcopy(data)
+    for key, value in stack.config.items():
+        after["config"][key] = json.loads(value.value) if value.value[:1] in "[{" else value.value
+    return text, yaml.safe_dump(after, sort_keys=False)
+
+
+def test_a_promotion_that_makes_a_service_invalid_is_refused():
+    art = promote.Artifacts(image_ref=DIGEST, model_repo="Qwen/Qwen3.5-122B-A10B-FP8",
+                            model_commit=COMMIT, serve_flags={"servedModelName": "embed"})
+    before, after = _plan("staging", art)
+    mine, others = promote.check_target_config(after, before)
+    assert any(p.startswith("spark-vllm:services[0].servedModelName: got 'embed'")
+               for p in mine), (mine, others)
+    assert not others
+
+
+def test_what_the_target_already_had_stays_a_warning():
+    """A problem of the target before the promotion is not the promotion's (prod's services
+    with a placeholder revision, say): a warning, as before."""
+    art = promote.Artifacts(image_ref=DIGEST, model_repo="Qwen/Qwen3.5-122B-A10B-FP8",
+                            model_commit=COMMIT, serve_flags={"servedModelName": "qwen3.5-122b"})
+    before, after = _plan("staging", art)
+    broken = before.replace("port: 8001", "port: 18472")  # a seeder's port: the target's own
+    assert broken != before
+    after = after.replace("port: 8001", "port: 18472")
+    mine, others = promote.check_target_config(after, broken)
+    assert not mine and any("services[0].port" in p for p in others), (mine, others)

@@ -57,6 +57,18 @@ sv_bg ibdev2netdev 10 ibdev2netdev
 sv_bg rdma_link 10 rdma link
 sv_bg docker_info 20 docker info --format '{{json .}}'
 sv_bg docker_ps 20 docker ps -a --no-trunc --format '{{json .}}'
+sv_bg docker_labels 20 bash -c '# The labels of every container (docker ps -a), read as JSON: docker ps'"'"'s Labels column joins
+# them with '"'"','"'"' and a label'"'"'s value may hold one, so a value could pose as another label (an
+# image label `description=fast,spark-vllm.managed=true`). One object per container and line:
+# {"ID":"<full id>","Labels":{...}} (Labels null when it has none); docker'"'"'s JSON escapes every
+# control character, so a label cannot break the line. Read-only.
+export LC_ALL=C
+set -f  # the IDs are never expanded against file names
+ids=$(docker ps -aq --no-trunc) || exit
+[ -n "$ids" ] || exit 0
+# shellcheck disable=SC2086  # one argument per ID
+exec docker inspect --type container --format '"'"'{"ID":{{json .Id}},"Labels":{{json .Config.Labels}}}'"'"' $ids
+'
 sv_bg container_memory 20 bash -c '# The memory each running container uses, read from its cgroup'"'"'s own counters: what
 # `docker stats` shows as MEM USAGE (usage minus the inactive page cache), without the ~2 s
 # `docker stats --no-stream` spends sampling. $1: where the cgroup filesystem is mounted

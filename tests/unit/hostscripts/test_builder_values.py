@@ -1,0 +1,77 @@
+"""Script builders keep values out of comment and echo lines unless the value is plain (issue 31,
+item 7).
+
+A value in a comment line is not protected by quoting (a newline ends the comment, and what
+follows runs), and an unquoted value in an echo line is a shell word. Every input is validated
+before it reaches a builder today, but a builder must not depend on that: each value it puts
+into such a line goes through hostscripts.common.plain (letters, digits and ._:/@+=,- only) or
+it raises ValueError, and the script is never made. With the values the stack really has, the
+text is byte for byte what it was (the golden snapshots hold it).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from config import validate_config
+from hostscripts import common, images, models, paths, vllm
+from hostscripts.models import ModelFile
+from inspection import recon
+from tests.conftest import config_raw
+
+HOSTILE = ["x\nrm -rf /", "x; reboot", "$(id)", "`id`", "a b", "it's", 'say "hi"', "", "x\r"]
+NAMES = paths.StackNames("dev")
+IMAGE = "sha256:" + "a" * 64
+COMMIT = "c" * 40
+FILES = [ModelFile("config.json", 3, "a" * 40)]
+
+
+def _builders(value: str):
+    """Every builder that puts a value into a comment or echo line, with `value` in that place."""
+    return {
+        "model_seeder_start commit": lambda: models.model_seeder_start(
+            NAMES, IMAGE, "/c", "org/m", ["192.168.177.11"], {}, ["spark-2"], value),
+        "model_seeder_start targets": lambda: models.model_seeder_start(
+            NAMES, IMAGE, "/c", "org/m", ["192.168.177.11"], {}, [value], COMMIT),
+        "model_seeder_start bind": lambda: models.model_seeder_start(
+            NAMES, IMAGE, "/c", "org/m", [value], {}, ["spark-2"], COMMIT),
+        "model_seeder_stop commit": lambda: models.model_seeder_stop(
+            NAMES, ["spark-2"], value, IMAGE, ["192.168.177.11"]),
+        "model_seeder_stop targets": lambda: models.model_seeder_stop(
+            NAMES, [value], COMMIT, IMAGE, ["192.168.177.11"]),
+        "model_seeder_stop bind": lambda: models.model_seeder_stop(
+            NAMES, ["spark-2"], COMMIT, IMAGE, [value]),
+        "image_seeder_start targets": lambda: images.image_seeder_start(
+            NAMES, "reg:5000/x:tag", "192.168.177.11", [value]),
+        "image_seeder_start bind": lambda: images.image_seeder_start(
+            NAMES, "reg:5000/x:tag", value, ["spark-2"]),
+        "image_seeder_stop targets": lambda: images.image_seeder_stop(
+            NAMES, [value], "reg:5000/x:tag"),
+        "image_seeder_stop ref": lambda: images.image_seeder_stop(NAMES, ["spark-2"], value),
+        "drop_page_cache repo": lambda: models.drop_page_cache(value, COMMIT, FILES),
+        "drop_page_cache commit": lambda: models.drop_page_cache("org/m", value, FILES),
+        "vllm_ranks_restart": lambda: vllm.vllm_ranks_restart(value),
+        "vllm_health_gate": lambda: vllm.vllm_health_gate(
+            value, "probe", "a" * 12, "http://127.0.0.1:8000", "m", "hi", 60,
+            key_file="/k"),
+    }
+
+
+@pytest.mark.parametrize("where", sorted(_builders("x")))
+@pytest.mark.parametrize("value", HOSTILE, ids=repr)
+def test_a_value_that_is_not_plain_never_lands_in_a_comment_or_echo_line(where, value):
+    with pytest.raises(ValueError, match="not a plain value"):
+        _builders(value)[where]()
+
+
+def test_plain_values_pass_unchanged():
+    for v in ("spark-2", COMMIT, IMAGE, "192.168.177.11", "reg:5000/x@sha256:" + "b" * 64,
+              "org/Qwen3.5-122B", "spark-vllm-dev-serve"):
+        assert common.plain(v) == v
+
+
+def test_the_recon_scripts_comment_holds_a_plain_node_name():
+    cfg = validate_config(config_raw(2))
+    node = cfg.nodes[0].model_copy(update={"name": "spark-1\nrm -rf /"})
+    with pytest.raises(ValueError, match="not a plain value"):
+        recon.recon_script(cfg, node, "5eed5eed5eed5eed", NAMES)
