@@ -8,10 +8,12 @@
 On the session's shared stack (tests/e2e/conftest.py: converged, 2 nodes). The module grows the
 lab to 3 nodes (the lab lock is re-entrant in this process) and shrinks it back to 2 at the end,
 even on failure. Ordered on purpose:
-1. image.ref moves to a second image (the lab image plus a label: another image ID, the same
-   layers);
-2. the stack grows to spark-3 (TP 3): spark-3 is new (the lab creates it empty), so its image
+1. the stack grows to spark-3 (TP 3): spark-3 is new (the lab creates it empty), so its image
    is pulled and its model copy must come over the fabric from the head, not from the hub;
+2. image.ref moves to a second image (the lab image plus a label: another image ID, the same
+   layers) on all three nodes. In this order spark-3 pulls the lab image itself first, which
+   the lab keeps on it across runs (lab/hosts.py scrub_docker), so a later run's add-node pulls
+   nothing and the second image's pull is a manifest;
 3. the stack shrinks back to spark-1 and spark-2 (TP 2), for the modules after this one.
 (A 3-node stack from empty is `make bench`'s scaling section.) Every `up` prints its wall time.
 
@@ -124,60 +126,6 @@ def _no_seeder_left(d) -> None:
 # ------------------------------------------------------------------ tests
 
 
-def test_image_change_restarts_everything_moves_no_model(stack, lab3):
-    d = stack
-    assert [n["name"] for n in d.cfg["nodes"]] == [HEAD, WORKER], d.cfg["nodes"]
-    assert complete(d)
-
-    base = lab3["image"]["ref"]
-    v2_ref, v2_id = second_image(d, HEAD, base, V2_REPO)
-    old_id = d.stack.outputs()["imageIds"].value[HEAD]
-    assert v2_id != old_id, "the second image must have another ID"
-    print(f"second image: {v2_ref} ({v2_id})")
-
-    before, vllm_before = _ray(d.snapshot()), _vllm(d)
-    bytes_before = hf_file_bytes()
-    d.set("image.ref", v2_ref)
-    _timed_up(d, "image change")
-    ops = d.ops()
-    print(f"image change ops: {ops}")
-
-    # pulled on every node, and every node now runs the one new ID
-    for node in (HEAD, WORKER):
-        assert f"image-{node}" in ops, ops
-        assert v2_id in _image_ids(d, node), f"{node}: {v2_id} not pulled"
-    assert set(d.stack.outputs()["imageIds"].value.values()) == {v2_id}
-    # every container restarted: Ray head and worker replaced, vLLM's container too
-    assert ops.get("ray-head") == "replace" and ops.get(f"ray-worker-{WORKER}") == "replace", ops
-    assert ops.get("vllm-serve") == "replace", ops
-    after = _ray(d.snapshot())
-    for node in (HEAD, WORKER):
-        assert after[node].keys() == before[node].keys(), (before, after)
-        for name, (cid, _) in after[node].items():
-            assert cid != before[node][name][0], f"{node}: {name} kept its container"
-            image = d.ssh(node, f"docker inspect -f '{{{{.Image}}}}' {name}").strip()
-            assert image == v2_id, f"{node}: {name} runs {image}"
-    vllm_id, _, vllm_image = _vllm(d)
-    assert vllm_id != vllm_before[0], "the vLLM container was kept"
-    assert vllm_image == v2_id, f"vLLM runs {vllm_image}"
-    argv = _vllm_argv(d)
-    assert "serve" in argv and lab3["model"]["repo"] in argv, f"vLLM's container runs {argv}"
-    # no model transfer: not one byte of model files from the hub
-    assert hf_file_bytes() == bytes_before, "an image change fetched model files from the hub"
-    # Known gap (reported, not hidden): the fetch/seed/sync scripts name the image ID, so they
-    # re-run on an image change; they must find everything in place and move nothing.
-    reran = sorted(k for k in ops if k.startswith("model-"))
-    print(f"model steps re-run by the image change: {reran or 'none'}")
-    if f"model-sync-{WORKER}" in ops:
-        moved = sync_bytes_moved(d, WORKER)
-        print(f"model-sync-{WORKER} re-ran and moved {moved} bytes")
-        assert moved == 0, f"the re-run sync moved {moved} bytes over the fabric"
-    _no_seeder_left(d)  # the re-run seeder must be stopped again (fixed in 48a1327)
-    assert "model-verify-spark-1" not in ops and f"model-verify-{WORKER}" not in ops, ops
-    assert complete(d)
-    d.run("preview", expect_no_changes=True)
-
-
 def test_add_node_prepares_it_and_serves_with_tp3(stack, lab3):
     d = stack
     before = _ray(d.snapshot())
@@ -226,6 +174,63 @@ def test_add_node_prepares_it_and_serves_with_tp3(stack, lab3):
         kept = {n: after[node].get(n) == v for n, v in before[node].items()}
         res = "ray-head" if node == HEAD else f"ray-worker-{node}"
         print(f"{node}: containers kept {kept}; engine op {ops.get(res, 'same')}")
+    d.run("preview", expect_no_changes=True)
+
+
+def test_image_change_restarts_everything_moves_no_model(stack, lab3):
+    d = stack
+    nodes = (HEAD, WORKER, NEW)  # the stack has grown to spark-3 (the test before this one)
+    assert tuple(n["name"] for n in d.cfg["nodes"]) == nodes, d.cfg["nodes"]
+    assert complete(d)
+
+    base = lab3["image"]["ref"]
+    v2_ref, v2_id = second_image(d, HEAD, base, V2_REPO)
+    old_id = d.stack.outputs()["imageIds"].value[HEAD]
+    assert v2_id != old_id, "the second image must have another ID"
+    print(f"second image: {v2_ref} ({v2_id})")
+
+    before, vllm_before = _ray(d.snapshot()), _vllm(d)
+    bytes_before = hf_file_bytes()
+    d.set("image.ref", v2_ref)
+    _timed_up(d, "image change")
+    ops = d.ops()
+    print(f"image change ops: {ops}")
+
+    # pulled on every node, and every node now runs the one new ID
+    for node in nodes:
+        assert f"image-{node}" in ops, ops
+        assert v2_id in _image_ids(d, node), f"{node}: {v2_id} not pulled"
+    assert set(d.stack.outputs()["imageIds"].value.values()) == {v2_id}
+    # every container restarted: Ray head and worker replaced, vLLM's container too
+    assert ops.get("ray-head") == "replace", ops
+    assert all(ops.get(f"ray-worker-{n}") == "replace" for n in (WORKER, NEW)), ops
+    assert ops.get("vllm-serve") == "replace", ops
+    after = _ray(d.snapshot())
+    for node in nodes:
+        assert after[node].keys() == before[node].keys(), (before, after)
+        for name, (cid, _) in after[node].items():
+            assert cid != before[node][name][0], f"{node}: {name} kept its container"
+            image = d.ssh(node, f"docker inspect -f '{{{{.Image}}}}' {name}").strip()
+            assert image == v2_id, f"{node}: {name} runs {image}"
+    vllm_id, _, vllm_image = _vllm(d)
+    assert vllm_id != vllm_before[0], "the vLLM container was kept"
+    assert vllm_image == v2_id, f"vLLM runs {vllm_image}"
+    argv = _vllm_argv(d)
+    assert "serve" in argv and lab3["model"]["repo"] in argv, f"vLLM's container runs {argv}"
+    # no model transfer: not one byte of model files from the hub
+    assert hf_file_bytes() == bytes_before, "an image change fetched model files from the hub"
+    # Known gap (reported, not hidden): the fetch/seed/sync scripts name the image ID, so they
+    # re-run on an image change; they must find everything in place and move nothing.
+    reran = sorted(k for k in ops if k.startswith("model-"))
+    print(f"model steps re-run by the image change: {reran or 'none'}")
+    for node in (WORKER, NEW):
+        if f"model-sync-{node}" in ops:
+            moved = sync_bytes_moved(d, node)
+            print(f"model-sync-{node} re-ran and moved {moved} bytes")
+            assert moved == 0, f"the re-run sync moved {moved} bytes over the fabric"
+    _no_seeder_left(d)  # the re-run seeder must be stopped again (fixed in 48a1327)
+    assert not any(f"model-verify-{n}" in ops for n in nodes), ops
+    assert complete(d)
     d.run("preview", expect_no_changes=True)
 
 
