@@ -39,7 +39,7 @@ $(VENV)/.installed: requirements.txt policies/requirements.txt pyproject.toml
 venv: $(VENV)/.installed ## the project and policy-pack virtualenvs (pip wheels cached in $(CACHE)/pip)
 
 toolchain: venv ## Pulumi's CLI, language host and plugins (TOOLCHAIN_BUNDLE=DIR / TOOLCHAIN_SOURCES=DIR offline)
-	VENV=$(CURDIR)/$(VENV) TOOLCHAIN_BUNDLE="$(TOOLCHAIN_BUNDLE)" TOOLCHAIN_SOURCES="$(TOOLCHAIN_SOURCES)" scripts/toolchain.sh all
+	VENV="$(CURDIR)/$(VENV)" TOOLCHAIN_BUNDLE="$(TOOLCHAIN_BUNDLE)" TOOLCHAIN_SOURCES="$(TOOLCHAIN_SOURCES)" scripts/toolchain.sh all
 	@mkdir -p $(STATE_DIR) && chmod 700 $(dir $(STATE_DIR))
 	@f=$(HOME)/.spark-vllm/passphrase; test -s $$f || { umask 077; head -c 24 /dev/urandom | base64 > $$f; echo "created a passphrase for your stacks in $$f"; }
 
