@@ -41,6 +41,8 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
+from components import rerun
+from components.rerun import Again
 from components.spark_node import SparkNode
 from components.vllm_image import pinned_ref
 from config.forms import is_digest_ref
@@ -96,6 +98,10 @@ class Gateway(pulumi.ComponentResource):
         # the main model's first (not a class annotation: the SDK reads those as output types)
         self.routes: tuple[gw.Route, ...] = spec.routes
         self.files = gw.render(spec)
+        # files recon found gone from the head (the stack's folder wiped behind it): the
+        # commands that write them run again (a fresh trigger; delete first, then create)
+        again = Again.when_wiped([rerun.fresh_trigger()]
+                                 if head.facts.gateway_files_present is False else [])
         self.image = docker.RemoteImage(
             f"{name}-image",
             name=self._pull_ref(g, head),
@@ -110,6 +116,8 @@ class Gateway(pulumi.ComponentResource):
             stdin=pulumi.Output.secret(args.api_key.apply(gw.key_map)),
             secret_outputs=["stdin", "stdout"],
             logging=remote.Logging.STDERR,  # its stdout (the file's hash) only marks a change
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
             delete_before_replace=True,
         )
         # the secret files' hashes (their commands' stdout, hashes of hashes: nothing to hide)
@@ -131,6 +139,8 @@ class Gateway(pulumi.ComponentResource):
                     lambda k: chain + (k if k.endswith("\n") else k + "\n"))),
                 secret_outputs=["stdin", "stdout"],
                 logging=remote.Logging.STDERR,
+                triggers=again.triggers,
+                ignore_changes=again.ignore_changes,
                 delete_before_replace=True,
             )
             secrets.append(pulumi.Output.unsecret(self.tls.stdout))
@@ -145,6 +155,10 @@ class Gateway(pulumi.ComponentResource):
                     names, files, v[0] or "", args.labels,
                     " ".join(str(s).split()[-1] for s in v[1:] if s))),
             delete=gw.config_remove(names),
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            # replaced (a fresh trigger): its delete removes the folders, so it goes first
+            delete_before_replace=True,
             depends_on=[self.key, *([self.tls] if self.tls else [])],
         )
         self.container = docker.Container(

@@ -57,6 +57,7 @@ from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
+from hostscripts.firewall import guard_port, unguard
 from hostscripts.images import image_probe
 from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
 from hostscripts.vllm import (
@@ -172,6 +173,7 @@ class VllmServer(pulumi.ComponentResource):
     serve: docker.Container  # the head's (the API)
     headless: dict[str, docker.Container]  # mp: the other nodes' `--headless` vLLM
     ranks_restart: remote.Command | None  # mp on more than one node
+    master_guard: remote.Command | None  # mp on more than one node: the rendezvous port's filter
     serve_checks: dict[str, remote.Command]  # per node: the serve command in the image's vLLM
     serve_check: pulumi.Output[dict[str, str]]
     health: remote.Command
@@ -207,6 +209,23 @@ class VllmServer(pulumi.ComponentResource):
             delete_before_replace=True,
         )
         self._serve_checks(name, args)
+        self.master_guard = None
+        if v.executor == "mp" and len(args.cluster.nodes) > 1:
+            # torch.distributed's store on the master port listens on every address of the
+            # head: its own filter keeps it to loopback and the fabric (hostscripts/firewall.py),
+            # set before vLLM starts; a filter recon found gone (a reboot) is set again
+            guard = Again.when_wiped([rerun.fresh_trigger()]
+                                     if head.facts.master_guard_present is False else [])
+            self.master_guard = head.command(
+                f"{name}-master-guard",
+                self,
+                create=guard_port(names.guard_chain, v.master_port,
+                                  [f.interface for f in head.node.fabric]),
+                delete=unguard(names.guard_chain),
+                triggers=guard.triggers,
+                ignore_changes=guard.ignore_changes,
+                delete_before_replace=True,
+            )
         # Without Ray nothing else makes the nodes' compile-cache folders
         self.caches = (ray.caches if ray is not None
                        else compile_cache_dirs(name, self, args.cluster))
@@ -314,6 +333,8 @@ class VllmServer(pulumi.ComponentResource):
         ray_opts: dict[str, Any] = {}
         if is_head:
             labels.update(port_labels(v, args.cluster))
+            if self.master_guard is not None:
+                depends.append(self.master_guard)
             mounts.append(docker.ContainerMountArgs(
                 target=VLLM_KEY, type="bind", source=names.vllm_key_file, read_only=True))
             extra_labels.append(docker.ContainerLabelArgs(
@@ -484,6 +505,10 @@ class VllmServer(pulumi.ComponentResource):
             "servedModelName": v.served_model_name,
             "host": args.host,
             "port": v.port,
+            # mp on several nodes: the filter chain that keeps the rendezvous port off all but
+            # loopback and the fabric (the policy pack requires it there)
+            "masterPortGuard": (args.runtime.names.guard_chain
+                                if v.executor == "mp" and len(args.cluster.nodes) > 1 else None),
             "nodes": [
                 {
                     "name": n.name,

@@ -3,6 +3,7 @@ ones of one stack (StackNames), so that several stacks can share nodes."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -148,6 +149,13 @@ class StackNames:
         `conf` (a link to the `conf.<hash>` folder in use: haproxy.cfg, the model map, the
         answers it gives itself) and `secrets` (the key's digest, the TLS key and chain)."""
         return f"{self.dir}/gateway"
+
+    @property
+    def guard_chain(self) -> str:
+        """The stack's iptables chain that keeps vLLM's rendezvous port (vllm.masterPort, mp on
+        several nodes) off every interface but loopback and the fabric (hostscripts/firewall.py).
+        A chain name is at most 28 characters: the stack's name is hashed."""
+        return "SVLLM-" + hashlib.sha256(self.stack.encode()).hexdigest()[:16].upper()
 
     @property
     def gateway_key_file(self) -> str:

@@ -166,6 +166,10 @@ class NodeFacts(_Facts):
     ray_token_present: bool | None = None
     # the stack's vLLM API key file (StackNames.vllm_key_file; the head's matters)
     vllm_key_present: bool | None = None
+    # the head only: the gateway's configuration, key digest and TLS file all there
+    # (StackNames.gateway_dir), and vLLM's rendezvous-port guard chain (mp on several nodes)
+    gateway_files_present: bool | None = None
+    master_guard_present: bool | None = None
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output

@@ -63,6 +63,12 @@ MARKER_PREFIX = "=== spark-vllm:"  # what every marker starts with, this run's o
 COMMAND_TIMEOUT = 10
 DOCKER_TIMEOUT = 20
 PRESENCE = 'if [ -s "$1" ]; then echo present; else echo absent; fi'  # a file, never its content
+# every one of several files (never their content)
+ALL_PRESENT = 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present'
+# whether the stack's iptables chain exists (hostscripts/firewall.py); absent when iptables is
+# missing or refuses (then the guard cannot be there either)
+CHAIN_PRESENCE = ('if iptables -w -S "$1" >/dev/null 2>&1; then echo present; '
+                  'else echo absent; fi')
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 
 
@@ -155,6 +161,17 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             f"sv_bg vllm_key {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ "
             f"{q(names.vllm_key_file)}",
         ]
+        if node.name == cfg.head.name:
+            # the gateway's files on the head: its configuration, the key's digest, the TLS file
+            files = [f"{names.gateway_dir}/conf/haproxy.cfg", names.gateway_key_file]
+            if cfg.gateway.tls:
+                files.append(names.gateway_tls_file)
+            lines.append(f"sv_bg gateway_files {COMMAND_TIMEOUT} bash -c {q(ALL_PRESENT)} _ "
+                         + " ".join(q(f) for f in files))
+            if cfg.vllm.executor == "mp" and len(cfg.nodes) > 1:
+                # the chain that keeps vLLM's rendezvous port off the management network
+                lines.append(f"sv_bg master_guard {COMMAND_TIMEOUT} bash -c "
+                             f"{q(CHAIN_PRESENCE)} _ {q(names.guard_chain)}")
     lines += [
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before
@@ -395,6 +412,10 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     disk = r.parse("disk", p.parse_df_avail) or 0
     ray_token = r.parse("ray_token", p.parse_presence) if "ray_token" in sections else None
     vllm_key = r.parse("vllm_key", p.parse_presence) if "vllm_key" in sections else None
+    gateway_files = (r.parse("gateway_files", p.parse_presence) if "gateway_files" in sections
+                     else None)
+    master_guard = (r.parse("master_guard", p.parse_presence) if "master_guard" in sections
+                    else None)
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
     for name in SKIP_SECTIONS:  # names the snippets refused to print: say so, never drop quietly
         s = sections.get(name)
@@ -425,6 +446,8 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         stopped_by=stopped,
         ray_token_present=ray_token,
         vllm_key_present=vllm_key,
+        gateway_files_present=gateway_files,
+        master_guard_present=master_guard,
         clock_offset_seconds=clock_offset,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,

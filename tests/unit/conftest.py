@@ -175,6 +175,7 @@ def settled(h, *outputs):
     if h.ray is not None:
         leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, *h.ray.tokens.values()]
     leaves += [h.vllm.serve, *h.vllm.headless.values(), *h.vllm.caches.values()]
+    leaves += [h.vllm.master_guard] if h.vllm.master_guard is not None else []
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
     leaves += [h.vllm.api_key_file, h.vllm.health, h.vllm.nccl_log, h.vllm.transport_check]
     for svc in h.services.values():

@@ -10,7 +10,8 @@ import pytest
 from config import ConfigError, validate_config
 from hostscripts import vllm
 from hostscripts.common import payload
-from tests.conftest import config_raw, reveal
+from hostscripts.paths import StackNames
+from tests.conftest import config_raw, gb10_facts, reveal
 from tests.unit.components.test_vllm_server import _changed, _registered
 from tests.unit.conftest import settled
 
@@ -29,7 +30,8 @@ def _flags(argv: list[str], rank: int, nodes: int) -> None:
 
 @pytest.mark.parametrize("n", [2, 3])
 @pulumi.runtime.test
-def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
+def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies, n):
+    deps = dependencies
     h = build(n, vllm=MP)
 
     def check(_):
@@ -81,6 +83,49 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
         restart = mocks.named("vllm-ranks-restart").inputs
         assert restart["create"] == "true" and restart["stdin"] == "none"
         assert "docker restart -t 60 spark-vllm-dev-serve" in restart["update"]
+        # the API listens on the head's fabric address (the ranks watch it there; the gateway
+        # reaches it there), never the management network
+        argv = list(head["command"])
+        assert argv[argv.index("--host") + 1] == "192.168.177.11"
+        # the rendezvous port: the head's filter lets only loopback and the fabric reach it,
+        # set before the head's vLLM starts, removed with it
+        chain = StackNames("dev").guard_chain
+        guard = mocks.named("vllm-master-guard").inputs
+        assert "--dport 29501 -j REJECT --reject-with tcp-reset" in guard["create"]
+        assert "-i enp1s0f1np1 -j RETURN" in guard["create"] and chain in guard["delete"]
+        assert guard["triggers"] == ["intact"]
+        assert reveal(guard["connection"])["host"] == "10.77.0.11"
+        assert "vllm-master-guard" in deps["vllm-serve"]
+        vllm_props = next(r for r in mocks.resources if r.name == "vllm"
+                          and r.typ == "spark-vllm:vllm_server:VllmServer").inputs
+        assert vllm_props["masterPortGuard"] == chain and vllm_props["host"] == "192.168.177.11"
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_master_guard_recon_found_gone_is_set_again(build, mocks):
+    """A reboot empties the head's filter: recon sees the chain absent and the guard runs
+    again (a fresh trigger) before anything else."""
+    facts = {f"spark-{i}": gb10_facts(f"spark-{i}", index=i) for i in (1, 2)}
+    facts["spark-1"] = facts["spark-1"].model_copy(update={"master_guard_present": False})
+    h = build(2, vllm=MP, facts=facts)
+
+    def check(_):
+        triggers = mocks.named("vllm-master-guard").inputs["triggers"]
+        assert triggers != ["intact"] and triggers[0].startswith("repair-")
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_no_master_guard_on_one_node_or_with_ray(build, mocks):
+    h = build(1, vllm={**MP, "tensorParallelSize": 1})
+
+    def check(_):
+        assert not [r for r in mocks.resources if r.name == "vllm-master-guard"]
+        argv = list(mocks.named("vllm-serve").inputs["command"])
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"  # nobody else watches it
 
     return settled(h).apply(check)
 
@@ -95,7 +140,7 @@ def test_switching_executor_moves_neither_image_nor_model(monkeypatch):
                     "ray-token-spark-2", "ray-compile-cache-spark-1",
                     "ray-compile-cache-spark-2"}, gone
     assert new == {"vllm-serve-spark-2", "vllm-compile-cache-spark-1",
-                   "vllm-compile-cache-spark-2", "vllm-ranks-restart"}, new
+                   "vllm-compile-cache-spark-2", "vllm-ranks-restart", "vllm-master-guard"}, new
     same = {k: ray[k] for k in ray.keys() & mp.keys()}
     changed = _changed(same, {k: mp[k] for k in same})
     assert not {r for r in changed if r.startswith(("image", "model", "nccl"))}, changed
