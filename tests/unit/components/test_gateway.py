@@ -204,3 +204,43 @@ def test_a_gateway_image_on_its_own_plain_http_registry(build, mocks):
                             {"address": "http://10.77.0.1:5001", "authDisabled": True}], auth
 
     return settled(h).apply(check)
+
+
+def _pack():
+    import sys
+
+    root = Path(__file__).resolve().parents[3]
+    for folder in (root / "policies", root / "tests" / "policies"):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    import policy_testkit
+
+    import rules
+
+    return rules, policy_testkit
+
+
+@pytest.mark.parametrize("case", ["ray-services", "mp-services"])
+@pulumi.runtime.test
+def test_what_the_program_registers_passes_vllm_behind_gateway(build, mocks, case):
+    """Rule 13 of the policy pack on the stack the program really registers (its props and
+    containers as the mocks saw them): Ray with a service on each node, and mp on two nodes
+    (the head's vLLM on its fabric address, the rendezvous port guarded)."""
+    raw = with_services(EMBED, RERANK)
+    if case == "mp-services":
+        raw["vllm"] = {**raw["vllm"], "executor": "mp"}
+    h = build(raw=raw)
+    rules, kit = _pack()
+
+    def check(_):
+        resources = [kit.res(r.typ, dict(r.inputs), r.name) for r in mocks.resources
+                     if r.typ != "pulumi:pulumi:Stack"]
+        assert kit.run(rules.vllm_behind_gateway, kit.sargs(resources)) == []
+        # and the same stack with the main vLLM on every address fails it
+        server = next(r for r in mocks.resources if r.typ == "spark-vllm:vllm_server:VllmServer")
+        opened = [kit.res(r.typ, {**dict(r.inputs), "host": "0.0.0.0"} if r is server
+                          else dict(r.inputs), r.name)
+                  for r in mocks.resources if r.typ != "pulumi:pulumi:Stack"]
+        assert kit.run(rules.vllm_behind_gateway, kit.sargs(opened))
+
+    return settled(h).apply(check)
