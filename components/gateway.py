@@ -159,7 +159,9 @@ class Gateway(pulumi.ComponentResource):
             ignore_changes=again.ignore_changes,
             # replaced (a fresh trigger): its delete removes the folders, so it goes first
             delete_before_replace=True,
-            depends_on=[self.key, *([self.tls] if self.tls else [])],
+            # a model is routed once it serves (its gate); a removed one is unrouted before
+            # its container goes (the engine deletes last)
+            depends_on=[self.key, *([self.tls] if self.tls else []), *args.after],
         )
         self.container = docker.Container(
             f"{name}-haproxy",
