@@ -307,6 +307,17 @@ def config_write(names: StackNames, files: Mapping[str, str], image_id: str,
         f"for old in {q(d)}/conf.*; do [ \"$old\" = {q(new)} ] || rm -rf \"$old\"; done",
         f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {q(names.gateway)} 2>/dev/null)\" "
         "= true ]; then",
+        # HAProxy's master ignores SIGUSR2 until it has started (measured: a reload sent then
+        # is lost): wait until it catches the signal (SigCgt bit 12), at most 30 s
+        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {q(names.gateway)})",
+        "  i=0",
+        "  until [ $(( 0x$(awk '/^SigCgt/ {print $2}' /proc/$pid/status 2>/dev/null || "
+        "echo 0) & 0x800 )) -ne 0 ]; do",
+        "    i=$((i + 1))",
+        "    [ $i -le 60 ] || { echo 'the gateway does not take its reload signal (SIGUSR2) "
+        "after 30 s' >&2; exit 1; }",
+        "    sleep 0.5",
+        "  done",
         f"  docker kill -s USR2 {q(names.gateway)} >/dev/null",
         "  echo 'gateway reloaded'",
         "fi",

@@ -70,6 +70,13 @@ def _haproxy() -> str:
     return path
 
 
+def _catches_usr2(pid: int) -> bool:
+    """What config_write's loop reads: the process catches SIGUSR2 (SigCgt, bit 12)."""
+    with open(f"/proc/{pid}/status") as f:
+        cgt = next(line.split()[1] for line in f if line.startswith("SigCgt:"))
+    return bool(int(cgt, 16) & (1 << (signal.SIGUSR2 - 1)))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -114,9 +121,15 @@ class Gateway:
         raise AssertionError("HAProxy did not answer its liveness path")
 
     def reload(self, spec: GatewaySpec) -> None:
-        """What the stack does on the head: new files, then SIGUSR2 to the master."""
+        """What the stack does on the head (hostscripts/gateway.config_write): new files, then
+        SIGUSR2 to the master once it catches that signal (it ignores it while it starts: a
+        reload sent then is lost, measured under load)."""
         self.write(spec)
         assert self.proc is not None
+        end = time.monotonic() + 30
+        while not _catches_usr2(self.proc.pid):
+            assert time.monotonic() < end, "HAProxy's master never caught SIGUSR2"
+            time.sleep(0.05)
         self.proc.send_signal(signal.SIGUSR2)
 
     def stop(self) -> str:
@@ -336,7 +349,7 @@ def test_a_reload_changes_the_routing_and_keeps_an_open_stream(gw, fakes):
         _, _, data = gw.request("GET", "/v1/models")
         new = new + 1 if [m["id"] for m in json.loads(data)["data"]] == ["tiny-moe"] else 0
         time.sleep(0.1)
-    assert new == 3, "the reload did not take"
+    assert new == 3, f"the reload did not take; HAProxy said: {gw.stop()[-3000:]}"
     assert gw.request("POST", "/v1/embeddings", {"model": "tiny-embed"})[0] == 404
     rest = [e for _, e in events]
     c.close()
@@ -436,3 +449,45 @@ def test_the_rendered_config_drops_to_the_haproxy_user_and_checks(tmp_path, fake
     check = subprocess.run([_haproxy(), "-c", "-f", str(root / "conf" / "haproxy.cfg")],
                            capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_config_write_reloads_a_running_gateway_once_it_takes_the_signal(tmp_path, fakes):
+    """config_write against a running HAProxy (`docker` a stand-in that names its pid and
+    signals it): the loop waits until the master catches SIGUSR2, the reload takes, the new
+    routing answers."""
+    names = StackNames("t")
+    d = tmp_path / "node" / names.gateway_dir.lstrip("/")
+    main, embed = fakes
+    spec = _spec(_free_port(), main, embed)
+    g = Gateway(d, spec).start()  # conf/ as render() writes it, secrets/ beside it
+    try:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "docker").write_text(f"""#!/bin/sh
+case "$1" in
+  run) exit 0 ;;
+  inspect) case "$*" in *Running*) echo true ;; *Pid*) echo {g.proc.pid} ;; esac ;;
+  kill) kill -USR2 {g.proc.pid} ;;
+esac
+""")
+        (bin_dir / "docker").chmod(0o755)
+        files = render(_spec(spec.port, main, None), root=names.gateway_dir, user=None)
+        # `conf` here is a folder of the test's Gateway: the script's link goes beside it
+        shutil.rmtree(d / "conf")
+        script = config_write(names, files, "sha256:" + "a" * 64, {}).replace(
+            names.gateway_dir, str(d))
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[0] == "gateway reloaded"
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            _, _, data = g.request("GET", "/v1/models")
+            if [m["id"] for m in json.loads(data)["data"]] == ["tiny-moe"]:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the reload config_write sent did not take")
+    finally:
+        g.stop()
