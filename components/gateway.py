@@ -152,7 +152,7 @@ class Gateway(pulumi.ComponentResource):
             self,
             create=pulumi.Output.all(self.image.image_id, *secrets).apply(
                 lambda v: gw.config_write(
-                    names, files, v[0] or "", args.labels,
+                    names, files, v[0], args.labels,
                     " ".join(str(s).split()[-1] for s in v[1:] if s))),
             delete=gw.config_remove(names),
             triggers=again.triggers,

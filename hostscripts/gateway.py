@@ -36,7 +36,14 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from hostscripts.common import container_ids, label_flags, payload, q, secret_file_write
+from hostscripts.common import (
+    container_ids,
+    image_id,
+    label_flags,
+    payload,
+    q,
+    secret_file_write,
+)
 from hostscripts.paths import GATEWAY_MOUNT, StackNames
 
 _GATE_PY = payload("gateway_health.py")
@@ -270,7 +277,7 @@ def _remove_up(names: StackNames, path: str) -> str:
     return f"rm -rf {q(path)}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
 
 
-def config_write(names: StackNames, files: Mapping[str, str], image_id: str,
+def config_write(names: StackNames, files: Mapping[str, str], image: str,
                  labels: Mapping[str, str], secrets_marker: str = "") -> str:
     """On the head: the configuration into a new folder `conf.<hash>`, checked by the gateway
     image's own `haproxy -c` (with the secret files it reads), then made the one in use (`conf`
@@ -281,6 +288,7 @@ def config_write(names: StackNames, files: Mapping[str, str], image_id: str,
     `secrets_marker`: the secret files' hashes (their commands' stdout), so a new key or
     certificate makes this run again and the gateway reload. Prints `gateway config <hash>`."""
     digest = config_hash(files)
+    image = image_id(image)  # read back from the head: its exact form before a shell sees it
     d = names.gateway_dir
     new = f"{d}/conf.{digest}"
     check_labels = {**labels, "spark-vllm.role": "gateway-check"}
@@ -301,7 +309,7 @@ def config_write(names: StackNames, files: Mapping[str, str], image_id: str,
         f"docker run --rm --network none --user 0 {label_flags(check_labels)} "
         f"-v {q(new + ':' + GATEWAY_MOUNT + '/conf:ro')} "
         f"-v {q(d + '/secrets:' + GATEWAY_MOUNT + '/secrets:ro')} "
-        f"--entrypoint haproxy {q(image_id)} -c -f {q(GATEWAY_MOUNT + '/conf/haproxy.cfg')} >&2",
+        f"--entrypoint haproxy {q(image)} -c -f {q(GATEWAY_MOUNT + '/conf/haproxy.cfg')} >&2",
         f"ln -sfn {q('conf.' + digest)} {q(d + '/conf.link')}",
         f"mv -T {q(d + '/conf.link')} {q(d + '/conf')}",
         f"for old in {q(d)}/conf.*; do [ \"$old\" = {q(new)} ] || rm -rf \"$old\"; done",
