@@ -102,7 +102,7 @@ class StackHandles:
             },
             "recon": {name: n.summary for name, n in self.nodes.items()},
             "ncclTransport": self.vllm.transport,  # per node, as NCCL's INFO lines show it
-            # spark-vllm:services, by name: where each answers and what it serves
+            # spark-vllm:services, by name: what each serves (through the gateway) and its gates
             "services": {
                 name: {
                     "task": s.args.service.task,

@@ -252,7 +252,7 @@ def test_completions_chat_embeddings_and_streaming_through_the_gateway(with_embe
           f"after {last * 1000:.0f} ms")
     # the first event came long before the last (a buffering proxy delivers them together)
     assert last - first > 0.25 * last, (first, last)
-    assert len({round(t, 2) for t, _ in events}) > len(events) // 2  # spread, not one burst
+    assert len({round(t, 2) for t, _ in events}) > len(events) // 4  # spread, not one burst
     # a model the stack does not serve
     status, _, body = _call(base + "/v1/chat/completions", {"model": "gpt-4", "messages": []},
                             key=key)
@@ -295,7 +295,7 @@ def test_removing_the_service_keeps_a_running_stream_and_changes_only_the_routin
     got: dict = {}
 
     def read() -> None:
-        r = _stream(d, {"model": MAIN, "max_tokens": 600, "ignore_eos": True,
+        r = _stream(d, {"model": MAIN, "max_tokens": 1500, "ignore_eos": True,
                         "messages": [{"role": "user", "content": "Go on"}]})
         got["events"] = [e for _, e in _events(r)]
         got["done"] = time.monotonic()
@@ -312,6 +312,8 @@ def test_removing_the_service_keeps_a_running_stream_and_changes_only_the_routin
     assert set(other.items()) <= set(ROUTING.items()) and "gateway-config" in other, other
     events = got.get("events") or []
     assert events and events[-1] == "data: [DONE]", events[-3:]
+    # it was open while the up reloaded the gateway (it ended after the up did)
+    assert got["done"] > reloaded, "the stream ended before the reload: make it longer"
     print(f"[observed] the stream ran across the reload: {len(events)} events, done "
           f"{got['done'] - reloaded:+.1f} s after the up")
     after = d.snapshot()
