@@ -120,10 +120,9 @@ class Gateway(pulumi.ComponentResource):
             ignore_changes=again.ignore_changes,
             delete_before_replace=True,
         )
-        # the secret files' hashes (their commands' stdout, hashes of hashes: nothing to hide)
-        # mark the configuration, so a new key or certificate reloads the gateway; unsecret so
-        # the configuration stays readable in a preview's diff
-        secrets: list[pulumi.Output[str]] = [pulumi.Output.unsecret(self.key.stdout)]
+        # a new key or certificate reloads the gateway from its own command: nothing derived
+        # from a secret (not even a hash: a weak configured key could be guessed from one) is
+        # in the configuration's text, which stays readable in a preview's diff
         self.tls = None
         if g.certificate is not None:
             if args.tls_key is None:
@@ -143,17 +142,14 @@ class Gateway(pulumi.ComponentResource):
                 ignore_changes=again.ignore_changes,
                 delete_before_replace=True,
             )
-            secrets.append(pulumi.Output.unsecret(self.tls.stdout))
         labels = {**args.labels, "spark-vllm.role": ROLE, "spark-vllm.node": head.name,
                   "spark-vllm.port": str(g.port)}
         files = self.files
         self.config = head.command(
             f"{name}-config",
             self,
-            create=pulumi.Output.all(self.image.image_id, *secrets).apply(
-                lambda v: gw.config_write(
-                    names, files, v[0], args.labels,
-                    " ".join(str(s).split()[-1] for s in v[1:] if s))),
+            create=self.image.image_id.apply(
+                lambda i: gw.config_write(names, files, i, args.labels)),
             delete=gw.config_remove(names),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,

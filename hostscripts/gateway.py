@@ -252,14 +252,40 @@ def key_map(api_key: str) -> str:
 
 
 def key_write(names: StackNames) -> str:
-    """On the head: the key's digest map (stdin) into its root-only file; prints its sha256."""
-    return secret_file_write(names.gateway_key_file, "gateway key digest")
+    """On the head: the key's digest map (stdin) into its root-only file, and a running gateway
+    reloaded to read it (a new key takes at once); prints the file's sha256."""
+    return "\n".join([secret_file_write(names.gateway_key_file, "gateway key digest"),
+                      *reload_lines(names)])
 
 
 def tls_write(names: StackNames) -> str:
-    """On the head: the TLS chain and private key (stdin, one PEM file) into its root-only file;
-    prints its sha256."""
-    return secret_file_write(names.gateway_tls_file, "gateway tls")
+    """On the head: the TLS chain and private key (stdin, one PEM file) into its root-only file,
+    and a running gateway reloaded to read it; prints the file's sha256."""
+    return "\n".join([secret_file_write(names.gateway_tls_file, "gateway tls"),
+                      *reload_lines(names)])
+
+
+def reload_lines(names: StackNames) -> list[str]:
+    """Shell lines: the gateway, if it runs, reloaded (SIGUSR2 to HAProxy's master: new workers
+    take the listeners, the old ones finish their connections). HAProxy's master ignores SIGUSR2
+    until it has started (measured: a reload sent then is lost), so they first wait until it
+    catches the signal (SigCgt bit 12), at most 30 s."""
+    c = q(names.gateway)
+    return [
+        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c} 2>/dev/null)\" = true ]; then",
+        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {c})",
+        "  i=0",
+        "  until [ $(( 0x$(awk '/^SigCgt/ {print $2}' /proc/$pid/status 2>/dev/null || "
+        "echo 0) & 0x800 )) -ne 0 ]; do",
+        "    i=$((i + 1))",
+        "    [ $i -le 60 ] || { echo 'the gateway does not take its reload signal (SIGUSR2) "
+        "after 30 s' >&2; exit 1; }",
+        "    sleep 0.5",
+        "  done",
+        f"  docker kill -s USR2 {c} >/dev/null",
+        "  echo 'gateway reloaded'",
+        "fi",
+    ]
 
 
 def secret_remove(names: StackNames, path: str) -> str:
@@ -278,15 +304,13 @@ def _remove_up(names: StackNames, path: str) -> str:
 
 
 def config_write(names: StackNames, files: Mapping[str, str], image: str,
-                 labels: Mapping[str, str], secrets_marker: str = "") -> str:
+                 labels: Mapping[str, str]) -> str:
     """On the head: the configuration into a new folder `conf.<hash>`, checked by the gateway
     image's own `haproxy -c` (with the secret files it reads), then made the one in use (`conf`
-    is a link, swapped atomically) and the running gateway reloaded (SIGUSR2 to HAProxy's master:
-    new workers take the listeners, the old ones finish their connections). A check that fails
-    fails the command and leaves the configuration in use as it was.
-
-    `secrets_marker`: the secret files' hashes (their commands' stdout), so a new key or
-    certificate makes this run again and the gateway reload. Prints `gateway config <hash>`."""
+    is a link, swapped atomically) and the running gateway reloaded (reload_lines). A check that
+    fails fails the command and leaves the configuration in use as it was. Nothing secret is in
+    its text (a new key or certificate reloads the gateway from its own command). Prints
+    `gateway config <hash>`."""
     digest = config_hash(files)
     image = image_id(image)  # read back from the head: its exact form before a shell sees it
     d = names.gateway_dir
@@ -294,7 +318,6 @@ def config_write(names: StackNames, files: Mapping[str, str], image: str,
     check_labels = {**labels, "spark-vllm.role": "gateway-check"}
     lines = [
         "set -eu",
-        f"# secrets: {q(secrets_marker)}" if secrets_marker else "# secrets: -",
         "umask 077",
         f"rm -rf {q(new)} {q(new + '.tmp')}",
         f"mkdir -p {q(new + '.tmp/errors')} {q(d + '/secrets')}",
@@ -313,22 +336,7 @@ def config_write(names: StackNames, files: Mapping[str, str], image: str,
         f"ln -sfn {q('conf.' + digest)} {q(d + '/conf.link')}",
         f"mv -T {q(d + '/conf.link')} {q(d + '/conf')}",
         f"for old in {q(d)}/conf.*; do [ \"$old\" = {q(new)} ] || rm -rf \"$old\"; done",
-        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {q(names.gateway)} 2>/dev/null)\" "
-        "= true ]; then",
-        # HAProxy's master ignores SIGUSR2 until it has started (measured: a reload sent then
-        # is lost): wait until it catches the signal (SigCgt bit 12), at most 30 s
-        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {q(names.gateway)})",
-        "  i=0",
-        "  until [ $(( 0x$(awk '/^SigCgt/ {print $2}' /proc/$pid/status 2>/dev/null || "
-        "echo 0) & 0x800 )) -ne 0 ]; do",
-        "    i=$((i + 1))",
-        "    [ $i -le 60 ] || { echo 'the gateway does not take its reload signal (SIGUSR2) "
-        "after 30 s' >&2; exit 1; }",
-        "    sleep 0.5",
-        "  done",
-        f"  docker kill -s USR2 {q(names.gateway)} >/dev/null",
-        "  echo 'gateway reloaded'",
-        "fi",
+        *reload_lines(names),
         f"echo 'gateway config {digest}'",
     ]
     return "\n".join(lines)

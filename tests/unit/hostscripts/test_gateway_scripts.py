@@ -84,8 +84,7 @@ def test_config_write_refuses_what_is_not_an_image_id_or_a_gateway_file():
             config_write(NAMES, files, bad, {})
     with pytest.raises(ValueError, match="not a gateway file name"):
         config_write(NAMES, {**files, "../etc/passwd": "x"}, IMAGE, {})
-    script = config_write(NAMES, files, IMAGE, {"spark-vllm.managed": "true"}, "abc def")
-    assert "# secrets: 'abc def'" in script
+    script = config_write(NAMES, files, IMAGE, {"spark-vllm.managed": "true"})
     assert "--label spark-vllm.role=gateway-check" in script and "--network none" in script
     assert f"mv -T {NAMES.gateway_dir}/conf.link {NAMES.gateway_dir}/conf" in script
 
@@ -101,3 +100,17 @@ def test_the_gate_marker_takes_the_container_id_and_the_configs_hash():
         gate_marker("not-an-id;", "gateway config 0123456789abcdef")
     script = gate_script(NAMES, f"{cid} 0123456789abcdef", "http://127.0.0.1:8080", [MAIN], 60)
     assert f"< {NAMES.vllm_key_file}" in script and "docker start spark-vllm-dev-gateway" in script
+
+
+def test_a_new_key_or_certificate_reloads_the_gateway_from_its_own_command():
+    """The secret files' commands reload a running gateway themselves, so nothing derived from a
+    secret (not even a hash: a weak configured key could be guessed from one) is in the
+    configuration's text."""
+    from hostscripts.gateway import key_write, tls_write
+
+    for script, path in ((key_write(NAMES), NAMES.gateway_key_file),
+                         (tls_write(NAMES), NAMES.gateway_tls_file)):
+        assert f"cat > {path}.new" in script and "umask 077" in script
+        assert "docker kill -s USR2 spark-vllm-dev-gateway" in script
+        assert script.index("mv ") < script.index("docker kill")  # the file first
+    assert "secrets" not in config_write(NAMES, render(_spec()), IMAGE, {}).split("mkdir")[0]
