@@ -22,5 +22,7 @@ the lab can run the very same scripts against the simulated Sparks. Rules every 
     models.py    model fetch, seeder, sync, verify
     ray.py       Ray readiness
     vllm.py      vLLM argv, start (health gate), stop
+    gateway.py   the gateway's haproxy.cfg, the scripts that write, check and reload it, its gate
+    firewall.py  mp's rendezvous port kept to loopback and the fabric (the head's filter)
     payloads/    the Python programs the scripts run on the nodes
 """
