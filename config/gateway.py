@@ -14,7 +14,9 @@ Keys (camelCase in the file):
     certificate   PEM certificates (the server's, then its chain): TLS on `port`; the private
                   key is the secret `spark-vllm:gatewayTlsKey`. None: plain HTTP
     maxBodyBytes  how much of a request body the gateway reads to find its `model` (HAProxy's
-                  tune.bufsize); a larger body whose `model` comes after it is refused (413)
+                  tune.bufsize); a larger body whose `model` comes after it is refused (413).
+                  It also sizes every connection's buffers, so the connections HAProxy takes at
+                  once are 1 GiB / maxBodyBytes (16..4096; 512 at the default)
 """
 
 from __future__ import annotations

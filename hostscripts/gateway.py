@@ -53,7 +53,11 @@ KEY_MAP_KEY = "api-key"  # the map entry holding the key's digest
 # Inactivity limits: a non-streamed completion of a long answer sends nothing until it is done
 TIMEOUT_SECONDS = 3600
 BODY_WAIT_SECONDS = 30  # how long the gateway waits for a request body to find its `model`
-MAXCONN = 4096
+# HAProxy's buffers are tune.bufsize each (maxBodyBytes), held by every connection with data in
+# flight, before the key is checked too: the connections at once are bounded so that their
+# request buffers never take more than BUFFER_BUDGET (1 GiB; as much again for responses)
+BUFFER_BUDGET = 1 << 30
+MAXCONN_RANGE = (16, 4096)
 _SERVED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")  # config.types.ServedName
 
 
@@ -99,6 +103,14 @@ class GatewaySpec:
     @property
     def names(self) -> list[str]:
         return [r.name for r in self.routes]
+
+
+def maxconn(max_body_bytes: int) -> int:
+    """The connections HAProxy takes at once (more wait in the kernel's backlog): BUFFER_BUDGET
+    over the buffer size, within MAXCONN_RANGE (512 at the default 2 MiB; vLLM serves far fewer
+    requests at once: the 122B recipe's maxNumSeqs is 4)."""
+    low, high = MAXCONN_RANGE
+    return max(low, min(high, BUFFER_BUDGET // max_body_bytes))
 
 
 def backend_name(index: int, route: Route) -> str:
@@ -156,7 +168,7 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
         "# new folder, checked with this image's haproxy -c, then the running HAProxy reloads.",
         "global",
         "    log stdout format raw local0 info",
-        f"    maxconn {MAXCONN}",
+        f"    maxconn {maxconn(spec.max_body_bytes)}",
         # the request buffer is what json_query sees of a body
         f"    tune.bufsize {spec.max_body_bytes}",
         # workers of an older configuration finish their streams at most this long after a

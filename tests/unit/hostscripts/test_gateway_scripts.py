@@ -54,6 +54,15 @@ def test_the_configuration_reads_the_digest_from_its_file_and_holds_no_secret():
         render(_spec(tls=True))["haproxy.cfg"]
 
 
+def test_the_connections_at_once_keep_the_buffers_within_a_gib():
+    from hostscripts.gateway import maxconn
+
+    assert maxconn(2 * 1024 * 1024) == 512
+    assert maxconn(64 * 1024) == 4096  # capped
+    assert maxconn(64 * 1024 * 1024) == 16
+    assert "    maxconn 512\n    tune.bufsize 2097152\n" in render(_spec())["haproxy.cfg"]
+
+
 def test_backends_and_the_model_map():
     rerank = Route("org/re-rank.v2", "score", "org/r", (Server("spark-1", "127.0.0.1", 8101),
                                                         Server("spark-2", "192.168.177.12",
