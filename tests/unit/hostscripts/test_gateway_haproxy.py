@@ -491,3 +491,25 @@ esac
             raise AssertionError("the reload config_write sent did not take")
     finally:
         g.stop()
+
+
+def test_a_client_that_waits_for_100_continue_gets_it_and_is_routed(gw, fakes):
+    """curl and other clients send `Expect: 100-continue` before a large body and wait: the
+    gateway, which must read the body to route it, answers 100 itself."""
+    body = json.dumps({"input": "x" * 5000, "model": "tiny-embed"}).encode()
+    with socket.create_connection(("127.0.0.1", gw.spec.port), timeout=10) as s:
+        s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+                  + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n".encode()
+                  + b"Expect: 100-continue\r\n\r\n")
+        interim = s.recv(4096)
+        assert interim.startswith(b"HTTP/1.1 100 Continue"), interim
+        s.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert b"x-fake-vllm: embed" in answer.lower()
+    assert fakes[1].seen[-1].body == body
