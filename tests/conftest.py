@@ -239,7 +239,11 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 PROBE_STDOUT if "-probe-" in args.name
                 # a seeder's start prints the run's token (hostscripts.common.MAKE_TOKEN)
                 else hashlib.sha256(args.name.encode()).hexdigest() + "\n"
-                if args.name.endswith("-seed") else f"{args.name}: ok")
+                if args.name.endswith("-seed")
+                # what hostscripts/gateway.config_write prints last: the configuration's hash
+                else "gateway config " + hashlib.sha256(str(args.inputs.get("create")).encode())
+                .hexdigest()[:16] if args.name.endswith("gateway-config")
+                else f"{args.name}: ok")
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID
             return hashlib.sha256(args.name.encode()).hexdigest(), outputs
