@@ -19,6 +19,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +210,23 @@ def is_secret(value: Any) -> bool:
 def reveal(value: Any) -> Any:
     """The plain value of a (possibly secret-wrapped) mock input."""
     return value["value"] if is_secret(value) else value
+
+
+HAPROXY_MISSING = (
+    "the haproxy binary is missing: the unit tier runs the gateway's configuration with Debian's "
+    "HAProxy 2.6 (the package the lab's gateway image is built from). Install it as root: "
+    "`make setup` (scripts/host_packages.sh), or `apt-get update && apt-get install -y "
+    "--no-install-recommends haproxy`")
+
+
+def haproxy_binary() -> str:
+    """Debian's haproxy (on PATH, or in /usr/sbin, which a user's PATH may lack); without it the
+    test fails saying how to install it, it never skips (docs/testing.md, the fast tier)."""
+    path = shutil.which("haproxy") or next(
+        (p for p in ("/usr/sbin/haproxy", "/sbin/haproxy") if os.access(p, os.X_OK)), None)
+    if path is None:
+        pytest.fail(HAPROXY_MISSING, pytrace=False)
+    return path
 
 
 def fake_image_id(ref: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import pytest
 from hostscripts.gateway import LIVE_PATH, key_map
 from hostscripts.paths import GATEWAY_MOUNT, StackNames
 from inspection.facts import ContainerFacts
-from tests.conftest import config_raw, gb10_facts, is_secret, reveal
+from tests.conftest import config_raw, gb10_facts, haproxy_binary, is_secret, reveal
 from tests.unit.components.test_services import EMBED, RERANK, with_services
 from tests.unit.components.test_vllm_server import _changed, _registered
 from tests.unit.conftest import API_KEY, settled
@@ -115,8 +114,7 @@ def test_the_configuration_the_head_gets_passes_haproxy_c(build, mocks, tmp_path
     """The exact files the component hands to `gateway-config` (TLS, the main model, a service
     on the head and one on a worker), checked by the real HAProxy with their secrets beside
     them. The paths are the container's; here they point into a folder of the test."""
-    if shutil.which("haproxy") is None:
-        pytest.fail("the haproxy binary is missing: apt-get install -y haproxy")
+    haproxy = haproxy_binary()
     cert, key = _self_signed(tmp_path)
     raw = with_services(EMBED, RERANK)
     raw["gateway"] = {**raw["gateway"], "port": 8443, "certificate": cert}
@@ -132,7 +130,7 @@ def test_the_configuration_the_head_gets_passes_haproxy_c(build, mocks, tmp_path
         tls = reveal(mocks.named("gateway-tls").inputs["stdin"])
         assert tls.startswith(cert) and tls.endswith(key)  # the chain, then its key
         (root / "secrets" / "tls.pem").write_text(tls)
-        done = subprocess.run(["haproxy", "-c", "-f", str(root / "conf" / "haproxy.cfg")],
+        done = subprocess.run([haproxy, "-c", "-f", str(root / "conf" / "haproxy.cfg")],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stdout + done.stderr
         cfg = h.gateway.files["haproxy.cfg"]

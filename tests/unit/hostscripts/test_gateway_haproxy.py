@@ -4,8 +4,9 @@ renders, in front of two fake vLLM servers (tests/fake_vllm.py: they run no mode
 
 Everything on loopback, in this process's network: the key, routing by the body's `model`, the
 answers the gateway gives itself, streaming, cancellation, a reload that keeps an open stream,
-TLS. Needs the `haproxy` binary (`apt-get install -y haproxy`); without it this module fails,
-it does not skip (make test fails on skips anyway).
+TLS. Needs the `haproxy` binary (`make setup` as root installs it: scripts/host_packages.sh);
+without it this module fails saying how to install it, it does not skip (make test fails on
+skips anyway).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from hostscripts.gateway import (
     render,
 )
 from hostscripts.paths import StackNames
+from tests.conftest import haproxy_binary
 from tests.fake_vllm import FakeVllm
 
 KEY = "sk-gateway-functional-test-key-0001"
@@ -63,11 +65,7 @@ def no_network(monkeypatch):
 
 
 def _haproxy() -> str:
-    path = shutil.which("haproxy")
-    if path is None:
-        pytest.fail("the haproxy binary is missing: apt-get install -y haproxy (Debian's 2.6, "
-                    "what the lab's gateway image is built from)")
-    return path
+    return haproxy_binary()
 
 
 def _catches_usr2(pid: int) -> bool:

@@ -4,13 +4,13 @@ a build must pass before the push (the smoke config through the local haproxy), 
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 
 import pytest
 
 from lab import image, registry
 from lab.layout import GATEWAY_REPO, REGISTRY, STACK_TAG
+from tests.conftest import haproxy_binary
 
 DIGEST = "sha256:" + "a" * 64
 
@@ -51,10 +51,8 @@ def test_the_build_check_wants_haproxy_2_6_with_openssl_and_the_smoke_config_val
 def test_the_smoke_config_passes_the_local_haproxy():
     """What the build checks in the new image, checked here with this machine's Debian haproxy
     (the same package the image is built from)."""
-    if shutil.which("haproxy") is None:
-        pytest.fail("the haproxy binary is missing: apt-get install -y haproxy")
-    done = subprocess.run(["haproxy", "-c", "-f", "/dev/stdin"], input=image.GATEWAY_SMOKE_CFG,
-                          capture_output=True, text=True)
+    done = subprocess.run([haproxy_binary(), "-c", "-f", "/dev/stdin"],
+                          input=image.GATEWAY_SMOKE_CFG, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "WARNING" not in done.stderr, done.stderr
 
