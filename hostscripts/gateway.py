@@ -41,6 +41,7 @@ from hostscripts.common import (
     image_id,
     label_flags,
     payload,
+    plain,
     q,
     secret_file_write,
 )
@@ -240,13 +241,15 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
     for i, r in enumerate(spec.routes):
         lines += [
             "",
-            f"# {r.name}: {r.task}, {r.repo}",
+            # a comment and directive words of haproxy.cfg: a newline in a value would start a
+            # directive of its own, so only plain values (issue 31, item 7: hostscripts.common)
+            f"# {r.name}: {plain(r.task)}, {plain(r.repo)}",
             f"backend {backend_name(i, r)}",
             "    balance leastconn",
             "    option httpchk GET /health",
             "    http-check expect status 200",
             "    default-server check inter 5s fall 2 rise 1",
-            *(f"    server {s.node} {s.address}:{s.port}" for s in r.servers),
+            *(f"    server {plain(s.node)} {plain(s.address)}:{int(s.port)}" for s in r.servers),
         ]
     files["haproxy.cfg"] = "\n".join(lines) + "\n"
     return dict(sorted(files.items()))
@@ -382,6 +385,9 @@ def gate_script(names: StackNames, ids_marker: str, url: str, routes: Sequence[R
     `ids_marker`: the gateway container's ID and the configuration's hash, so a new container or
     configuration runs the gate again."""
     c = q(names.gateway)
+    # a comment line: quoting does not protect it from a newline, so every word plain
+    for word in ids_marker.split(" "):
+        plain(word)
     spec = json.dumps({"models": [{"name": r.name, "task": r.task} for r in routes],
                        "live": LIVE_PATH}, sort_keys=True, separators=(",", ":"))
     return "\n".join([
