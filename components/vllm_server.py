@@ -339,8 +339,6 @@ class VllmServer(pulumi.ComponentResource):
         ray_opts: dict[str, Any] = {}
         if is_head:
             labels.update(port_labels(v, args.cluster))
-            if self.master_guard is not None:
-                depends.append(self.master_guard)
             mounts.append(docker.ContainerMountArgs(
                 target=VLLM_KEY, type="bind", source=names.vllm_key_file, read_only=True))
             extra_labels.append(docker.ContainerLabelArgs(
