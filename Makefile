@@ -22,7 +22,7 @@ export PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION := true
 export PATH := $(CACHE)/toolchain/bin:$(CURDIR)/$(VENV)/bin:$(PATH)
 export PIP_CACHE_DIR ?= $(CACHE)/pip
 
-.PHONY: help setup venv toolchain toolchain-bundle lint test test-all require-root test-unit demo lab-up lab-down lab-seed recon bench bench-serve promote
+.PHONY: help setup venv toolchain host-packages toolchain-bundle lint test test-all require-root test-unit demo lab-up lab-down lab-seed recon bench bench-serve promote
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -47,7 +47,10 @@ toolchain-bundle: ## on a machine with internet: Pulumi's release archives + SHA
 	@test -n "$(DIR)" || { echo "usage: make toolchain-bundle DIR=/path/to/bundle" >&2; exit 2; }
 	scripts/toolchain.sh bundle "$(DIR)"
 
-setup: venv toolchain ## everything a fresh machine needs (idempotent; seconds when warm)
+host-packages: ## Debian's haproxy, which the unit tier runs for real (installed when missing, as root)
+	scripts/host_packages.sh
+
+setup: venv toolchain host-packages ## everything a fresh machine needs (idempotent; seconds when warm)
 
 lint: venv ## ruff, mypy (strict on the program's packages), the import layers (import-linter)
 	$(VENV)/bin/ruff check .

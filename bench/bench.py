@@ -312,12 +312,19 @@ def _findings(ops: dict, cost: dict, extra: dict) -> dict[str, bool]:
         "model bytes moved": bool(cost["hub_bytes"] or extra.get("sync_bytes_moved")),
         "re-download from the hub": bool(cost["hub_bytes"]),
         # a service's rows: its steps are `svc-<name>-*`; the VllmServer component (`vllm`)
-        # updates its props (the nodes' service shares) when one comes or goes, on no host
+        # updates its props (the nodes' service shares) when one comes or goes, on no host, and
+        # the gateway's routing changes (its configuration reloaded, its gate, its props; never
+        # its container: a change of the gateway's container counts as touching the stack)
         "main model touched": bool(cost["ray_restarted"] or cost["vllm_restarted"]
-                                   or any(not k.startswith("svc-") and k != "vllm" for k in ops)),
+                                   or any(not k.startswith("svc-") and k not in ROUTING_STEPS
+                                          for k in ops)),
         "service files moved": bool(cost["hub_bytes"]) or any(
             k.startswith("svc-") and "-model-" in k for k in ops),
     }
+
+
+# What a service added or removed changes beside its own steps (components/gateway.py)
+ROUTING_STEPS = ("vllm", "gateway", "gateway-config", "gateway-health")
 
 
 # The design's "must not happen" column (docs/design.md), per change.
@@ -774,10 +781,12 @@ def report(res: dict, path: Path) -> None:
         "add a node": "new node prepared; serving restarts at the new size",
         "executor ray -> mp": "Ray containers go, vLLM containers replaced or made",
         "executor mp -> ray": "Ray containers come, vLLM containers replaced or removed",
-        "add a service": "its model fetched, its container made; the main model serves on",
+        "add a service": "its model fetched, its container made, the gateway's routing "
+                         "reloaded; the main model serves on",
         "service flag": "only the service's container restarts",
         "service revision": "only its changed files move; only it restarts",
-        "remove a service": "only its container and key file go",
+        "remove a service": "only its container and key file go, the gateway's routing "
+                            "reloaded",
     }
     for r in rows:
         L.append(

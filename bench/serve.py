@@ -2,18 +2,26 @@
 """`make bench-serve STACK=dev`: what the deployed stack serves, measured with vLLM's own benchmark.
 
 Runs `vllm bench serve` (it ships in the serving image) inside vLLM's own container on the head
-(spark-vllm-<stack>-serve, host network) against the stack's vLLM on 127.0.0.1, at concurrencies 1, 4
-and 16 (--concurrency to change) on a fixed random dataset (seed 0), and writes:
+(spark-vllm-<stack>-serve, host network) at concurrencies 1, 4 and 16 (--concurrency to change),
+twice per level in one run: directly against the stack's vLLM (where it listens on the head:
+loopback, or the fabric address with mp) and through the stack's gateway (HAProxy on the head,
+127.0.0.1:<gateway.port>), on fixed random datasets (seed 0 direct, seed 1 through the gateway:
+distinct prompts, so neither run reuses the other's prefix cache; the order alternates per
+level), and writes:
 
   docs/serving-bench.md    a table per concurrency: output tok/s, TTFT and ITL p50/p99, with the
-                           stack's model commit, image and recipe; the community's published
+                           stack's model commit, image and recipe; the gateway against direct
+                           (throughput ratio, p50 TTFT and ITL differences) judged against the
+                           goal (GOAL: >= 0.98 of direct, within 1 ms); the community's published
                            figures for the 122B model on two Sparks next to it, as references
   docs/serving-bench.json  the same numbers (and vLLM's raw result per run)
   docs/serving-bench.png   throughput and latency against concurrency
 
 The API key never leaves the head: the benchmark reads it from the root-only file the stack
 mounts into that container (hostscripts/paths.py VLLM_KEY; the Ray containers do not have it)
-into its own environment (OPENAI_API_KEY, which vLLM's benchmark sends as the Bearer token).
+into its own environment (OPENAI_API_KEY, which vLLM's benchmark sends as the Bearer token; the
+gateway checks the same key). A gateway with TLS is not compared (the benchmark would have to
+accept a certificate for 127.0.0.1): `--no-gateway` runs direct only.
 The node is reached with the stack's pinned host key, like recon (config/ssh.py). Stack outputs
 are read with `pulumi stack output --json` (no secrets).
 
@@ -37,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from config import ConfigError, StackConfig  # noqa: E402
+from config.listen import vllm_host  # noqa: E402
 from config.ssh import known_hosts_line  # noqa: E402
 from hostscripts.common import repo_dir  # noqa: E402
 from hostscripts.paths import HF_MOUNT, VLLM_KEY, StackNames  # noqa: E402
@@ -45,6 +54,10 @@ from tools.recon_report import last_up_outputs, load_stack_config  # noqa: E402
 
 CONCURRENCIES = (1, 4, 16)
 INPUT_LEN, OUTPUT_LEN = 128, 64
+# issue 30: what the gateway may cost against vLLM directly, per concurrency level
+GOAL_THROUGHPUT_RATIO = 0.98  # gateway output tok/s >= this x direct
+GOAL_LATENCY_MS = 1.0  # p50 TTFT and p50 ITL within this of direct
+SEEDS = {"direct": 0, "gateway": 1}
 # Published figures next to ours, quoted from their sources, not measured here. No public
 # measurement of Qwen3.5-122B-A10B-FP8 at TP 2 on two Sparks was found (2026-12); the closest:
 REFERENCES: list[dict[str, str]] = [
@@ -64,20 +77,21 @@ def say(msg: str) -> None:
     print(f"== {msg}", flush=True)
 
 
-def bench_script(names: StackNames, served: str, tokenizer: str, port: int, concurrency: int,
-                 prompts: int) -> str:
+def bench_script(names: StackNames, served: str, tokenizer: str, base_url: str,
+                 concurrency: int, prompts: int, seed: int = 0) -> str:
     """On the head: one `vllm bench serve` run inside the stack's vLLM container (the one
-    container on the head with the main API key, mounted read-only); prints its JSON."""
+    container on the head with the main API key, mounted read-only) against `base_url` (vLLM
+    itself, or the gateway); prints its JSON."""
     inner = " ".join(
         [
             f"OPENAI_API_KEY=$(cat {VLLM_KEY}); export OPENAI_API_KEY;",
             "out=$(mktemp -d);",
             "vllm bench serve --backend openai",
-            f"--base-url http://127.0.0.1:{port} --endpoint /v1/completions",
+            f"--base-url {shlex.quote(base_url)} --endpoint /v1/completions",
             f"--model {shlex.quote(served)} --tokenizer {shlex.quote(tokenizer)}",
             f"--dataset-name random --random-input-len {INPUT_LEN} "
             f"--random-output-len {OUTPUT_LEN}",
-            f"--num-prompts {prompts} --max-concurrency {concurrency} --seed 0",
+            f"--num-prompts {prompts} --max-concurrency {concurrency} --seed {int(seed)}",
             "--percentile-metrics ttft,tpot,itl,e2el --metric-percentiles 50,99",
             "--save-result --result-dir \"$out\" --result-filename r.json >&2",
             "&& cat \"$out/r.json\"; rc=$?; rm -rf \"$out\"; exit $rc",
@@ -107,12 +121,48 @@ def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     return {k: raw.get(k) for k in keys}
 
 
+def compare(direct: dict[str, Any], gateway: dict[str, Any]) -> dict[str, Any]:
+    """The gateway's run against the direct one at one level: throughput ratio, p50 TTFT and ITL
+    differences (gateway minus direct, ms), and whether each meets the goal."""
+    def num(d: dict[str, Any], k: str) -> float | None:
+        v = d.get(k)
+        return float(v) if isinstance(v, int | float) else None
+
+    out: dict[str, Any] = {}
+    d_tp, g_tp = num(direct, "output_throughput"), num(gateway, "output_throughput")
+    out["throughput_ratio"] = g_tp / d_tp if d_tp and g_tp is not None else None
+    for key, name in (("p50_ttft_ms", "ttft_p50_delta_ms"), ("p50_itl_ms", "itl_p50_delta_ms")):
+        d, g = num(direct, key), num(gateway, key)
+        out[name] = g - d if d is not None and g is not None else None
+    ratio = out["throughput_ratio"]
+    out["meets_goal"] = {
+        "throughput": ratio is not None and ratio >= GOAL_THROUGHPUT_RATIO,
+        "ttft_p50": out["ttft_p50_delta_ms"] is not None
+        and out["ttft_p50_delta_ms"] <= GOAL_LATENCY_MS,
+        "itl_p50": out["itl_p50_delta_ms"] is not None
+        and out["itl_p50_delta_ms"] <= GOAL_LATENCY_MS,
+    }
+    return out
+
+
+def gateway_url(cfg: StackConfig) -> str | None:
+    """Where the benchmark reaches the gateway from the head (its host network): every address
+    of the head, so loopback; None with TLS (not compared, see the module docstring)."""
+    return None if cfg.gateway.tls else f"http://127.0.0.1:{cfg.gateway.port}"
+
+
+def direct_url(cfg: StackConfig) -> str:
+    """Where vLLM listens on the head (config/listen.py): loopback, or the fabric with mp."""
+    return f"http://{vllm_host(cfg)}:{cfg.vllm.port}"
+
+
 def render(res: dict[str, Any]) -> str:
     lines = [
         "# Serving benchmark (`make bench-serve`)",
         "",
         "Written by bench/serve.py from one run: vLLM's own `vllm bench serve` inside the head's "
-        "container against the stack's vLLM, random prompts of "
+        "container directly against the stack's vLLM (and through its gateway: below), random "
+        "prompts of "
         f"{INPUT_LEN} tokens in and {OUTPUT_LEN} out, seed 0; prompts per concurrency level: "
         + ", ".join(str(r["summary"].get("num_prompts", "?")) for r in res["runs"])
         + " (8 per concurrent request, at least 16).",
@@ -138,6 +188,7 @@ def render(res: dict[str, Any]) -> str:
         lines.append(f"| {r['concurrency']} | {s['completed']} / {s['failed']} | "
                      f"{s['output_throughput']:.1f} | {ms(s['p50_ttft_ms'], s['p99_ttft_ms'])} | "
                      f"{ms(s['p50_itl_ms'], s['p99_itl_ms'])} |")
+    lines += _gateway_lines(res)
     lines += ["", "![throughput and latency against concurrency](serving-bench.png)", "",
               "## References (published, not measured here)", ""]
     lines += ["No public measurement of this exact model at TP 2 on two Sparks was found; the "
@@ -149,6 +200,41 @@ def render(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _gateway_lines(res: dict[str, Any]) -> list[str]:
+    """The section comparing the runs through the gateway with the direct ones."""
+    gateway = res.get("gateway")
+    if not gateway:
+        return ["", "## Through the gateway", "", res.get("gateway_skipped")
+                or "Not measured in this run (`--no-gateway`)."]
+    lines = ["", "## Through the gateway", "",
+             f"The same load through the stack's gateway ({gateway['url']}, HAProxy on the head: "
+             "the key checked, the body's `model` read, the response streamed) in the same run, "
+             f"seed {SEEDS['gateway']} (direct: seed {SEEDS['direct']}). Goal (issue 30): "
+             f"throughput at least {GOAL_THROUGHPUT_RATIO} of direct, p50 TTFT and ITL within "
+             f"{GOAL_LATENCY_MS:g} ms of direct.", "",
+             "| concurrency | gateway tok/s | ratio to direct | TTFT p50 ms (direct / gateway, "
+             "Δ) | ITL p50 ms (direct / gateway, Δ) | goal |", "|---|---|---|---|---|---|"]
+
+    def f(v: Any, fmt: str = ".1f") -> str:
+        return format(v, fmt) if isinstance(v, int | float) else "-"
+
+    met_all = True
+    for d, g in zip(res["runs"], gateway["runs"], strict=True):
+        c, ds, gs = g["compare"], d["summary"], g["summary"]
+        met = all(c["meets_goal"].values())
+        met_all = met_all and met
+        lines.append(
+            f"| {g['concurrency']} | {f(gs['output_throughput'])} | "
+            f"{f(c['throughput_ratio'], '.3f')} | {f(ds['p50_ttft_ms'])} / "
+            f"{f(gs['p50_ttft_ms'])} ({f(c['ttft_p50_delta_ms'], '+.2f')}) | "
+            f"{f(ds['p50_itl_ms'])} / {f(gs['p50_itl_ms'])} ({f(c['itl_p50_delta_ms'], '+.2f')}) "
+            f"| {'met' if met else 'missed: ' + ', '.join(k for k, v in c['meets_goal'].items() if not v)} |")
+    lines += ["", "Goal met at every level." if met_all else
+              "Goal missed where the table says so (the lab's CPU build on 2 shared cores "
+              "measures noise of the same order as the goal: repeat before concluding)."]
+    return lines
+
+
 def plot(res: dict[str, Any], path: Path) -> None:
     import matplotlib
 
@@ -158,11 +244,19 @@ def plot(res: dict[str, Any], path: Path) -> None:
     conc = [r["concurrency"] for r in res["runs"]]
     s = [r["summary"] for r in res["runs"]]
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    a.plot(conc, [x["output_throughput"] for x in s], marker="o")
+    a.plot(conc, [x["output_throughput"] for x in s], marker="o", label="direct")
+    g = [r["summary"] for r in (res.get("gateway") or {}).get("runs", [])]
+    if g:
+        a.plot(conc, [x["output_throughput"] for x in g], marker="x", linestyle="--",
+               label="gateway")
+        a.legend(fontsize=8)
     a.set(xscale="log", xlabel="concurrency", ylabel="output tok/s", title="throughput")
     for key, label in (("p50_ttft_ms", "TTFT p50"), ("p99_ttft_ms", "TTFT p99"),
                        ("p50_itl_ms", "ITL p50"), ("p99_itl_ms", "ITL p99")):
         b.plot(conc, [x[key] or 0 for x in s], marker="o", label=label)
+        if g and key.startswith("p50"):
+            b.plot(conc, [x[key] or 0 for x in g], marker="x", linestyle="--",
+                   label=f"{label} (gateway)")
     b.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="ms", title="latency")
     b.legend(fontsize=8)
     fig.suptitle(f"{res['served']} ({'CPU build' if res.get('cpu_build') else res['stack']})")
@@ -180,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="prompts per level (default 8 x concurrency, at least 16)")
     ap.add_argument("--out", default=str(ROOT / "docs"), help="folder for the page, JSON, PNG")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per level")
+    ap.add_argument("--no-gateway", action="store_true",
+                    help="only directly against vLLM, not also through the gateway")
     args = ap.parse_args(argv)
     try:
         cfg = load_stack_config(args.stack, ROOT)
@@ -203,26 +299,51 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "runs": [],
     }
     res["cpu_build"] = "+cpu" in res["image_probe"]
-    for c in sorted(set(args.concurrency)):
+    targets = {"direct": direct_url(cfg)}
+    if not args.no_gateway:
+        url = gateway_url(cfg)
+        if url is None:
+            res["gateway_skipped"] = ("Not measured: the gateway terminates TLS, which the "
+                                      "benchmark would have to accept for 127.0.0.1.")
+        else:
+            targets["gateway"] = url
+            res["gateway"] = {"url": url, "runs": []}
+    names = StackNames(args.stack)
+    for i, c in enumerate(sorted(set(args.concurrency))):
         prompts = args.prompts or max(16, 8 * c)
-        say(f"vllm bench serve, concurrency {c}, {prompts} prompts")
-        try:
-            script = bench_script(StackNames(args.stack), cfg.vllm.served_model_name,
-                                  tokenizer, cfg.vllm.port, c, prompts)
-            out = run_on_head(cfg, key, script, args.timeout)
-            raw = json.loads(out.strip().splitlines()[-1] if out.strip() else "{}")
-        except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
-            print(f"bench-serve: {exc}", file=sys.stderr)
-            return 1
-        summary = summarize(raw)
-        if not summary.get("completed") or summary.get("failed"):
-            print(f"bench-serve: {summary.get('failed')} of {prompts} requests failed at "
-                  f"concurrency {c}", file=sys.stderr)
-            return 1
-        print(json.dumps(summary), flush=True)
-        raw.pop("latencies", None)
-        raw.pop("queue_times", None)
-        res["runs"].append({"concurrency": c, "summary": summary, "raw": raw})
+        # alternate which goes first, so a level's warm-up does not favour one of them
+        order = list(targets) if i % 2 == 0 else list(reversed(targets))
+        summaries: dict[str, dict[str, Any]] = {}
+        for target in order:
+            say(f"vllm bench serve, concurrency {c}, {prompts} prompts, {target} "
+                f"({targets[target]})")
+            try:
+                script = bench_script(names, cfg.vllm.served_model_name, tokenizer,
+                                      targets[target], c, prompts, SEEDS[target])
+                out = run_on_head(cfg, key, script, args.timeout)
+                raw = json.loads(out.strip().splitlines()[-1] if out.strip() else "{}")
+            except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
+                print(f"bench-serve: {exc}", file=sys.stderr)
+                return 1
+            summary = summarize(raw)
+            if not summary.get("completed") or summary.get("failed"):
+                print(f"bench-serve: {summary.get('failed')} of {prompts} requests failed at "
+                      f"concurrency {c} ({target})", file=sys.stderr)
+                return 1
+            print(json.dumps({"target": target, **summary}), flush=True)
+            raw.pop("latencies", None)
+            raw.pop("queue_times", None)
+            summaries[target] = summary
+            run = {"concurrency": c, "summary": summary, "raw": raw}
+            if target == "direct":
+                res["runs"].append(run)
+            else:
+                res["gateway"]["runs"].append(run)
+        if "gateway" in summaries:
+            res["gateway"]["runs"][-1]["compare"] = compare(summaries["direct"],
+                                                            summaries["gateway"])
+            print(json.dumps({"concurrency": c, **res["gateway"]["runs"][-1]["compare"]}),
+                  flush=True)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "serving-bench.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")

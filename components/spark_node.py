@@ -99,9 +99,10 @@ class SparkNodeArgs:
     ssh_private_key: pulumi.Input[str]  # secret
     stack_label: str  # <project>/<stack>, recorded with containers the stack stops
     stop_containers: list[ContainerFacts] = field(default_factory=list)
-    # A registry that speaks plain HTTP (image.plainHttpRegistry): the provider's registry
-    # client must use http:// for it when resolving a tag (it has no credentials to send).
-    plain_http_registry: str | None = None
+    # Registries that speak plain HTTP (image.plainHttpRegistry, gateway.image's): the
+    # provider's registry client must use http:// for them when resolving a tag (it has no
+    # credentials to send).
+    plain_http_registries: tuple[str, ...] = ()
 
 
 class SparkNode(pulumi.ComponentResource):
@@ -134,13 +135,10 @@ class SparkNode(pulumi.ComponentResource):
             known_hosts=args.known_hosts_path,
             connect_timeout=args.ssh.connect_timeout_seconds,
         )
-        registry_auth = None
-        if args.plain_http_registry:
-            registry_auth = [
-                docker.ProviderRegistryAuthArgs(
-                    address=f"http://{args.plain_http_registry}", auth_disabled=True
-                )
-            ]
+        registry_auth = [
+            docker.ProviderRegistryAuthArgs(address=f"http://{r}", auth_disabled=True)
+            for r in args.plain_http_registries
+        ] or None
         self.provider = docker.Provider(
             f"{name}-docker",
             host=f"ssh://{node.user}@{node.host}:{node.port}",

@@ -7,7 +7,9 @@ out and verified on every node -> Ray head -> Ray workers -> `ray status` shows 
 the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
 vllm.executor mp there is no Ray: a vLLM container on every node follows the model. Each of
 `spark-vllm:services` (components/vllm_service.py) follows the main model's cache: its own model,
-container and gate on its nodes; nothing of the main model waits for a service.
+container and gate on its nodes; nothing of the main model waits for a service. Last, the
+gateway on the head (components/gateway.py): the stack's one endpoint, in front of the main
+model and every service, after their gates; every vLLM listens only where it reaches them.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from typing import Any
 
 import pulumi
 
+from components import gateway as gateway_component
+from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.node_runtime import NodeRuntime
@@ -28,8 +32,10 @@ from components.vllm_image import VllmImage, VllmImageArgs, registry_host
 from components.vllm_server import VllmServer, VllmServerArgs
 from components.vllm_service import VllmService, VllmServiceArgs, restart_reasons
 from config import Secrets, StackConfig
+from config.listen import service_host, vllm_host
+from hostscripts.gateway import Route, Server
 from hostscripts.paths import StackNames
-from inspection.facts import NodeFacts
+from inspection.facts import ContainerFacts, NodeFacts
 from inspection.hub import ModelManifest
 from inspection.preflight import Plan
 
@@ -66,6 +72,7 @@ class StackHandles:
     ray: RayCluster | None  # None with vllm.executor mp
     vllm: VllmServer
     services: dict[str, VllmService]
+    gateway: Gateway
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -74,7 +81,9 @@ class StackHandles:
     def exports(self) -> dict[str, Any]:
         """What `pulumi stack output` shows (the names are part of the contract)."""
         return {
-            "endpoint": self.vllm.endpoint,
+            # the gateway: the one endpoint for every model, behind the API key
+            "endpoint": self.gateway.endpoint,
+            "models": [r.name for r in self.gateway_routes],
             "vllmApiKey": self.secrets.api_key,  # secret: `--show-secrets` to read it
             "servedModelName": self.cfg.vllm.served_model_name,
             "modelCommit": self.model.commit,
@@ -93,19 +102,27 @@ class StackHandles:
             },
             "recon": {name: n.summary for name, n in self.nodes.items()},
             "ncclTransport": self.vllm.transport,  # per node, as NCCL's INFO lines show it
-            # spark-vllm:services, by name: where each answers and what it serves
+            # spark-vllm:services, by name: what each serves (through the gateway) and its gates
             "services": {
                 name: {
                     "task": s.args.service.task,
                     "repo": s.args.service.repo,  # with modelCommit: what promotion pins
                     "servedModelName": s.args.service.served_name,
                     "modelCommit": s.model.commit,
-                    "endpoints": s.endpoints,
                     "health": {n: g.stdout for n, g in s.gates.items()},
                 }
                 for name, s in self.services.items()
             },
+            # where the gateway reaches each model's vLLM, per served name: on the nodes only
+            # (loopback or fabric), for diagnosis; clients use `endpoint`
+            "backends": {r.name: [f"{s.node} http://{s.address}:{s.port}" for s in r.servers]
+                         for r in self.gateway_routes},
+            "gateway": self.gateway.gate.stdout,  # its gate's findings
         }
+
+    @property
+    def gateway_routes(self) -> list[Route]:
+        return list(self.gateway.routes)
 
 
 def build_stack(
@@ -183,6 +200,7 @@ def build_stack(
             health=cfg.health,
             environment=cfg.environment,
             model=cfg.model.repo,
+            host=vllm_host(cfg),
             tensor_parallel_size=cfg.tensor_parallel_size,
             cluster_gpus=cfg.cluster_gpus,
             cluster=cluster,
@@ -206,7 +224,35 @@ def build_stack(
     )
     services = _services(cfg, facts, secrets, cluster, runtime, labels, made, model, vllm,
                          service_manifests or {})
-    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services)
+    head = cluster.head
+    routes = [Route(cfg.vllm.served_model_name, "generate", cfg.model.repo,
+                    (Server(head.name, vllm_host(cfg), cfg.vllm.port),))]
+    routes += [Route(s.served_name, s.task, s.repo,
+                     tuple(Server(n, service_host(cfg, n), s.port) for n in cfg.service_nodes(s)))
+               for s in cfg.services]
+    gateway = Gateway(
+        "gateway",
+        GatewayArgs(
+            gateway=cfg.gateway,
+            head=head,
+            names=names,
+            labels=labels,
+            environment=cfg.environment,
+            routes=routes,
+            api_key=made.api_key,
+            key_file=vllm.api_key_file,
+            tls_key=secrets.gateway_tls_key,
+            gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
+            after=[vllm.health, *(g for s in services.values() for g in s.gates.values())],
+            restart_reason=gateway_component.restart_reason(
+                _containers(facts[head.name]), labels["spark-vllm.stack"]),
+        ),
+    )
+    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway)
+
+
+def _containers(f: NodeFacts) -> list[ContainerFacts]:
+    return list(f.docker.containers) if f.docker else []
 
 
 def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets,
@@ -239,6 +285,7 @@ def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets
                 health=cfg.health,
                 environment=cfg.environment,
                 caches=vllm.caches,
+                hosts={n.name: service_host(cfg, n.name) for n in nodes},
                 hf_token=secrets.hf_token,
                 fabric_subnets=cfg.nccl.fabric_subnets,
                 after=list(after),
@@ -264,7 +311,8 @@ def _nodes(
     """A SparkNode per configured node (the first is the Ray head), with the known_hosts file
     the docker providers' ssh transport reads already written."""
     known_hosts = write_known_hosts(cfg, project, stack)
-    registry = registry_host(cfg.image.ref) if cfg.image.plain_http_registry else None
+    registries = [registry_host(i.ref) for i in (cfg.image, cfg.gateway.image)
+                  if i.plain_http_registry]
     nodes = [
         SparkNode(
             n.name,
@@ -278,7 +326,7 @@ def _nodes(
                 ssh_private_key=secrets.ssh_private_key,
                 stack_label=labels["spark-vllm.stack"],
                 stop_containers=plan.stop_containers.get(n.name, []),
-                plain_http_registry=registry,
+                plain_http_registries=tuple(dict.fromkeys(registries)),
             ),
         )
         for i, n in enumerate(cfg.nodes)

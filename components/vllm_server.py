@@ -86,9 +86,11 @@ NON_CARRY_OVER = (*PER_NODE_KEYS, "VLLM_API_KEY")
 
 
 def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int,
-               node_flags: Sequence[str] = ()) -> list[str]:
-    """`vllm serve` for the main model: its serve keys with the parallelism resolved."""
-    settings = vllm.model_copy(update={"tensor_parallel_size": tensor_parallel_size})
+               node_flags: Sequence[str] = (), *, host: str) -> list[str]:
+    """`vllm serve` for the main model: its serve keys with the parallelism and the address it
+    listens on resolved (config/listen.vllm_host)."""
+    settings = vllm.model_copy(update={"tensor_parallel_size": tensor_parallel_size,
+                                       "host": host})
     return vllm_argv(settings, model=model, commit=commit, node_flags=node_flags)
 
 
@@ -98,9 +100,10 @@ def serve_chat_template(vllm: VllmConfig) -> str | None:
     return chat_template_text(vllm.chat_template) if vllm.chat_template is not None else None
 
 
-def local_url(vllm: VllmConfig) -> str:
-    host = "127.0.0.1" if vllm.host == "0.0.0.0" else vllm.host
-    return f"http://{host}:{vllm.port}"
+def local_url(host: str, port: int) -> str:
+    """The main vLLM's API as the head reaches it (where it listens: loopback or the head's
+    fabric address, never the management network)."""
+    return f"http://{host}:{port}"
 
 
 def port_labels(vllm: VllmConfig, cluster: Cluster) -> dict[str, str]:
@@ -113,11 +116,11 @@ def port_labels(vllm: VllmConfig, cluster: Cluster) -> dict[str, str]:
     return labels
 
 
-def head_health_url(vllm: VllmConfig, head: SparkNode) -> str:
-    """The head's /health as the other nodes reach it (mp): its fabric address when vLLM listens
-    on every address (config refuses a loopback `vllm.host` with mp on more than one node)."""
-    host = head.fabric_ip if vllm.host == "0.0.0.0" else vllm.host
-    return f"http://{host}:{vllm.port}/health"
+def head_health_url(host: str, port: int) -> str:
+    """The head's /health as the other nodes reach it (mp): at the head's fabric address, where
+    vLLM listens with mp on more than one node (config/listen.vllm_host; config refuses a
+    loopback `vllm.host` there)."""
+    return f"http://{host}:{port}/health"
 
 
 def master_sources(head: SparkNode, fabric_subnets: Sequence[str]) -> list[FabricSource]:
@@ -160,6 +163,7 @@ class VllmServerArgs:
     health: HealthConfig
     environment: str
     model: str  # the HF repo id vLLM serves
+    host: str  # where its API listens (config/listen.vllm_host): loopback or a fabric address
     tensor_parallel_size: int
     cluster_gpus: int
     cluster: Cluster
@@ -189,13 +193,14 @@ class VllmServer(pulumi.ComponentResource):
     serve: docker.Container  # the head's (the API)
     headless: dict[str, docker.Container]  # mp: the other nodes' `--headless` vLLM
     ranks_restart: remote.Command | None  # mp on more than one node
+    master_guard: remote.Command | None  # mp on more than one node: the rendezvous port's filter
     serve_checks: dict[str, remote.Command]  # per node: the serve command in the image's vLLM
     serve_check: pulumi.Output[dict[str, str]]
     health: remote.Command
     nccl_log: remote.Command
     transport_check: remote.Command
     transport: pulumi.Output[dict[str, str]]
-    endpoint: pulumi.Output[str]
+    direct_url: str
     argv: pulumi.Output[list[str]]
 
     def __init__(
@@ -271,7 +276,7 @@ class VllmServer(pulumi.ComponentResource):
                     # without Ray in the vLLM container (the gate stops it if vLLM exits)
                     names.ray_head if ray is not None else names.serve,
                     i,
-                    local_url(v),
+                    local_url(args.host, v.port),
                     v.served_model_name,
                     args.health.smoke_prompt,
                     args.health.timeout_seconds,
@@ -285,14 +290,15 @@ class VllmServer(pulumi.ComponentResource):
             timeout_seconds=args.health.timeout_seconds + 300,
         )
         self._transport(name, args)
-        public = head.node.host if v.host == "0.0.0.0" else v.host
-        self.endpoint = pulumi.Output.from_input(f"http://{public}:{v.port}/v1")
+        # where the head reaches vLLM (the gateway's backend); not for clients, which use the
+        # gateway (components/gateway.py)
+        self.direct_url = local_url(args.host, v.port)
         # The reviewable props are outputs too: stack-level policies (vllm-api-key) see a
         # component's registered outputs, not the inputs that resource-level policies see.
         self.register_outputs(
             {
                 **props,
-                "endpoint": self.endpoint,
+                "directUrl": self.direct_url,
                 "servedModelName": v.served_model_name,
                 "container": self.serve.name,
                 "health": self.health.stdout,
@@ -310,7 +316,8 @@ class VllmServer(pulumi.ComponentResource):
             rank = [n.name for n in cluster.nodes].index(node.name)
             flags = mp_node_flags(len(cluster.nodes), rank, cluster.head.fabric_ip, v.master_port)
         return pulumi.Output.from_input(args.commit).apply(
-            lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size, flags)
+            lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size, flags,
+                                 host=args.host)
         )
 
     def _container(self, res_name: str, args: VllmServerArgs, node: SparkNode) -> docker.Container:
@@ -371,7 +378,7 @@ class VllmServer(pulumi.ComponentResource):
             name=names.serve,
             # a headless rank follows the head's restarts (payloads/vllm_rank_watch.py)
             entrypoints=serve_entrypoint(
-                None if is_head else head_health_url(v, args.cluster.head)),
+                None if is_head else head_health_url(args.host, v.port)),
             command=self.argv if is_head else self._argv(args, node),
             envs=[f"{k}={val}" for k, val in sorted(env.items())],
             mounts=mounts,
@@ -523,7 +530,7 @@ class VllmServer(pulumi.ComponentResource):
             "enforceEager": v.enforce_eager,
             "modelBytes": args.model_bytes,
             "servedModelName": v.served_model_name,
-            "host": v.host,
+            "host": args.host,
             "port": v.port,
             "nodes": [
                 {

@@ -5,16 +5,19 @@ Per service:
 * its model at one commit in those nodes' HF cache (a ModelCache of their own: the hub once, the
   other nodes over the fabric), after the main model's, so the seeders never meet;
 * per node, a supervised vLLM container (`unless-stopped`) of the stack's image, tensor parallel
-  1, on the host network at the service's port, with the flags its task needs
-  (hostscripts/vllm.TASK_FLAGS), named by stack and service (`spark-vllm-<stack>-<service>`);
+  1, on the host network at the service's port, listening only where the gateway reaches it
+  (127.0.0.1 on the head, the node's fabric address elsewhere: config/listen.service_host),
+  with the flags its task needs (hostscripts/vllm.TASK_FLAGS), named by stack and service
+  (`spark-vllm-<stack>-<service>`);
   its API key (the stack's) in a root-only file of the service's own folder on that node, so
   adding or removing a service touches no file or container of the main model's;
 * per node, a health gate on the endpoint the task uses: a completion (generate), an embedding
   of the model's hidden size (embed) or two scores (score), run in the service's container.
 
-Nothing of the main model depends on a service: adding one creates only its resources, removing
-one deletes only them, a change of its flags or revision replaces only its container (and moves
-only its files).
+Nothing of the main model depends on a service: adding one creates only its resources (and
+changes the gateway's routing), removing one deletes only them, a change of its flags or
+revision replaces only its container (and moves only its files). Clients reach it through the
+gateway (components/gateway.py), by its served name.
 """
 
 from __future__ import annotations
@@ -48,13 +51,14 @@ from inspection import memory_fit
 from inspection.hub import ModelManifest
 
 
-def service_argv(svc: ServiceConfig, commit: str) -> list[str]:
+def service_argv(svc: ServiceConfig, commit: str, host: str) -> list[str]:
     """`vllm serve` for a service: its serve keys (config/serve.py, SERVICE), tensor parallel 1
-    on its node in one process (`uni`), listening on every address, its task's flags first among
-    the extra args. The keys a service cannot set keep the main model's defaults (config refuses
-    them in a service)."""
+    on its node in one process (`uni`), listening on `host` only (config/listen.service_host:
+    loopback on the head, the node's fabric address elsewhere, where the gateway reaches it),
+    its task's flags first among the extra args. The keys a service cannot set keep the main
+    model's defaults (config refuses them in a service)."""
     settings = svc.model_copy(update={"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
-                                      "host": "0.0.0.0",
+                                      "host": host,
                                       "extra_args": [*TASK_FLAGS[svc.task], *svc.extra_args]})
     return vllm_argv(settings, model=svc.repo, commit=commit, backend="uni")
 
@@ -93,6 +97,7 @@ class VllmServiceArgs:
     health: HealthConfig
     environment: str
     caches: Mapping[str, pulumi.Resource]  # the compile-cache folder per node (a bind mount)
+    hosts: Mapping[str, str]  # per node, where its vLLM listens (config/listen.service_host)
     hf_token: pulumi.Output[str] | None = None
     fabric_subnets: Sequence[str] = ()
     after: list[pulumi.Resource] = field(default_factory=list)  # the main model's cache, ...
@@ -104,7 +109,7 @@ class VllmService(pulumi.ComponentResource):
     model: ModelCache
     containers: dict[str, docker.Container]
     gates: dict[str, remote.Command]
-    endpoints: dict[str, str]
+    direct_urls: dict[str, str]  # per node, where the gateway reaches its vLLM
 
     def __init__(
         self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None
@@ -124,8 +129,7 @@ class VllmService(pulumi.ComponentResource):
                            hf_token=args.hf_token, fabric_subnets=args.fabric_subnets),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
         )
-        self.argv = self.model.commit.apply(lambda c: service_argv(svc, c))
-        self.containers, self.gates, self.endpoints = {}, {}, {}
+        self.containers, self.gates, self.direct_urls = {}, {}, {}
         for node in args.cluster.nodes:
             key = node.command(
                 f"{name}-api-key-{node.name}",
@@ -141,10 +145,10 @@ class VllmService(pulumi.ComponentResource):
             self.containers[node.name] = container
             self.gates[node.name] = self._gate(f"{name}-health-{node.name}", args, node,
                                                container)
-            self.endpoints[node.name] = f"http://{node.node.host}:{svc.port}/v1"
+            self.direct_urls[node.name] = f"http://{args.hosts[node.name]}:{svc.port}"
         self.register_outputs({
             **props,
-            "endpoints": self.endpoints,
+            "directUrls": self.direct_urls,
             "containers": {n: c.name for n, c in self.containers.items()},
             "health": {n: g.stdout for n, g in self.gates.items()},
         })
@@ -163,7 +167,8 @@ class VllmService(pulumi.ComponentResource):
             res_name,
             name=self.container_name,
             entrypoints=serve_entrypoint(),
-            command=self.argv,
+            command=self.model.commit.apply(
+                lambda c: service_argv(svc, c, args.hosts[node.name])),
             envs=[f"{k}={v}" for k, v in sorted(runtime.env(node).items())],
             mounts=mounts,
             uploads=[docker.ContainerUploadArgs(file=CHAT_TEMPLATE, content=template)]
@@ -199,7 +204,8 @@ class VllmService(pulumi.ComponentResource):
             res_name,
             self,
             create=container.id.apply(lambda i: vllm_health_gate(
-                self.container_name, self.container_name, i, f"http://127.0.0.1:{svc.port}",
+                self.container_name, self.container_name, i,
+                f"http://{args.hosts[node.name]}:{svc.port}",
                 svc.served_name, health.smoke_prompt, health.timeout_seconds,
                 task=svc.task, dimension=dim, key_file=self.key_file)),
             triggers=[marker],
@@ -228,6 +234,7 @@ class VllmService(pulumi.ComponentResource):
             "commit": m.commit,
             "servedModelName": svc.served_name,
             "port": svc.port,
+            "hosts": dict(args.hosts),
             "tensorParallelSize": 1,
             "pipelineParallelSize": 1,
             "gpuMemoryUtilization": svc.gpu_memory_utilization,

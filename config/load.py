@@ -1,7 +1,8 @@
 """Reading the stack config and its secrets from the Pulumi runtime.
 
 Every value the program acts on comes from `Pulumi.<stack>.yaml` under the `spark-vllm`
-namespace. Secrets (`hfToken`, `vllmApiKey`, `sshPrivateKey`) never enter the config models:
+namespace. Secrets (`hfToken`, `vllmApiKey`, `sshPrivateKey`, `gatewayTlsKey`) never enter the
+config models:
 `load_secrets` returns them as secret Outputs that components pass straight to resources.
 """
 
@@ -66,6 +67,7 @@ class Secrets:
     ssh_private_key: pulumi.Output[str]
     hf_token: pulumi.Output[str] | None = None
     vllm_api_key: pulumi.Output[str] | None = None
+    gateway_tls_key: pulumi.Output[str] | None = None  # with gateway.certificate
 
 
 # The repository this program runs from, and the passphrase it commits for the lab's dev stack
@@ -144,6 +146,16 @@ def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -
             "the secret spark-vllm:hfToken is set outside dev (the token would cross the "
             "network in clear)"
         )
+    tls_key = conf.get_secret("gatewayTlsKey")
+    if cfg.gateway.tls and tls_key is None:
+        problems.append(
+            f"{key_path(('gatewayTlsKey',))}: missing; expected the secret private key of "
+            f"{key_path(('gateway', 'certificate'))} (pulumi config set --secret gatewayTlsKey "
+            "< key.pem)")
+    if tls_key is not None and not cfg.gateway.tls:
+        problems.append(
+            f"{key_path(('gatewayTlsKey',))}: set, but {key_path(('gateway', 'certificate'))} "
+            "is not; expected both (TLS on the gateway) or neither")
     ssh_key = conf.get_secret("sshPrivateKey")
     if ssh_key is None:
         path = cfg.ssh.private_key_file
@@ -160,7 +172,8 @@ def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -
     for warning in committed_passphrase_warnings(_present_keys(), pulumi.get_stack()):
         pulumi.log.warn(warning)
     return Secrets(
-        ssh_private_key=ssh_key, hf_token=hf_token, vllm_api_key=api_key
+        ssh_private_key=ssh_key, hf_token=hf_token, vllm_api_key=api_key,
+        gateway_tls_key=tls_key,
     )
 
 

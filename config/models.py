@@ -29,6 +29,7 @@ from config.forms import (
     is_commit,
     is_digest_ref,
 )
+from config.gateway import GatewayConfig
 from config.recipe_files import RecipeError
 from config.serve import MAIN_ONLY_FIELDS, RECIPE_FIELDS, SERVICE_FIELDS, ServeSettings
 from config.types import (
@@ -484,15 +485,16 @@ class StackConfig(ConfigModel):
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)
     health: HealthConfig = Field(default_factory=HealthConfig)
     services: list[ServiceConfig] = Field(default_factory=list)
+    gateway: GatewayConfig  # the stack's one endpoint (config/gateway.py)
 
     @model_validator(mode="after")
     def _mp_head_reachable(self) -> StackConfig:
-        if (self.vllm.executor == "mp" and len(self.nodes) > 1
+        if (self.vllm.executor == "mp" and len(self.nodes) > 1 and self.vllm.host is not None
                 and ipaddress.ip_address(self.vllm.host).is_loopback):
             raise ValueError(
                 f"vllm.host: {self.vllm.host} is loopback, but with vllm.executor mp the other "
-                "nodes' ranks watch the head's /health to follow its restarts; use 0.0.0.0 or "
-                "an address they reach")
+                "nodes' ranks watch the head's /health to follow its restarts; leave it unset "
+                "(the head's fabric address) or set the head's fabric address")
         return self
 
     @property

@@ -210,8 +210,10 @@ class ServeSettings(ConfigModel):
         note=" (a template shipped in config/recipes_data/)")] = None
     """a `.jinja` shipped in config/recipes_data/, uploaded into the vLLM container; null: the
     model's own"""
-    host: Annotated[IPv4, Flag("--host", ENVIRONMENT, place=Place.LISTEN)] = "0.0.0.0"
-    """the address the API listens on"""
+    host: Annotated[IPv4 | None, Flag("--host", ENVIRONMENT, place=Place.LISTEN)] = None
+    """where the API listens, only where the gateway reaches it: null, the stack's choice
+    (127.0.0.1; the head's fabric address with executor mp on more than one node, whose other
+    ranks watch its /health); else 127.0.0.1 or a fabric address of the head"""
     port: Annotated[Port, Flag("--port", ENVIRONMENT | SERVICE, place=Place.LISTEN)] = 8000
     """the API's port (required in a service)"""
     extra_args: Annotated[ExtraArgs, Flag(

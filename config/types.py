@@ -8,6 +8,7 @@ path and the value before it.
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import re
 from typing import Annotated
@@ -16,7 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
 from pydantic.alias_generators import to_camel
 
 from config import recipe_files
-from config.forms import check_port, check_ref_name, secret_env_name, secret_value
+from config.forms import IMAGE_ID, check_port, check_ref_name, secret_env_name, secret_value
 
 
 class ConfigModel(BaseModel):
@@ -87,6 +88,52 @@ def _parser(v: str) -> str:
 def _chat_template(v: str) -> str:
     recipe_files.chat_template_text(v)  # a shipped template, readable: RecipeError otherwise
     return v
+
+
+# An image reference as Docker reads it: [registry[:port]/]path[:tag][@sha256:<64 hex>]
+IMAGE_REF = re.compile(
+    r"[a-z0-9]+([._-][a-z0-9]+)*(\.[a-z0-9-]+)*(:[0-9]{1,5})?(/[a-z0-9]+([._-][a-z0-9]+)*)*"
+    rf"(:[A-Za-z0-9_][A-Za-z0-9_.-]{{0,127}})?(@{IMAGE_ID.pattern})?"
+)
+
+
+def _image_ref(v: str) -> str:
+    if not IMAGE_REF.fullmatch(v):
+        raise ValueError(
+            "expected an image reference such as registry:5000/name@sha256:<64 hex> or "
+            "registry:5000/name:tag"
+        )
+    return v
+
+
+_PEM_CERT = re.compile(
+    r"-----BEGIN CERTIFICATE-----\n([A-Za-z0-9+/=\n]+)-----END CERTIFICATE-----\n?")
+
+
+def _pem_certificates(v: str) -> str:
+    """One or more PEM certificates (the server's first, then its chain), nothing else."""
+    text = v.replace("\r\n", "\n").strip() + "\n"
+    if "PRIVATE KEY" in text:
+        raise ValueError("expected certificates only: the private key is the secret "
+                         "spark-vllm:gatewayTlsKey (pulumi config set --secret "
+                         "gatewayTlsKey < key.pem), never the stack file")
+    pos, blocks = 0, 0
+    while pos < len(text):
+        m = _PEM_CERT.match(text, pos)
+        if m is None:
+            raise ValueError("expected PEM certificates (-----BEGIN CERTIFICATE----- ... "
+                             "-----END CERTIFICATE-----, the server's first, then its chain)")
+        try:
+            base64.b64decode("".join(m.group(1).split()), validate=True)
+        except ValueError:
+            raise ValueError("expected PEM certificates: a block is not base64") from None
+        blocks += 1
+        pos = m.end()
+        while pos < len(text) and text[pos] == "\n":
+            pos += 1
+    if not blocks:
+        raise ValueError("expected at least one PEM certificate")
+    return text
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -177,3 +224,7 @@ AllowedEnv = AfterValidator(_allowed_env)
 """The check of nccl.extraEnv and a recipe's env: only EXTRA_ENV_FAMILIES and EXTRA_ENV_NAMES."""
 ExtraEnv = Annotated[PlainEnv, AllowedEnv]
 """nccl.extraEnv: plain environment of the allowed families and names only."""
+ImageRef = Annotated[str, AfterValidator(_image_ref)]
+"""An image reference, `[registry[:port]/]path[:tag][@sha256:<64 hex>]`."""
+PemCertificates = Annotated[str, Field(max_length=65536), AfterValidator(_pem_certificates)]
+"""PEM certificates (a server's, then its chain), without any private key."""

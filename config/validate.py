@@ -95,6 +95,7 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
             )
 
     problems += _service_checks(cfg)
+    problems += _gateway_checks(cfg)
 
     spec = cfg.vllm.speculative_config or {}
     spec_key = key_path(("vllm", "speculativeConfig"))
@@ -190,6 +191,43 @@ def _service_checks(cfg: StackConfig) -> list[str]:
                     f"{key_path(('services', i, 'port'))}: got {svc.port}; expected a port other "
                     f"than services[{other}]'s on {node} (both bind on its host network)")
             ports.setdefault((node, svc.port), i)
+    return problems
+
+
+def _gateway_checks(cfg: StackConfig) -> list[str]:
+    """The gateway is the stack's only listener beyond a node (config/gateway.py): vLLM listens
+    where only the gateway reaches it, the gateway's port is its own on the head, and prod pins
+    its image."""
+    problems: list[str] = []
+    host = cfg.vllm.host
+    head_fabric = [f.ip for f in cfg.head.fabric]
+    if host is not None and not ipaddress.ip_address(host).is_loopback \
+            and host not in head_fabric:
+        problems.append(
+            f"{key_path(('vllm', 'host'))}: got {host!r}; expected no value (the stack's "
+            f"choice), 127.0.0.1 or a fabric address of the head {head_fabric}: every client "
+            "reaches vLLM through the gateway (spark-vllm:gateway.port), which alone listens "
+            "beyond the node")
+    port = cfg.gateway.port
+    taken = {cfg.vllm.port: "spark-vllm:vllm.port", cfg.ray.port: "spark-vllm:ray.port",
+             cfg.head.port: f"spark-vllm:nodes[0].port (sshd on {cfg.head.name})"}
+    if cfg.vllm.executor == "mp":
+        taken[cfg.vllm.master_port] = "spark-vllm:vllm.masterPort"
+    for i, svc in enumerate(cfg.services):
+        if cfg.head.name in cfg.service_nodes(svc):
+            taken.setdefault(svc.port, f"spark-vllm:services[{i}].port")
+    if port in taken:
+        problems.append(
+            f"{key_path(('gateway', 'port'))}: got {port}; expected a port other than "
+            f"{taken[port]} (the gateway listens on every address of {cfg.head.name})")
+    if port in SEEDER_PORTS:
+        problems.append(
+            f"{key_path(('gateway', 'port'))}: got {port}; expected a port other than the "
+            f"stack's seeders' {SEEDER_PORTS}")
+    if cfg.environment == "prod" and not cfg.gateway.image.by_digest:
+        problems.append(
+            f"{key_path(('gateway', 'image', 'ref'))}: got {cfg.gateway.image.ref!r}; expected "
+            "an image pinned by digest (<name>@sha256:<64 hex>) in prod")
     return problems
 
 

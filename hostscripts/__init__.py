@@ -24,5 +24,7 @@ the lab can run the very same scripts against the simulated Sparks. Rules every 
     ray.py       Ray readiness, the Ray token file, the stack's compile-cache folder
     firewall.py  the mp rendezvous port kept on the fabric (a rule on the head)
     vllm.py      vLLM argv, start (health gate), stop
+    gateway.py   the gateway's haproxy.cfg, the scripts that write, check and reload it, its gate
+    firewall.py  mp's rendezvous port kept to loopback and the fabric (the head's filter)
     payloads/    the Python programs the scripts run on the nodes
 """

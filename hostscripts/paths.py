@@ -10,6 +10,7 @@ from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, RUN_DIR, STACK_CONTAI
 
 __all__ = [
            "COMPILE_CACHE_MOUNT",
+           "GATEWAY_MOUNT",
            "HF_MOUNT",
            "IMAGE_SEED_PORT",
            "LEGACY_COMPILE_CACHE_DIR",
@@ -37,6 +38,7 @@ STACK_RUN_DIR = f"{RUN_DIR}/stacks"
 STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the stack stopped
 VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)
+GATEWAY_MOUNT = "/etc/spark-vllm/gateway"  # the stack's gateway folder in the gateway container
 RAY_SESSION_MOUNT = "/tmp/ray"  # Ray's default --temp-dir, in the Ray head and vLLM containers
 RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers read the token
 # Compile and JIT caches, per node and per stack (StackNames.compile_cache_dir), kept across
@@ -141,6 +143,28 @@ class StackNames:
     @property
     def image_seeder_log(self) -> str:
         return f"/var/log/spark-vllm-{self.stack}-image-seeder.log"
+
+    @property
+    def gateway(self) -> str:
+        """The gateway's container (HAProxy, on the head)."""
+        return self._container("gateway")
+
+    @property
+    def gateway_dir(self) -> str:
+        """The gateway's folder on the head (root only), mounted read-only at GATEWAY_MOUNT:
+        `conf` (a link to the `conf.<hash>` folder in use: haproxy.cfg, the model map, the
+        answers it gives itself) and `secrets` (the key's digest, the TLS key and chain)."""
+        return f"{self.dir}/gateway"
+
+    @property
+    def gateway_key_file(self) -> str:
+        """The SHA-256 digest of the API key as a HAProxy map (`api-key <64 hex>`), root only."""
+        return f"{self.gateway_dir}/secrets/api-key.map"
+
+    @property
+    def gateway_tls_file(self) -> str:
+        """The TLS certificate chain and its private key in one PEM file, root only."""
+        return f"{self.gateway_dir}/secrets/tls.pem"
 
     def service_key_file(self, service: str) -> str:
         """Where a service's node keeps its copy of the API key (root only), its own folder:

@@ -45,13 +45,16 @@ def vllm_argv(settings: ServeSettings, *, model: str, commit: str, backend: str 
     `model` at `commit` is what vLLM serves (--revision); `backend`: vLLM's
     --distributed-executor-backend when not `settings.executor` (a service runs `uni`);
     `node_flags`: this node's place in a multi-node mp run (mp_node_flags), before where it
-    listens. `settings.tensor_parallel_size` must be resolved (StackConfig.tensor_parallel_size).
+    listens. `settings.tensor_parallel_size` and `settings.host` must be resolved
+    (StackConfig.tensor_parallel_size, config/listen.py).
 
     A chat template is read by vLLM from CHAT_TEMPLATE, uploaded into the vLLM container
     (components/vllm_server.py)."""
     if settings.tensor_parallel_size is None:
         raise ValueError("vllm_argv: tensor_parallel_size is not resolved "
                          "(StackConfig.tensor_parallel_size)")
+    if settings.host is None:  # without --host vLLM listens on every address
+        raise ValueError("vllm_argv: host is not resolved (config/listen.py)")
     places: dict[Place, list[str]] = {place: [] for place in Place}
     for key in SERVE_KEYS:
         value = getattr(settings, key.name)

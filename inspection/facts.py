@@ -166,6 +166,9 @@ class NodeFacts(_Facts):
     ray_token_present: bool | None = None
     # the stack's vLLM API key file (StackNames.vllm_key_file; the head's matters)
     vllm_key_present: bool | None = None
+    # the head only: the gateway's configuration, key digest and TLS file all there
+    # (StackNames.gateway_dir)
+    gateway_files_present: bool | None = None
     # the head's firewall rule that keeps vLLM's mp rendezvous port on the fabric
     # (hostscripts/firewall.py); None: not surveyed (Ray, one node, not the head)
     master_guard_present: bool | None = None

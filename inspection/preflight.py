@@ -545,6 +545,8 @@ def wanted_containers(cfg: StackConfig, node: str, names: StackNames) -> dict[st
     wanted = {}
     if node == cfg.head.name or cfg.vllm.executor == "mp":  # mp: a vLLM rank on every node
         wanted[names.serve] = "the main vLLM"
+    if node == cfg.head.name:
+        wanted[names.gateway] = "the gateway"
     if cfg.vllm.executor == "ray":
         wanted[names.ray_head if node == cfg.head.name else names.ray_worker] = "Ray"
     if seeds_on(cfg, node):
@@ -566,6 +568,7 @@ def wanted_ports(cfg: StackConfig, node: str) -> dict[int, str]:
     ports: dict[int, str] = {}
     if node == cfg.head.name:
         ports[cfg.vllm.port] = "spark-vllm:vllm.port"
+        ports[cfg.gateway.port] = "spark-vllm:gateway.port"  # every address of the head
         if cfg.vllm.executor == "ray":
             ports[cfg.ray.port] = "spark-vllm:ray.port"
         elif len(cfg.nodes) > 1:
@@ -583,7 +586,8 @@ PORT_LABELS = ("spark-vllm.port", "spark-vllm.master-port")
 
 def declared_ports(c: ContainerFacts) -> list[int]:
     """The host ports a container of a stack declares it listens on (PORT_LABELS: a service's
-    or the main vLLM's API, the model seeder's, vLLM's master port with vllm.executor mp)."""
+    or the main vLLM's API, the gateway's, the model seeder's, vLLM's master port with
+    vllm.executor mp)."""
     return [int(v) for k in PORT_LABELS if (v := c.labels.get(k, "")).isdigit()]
 
 

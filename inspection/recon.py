@@ -65,6 +65,8 @@ MARKER_PREFIX = "=== spark-vllm:"  # what every marker starts with, this run's o
 COMMAND_TIMEOUT = 10
 DOCKER_TIMEOUT = 20
 PRESENCE = 'if [ -s "$1" ]; then echo present; else echo absent; fi'  # a file, never its content
+# every one of several files (never their content)
+ALL_PRESENT = 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present'
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 
 
@@ -159,10 +161,17 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             f"sv_bg vllm_key {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ "
             f"{q(names.vllm_key_file)}",
         ]
-        if cfg.vllm.executor == "mp" and len(cfg.nodes) > 1 and node.name == cfg.head.name:
-            # whether the rule that keeps vLLM's rendezvous port on the fabric is in place
-            lines.append(f"sv_bg master_guard {COMMAND_TIMEOUT} bash -c "
-                         f"{q(master_port_guard_check(names, cfg.vllm.master_port))}")
+        if node.name == cfg.head.name:
+            # the gateway's files on the head: its configuration, the key's digest, the TLS file
+            files = [f"{names.gateway_dir}/conf/haproxy.cfg", names.gateway_key_file]
+            if cfg.gateway.tls:
+                files.append(names.gateway_tls_file)
+            lines.append(f"sv_bg gateway_files {COMMAND_TIMEOUT} bash -c {q(ALL_PRESENT)} _ "
+                         + " ".join(q(f) for f in files))
+            if cfg.vllm.executor == "mp" and len(cfg.nodes) > 1:
+                # whether the rule that keeps vLLM's rendezvous port on the fabric is in place
+                lines.append(f"sv_bg master_guard {COMMAND_TIMEOUT} bash -c "
+                             f"{q(master_port_guard_check(names, cfg.vllm.master_port))}")
     lines += [
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before
@@ -408,6 +417,8 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     disk = r.parse("disk", p.parse_df_avail) or 0
     ray_token = r.parse("ray_token", p.parse_presence) if "ray_token" in sections else None
     vllm_key = r.parse("vllm_key", p.parse_presence) if "vllm_key" in sections else None
+    gateway_files = (r.parse("gateway_files", p.parse_presence) if "gateway_files" in sections
+                     else None)
     guard = (r.parse("master_guard", p.parse_presence) if "master_guard" in sections
              else None)
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
@@ -440,6 +451,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         stopped_by=stopped,
         ray_token_present=ray_token,
         vllm_key_present=vllm_key,
+        gateway_files_present=gateway_files,
         master_guard_present=guard,
         clock_offset_seconds=clock_offset,
         missing_tools=r.missing_tools,

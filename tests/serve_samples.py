@@ -46,7 +46,7 @@ SAMPLES: dict[str, tuple[Any, list[str]]] = {
     "enableAutoToolChoice": (True, ["--enable-auto-tool-choice"]),
     "toolCallParser": ("hermes", ["--tool-call-parser", "hermes"]),
     "chatTemplate": (TEMPLATE, ["--chat-template", CHAT_TEMPLATE]),
-    "host": ("10.77.0.5", ["--host", "10.77.0.5"]),
+    "host": ("192.168.177.11", ["--host", "192.168.177.11"]),  # the head's fabric address
     "port": (8010, ["--port", "8010"]),
     "extraArgs": (["--disable-log-stats"], ["--disable-log-stats"]),
 }

@@ -84,6 +84,12 @@ from .advisories import (
 )
 from .api_key import validate_vllm_api_key, vllm_api_key
 from .fabric import fabric_mtu, nccl_findings, nccl_rdma_interfaces, validate_mtu, validate_nccl
+from .gateway import (
+    GATEWAY,
+    behind_gateway_findings,
+    validate_vllm_behind_gateway,
+    vllm_behind_gateway,
+)
 from .hf_token import hf_token_secret, validate_hf_token
 from .images import same_image_everywhere, validate_same_image
 from .memory import memory_fit, memory_fit_findings, validate_memory_fit
@@ -120,6 +126,7 @@ POLICIES: list[Policy] = [
     gpu_memory_utilization_advisory,
     enforce_eager_advisory,
     mp_rendezvous_fabric_only,
+    vllm_behind_gateway,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -133,6 +140,7 @@ __all__ = [
     "CONTAINER",
     "DEFAULTS",
     "DIGEST_REF_RE",
+    "GATEWAY",
     "GIB",
     "HF_ENV_NAMES",
     "HF_TOKEN_RE",
@@ -148,6 +156,7 @@ __all__ = [
     "VLLM_SERVICE",
     "Report",
     "auth_findings",
+    "behind_gateway_findings",
     "classify_env",
     "command_tokens",
     "conf",
@@ -205,5 +214,7 @@ __all__ = [
     "validate_same_image",
     "validate_utilization_advisory",
     "validate_vllm_api_key",
+    "validate_vllm_behind_gateway",
     "vllm_api_key",
+    "vllm_behind_gateway",
 ]

@@ -50,6 +50,10 @@ MODULE_ORDER = (
     "test_two_stacks.py",  # a second stack (from empty) beside the shared one
     "test_change_image_and_nodes.py",  # image change; a third node joins and leaves
     "test_executor_mp.py",  # the shared stack switches to vLLM's mp executor
+    # the gateway (issue 30) on the mp stack: without Ray, whose servers listen on every
+    # address by themselves (token-guarded: test_lab_stack), the scan of the management
+    # addresses can demand the gateway and sshd only, and mp's rendezvous port is on the head
+    "test_gateway.py",
     "test_promote_round_trip.py",  # dev -> staging, staging from empty beside dev (mp)
     "test_seed_scenario.py",  # foreign containers stopped and started again; destroys the stack
 )

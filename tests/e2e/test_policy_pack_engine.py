@@ -42,7 +42,8 @@ LAB_OWNED = {"nodes[0].hostKey", "nodes[1].hostKey", "image.ref", "image.plainHt
              "ssh.knownHostsFile"}
 MANDATORY = {"memory-fit", "same-image-everywhere", "parallelism-matches-gpus",
              "nccl-rdma-interfaces", "fabric-mtu", "no-privileged-containers", "ray-not-exposed",
-             "vllm-api-key", "hf-token-secret", "prod-pinned"}
+             "vllm-api-key", "hf-token-secret", "prod-pinned", "mp-rendezvous-fabric-only",
+             "vllm-behind-gateway"}
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ STAGING_KEY = "sk-lab-staging-round-trip"
 NS = "spark-vllm:"
 # staging's own place on the shared hosts: another API port and rendezvous port than dev's
 STAGING_PORT, STAGING_MASTER_PORT = 8020, 29521
+STAGING_GATEWAY_PORT = 8081  # staging's gateway beside dev's (8080) on the same head
 # serve keys dev verifies and staging does not set: promotion must carry each one
 VERIFIED = {"executor": "mp", "reasoningParser": "granite", "maxNumBatchedTokens": 2048}
 
@@ -76,6 +77,7 @@ def test_dev_to_staging_round_trip_on_the_lab(stack, lab_cfg, capsys):
     vllm = conf[NS + "vllm"]
     vllm["maxNumSeqs"] = int(vllm.get("maxNumSeqs", 4)) + 1
     vllm["port"], vllm["masterPort"] = STAGING_PORT, STAGING_MASTER_PORT
+    conf[NS + "gateway"]["port"] = STAGING_GATEWAY_PORT  # the environment's own, not promoted
     for key in VERIFIED:
         vllm.pop(key, None)
     (work / "Pulumi.staging.yaml").write_text(
@@ -114,8 +116,8 @@ def test_dev_to_staging_round_trip_on_the_lab(stack, lab_cfg, capsys):
         out = staging.outputs()
         assert out["modelCommit"].value == commit
         assert out["imageIds"].value == dev_ids
-        endpoint = out["endpoint"].value
-        assert f":{STAGING_PORT}/" in endpoint + "/"
+        endpoint = out["endpoint"].value  # staging's gateway, in front of its vLLM
+        assert f":{STAGING_GATEWAY_PORT}/" in endpoint + "/"
         status, _ = _get(endpoint + "/models")
         assert status == 401, "staging must require its API key"
         status, body = _get(endpoint + "/models", STAGING_KEY)

@@ -3,8 +3,9 @@
 normalized) served as an `embed` service beside the TP=2 main model, from one stack.
 
 Ordered on purpose, on the session's shared stack (tests/e2e/conftest.py: converged, the main
-model serving); the service added at the hub's first revision (only the service's resources are created, the main model's containers keep running,
-same IDs and start times); one of its flags changed (only its container and gate are replaced);
+model serving); the service added at the hub's first revision (only the service's resources are
+created and the gateway's routing is updated; the main model's containers and the gateway's keep
+running, same IDs and start times); one of its flags changed (only its container and gate are replaced);
 its revision moved to `main` (only its files move: the one file that differs); removed (only its
 resources are deleted), which leaves the stack as it found it. Every `up` prints its wall time (`WALL ...`).
 """
@@ -50,6 +51,14 @@ def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return mine, {k: v for k, v in ops.items() if k not in mine}
 
 
+# What a service added or removed may change beside its own resources: the VllmServer
+# component's props (its node's memory shares, for the policy pack) and the gateway's routing
+# (its configuration, rewritten and reloaded; its gate; its component's props). Never the
+# gateway's container or image (components/gateway.py).
+ROUTING = {"vllm": "update", "gateway": "update", "gateway-config": "update",
+           "gateway-health": "update"}
+
+
 def _untouched(before: dict, after: dict) -> None:
     """Every container but the service's kept its ID and start time."""
     for node, containers in before.items():
@@ -58,8 +67,8 @@ def _untouched(before: dict, after: dict) -> None:
 
 
 def _embed(d, text: str = "hello world") -> list[float]:
-    out = d.stack.outputs()["services"].value["embed"]
-    _, body = http(out["endpoints"][HEAD] + "/embeddings",
+    """An embedding through the stack's gateway, routed by the model's served name."""
+    _, body = http(d.endpoint() + "/embeddings",
                    {"model": "tiny-embed", "input": [text]}, key=d.api_key())
     return json.loads(body)["data"][0]["embedding"]
 
@@ -81,8 +90,8 @@ def test_adding_an_embedding_service_creates_only_it(svc):
     d.set("services", [embed_service(d.commits["first"])])
     mine, other = _split(d.timed_up("services add an embedding service"))
     # the VllmServer component's props carry the nodes' service shares (for the policy pack);
-    # a component: nothing runs on a host
-    assert other in ({}, {"vllm": "update"}), other
+    # the gateway learns the new model (a new configuration, reloaded)
+    assert set(other.items()) <= set(ROUTING.items()) and "gateway-config" in other, other
     assert mine and set(mine.values()) == {"create"}, mine
     after = d.snapshot()
     assert set(after[HEAD]) - set(before[HEAD]) == {NAME}
@@ -105,7 +114,9 @@ def test_adding_an_embedding_service_creates_only_it(svc):
     assert "Resolved `--convert auto` to `--convert embed`" in log
     assert "pooling_type=LAST(source=sentence_transformers)" in log
     with pytest.raises(Exception, match="401"):  # the stack's API key guards the service too
-        http(out["endpoints"][HEAD] + "/models")
+        http(d.endpoint() + "/embeddings", {"model": "tiny-embed", "input": ["x"]})
+    models = json.loads(http(d.endpoint() + "/models", key=d.api_key())[1])
+    assert [m["id"] for m in models["data"]] == ["tiny-moe", "tiny-embed"]
     assert complete(d)  # the main model kept serving
     d.run("preview", expect_no_changes=True)
 
@@ -152,7 +163,7 @@ def test_removing_the_service_deletes_only_it(svc):
     before = d.snapshot()
     d.set("services", [])
     mine, other = _split(d.timed_up("services remove the service"))
-    assert other in ({}, {"vllm": "update"}), other
+    assert set(other.items()) <= set(ROUTING.items()) and "gateway-config" in other, other
     assert mine and set(mine.values()) == {"delete"}, mine
     after = d.snapshot()
     assert NAME not in after[HEAD]

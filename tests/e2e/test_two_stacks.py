@@ -1,5 +1,6 @@
-"""Two stacks side by side on the lab's two nodes, with the real vLLM: `dev` (Ray, TP=2, port
-8000) and `side` (vLLM's own multi-node executor, TP=2, port 8010, its own master port). Every
+"""Two stacks side by side on the lab's two nodes, with the real vLLM: `dev` (Ray, TP=2, vLLM on
+port 8000, its gateway on 8080) and `side` (vLLM's own multi-node executor, TP=2, vLLM on port
+8010, its own master port, its gateway on 8090). Every
 container and host file a stack owns is named by its stack (`spark-vllm-<stack>-*`,
 `/var/lib/spark-vllm/stacks/<stack>/`), so neither touches the other: bringing `side` up keeps
 every container of `dev` (same IDs and start times), both serve, and destroying `side` leaves
@@ -27,6 +28,7 @@ def pair(stack, lab_cfg, tmp_path_factory):
     side.set("vllm.executor", "mp")
     side.set("vllm.port", 8010)
     side.set("vllm.masterPort", 29511)
+    side.set("gateway.port", 8090)
     yield stack, side
     destroy_unless_kept(side)
 
@@ -34,14 +36,16 @@ def pair(stack, lab_cfg, tmp_path_factory):
 def test_a_second_stack_comes_up_beside_the_first_and_touches_nothing_of_it(pair):
     dev, side = pair
     before = dev.snapshot()
-    assert set(before["spark-1"]) == {"spark-vllm-dev-serve", "spark-vllm-dev-ray-head"}
+    assert set(before["spark-1"]) == {"spark-vllm-dev-serve", "spark-vllm-dev-ray-head",
+                                      "spark-vllm-dev-gateway"}
     assert set(before["spark-2"]) == {"spark-vllm-dev-ray-worker"}
 
     side.timed_up("two stacks side (mp) beside it")
     assert dev.snapshot() == before  # dev's containers: same IDs, same start times
-    assert set(side.containers("spark-1")) == {"spark-vllm-side-serve"}
+    assert set(side.containers("spark-1")) == {"spark-vllm-side-serve", "spark-vllm-side-gateway"}
     assert set(side.containers("spark-2")) == {"spark-vllm-side-serve"}
-    assert ":8010/" in side.endpoint() + "/" and ":8000/" in dev.endpoint() + "/"
+    # each stack's clients use its own gateway
+    assert ":8090/" in side.endpoint() + "/" and ":8080/" in dev.endpoint() + "/"
     assert complete(dev) and complete(side)
     # each stack's key in its own folder; neither stack's recon sees a change to make
     keys = {s: dev.ssh("spark-1", f"cat {KEY.format(stack=s)}").strip() for s in ("dev", "side")}
@@ -59,6 +63,12 @@ def test_what_would_collide_is_refused_before_any_change(pair):
     assert "port 8000 is taken by spark-vllm-dev-serve of the stack spark-vllm/dev" in str(
         port.value)
     side.set("vllm.port", 8010)
+    side.set("gateway.port", 8080)  # dev's gateway listens there, on every address of the head
+    with pytest.raises(auto.CommandError) as gateway:
+        side.run("preview")
+    assert "port 8080 is taken by spark-vllm-dev-gateway of the stack spark-vllm/dev" in str(
+        gateway.value)
+    side.set("gateway.port", 8090)
     side.set("vllm.executor", "ray")  # a second Ray cluster on dev's nodes
     side.set("ray.port", 6389)
     with pytest.raises(auto.CommandError) as ray:

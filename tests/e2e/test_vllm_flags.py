@@ -22,6 +22,7 @@ import yaml
 
 from components.vllm_server import serve_argv, serve_chat_template
 from config import StackConfig
+from config.listen import vllm_host
 from config.models import VllmConfig
 from hostscripts.vllm import CHAT_TEMPLATE
 from lab.deployments import LAB, ROOT
@@ -46,7 +47,8 @@ def _stack_config(name: str) -> StackConfig:
 def _stack_argv(name: str) -> list[str]:
     """What `vllm serve` gets for Pulumi.<name>.yaml (the words after `vllm serve`)."""
     cfg = _stack_config(name)
-    argv = serve_argv(cfg.vllm, cfg.model.repo, COMMIT, cfg.tensor_parallel_size)
+    argv = serve_argv(cfg.vllm, cfg.model.repo, COMMIT, cfg.tensor_parallel_size,
+                      host=vllm_host(cfg))
     assert argv[:2] == ["vllm", "serve"]
     return argv[2:]
 

@@ -62,3 +62,19 @@ def test_dev_stack_image_tag_points_at_the_lab_image(lab):
     with urllib.request.urlopen(req, timeout=10) as r:
         digest = r.headers["Docker-Content-Digest"]
     assert lab.image.endswith("@" + digest), (lab.image, digest)
+
+
+def test_dev_stack_gateway_tag_points_at_the_lab_gateway_image(lab):
+    """Pulumi.dev.yaml's gateway.image.ref is the tag `up` points at the gateway image it built
+    from Debian's haproxy package (lab/image.py ensure_gateway_image)."""
+    ref = _dev_config()["gateway"]["image"]["ref"]
+    assert ref == lab.cfg["gatewayImage"]["tag"] and "@" not in ref
+    registry, rest = ref.split("/", 1)
+    repo, tag = rest.rsplit(":", 1)
+    req = urllib.request.Request(
+        f"http://{registry}/v2/{repo}/manifests/{tag}", method="HEAD",
+        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        digest = r.headers["Docker-Content-Digest"]
+    assert lab.cfg["gatewayImage"]["ref"].endswith("@" + digest), (lab.cfg["gatewayImage"],
+                                                                     digest)

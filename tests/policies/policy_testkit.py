@@ -107,7 +107,7 @@ def vllm_server(**over):
         "environment": "prod", "tensorParallelSize": 2, "pipelineParallelSize": 1,
         "clusterGpus": 2, "gpuMemoryUtilization": 0.80, "modelBytes": 125_000_000_000,
         "maxModelLen": 65536, "maxNumSeqs": 4, "kvCacheDtype": "fp8",
-        "memoryFit": dict(QWEN_122B_FIT), "enforceEager": False, "host": "0.0.0.0",
+        "memoryFit": dict(QWEN_122B_FIT), "enforceEager": False, "host": "127.0.0.1",
         "nodes": [{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True},
                   {"name": "spark-2", "memTotalBytes": MEM, "unifiedMemory": True}],
         "apiKey": secret("sk-test-key"),

@@ -4,6 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_testkit import (
     GIB,
@@ -486,7 +488,7 @@ def test_levels_names_and_metadata():
         "memory-fit", "same-image-everywhere", "parallelism-matches-gpus", "nccl-rdma-interfaces",
         "fabric-mtu", "no-privileged-containers", "ray-not-exposed", "vllm-api-key",
         "hf-token-secret", "prod-pinned", "gpu-memory-utilization-advisory",
-        "enforce-eager-advisory", "mp-rendezvous-fabric-only"]
+        "enforce-eager-advisory", "mp-rendezvous-fabric-only", "vllm-behind-gateway"]
     for p in rules.POLICIES:
         assert p.description and p.remediation_steps, p.name
         advisory = p.name.endswith("-advisory")
@@ -824,3 +826,159 @@ def test_mp_rendezvous_skips_what_a_preview_cannot_know():
     stack = [res(VLLM_SERVER, _mp(masterGuard=UNKNOWN_OBJECT_VALUE,
                                   masterAddr=UNKNOWN_STRING_VALUE), "vllm")]
     assert run(rules.mp_rendezvous_fabric_only, sargs(stack, RAY_CONFIG)) == []
+
+
+# -------------------------------------------------------------------- 14. vllm-behind-gateway
+GATEWAY = rules.GATEWAY
+
+
+def gateway(**over):
+    """The Gateway component's props (components/gateway.py)."""
+    props = {"environment": "prod", "node": "spark-1", "host": "10.77.0.11", "port": 8080,
+             "listen": "0.0.0.0:8080", "tls": False, "livenessPath": "/gateway/live",
+             "routes": [
+                 {"name": "qwen3.5-122b", "task": "generate",
+                  "servers": [{"node": "spark-1", "address": "127.0.0.1", "port": 8000}]},
+                 {"name": "embed", "task": "embed",
+                  "servers": [{"node": "spark-2", "address": "192.168.177.12", "port": 8001}]}]}
+    props.update(over)
+    return props
+
+
+def service(**over):
+    props = {"environment": "prod", "service": "embed", "task": "embed",
+             "servedModelName": "embed", "port": 8001, "hosts": {"spark-2": "192.168.177.12"}}
+    props.update(over)
+    return props
+
+
+def vllm_container(host: str | None = "127.0.0.1", role: str = "vllm-serve", name="vllm-serve",
+                   extra=(), **over):
+    command = ["vllm", "serve", "Qwen/Qwen3.5-122B-A10B-FP8", "--served-model-name",
+               "qwen3.5-122b", *extra, *(["--host", host] if host is not None else []),
+               "--port", "8000"]
+    props = {"image": "sha256:" + "a" * 64, "networkMode": "host", "privileged": False,
+             "command": command, "labels": [{"label": "spark-vllm.managed", "value": "true"},
+                                            {"label": "spark-vllm.role", "value": role}],
+             "ports": []}
+    props.update(over)
+    return res(CONTAINER, props, name, provider_host="ssh://root@10.77.0.11:22")
+
+
+def gateway_stack(*, server=None, svc=None, gw=None, containers=()):
+    return [
+        res(SPARK_NODE, spark_node("spark-1", "10.77.0.11"), "spark-1"),
+        res(SPARK_NODE, spark_node("spark-2", "10.77.0.12"), "spark-2"),
+        res(NCCL_ENV, nccl_env(nodes=[
+            {"name": n, "env": {}, "fabric": [{**fabric("enp1s0f1np1", "rocep1s0f1"),
+                                               "ip": f"192.168.177.{ip}"},
+                                              {**fabric("enP2p1s0f1np1", "roceP2p1s0f1"),
+                                               "ip": f"192.168.178.{ip}"}]}
+            for n, ip in (("spark-1", 11), ("spark-2", 12))]), "nccl"),
+        res(VLLM_SERVER, vllm_server(servedModelName="qwen3.5-122b", **(server or {})), "vllm"),
+        res(VLLM_SERVICE, service(**(svc or {})), "svc-embed"),
+        *([] if gw is False else [res(GATEWAY, gateway(**(gw or {})), "gateway")]),
+        vllm_container(),
+        vllm_container("192.168.177.12", "vllm-service", "svc-embed-serve-spark-2"),
+        *containers,
+    ]
+
+
+def test_vllm_behind_gateway_passes_for_what_the_program_makes():
+    assert run(rules.vllm_behind_gateway, sargs(gateway_stack())) == []
+    # the head's fabric address (mp on several nodes, guarded), the second twin, ::1
+    mp = {"host": "192.168.177.11", "executor": "mp", "masterAddr": "192.168.177.11",
+          "masterPort": 29501, "masterGuard": MP_GUARD}
+    assert run(rules.vllm_behind_gateway, sargs(gateway_stack(server=mp))) == []
+    assert run(rules.vllm_behind_gateway, sargs(gateway_stack(
+        svc={"hosts": {"spark-2": "192.168.178.12"}}))) == []
+    assert run(rules.vllm_behind_gateway, sargs(gateway_stack(
+        containers=[vllm_container("::1", name="c")]))) == []
+    # a headless rank serves no API; without the NcclEnvironment the fabric subnets decide
+    headless = vllm_container(None, extra=["--headless"], name="vllm-serve-spark-2")
+    assert run(rules.vllm_behind_gateway, sargs(gateway_stack(containers=[headless]))) == []
+    no_nccl = [r for r in gateway_stack() if r.resource_type != NCCL_ENV]
+    assert run(rules.vllm_behind_gateway, sargs(no_nccl, RAY_CONFIG)) == []
+
+
+@pytest.mark.parametrize(("host", "why"), [
+    ("0.0.0.0", "0.0.0.0 is every address of the node, the management network's included"),
+    ("::", ":: is every address of the node, the management network's included"),
+    ("10.77.0.11", "10.77.0.11 is a management address"),
+    ("10.1.2.3", "10.1.2.3 is neither loopback nor a fabric address"),
+    ("192.168.177.99", "192.168.177.99 is neither loopback nor a fabric address"),
+    ("spark-1", "spark-1 is not an address"),
+])
+def test_vllm_behind_gateway_fails_a_vllm_listening_beyond_it(host, why):
+    msgs = run(rules.vllm_behind_gateway, sargs(gateway_stack(server={"host": host})))
+    assert msgs == [f"vLLM (qwen3.5-122b) listens where the gateway does not guard it: {why}; "
+                    "bind it to 127.0.0.1 or the node's fabric address (spark-vllm:vllm.host "
+                    "unset: the stack's choice); clients use the gateway's endpoint"], msgs
+    msgs = run(rules.vllm_behind_gateway, sargs(gateway_stack(svc={"hosts": {"spark-2": host}})))
+    assert len(msgs) == 1 and msgs[0].startswith("service embed on spark-2 listens where"), msgs
+
+
+def test_vllm_behind_gateway_reads_the_containers_own_command_line():
+    for bad, fragment in ((vllm_container("0.0.0.0", name="a"), "0.0.0.0 is every address"),
+                          (vllm_container(None, name="b"), "no address: vLLM then listens on "
+                                                          "every address"),
+                          (vllm_container("10.77.0.11", "vllm-service", name="c"),
+                           "10.77.0.11 is a management address"),
+                          (vllm_container(ports=[{"internal": 8000, "external": 8000}],
+                                          name="d"), "publishes port 8000 of vLLM")):
+        msgs = run(rules.vllm_behind_gateway, sargs(gateway_stack(containers=[bad])))
+        assert len(msgs) == 1 and fragment in msgs[0], (bad.name, msgs)
+        assert msgs[0].startswith(f"container {bad.name}: ")
+    # the docker provider's ssh host counts as a management address too
+    lone = [vllm_container("10.77.0.13", name="e")]
+    lone[0] = res(CONTAINER, dict(lone[0].props), "e", provider_host="ssh://root@10.77.0.13")
+    msgs = run(rules.vllm_behind_gateway, sargs(lone, RAY_CONFIG))
+    assert msgs == ["container e: vLLM listens where the gateway does not guard it: 10.77.0.13 "
+                    "is a management address; bind it to 127.0.0.1 or the node's fabric address "
+                    "(spark-vllm:vllm.host unset: the stack's choice); clients use the gateway's "
+                    "endpoint"], msgs
+
+
+def test_an_unguarded_rendezvous_port_is_rule_13s_not_the_gateways():
+    """mp's rendezvous port is no API port the gateway could front: one rule judges it (13,
+    mp-rendezvous-fabric-only, the head's masterGuard); a stack without the guard still fails
+    the pack, once."""
+    unguarded = gateway_stack(server={"host": "192.168.177.11", "executor": "mp",
+                                      "masterAddr": "192.168.177.11", "masterPort": 29501})
+    assert run(rules.vllm_behind_gateway, sargs(unguarded)) == []
+    msgs = run(rules.mp_rendezvous_fabric_only, sargs(unguarded))
+    assert len(msgs) == 1 and "no firewall rule keeping it on the fabric" in msgs[0], msgs
+    one_node = {"executor": "mp",
+                "nodes": [{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True}]}
+    assert run(rules.mp_rendezvous_fabric_only, sargs(gateway_stack(server=one_node))) == []
+
+
+def test_vllm_behind_gateway_wants_a_gateway_routing_every_model():
+    msgs = run(rules.vllm_behind_gateway, sargs(gateway_stack(gw=False)))
+    assert msgs == ["the stack serves vLLM without a gateway (spark-vllm:gateway:Gateway): "
+                    "nothing checks the API key on every path"]
+    routes = gateway()["routes"][:1]
+    msgs = run(rules.vllm_behind_gateway, sargs(gateway_stack(gw={"routes": routes})))
+    assert msgs == ["the gateway does not route embed: its clients would have to reach vLLM "
+                    "directly"]
+    bad = [{**gateway()["routes"][0], "servers": [{"node": "spark-1", "address": "10.77.0.11",
+                                                   "port": 8000}]}, gateway()["routes"][1]]
+    msgs = run(rules.vllm_behind_gateway, sargs(gateway_stack(gw={"routes": bad})))
+    assert msgs == ["the gateway reaches qwen3.5-122b at 10.77.0.11: 10.77.0.11 is a management "
+                    "address; a vLLM there listens beyond the gateway"]
+    # a service whose component says nothing of where it listens cannot pass
+    props = service()
+    del props["hosts"]
+    stack = [r for r in gateway_stack() if r.resource_type != VLLM_SERVICE]
+    msgs = run(rules.vllm_behind_gateway, sargs([*stack, res(VLLM_SERVICE, props, "s")]))
+    assert msgs == ["service embed does not say where its vLLM listens (no `hosts`): it cannot "
+                    "be shown to stay behind the gateway"]
+
+
+def test_vllm_behind_gateway_skips_what_it_cannot_know():
+    from pulumi_policy.proxy import UNKNOWN_ARRAY_VALUE, UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE
+    stack = gateway_stack(server={"host": UNKNOWN_STRING_VALUE},
+                          svc={"hosts": UNKNOWN_OBJECT_VALUE},
+                          gw={"routes": UNKNOWN_ARRAY_VALUE},
+                          containers=[vllm_container(command=UNKNOWN_ARRAY_VALUE, name="u")])
+    assert run(rules.vllm_behind_gateway, sargs(stack)) == []

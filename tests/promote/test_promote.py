@@ -64,6 +64,9 @@ def _with_real_host_keys(cfg: dict) -> dict:
     cfg = copy.deepcopy(cfg)
     for n in cfg["nodes"]:
         n["hostKey"] = HOST_KEY  # what an operator fills in with ssh-keyscan
+    # and the gateway's image, pinned by the operator (environment-owned: never promoted)
+    cfg["gateway"] = {**cfg["gateway"],
+                      "image": {"ref": "docker.io/library/haproxy@sha256:" + "e" * 64}}
     return cfg
 
 

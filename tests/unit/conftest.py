@@ -75,11 +75,13 @@ def fixed_model(monkeypatch):
     return calls
 
 
-def secrets(api_key: str | None = API_KEY, hf_token: str | None = None) -> Secrets:
+def secrets(api_key: str | None = API_KEY, hf_token: str | None = None,
+            tls_key: str | None = None) -> Secrets:
     return Secrets(
         ssh_private_key=pulumi.Output.secret(SSH_KEY),
         hf_token=pulumi.Output.secret(hf_token) if hf_token else None,
         vllm_api_key=pulumi.Output.secret(api_key) if api_key else None,
+        gateway_tls_key=pulumi.Output.secret(tls_key) if tls_key else None,
     )
 
 
@@ -95,6 +97,7 @@ def build(mocks, gb10_facts, config_raw):
         plan: Any = None,
         api_key: str | None = API_KEY,
         hf_token: str | None = None,
+        tls_key: str | None = None,
         **overrides: Any,
     ):
         cfg = validate_config(raw if raw is not None else config_raw(nodes, **overrides))
@@ -102,7 +105,7 @@ def build(mocks, gb10_facts, config_raw):
             facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
         manifest = fake_manifest(cfg.model.repo, cfg.model.revision)
         services = {s.name: fake_manifest(s.repo, s.revision) for s in cfg.services}
-        return stack.build_stack(cfg, facts, plan or Plan(), secrets(api_key, hf_token),
+        return stack.build_stack(cfg, facts, plan or Plan(), secrets(api_key, hf_token, tls_key),
                                  manifest=manifest, service_manifests=services)
 
     return _build
@@ -172,12 +175,15 @@ def settled(h, *outputs):
     if h.ray is not None:
         leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, *h.ray.tokens.values()]
     leaves += [h.vllm.serve, *h.vllm.headless.values(), *h.vllm.caches.values()]
+    leaves += [h.vllm.master_guard] if h.vllm.master_guard is not None else []
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
     leaves += [h.vllm.api_key_file, h.vllm.health, h.vllm.nccl_log, h.vllm.transport_check]
     for svc in h.services.values():
         m = svc.model
         leaves += [m.fetch, *m.syncs.values(), *m.verifies.values(), *m.drops.values()]
         leaves += [*svc.containers.values(), *svc.gates.values()]
+    g = h.gateway
+    leaves += [g.image, g.key, g.config, g.container, g.gate, *([g.tls] if g.tls else [])]
     return pulumi.Output.all(*[r.urn for r in leaves], *outputs).apply(
         lambda values: values[len(leaves):]
     )

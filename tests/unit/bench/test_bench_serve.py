@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import shlex
 
-from bench.serve import bench_script, render, summarize
+from bench.serve import (
+    GOAL_LATENCY_MS,
+    bench_script,
+    compare,
+    direct_url,
+    gateway_url,
+    render,
+    summarize,
+)
+from config import validate_config
 from hostscripts.paths import StackNames
+from tests.conftest import config_raw
 
 RAW = {"completed": 16, "failed": 0, "duration": 2.5, "output_throughput": 134.4,
        "request_throughput": 6.4, "p50_ttft_ms": 79.2, "p99_ttft_ms": 127.1, "p50_itl_ms": 20.7,
@@ -15,7 +25,8 @@ RAW = {"completed": 16, "failed": 0, "duration": 2.5, "output_throughput": 134.4
 
 def test_the_key_is_read_inside_the_container_never_passed():
     script = bench_script(StackNames("dev"), "tiny-moe",
-                          "/root/.cache/huggingface/hub/x/snapshots/c", 8000, 4, 32)
+                          "/root/.cache/huggingface/hub/x/snapshots/c", "http://127.0.0.1:8000",
+                          4, 32)
     inner = shlex.split(script.splitlines()[1])
     assert inner[:3] == ["docker", "exec", "spark-vllm-dev-serve"]
     body = inner[-1]
@@ -40,3 +51,54 @@ def test_the_page_has_a_row_per_level_and_labels_a_cpu_build():
     assert "latencies" not in summarize(RAW)
     # what was run, per level, from the runs themselves
     assert "prompts per concurrency level: 16, 16, 16 (8 per concurrent request" in page
+
+
+def test_direct_and_gateway_targets_are_where_the_stack_listens():
+    cfg = validate_config(config_raw(2))
+    assert direct_url(cfg) == "http://127.0.0.1:8000"  # Ray: vLLM on the head's loopback
+    assert gateway_url(cfg) == "http://127.0.0.1:8080"  # the gateway on every address
+    mp = validate_config(config_raw(2, vllm={"executor": "mp"}))
+    assert direct_url(mp) == "http://192.168.177.11:8000"  # mp: the head's fabric address
+    tls = validate_config(config_raw(2, gateway={"certificate": "-----BEGIN CERTIFICATE-----\n"
+                                                                "MIIB\n-----END CERTIFICATE-----\n"}))
+    assert gateway_url(tls) is None  # not compared: the benchmark cannot check 127.0.0.1
+    script = bench_script(StackNames("dev"), "m", "/t", "http://127.0.0.1:8080", 16, 128, seed=1)
+    assert "--base-url http://127.0.0.1:8080" in script and "--seed 1" in script
+
+
+def test_compare_gives_the_ratio_the_deltas_and_the_verdict():
+    direct = summarize(RAW)
+    same = compare(direct, summarize({**RAW, "output_throughput": 134.4 * 0.99,
+                                      "p50_ttft_ms": 79.2 + 0.6, "p50_itl_ms": 20.7 + 0.2}))
+    assert round(same["throughput_ratio"], 3) == 0.99
+    assert round(same["ttft_p50_delta_ms"], 2) == 0.6 and round(same["itl_p50_delta_ms"], 2) == 0.2
+    assert same["meets_goal"] == {"throughput": True, "ttft_p50": True, "itl_p50": True}
+    slow = compare(direct, summarize({**RAW, "output_throughput": 120.0,
+                                      "p50_ttft_ms": 79.2 + GOAL_LATENCY_MS + 0.1}))
+    assert slow["meets_goal"] == {"throughput": False, "ttft_p50": False, "itl_p50": True}
+    # faster through the gateway (noise) meets the goal too; a missing number does not
+    assert compare(direct, summarize({**RAW, "p50_itl_ms": 19.0}))["meets_goal"]["itl_p50"]
+    assert not compare(direct, summarize({**RAW, "p50_itl_ms": None}))["meets_goal"]["itl_p50"]
+
+
+def test_the_page_shows_the_gateway_against_direct_per_level():
+    runs = [{"concurrency": c, "summary": summarize({**RAW, "max_concurrency": c})}
+            for c in (1, 4, 16)]
+    gateway = [{"concurrency": c, "summary": summarize({**RAW, "output_throughput": 133.0}),
+                "compare": compare(r["summary"], summarize({**RAW, "output_throughput": 133.0}))}
+               for c, r in zip((1, 4, 16), runs, strict=True)]
+    res = {"stack": "dev", "model": "spark-lab/tiny-moe", "commit": "c" * 40,
+           "served": "tiny-moe", "image": "sha256:" + "a" * 64, "recipe": None,
+           "image_probe": "vllm 0.32.0", "cpu_build": False, "date": "2026-12-01 12:00 UTC",
+           "runs": runs, "gateway": {"url": "http://127.0.0.1:8080", "runs": gateway}}
+    page = render(res)
+    assert "## Through the gateway" in page and "http://127.0.0.1:8080" in page
+    rows = [ln for ln in page.split("## Through the gateway")[1].splitlines()
+            if ln.startswith("| ") and ln[2].isdigit()]
+    assert len(rows) == 3
+    assert rows[0] == "| 1 | 133.0 | 0.990 | 79.2 / 79.2 (+0.00) | 20.7 / 20.7 (+0.00) | met |"
+    assert "Goal met at every level." in page
+    res["gateway"]["runs"][2]["compare"]["meets_goal"]["throughput"] = False
+    assert "| missed: throughput |" in render(res)
+    del res["gateway"]
+    assert "Not measured in this run (`--no-gateway`)." in render(res)

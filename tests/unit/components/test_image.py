@@ -45,7 +45,8 @@ def test_a_tag_is_resolved_once_and_every_node_pulls_the_digest(build, mocks):
 
     def check(_):
         want = f"10.77.0.1:5000/spark-lab/vllm-spark@{fake_image_id(TAG)}"
-        pulls = {r.name: r.inputs["name"] for r in mocks.of_type("docker:index/remoteImage:RemoteImage")}
+        pulls = {r.name: r.inputs["name"] for r in mocks.of_type("docker:index/remoteImage:RemoteImage")
+                 if r.name != "gateway-image"}
         assert pulls == {f"image-spark-{i}": want for i in (1, 2, 3)}
         # the lab's registry speaks plain HTTP: every provider knows, with no credentials
         for p in mocks.of_type("pulumi:providers:docker"):
@@ -57,11 +58,13 @@ def test_a_tag_is_resolved_once_and_every_node_pulls_the_digest(build, mocks):
 
 @pulumi.runtime.test
 def test_a_digest_ref_is_pulled_as_it_is(build, mocks):
-    h = build(2, image={"ref": DIGEST_REF, "plainHttpRegistry": False})
+    gateway = "registry.example:5000/haproxy@sha256:" + "b" * 64
+    h = build(2, image={"ref": DIGEST_REF, "plainHttpRegistry": False},
+              gateway={"image": {"ref": gateway}})
 
     def check(_):
         pulls = {r.inputs["name"] for r in mocks.of_type("docker:index/remoteImage:RemoteImage")}
-        assert pulls == {DIGEST_REF}
+        assert pulls == {DIGEST_REF, gateway}
         assert all("registryAuth" not in p.inputs for p in mocks.of_type("pulumi:providers:docker"))
 
     return settled(h).apply(check)

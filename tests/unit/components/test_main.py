@@ -53,8 +53,12 @@ def test_main_exports(program):
     assert model_bytes == sum(f.size for f in MODEL_FILES)
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
-        "fabricCheck", "nodes", "recon", "ncclTransport", "services"
+        "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
+        "gateway",
     }
+    assert exports["models"] == ["tiny-moe"]
+    # the direct address is for diagnosis on the node, never the endpoint
+    assert exports["backends"] == {"tiny-moe": ["spark-1 http://127.0.0.1:8000"]}
     assert exports["services"] == {} and calls["services"] == {}
     assert exports["servedModelName"] == "tiny-moe"
     assert exports["recon"]["spark-2"]["gpu"] == "NVIDIA GB10"
@@ -67,7 +71,7 @@ def test_main_exports(program):
         endpoint, commit, ids, nodes, probe = values
         assert probe["spark-2"] == ("python 3.12.3, torch 2.13.0 (CUDA 13.0), vllm 0.32.0, "
                                     "ray 2.60.0, libibverbs yes")
-        assert endpoint == "http://10.77.0.11:8000/v1"
+        assert endpoint == "http://10.77.0.11:8080/v1"  # the gateway's, on the head
         assert commit == COMMIT
         assert ids == {"spark-1": image_id, "spark-2": image_id}
         assert nodes["spark-1"]["role"] == "head" and nodes["spark-2"]["role"] == "worker"

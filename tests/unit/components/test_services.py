@@ -75,12 +75,17 @@ def test_a_service_on_a_worker_fetches_there_and_scores(build, mocks):
         assert reveal(fetch["connection"])["host"] == "10.77.0.12"
         argv = list(mocks.named("svc-rerank-serve-spark-2").inputs["command"])
         assert _arg(argv, "--runner") == "pooling"
-        assert " score 0 < " in mocks.named("svc-rerank-health-spark-2").inputs["create"]
-        exported = outputs[0]
-        assert exported["rerank"]["endpoints"] == {"spark-2": "http://10.77.0.12:8101/v1"}
+        # on a worker it listens on its fabric address, where the gateway on the head reaches it
+        assert _arg(argv, "--host") == "192.168.177.12"
+        gate = mocks.named("svc-rerank-health-spark-2").inputs["create"]
+        assert " score 0 < " in gate and " http://192.168.177.12:8101 " in gate
+        exported, backends = outputs
+        assert "endpoints" not in exported["rerank"]  # clients use the gateway's endpoint
         assert exported["rerank"]["task"] == "score"
+        assert backends["rerank"] == ["spark-2 http://192.168.177.12:8101"]
+        assert backends["tiny-moe"] == ["spark-1 http://127.0.0.1:8000"]
 
-    return settled(h, h.exports()["services"]).apply(check)
+    return settled(h, h.exports()["services"], h.exports()["backends"]).apply(check)
 
 
 def test_adding_or_removing_a_service_changes_nothing_else(monkeypatch):
@@ -91,8 +96,11 @@ def test_adding_or_removing_a_service_changes_nothing_else(monkeypatch):
     added = set(after) - set(before)
     assert added and all(n.startswith("svc-embed") for n in added), sorted(added)
     assert set(before) <= set(after)
-    # the VllmServer component's props carry the service's share for the policy pack only
-    assert _changed(before, {n: after[n] for n in before}) == {"vllm"}
+    # the VllmServer component's props carry the service's share for the policy pack only; the
+    # gateway's routing: its configuration (reloaded, not replaced), its gate and its props.
+    # Not its container, not its image, not its key
+    assert _changed(before, {n: after[n] for n in before}) == {
+        "vllm", "gateway", "gateway-config", "gateway-health"}
 
 
 def test_a_service_flag_or_revision_change_touches_only_that_service(monkeypatch):

@@ -94,7 +94,7 @@ PROD_ARGV = [
     "--reasoning-parser", "qwen3",
     "--enable-auto-tool-choice",
     "--tool-call-parser", "qwen3_coder",
-    "--host", "0.0.0.0",
+    "--host", "127.0.0.1",  # only the gateway on the head reaches it (config/listen.py)
     "--port", "8000",
 ]
 
@@ -741,6 +741,7 @@ def test_fastsafetensors_across_nodes_is_an_error_in_prod_unless_the_loader_hand
         raw["image"] = {"ref": "registry.example:5000/vllm@sha256:" + "a" * 64,
                         "plainHttpRegistry": False}
         raw["model"] = {**raw["model"], "revision": COMMIT}
+        raw["gateway"] = {"image": {"ref": "registry.example:5000/haproxy@sha256:" + "b" * 64}}
 
     @pulumi.runtime.test
     def body():

@@ -28,6 +28,7 @@ def _set(raw, path, value):
 DELETE = object()
 PLACE = "ssh-ed25519 PLACEHOLDERxREPLACEME"
 DIGEST = "reg:5000/vllm@sha256:" + "a" * 64
+GATEWAY_DIGEST = "reg:5000/haproxy@sha256:" + "c" * 64
 COMMIT = "b" * 40
 
 BAD = [
@@ -188,6 +189,7 @@ def prod_ready(raw):
     raw["image"]["ref"] = DIGEST
     raw["model"]["revision"] = COMMIT
     raw["nccl"]["rdma"] = True
+    raw["gateway"] = {**raw["gateway"], "image": {"ref": GATEWAY_DIGEST}}
     return raw
 
 
@@ -248,7 +250,7 @@ def test_stack_files():
         validate_config(load("prod"))
     keys = {p.split(":")[1].split(":")[0] for p in err.value.problems}
     assert keys == {"image.ref", "model.revision", "nodes[0].hostKey", "nodes[1].hostKey",
-                    "services[0].revision", "services[1].revision"}
+                    "services[0].revision", "services[1].revision", "gateway.image.ref"}
     assert [s.name for s in staging.services] == [s["name"] for s in load("prod")["services"]]
 
 

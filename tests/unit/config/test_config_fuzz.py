@@ -35,7 +35,7 @@ FUZZ = settings(
 )
 
 SECTIONS = ("environment", "nodes", "ssh", "image", "model", "nccl", "ray", "vllm", "preflight",
-            "health")
+            "health", "gateway")
 COUNTS: dict[str, int] = {}
 OUTCOMES = {"valid": 0, "config_error": 0}
 

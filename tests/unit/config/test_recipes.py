@@ -103,7 +103,7 @@ def test_stack_files_use_their_recipes():
         assert v.recipe == QWEN and v.served_model_name == "qwen3.5-122b"
         assert (v.max_model_len, v.gpu_memory_utilization, v.kv_cache_dtype) == (262144, 0.7, "fp8")
         assert v.chat_template is None and v.tool_call_parser == "qwen3_coder"  # model's own
-        assert (v.host, v.port, v.tensor_parallel_size) == ("0.0.0.0", 8000, 2)
+        assert (v.host, v.port, v.tensor_parallel_size) == (None, 8000, 2)  # host: the stack's
     assert staging.nccl.extra_env == load_recipe(QWEN).env
 
 
@@ -120,7 +120,7 @@ def test_stack_file_keys_win_over_the_recipe_and_the_recipe_over_defaults():
     assert v.tool_call_parser == "hermes"  # the stack file's, in snake_case too
     assert v.enable_expert_parallel is False  # explicit false
     assert v.max_num_batched_tokens == 8192 and v.language_model_only  # the recipe's
-    assert v.enforce_eager is False and v.host == "0.0.0.0"  # neither: the defaults
+    assert v.enforce_eager is False and v.host is None  # neither: the defaults
     assert cfg.nccl.extra_env == {"PYTORCH_ALLOC_CONF": "expandable_segments:False", "NCCL_X_Y": "1"}
     assert raw["nccl"]["extraEnv"] == {"PYTORCH_ALLOC_CONF": "expandable_segments:False",
                                        "NCCL_X_Y": "1"}  # the caller's mapping is not changed

@@ -53,7 +53,7 @@ def test_each_key_puts_its_flag_on_the_command_line(key, tmp_path, monkeypatch):
     recipes_with_template(tmp_path, monkeypatch)
     k = next(k for k in SERVE_KEYS if k.key == key)
     value, tokens = SAMPLES[key]
-    base = ServeSettings(served_model_name="m", tensor_parallel_size=2)
+    base = ServeSettings(served_model_name="m", tensor_parallel_size=2, host="127.0.0.1")
     plain = vllm_argv(base, model="org/m", commit=COMMIT)
     argv = vllm_argv(base.model_copy(update={k.name: value}), model="org/m", commit=COMMIT)
     if tokens:
@@ -71,12 +71,12 @@ def test_each_key_puts_its_flag_on_the_command_line(key, tmp_path, monkeypatch):
 def test_the_command_line_keeps_its_order():
     """The model, its name and commit, the flags in declaration order, a node's place, where it
     listens, the extra args: the goldens hold the exact lines, this holds the rule."""
-    settings = ServeSettings(served_model_name="m", tensor_parallel_size=2,
+    settings = ServeSettings(served_model_name="m", tensor_parallel_size=2, host="127.0.0.1",
                              extra_args=["--disable-log-stats"])
     argv = vllm_argv(settings, model="org/m", commit=COMMIT, node_flags=["--headless"])
     assert argv[:7] == ["vllm", "serve", "org/m", "--served-model-name", "m", "--revision",
                         COMMIT]
-    assert argv[-6:] == ["--headless", "--host", "0.0.0.0", "--port", "8000",
+    assert argv[-6:] == ["--headless", "--host", "127.0.0.1", "--port", "8000",
                          "--disable-log-stats"]
     flags = [a for a in argv if a.startswith("--")]
     declared = [k.flag.flag for k in SERVE_KEYS if k.flag.flag]
@@ -85,11 +85,17 @@ def test_the_command_line_keeps_its_order():
     assert order == sorted(order, key=lambda f: next(
         i for i, d in enumerate(declared) if f in (d, "--no-" + d.removeprefix("--"))))
     with pytest.raises(ValueError, match="tensor_parallel_size is not resolved"):
-        vllm_argv(ServeSettings(served_model_name="m"), model="org/m", commit=COMMIT)
+        vllm_argv(ServeSettings(served_model_name="m", host="127.0.0.1"), model="org/m",
+                  commit=COMMIT)
+    # no --host would be every address: an unresolved host is refused, never left out
+    with pytest.raises(ValueError, match="host is not resolved"):
+        vllm_argv(ServeSettings(served_model_name="m", tensor_parallel_size=2), model="org/m",
+                  commit=COMMIT)
 
 
 def test_a_service_runs_in_one_process_whatever_the_stacks_executor():
-    settings = ServeSettings(served_model_name="m", tensor_parallel_size=1, executor="mp")
+    settings = ServeSettings(served_model_name="m", tensor_parallel_size=1, executor="mp",
+                             host="127.0.0.1")
     argv = vllm_argv(settings, model="org/m", commit=COMMIT, backend="uni")
     assert argv[argv.index("--distributed-executor-backend") + 1] == "uni"
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import pytest
 
 from config import validate_config
-from hostscripts import common, images, models, paths, vllm
+from hostscripts import common, gateway, images, models, paths, vllm
 from hostscripts.models import ModelFile
 from inspection import recon
 from tests.conftest import config_raw
@@ -54,7 +54,19 @@ def _builders(value: str):
         "vllm_health_gate": lambda: vllm.vllm_health_gate(
             value, "probe", "a" * 12, "http://127.0.0.1:8000", "m", "hi", 60,
             key_file="/k"),
+        # issue 30's gateway: haproxy.cfg's route comment and server lines (a newline there is
+        # a directive of its own)
+        "gateway render task": lambda: gateway.render(_gateway_spec(task=value)),
+        "gateway render repo": lambda: gateway.render(_gateway_spec(repo=value)),
+        "gateway render server node": lambda: gateway.render(_gateway_spec(node=value)),
+        "gateway render server address": lambda: gateway.render(_gateway_spec(address=value)),
     }
+
+
+def _gateway_spec(task="generate", repo="org/m", node="spark-1", address="127.0.0.1"):
+    server = gateway.Server(node, address, 8000)
+    return gateway.GatewaySpec(port=8080, tls=False, max_body_bytes=2 * 1024 * 1024,
+                               routes=(gateway.Route("m", task, repo, (server,)),))
 
 
 @pytest.mark.parametrize("where", sorted(_builders("x")))
@@ -62,6 +74,17 @@ def _builders(value: str):
 def test_a_value_that_is_not_plain_never_lands_in_a_comment_or_echo_line(where, value):
     with pytest.raises(ValueError, match="not a plain value"):
         _builders(value)[where]()
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE if v != "a b"], ids=repr)
+def test_the_gateway_gates_marker_comment_holds_plain_words(value):
+    """The gate's marker (container ID, configuration hash) is quoted in a comment line: its
+    words may be separated by spaces, each must be plain."""
+    with pytest.raises(ValueError, match="not a plain value"):
+        gateway.gate_script(NAMES, "a" * 64 + " " + value, "http://127.0.0.1:8080",
+                            _gateway_spec().routes, 60)
+    assert "# gateway: 'aaaa" in gateway.gate_script(
+        NAMES, "a" * 64 + " " + "b" * 16, "http://127.0.0.1:8080", _gateway_spec().routes, 60)
 
 
 def test_plain_values_pass_unchanged():

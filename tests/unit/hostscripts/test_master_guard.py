@@ -5,7 +5,8 @@ this machine's network, nor the lab's, is touched).
 A "head" namespace has a management link and a fabric link to a "peer" namespace; a listener on
 `::` (dual stack, as torch's TCPStore binds) stands in for vLLM's rendezvous. Before the guard
 the peer reaches it on both addresses; with it, only over the fabric (and the head over its
-loopback); after the unguard, on both again. Recon's check says absent, present, absent.
+loopback), while another port of the head stays reachable from both; after the unguard, on
+both again. Recon's check says absent, present, absent.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from hostscripts import firewall, paths
 
 NAMES = paths.StackNames("dev")
 PORT = 29511
+OTHER = 8080
 MGMT_HEAD, MGMT_PEER = "10.99.0.11", "10.99.0.12"
 FAB_HEAD, FAB_PEER = "192.168.177.11", "192.168.177.12"
 SOURCES = [firewall.FabricSource("fab0", "192.168.177.0/24")]
@@ -83,16 +85,20 @@ except OSError as e:
 """
 
 
-def _reach(pid: int, ip: str) -> str:
-    return _in(pid, sys.executable, "-c", CONNECT, ip, str(PORT)).stdout.split()[0]
+def _reach(pid: int, ip: str, port: int = PORT) -> str:
+    return _in(pid, sys.executable, "-c", CONNECT, ip, str(port)).stdout.split()[0]
 
 
 def test_the_master_port_answers_on_the_fabric_and_loopback_only(netns):
     head, peer = netns
     listener = subprocess.Popen(["nsenter", "-t", str(head), "-n", sys.executable, "-c", LISTEN,
                                  str(PORT)], stdout=subprocess.PIPE, text=True)
+    # another port of the head (the gateway's, say): the guard leaves it alone
+    other = subprocess.Popen(["nsenter", "-t", str(head), "-n", sys.executable, "-c", LISTEN,
+                              str(OTHER)], stdout=subprocess.PIPE, text=True)
     try:
         assert listener.stdout.readline().strip() == "up"
+        assert other.stdout.readline().strip() == "up"
         check = firewall.master_port_guard_check(NAMES, PORT)
         assert _in(head, "bash", "-c", check).stdout.strip() == "absent"
         # vLLM 0.32 as it is: every address answers, the management network's too
@@ -104,6 +110,7 @@ def test_the_master_port_answers_on_the_fabric_and_loopback_only(netns):
                                         "192.168.177.0/24)")
         assert _reach(peer, MGMT_HEAD) == "blocked"
         assert _reach(peer, FAB_HEAD) == "reached"
+        assert _reach(peer, MGMT_HEAD, OTHER) == "reached"  # only the master port
         assert _reach(head, "127.0.0.1") == "reached" and _reach(head, FAB_HEAD) == "reached"
         assert _in(head, "bash", "-c", check).stdout.strip() == "present"
         # again (an update, a changed port): the same rules once, never twice
@@ -123,8 +130,9 @@ def test_the_master_port_answers_on_the_fabric_and_loopback_only(netns):
         assert firewall.guard_chain(NAMES) not in _in(head, "ip6tables", "-S").stdout
         assert _reach(peer, MGMT_HEAD) == "reached"
     finally:
-        listener.kill()
-        listener.wait()
+        for p in (listener, other):
+            p.kill()
+            p.wait()
 
 
 def test_the_guard_refuses_to_pretend_without_its_tools(tmp_path):

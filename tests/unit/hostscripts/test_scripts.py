@@ -430,16 +430,21 @@ def test_every_name_and_file_of_a_stack_is_its_own():
     assert dev.ray_session_dir == "/run/spark-vllm/stacks/dev/ray-session"
     assert dev.service_key_file("embed") == "/var/lib/spark-vllm/stacks/dev/services/embed/api-key"
     assert dev.image_seeder_pid == "/run/spark-vllm-dev-image-seeder.pid"
-    own = [dev.serve, dev.ray_head, dev.ray_worker, dev.model_seeder, dev.vllm_key_file,
-           dev.ray_token_file, dev.ray_session_dir, dev.image_seeder_pid, dev.image_seeder_log,
-           dev.compile_cache_dir]
-    theirs = [prod.serve, prod.ray_head, prod.ray_worker, prod.model_seeder, prod.vllm_key_file,
-              prod.ray_token_file, prod.ray_session_dir, prod.image_seeder_pid,
-              prod.image_seeder_log, prod.compile_cache_dir]
+    assert dev.gateway == "spark-vllm-dev-gateway"
+    assert dev.gateway_key_file == "/var/lib/spark-vllm/stacks/dev/gateway/secrets/api-key.map"
+    assert dev.gateway_tls_file == "/var/lib/spark-vllm/stacks/dev/gateway/secrets/tls.pem"
+    own = [dev.serve, dev.ray_head, dev.ray_worker, dev.model_seeder, dev.gateway,
+           dev.vllm_key_file, dev.ray_token_file, dev.ray_session_dir, dev.image_seeder_pid,
+           dev.image_seeder_log, dev.compile_cache_dir, dev.gateway_dir, dev.gateway_key_file,
+           dev.gateway_tls_file]
+    theirs = [prod.serve, prod.ray_head, prod.ray_worker, prod.model_seeder, prod.gateway,
+              prod.vllm_key_file, prod.ray_token_file, prod.ray_session_dir,
+              prod.image_seeder_pid, prod.image_seeder_log, prod.compile_cache_dir,
+              prod.gateway_dir, prod.gateway_key_file, prod.gateway_tls_file]
     assert not set(own) & set(theirs) and len(set(own)) == len(own)
     # the stack's own containers' names are exactly the ones no service may take
     from config.forms import STACK_CONTAINERS
-    assert own[:4] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
+    assert own[:5] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
     with pytest.raises(ValueError, match="may not be named 'serve'"):
         dev.service("serve")
     for bad in ("", "a/b", "-x", "a b", "..", "x;rm"):

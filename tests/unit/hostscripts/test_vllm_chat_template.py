@@ -13,6 +13,7 @@ from hostscripts import paths, vllm
 def _argv(**kw) -> list[str]:
     settings = ServeSettings.model_construct(**{
         **ServeSettings(served_model_name="m").model_dump(), "tensor_parallel_size": 2,
+        "host": "127.0.0.1",
         "gpu_memory_utilization": 0.7, "extra_args": ["--x"], **kw})
     return vllm.vllm_argv(settings, model="org/m", commit="c" * 40)
 
@@ -29,7 +30,7 @@ def test_recipe_flags_in_the_argv_only_when_set():
                  chat_template="any.jinja")
     assert full[full.index("--max-num-batched-tokens") + 1] == "8192"
     assert full[-9:] == ["--tool-call-parser", "qwen3_coder", "--chat-template",
-                         vllm.CHAT_TEMPLATE, "--host", "0.0.0.0", "--port",
+                         vllm.CHAT_TEMPLATE, "--host", "127.0.0.1", "--port",
                          "8000", "--x"]
     assert {"--language-model-only", "--enable-expert-parallel",
             "--enable-auto-tool-choice"} <= set(full)

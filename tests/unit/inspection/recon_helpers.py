@@ -93,6 +93,7 @@ def raw_config(**sections) -> dict:
         "vllm": {"servedModelName": "qwen3.5-122b", "tensorParallelSize": 2,
                  "gpuMemoryUtilization": 0.80},
         "preflight": {"foreignContainers": "fail"},
+        "gateway": {"image": {"ref": "registry.example:5000/haproxy@sha256:" + "2" * 64}},
     }
     for key, value in sections.items():
         if isinstance(value, dict) and isinstance(raw.get(key), dict):

@@ -657,13 +657,23 @@ def test_a_name_or_port_held_by_another_stack_is_refused_before_any_change():
         "spark-vllm-dev-ray-worker": "Ray"}
     assert preflight.wanted_containers(config(), "spark-1", names) == {
         "spark-vllm-dev-serve": "the main vLLM", "spark-vllm-dev-ray-head": "Ray",
-        "spark-vllm-dev-model-seeder": "the model seeder"}
+        "spark-vllm-dev-model-seeder": "the model seeder", "spark-vllm-dev-gateway": "the gateway"}
     assert "spark-vllm-dev-serve" in preflight.wanted_containers(
         config(vllm={**config().vllm.model_dump(by_alias=True), "executor": "mp"}), "spark-2",
         names)
     # the other stack's service container with a name and port of its own is no collision
     preflight.check(config(services=[{**EMBED, "port": 8200}]), facts,
                     stack_label="spark-vllm/dev")
+    # another stack's gateway on the port this stack's gateway wants (every address of the head)
+    facts = facts_of(assemble(spark_sections(
+        1, docker_ps=_other_stack("spark-vllm-other-gateway", "8080"))), spark_output(2))
+    err = fail(config(), facts, stack_label="spark-vllm/dev")
+    (finding,) = only(err, "other_stack")
+    assert finding.fact == ("port 8080 is taken by spark-vllm-other-gateway of the stack "
+                            "spark-vllm/other; this stack listens there "
+                            "(spark-vllm:gateway.port)")
+    preflight.check(config(gateway={**config().gateway.model_dump(by_alias=True), "port": 8090}),
+                    facts, stack_label="spark-vllm/dev")
 
 
 def test_another_stacks_ray_on_a_node_this_stack_wants_ray_on_is_refused():
@@ -705,7 +715,7 @@ def _stack_containers(stack: str, cfg, node: str, **port_labels: str) -> list[st
     """The `docker ps` lines of what `stack` (config `cfg`) runs on `node` (wanted_containers,
     with each container's role and ports as the components label them)."""
     roles = {"the main vLLM": "vllm-serve", "Ray": "ray-head" if node == cfg.head.name
-             else "ray-worker"}
+             else "ray-worker", "the gateway": "gateway"}
     out = []
     for name, what in preflight.wanted_containers(cfg, node, StackNames(stack)).items():
         if what == "the model seeder":
@@ -713,6 +723,8 @@ def _stack_containers(stack: str, cfg, node: str, **port_labels: str) -> list[st
         labels = {"role": roles[what]}
         if what == "the main vLLM" and node == cfg.head.name:
             labels.update(port_labels)
+        if what == "the gateway":
+            labels["port"] = str(cfg.gateway.port)
         out.append(_container(name, stack, **labels))
     return out
 
@@ -721,7 +733,8 @@ def test_two_stacks_one_with_ray_one_with_mp_share_the_nodes():
     """Different stack names, vllm.port and masterPort: every container and file has a name of
     its own, so each stack passes beside the other's running containers (and the other way)."""
     ray_cfg = config()
-    mp_cfg = config(vllm={"executor": "mp", "port": 8001, "masterPort": 29600})
+    gateway = {"port": 8081}  # each stack's gateway on a port of its own
+    mp_cfg = config(vllm={"executor": "mp", "port": 8001, "masterPort": 29600}, gateway=gateway)
     ray_ports = {"port": "8000"}
     mp_ports = {"port": "8001", "master_port": "29600"}
 
@@ -732,15 +745,21 @@ def test_two_stacks_one_with_ray_one_with_mp_share_the_nodes():
     preflight.check(ray_cfg, beside("other", mp_cfg, mp_ports), stack_label="spark-vllm/dev")
     preflight.check(mp_cfg, beside("dev", ray_cfg, ray_ports), stack_label="spark-vllm/other")
     # the same vllm.port, or an mp stack's master port, is refused
-    err = fail(config(vllm={"executor": "mp", "port": 8000}), beside("dev", ray_cfg, ray_ports),
-               stack_label="spark-vllm/other")
+    err = fail(config(vllm={"executor": "mp", "port": 8000}, gateway=gateway),
+               beside("dev", ray_cfg, ray_ports), stack_label="spark-vllm/other")
     assert [f.fact.split(";")[0] for f in only(err, "other_stack")] == [
         "port 8000 is taken by spark-vllm-dev-serve of the stack spark-vllm/dev"]
-    err = fail(config(vllm={"port": 8002, "masterPort": 29600, "executor": "mp"}),
+    err = fail(config(vllm={"port": 8002, "masterPort": 29600, "executor": "mp"},
+                      gateway={"port": 8082}),
                beside("other", mp_cfg, mp_ports), stack_label="spark-vllm/third")
     assert [f.fact for f in only(err, "other_stack")] == [
         "port 29600 is taken by spark-vllm-other-serve of the stack spark-vllm/other; this "
         "stack listens there (spark-vllm:vllm.masterPort)"]
+    # the same gateway port is refused too
+    err = fail(config(vllm={"executor": "mp", "port": 8001, "masterPort": 29600}),
+               beside("dev", ray_cfg, ray_ports), stack_label="spark-vllm/other")
+    assert [f.fact.split(";")[0] for f in only(err, "other_stack")] == [
+        "port 8080 is taken by spark-vllm-dev-gateway of the stack spark-vllm/dev"]
 
 
 def test_rdma_outside_dev_with_nccl_debug_below_info_is_refused_before_any_change():

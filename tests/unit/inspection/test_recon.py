@@ -54,6 +54,29 @@ def test_recon_script_is_pure_and_has_every_section():
     assert " _ /var/lib/spark-vllm/stacks/dev/vllm/api-key\n" in script
 
 
+def test_recon_looks_for_the_gateways_files_on_the_head_only():
+    cfg = config()
+    head = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
+    assert ("sv_bg gateway_files 10 bash -c " in head
+            and " _ /var/lib/spark-vllm/stacks/dev/gateway/conf/haproxy.cfg "
+                "/var/lib/spark-vllm/stacks/dev/gateway/secrets/api-key.map\n" in head)
+    assert "gateway" not in recon.recon_script(cfg, cfg.nodes[1], NONCE, NAMES)
+    # with TLS its file too; no rendezvous-port guard with Ray
+    tls = config(gateway={"certificate": "-----BEGIN CERTIFICATE-----\nMIIB\n"
+                                         "-----END CERTIFICATE-----\n"})
+    assert "/secrets/tls.pem\n" in recon.recon_script(tls, tls.nodes[0], NONCE, NAMES)
+    assert "master_guard" not in head
+
+
+@pytest.mark.parametrize(("section", "field"), [("gateway_files", "gateway_files_present")])
+def test_the_gateways_files_are_read_as_presence(section, field):
+    for text, want in (("present", True), ("absent", False)):
+        facts = parse(spark_output(1, **{section: text}))
+        assert getattr(facts, field) is want
+    assert getattr(parse(spark_output(1)), field) is None  # not surveyed
+    assert section in parse(spark_output(1, **{section: "maybe"})).unreadable
+
+
 def test_recon_without_a_stack_does_not_look_for_stack_files():
     cfg = config()
     script = recon.recon_script(cfg, cfg.nodes[0], NONCE, None)

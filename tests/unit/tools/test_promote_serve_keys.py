@@ -118,6 +118,10 @@ def test_promoting_staging_writes_every_promoted_serve_key_into_prod(staging):
     # prod serves exactly that: every key's value as the config reads it
     prod_cfg = dict(after)
     prod_cfg["services"] = [{**s, "revision": COMMIT} for s in after["services"]]
+    # the gateway's image is prod's own (never promoted): its placeholder pinned here
+    assert after["gateway"] == prod_raw["gateway"]
+    prod_cfg["gateway"] = {**after["gateway"],
+                           "image": {"ref": "docker.io/library/haproxy@sha256:" + "e" * 64}}
     v = validate_config(prod_cfg).vllm
     for k in SERVE_KEYS:
         if not k.flag.environment:

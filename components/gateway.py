@@ -1,0 +1,234 @@
+"""Gateway: the stack's one endpoint for clients, HAProxy on the head (docs/design.md "The
+gateway"; the configuration and what it does: hostscripts/gateway.py).
+
+The only listener of the stack beyond a node: every vLLM (the main model's, each service's)
+listens on loopback or a fabric address (config/listen.py), and clients use the gateway's
+`endpoint`, which
+
+* authenticates every request on every path with the stack's API key (`vllmApiKey`, or the one
+  the stack made): HAProxy compares the SHA-256 of the presented bearer token with the key's in
+  constant time; only `GET /gateway/live` answers without it, and says nothing about the models;
+* routes by the request's `model` to the container that serves it, answers `/v1/models` with
+  every served model and a name it does not serve with 404 naming them;
+* streams responses as they come and closes the request at vLLM when the client goes away;
+* terminates TLS when `gateway.certificate` is set (its key: the secret `gatewayTlsKey`).
+
+Children, all on the head:
+* `gateway-image`: the HAProxy image, pulled by digest (a tag is resolved at the registry first,
+  like the serving image's);
+* `gateway-key`: the key's SHA-256 (computed here from the secret) on stdin into a root-only
+  map file; the key itself never reaches the gateway; `gateway-tls`: the chain and the private
+  key on stdin into a root-only PEM file;
+* `gateway-config`: haproxy.cfg and the answers the gateway gives itself, written into a new
+  folder, checked with the image's own `haproxy -c`, swapped in, and the running gateway
+  reloaded (SIGUSR2: no connection dropped). Its text is the configuration: a preview shows a
+  routing change as this command's update, and nothing else of the stack changes with it;
+* `gateway-haproxy`: the container (`spark-vllm-<stack>-gateway`, host network, restart
+  `unless-stopped`, the gateway folder mounted read-only; none of the configuration is in its
+  inputs, so a new configuration reloads it and never replaces it);
+* `gateway-health`: from the head, the gateway answers as it must (payloads/gateway_health.py),
+  again after every new configuration or container; a container recon found stopped is started.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+from pulumi_command import remote
+
+from components import rerun
+from components.rerun import Again
+from components.spark_node import SparkNode
+from components.vllm_image import pinned_ref
+from config.forms import is_digest_ref
+from config.gateway import GatewayConfig
+from hostscripts import gateway as gw
+from hostscripts.paths import GATEWAY_MOUNT, StackNames
+
+ROLE = "gateway"
+
+
+def restart_reason(containers: Sequence[Any], stack_label: str) -> str | None:
+    """Why the gateway's gate must start it again (recon found its container not running)."""
+    bad = [f"{c.name} is {c.state or 'not running'}" for c in containers
+           if c.labels.get("spark-vllm.stack") == stack_label
+           and c.labels.get("spark-vllm.role") == ROLE and c.state != "running"]
+    return "; ".join(bad) or None
+
+
+@dataclass
+class GatewayArgs:
+    gateway: GatewayConfig
+    head: SparkNode
+    names: StackNames
+    labels: Mapping[str, str]  # managed + stack
+    environment: str
+    routes: Sequence[gw.Route]  # the main model's first
+    api_key: pulumi.Output[str]  # the stack's (configured or generated): secret
+    key_file: remote.Command  # the main vLLM's key file on the head, which the gate reads
+    tls_key: pulumi.Output[str] | None = None  # secret, with gateway.certificate
+    gate_timeout_seconds: int = 300
+    after: list[pulumi.Resource] = field(default_factory=list)  # the vLLM gates
+    restart_reason: str | None = None
+
+
+class Gateway(pulumi.ComponentResource):
+    image: docker.RemoteImage
+    key: remote.Command
+    tls: remote.Command | None
+    config: remote.Command
+    container: docker.Container
+    gate: remote.Command
+    endpoint: str  # what clients use
+    files: dict[str, str]  # the configuration files (what `gateway-config` writes)
+
+    def __init__(
+        self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        g, head, names = args.gateway, args.head, args.names
+        spec = gw.GatewaySpec(port=g.port, tls=g.tls, max_body_bytes=g.max_body_bytes,
+                              routes=tuple(args.routes))
+        props = self._props(args, spec)
+        super().__init__("spark-vllm:gateway:Gateway", name, props, opts)
+        # the main model's first (not a class annotation: the SDK reads those as output types)
+        self.routes: tuple[gw.Route, ...] = spec.routes
+        self.files = gw.render(spec)
+        # files recon found gone from the head (the stack's folder wiped behind it): the
+        # commands that write them run again (a fresh trigger; delete first, then create)
+        again = Again.when_wiped([rerun.fresh_trigger()]
+                                 if head.facts.gateway_files_present is False else [])
+        self.image = docker.RemoteImage(
+            f"{name}-image",
+            name=self._pull_ref(g, head),
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
+        )
+        self.key = head.command(
+            f"{name}-key",
+            self,
+            create=gw.key_write(names),
+            delete=gw.secret_remove(names, names.gateway_key_file),
+            stdin=pulumi.Output.secret(args.api_key.apply(gw.key_map)),
+            secret_outputs=["stdin", "stdout"],
+            logging=remote.Logging.STDERR,  # its stdout (the file's hash) only marks a change
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            delete_before_replace=True,
+        )
+        # a new key or certificate reloads the gateway from its own command: nothing derived
+        # from a secret (not even a hash: a weak configured key could be guessed from one) is
+        # in the configuration's text, which stays readable in a preview's diff
+        self.tls = None
+        if g.certificate is not None:
+            if args.tls_key is None:
+                raise ValueError("gateway.certificate is set but the secret gatewayTlsKey is "
+                                 "not (config/load.py refuses this)")
+            chain = g.certificate
+            self.tls = head.command(
+                f"{name}-tls",
+                self,
+                create=gw.tls_write(names),
+                delete=gw.secret_remove(names, names.gateway_tls_file),
+                stdin=pulumi.Output.secret(args.tls_key.apply(
+                    lambda k: chain + (k if k.endswith("\n") else k + "\n"))),
+                secret_outputs=["stdin", "stdout"],
+                logging=remote.Logging.STDERR,
+                triggers=again.triggers,
+                ignore_changes=again.ignore_changes,
+                delete_before_replace=True,
+            )
+        labels = {**args.labels, "spark-vllm.role": ROLE, "spark-vllm.node": head.name,
+                  "spark-vllm.port": str(g.port)}
+        files = self.files
+        self.config = head.command(
+            f"{name}-config",
+            self,
+            create=self.image.image_id.apply(
+                lambda i: gw.config_write(names, files, i, args.labels)),
+            delete=gw.config_remove(names),
+            triggers=again.triggers,
+            ignore_changes=again.ignore_changes,
+            # replaced (a fresh trigger): its delete removes the folders, so it goes first
+            delete_before_replace=True,
+            # a model is routed once it serves (its gate); a removed one is unrouted before
+            # its container goes (the engine deletes last)
+            depends_on=[self.key, *([self.tls] if self.tls else []), *args.after],
+        )
+        self.container = docker.Container(
+            f"{name}-haproxy",
+            name=names.gateway,
+            image=self.image.image_id,
+            entrypoints=gw.entrypoint(),
+            command=gw.command(),
+            # root in the container: HAProxy's master reads the root-only files on every
+            # reload; its workers run as the image's haproxy user (`user` in haproxy.cfg)
+            user="0",
+            network_mode="host",
+            restart="unless-stopped",
+            mounts=[docker.ContainerMountArgs(
+                target=GATEWAY_MOUNT, type="bind", source=names.gateway_dir, read_only=True)],
+            labels=[docker.ContainerLabelArgs(label=k, value=v)
+                    for k, v in sorted(labels.items())],
+            privileged=False,
+            destroy_grace_seconds=30,
+            opts=pulumi.ResourceOptions(
+                parent=self,
+                provider=head.provider,
+                # its name and its port on the head: the old one goes first
+                delete_before_replace=True,
+                depends_on=[self.config],
+            ),
+        )
+        if args.restart_reason is None:
+            marker, ignore = "none", ["triggers"]
+        else:
+            marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
+        self.endpoint = f"{g.scheme}://{head.node.host}:{g.port}/v1"
+        local = f"{g.scheme}://127.0.0.1:{g.port}"
+        self.gate = head.command(
+            f"{name}-health",
+            self,
+            create=pulumi.Output.all(self.container.id, self.config.stdout).apply(
+                lambda v: gw.gate_script(names, gw.gate_marker(v[0], v[1]), local,
+                                         args.routes, args.gate_timeout_seconds)),
+            triggers=[marker],
+            ignore_changes=ignore,
+            delete_before_replace=True,
+            depends_on=[self.container, self.config, args.key_file, *args.after],
+            timeout_seconds=args.gate_timeout_seconds + 120,
+        )
+        self.register_outputs({**props, "endpoint": self.endpoint, "health": self.gate.stdout,
+                               "container": self.container.name})
+
+    def _pull_ref(self, g: GatewayConfig, head: SparkNode) -> pulumi.Output[str]:
+        """The image by digest: `ref` itself when pinned, else the digest its tag names now."""
+        ref = g.image.ref
+        if is_digest_ref(ref):
+            return pulumi.Output.from_input(ref)
+        return docker.get_registry_image_output(
+            name=ref, opts=pulumi.InvokeOutputOptions(parent=self, provider=head.provider),
+        ).apply(lambda r: pinned_ref(ref, r.sha256_digest))
+
+    @staticmethod
+    def _props(args: GatewayArgs, spec: gw.GatewaySpec) -> dict[str, Any]:
+        """What the policy pack reviews (policies/rules/gateway.py)."""
+        g, head = args.gateway, args.head
+        return {
+            "environment": args.environment,
+            "node": head.name,
+            "host": head.node.host,
+            "port": g.port,
+            "listen": f"0.0.0.0:{g.port}",
+            "tls": g.tls,
+            "image": g.image.ref,
+            "livenessPath": gw.LIVE_PATH,
+            "maxBodyBytes": g.max_body_bytes,
+            "routes": [{"name": r.name, "task": r.task,
+                        "servers": [{"node": s.node, "address": s.address, "port": s.port}
+                                    for s in r.servers]} for r in spec.routes],
+        }

@@ -1,0 +1,408 @@
+"""The gateway's pieces: HAProxy's configuration (`render`), the scripts that write it, check it
+with the gateway image's own `haproxy -c` and reload the running gateway, the files that hold
+the key's digest and the TLS key, and the gate that proves the gateway from the head.
+
+Why HAProxy (docs/design.md "The gateway"): Debian-packaged (bookworm: 2.6 LTS, what the lab
+builds its image from) and an upstream image for the Sparks; it reads the JSON body's `model`
+(`json_query`), hashes (`sha2`) and compares in constant time (`secure_memcmp`), answers by
+itself (`http-request return`), routes through maps, streams responses as they come and reloads
+without dropping connections (master-worker mode, SIGUSR2). Configuration manual:
+https://docs.haproxy.org/2.6/configuration.html, management: https://docs.haproxy.org/2.6/management.html.
+
+What the rendered configuration does, in this order, for every request:
+
+1. `GET /gateway/live`: 200 `ok` from HAProxy itself, with no key (a liveness probe that says
+   nothing about the models: vLLM registers no such path);
+2. every other request needs the stack's API key as `Authorization: Bearer <key>`: HAProxy
+   hashes the presented token with SHA-256 and compares it in constant time with the key's
+   digest, read from a root-only map file the stack writes from stdin; the key itself never
+   reaches the gateway's node, its files or any command line. Without it: 401 (JSON);
+3. `GET /v1/models`: the served models, a static answer the stack generates;
+4. `/metrics`: the main model's vLLM metrics, `/metrics?model=<served name>` another's;
+5. a POST's `model` (the JSON body's) picks the backend through a map; a name the stack does not
+   serve: 404 listing the served names; no `model` at all: the main model (vLLM's default); a
+   body larger than `gateway.maxBodyBytes` whose `model` is not within that prefix: 413.
+
+Responses are forwarded as they arrive (no response buffering, no compression): server-sent
+events stream through. A client that goes away closes the connection to vLLM, which then aborts
+the request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hostscripts.common import (
+    container_ids,
+    image_id,
+    label_flags,
+    payload,
+    plain,
+    q,
+    secret_file_write,
+)
+from hostscripts.paths import GATEWAY_MOUNT, StackNames
+
+_GATE_PY = payload("gateway_health.py")
+
+LIVE_PATH = "/gateway/live"  # the one path without the key
+KEY_MAP_KEY = "api-key"  # the map entry holding the key's digest
+# Inactivity limits: a non-streamed completion of a long answer sends nothing until it is done
+TIMEOUT_SECONDS = 3600
+BODY_WAIT_SECONDS = 30  # how long the gateway waits for a request body to find its `model`
+# HAProxy's buffers are tune.bufsize each (maxBodyBytes), held by every connection with data in
+# flight, before the key is checked too: the connections at once are bounded so that their
+# request buffers never take more than BUFFER_BUDGET (1 GiB; as much again for responses)
+BUFFER_BUDGET = 1 << 30
+MAXCONN_RANGE = (16, 4096)
+_SERVED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")  # config.types.ServedName
+
+
+@dataclass(frozen=True)
+class Server:
+    """One vLLM that serves a route: the node and the address the gateway reaches it at."""
+
+    node: str
+    address: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Route:
+    """A served model name and the vLLM containers that serve it."""
+
+    name: str
+    task: str  # generate | embed | score (config.ServiceTask)
+    repo: str
+    servers: tuple[Server, ...]
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """What the gateway serves; `routes[0]` is the main model (a request without `model`)."""
+
+    port: int
+    tls: bool
+    max_body_bytes: int
+    routes: tuple[Route, ...]
+
+    def __post_init__(self) -> None:
+        if not self.routes:
+            raise ValueError("a gateway needs at least the main model's route")
+        names = [r.name for r in self.routes]
+        if len(set(names)) != len(names):
+            raise ValueError(f"served names must be unique: {names}")
+        for r in self.routes:
+            # the names reach a map file, JSON answers and comments: only the config's form
+            if not _SERVED.fullmatch(r.name) or not r.servers:
+                raise ValueError(f"route {r.name!r}: not a served name, or no server")
+
+    @property
+    def names(self) -> list[str]:
+        return [r.name for r in self.routes]
+
+
+def maxconn(max_body_bytes: int) -> int:
+    """The connections HAProxy takes at once (more wait in the kernel's backlog): BUFFER_BUDGET
+    over the buffer size, within MAXCONN_RANGE (512 at the default 2 MiB; vLLM serves far fewer
+    requests at once: the 122B recipe's maxNumSeqs is 4)."""
+    low, high = MAXCONN_RANGE
+    return max(low, min(high, BUFFER_BUDGET // max_body_bytes))
+
+
+def backend_name(index: int, route: Route) -> str:
+    """A HAProxy backend name for a route (its served name may hold `/`)."""
+    return f"model{index}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", route.name)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
+
+
+def _error(code: int, kind: str, message: str, **more: object) -> str:
+    """vLLM's (OpenAI's) error shape."""
+    return _json({"error": {"message": message, "type": kind, "param": more.pop("param", None),
+                            "code": code, **more}})
+
+
+def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
+           user: str | None = "haproxy") -> dict[str, str]:
+    """The gateway's configuration files, by path under `<root>/conf` (the folder the running
+    HAProxy reads; `root` is GATEWAY_MOUNT in the container, another folder in tests). The
+    key's digest and the TLS file are under `<root>/secrets`, written by their own commands.
+    `user`: whom HAProxy's workers run as (the master stays root to read the root-only files
+    on every reload); None to run as the caller."""
+    conf, secrets = f"{root}/conf", f"{root}/secrets"
+    errors = f"{conf}/errors"
+    served = ", ".join(spec.names)
+    files = {
+        "models.map": "".join(f"{r.name} {backend_name(i, r)}\n"
+                              for i, r in enumerate(spec.routes)),
+        "models.json": _json({"object": "list", "data": [
+            {"id": r.name, "object": "model", "created": 0, "owned_by": "spark-vllm",
+             "root": r.repo, "parent": None} for r in spec.routes]}),
+        "errors/401.json": _error(
+            401, "AuthenticationError",
+            "Unauthorized: send the stack's API key as `Authorization: Bearer <key>`"),
+        "errors/404.json": _error(
+            404, "NotFoundError", f"The model is not served here. Served models: {served}",
+            param="model", served_models=spec.names),
+        "errors/413.json": _error(
+            413, "RequestTooLarge",
+            f"The request body is larger than the {spec.max_body_bytes} bytes the gateway reads "
+            "to find its `model`, and `model` was not within them: put `model` first in the "
+            "JSON body, or raise spark-vllm:gateway.maxBodyBytes", param="model"),
+        "errors/502.json": _error(502, "BadGateway", "The model's server answered badly"),
+        "errors/503.json": _error(503, "ServiceUnavailable",
+                                  "The model's server is not available (starting or down)"),
+        "errors/504.json": _error(504, "GatewayTimeout", "The model's server did not answer"),
+    }
+    bind = f"bind *:{spec.port}"
+    if spec.tls:
+        bind += f" ssl crt {secrets}/tls.pem alpn h2,http/1.1"
+    lines = [
+        "# spark-vllm's gateway: written by the stack (hostscripts/gateway.py). A change is a",
+        "# new folder, checked with this image's haproxy -c, then the running HAProxy reloads.",
+        "global",
+        "    log stdout format raw local0 info",
+        f"    maxconn {maxconn(spec.max_body_bytes)}",
+        # the request buffer is what json_query sees of a body
+        f"    tune.bufsize {spec.max_body_bytes}",
+        # workers of an older configuration finish their streams at most this long after a
+        # reload; no connection is dropped before
+        f"    hard-stop-after {TIMEOUT_SECONDS}s",
+    ]
+    if user is not None:
+        lines += [f"    user {user}", f"    group {user}"]
+    if spec.tls:
+        lines.append("    ssl-default-bind-options ssl-min-ver TLSv1.2")
+    lines += [
+        "",
+        "defaults",
+        "    mode http",
+        "    log global",
+        "    option httplog",
+        "    option dontlognull",
+        "    option forwardfor",
+        # a client that closes before the answer aborts the request at vLLM (without it,
+        # HAProxy waits for vLLM's answer to a client that left: measured)
+        "    option abortonclose",
+        # send each piece of a response as it comes: without it HAProxy holds back small
+        # writes hoping for more (measured: every server-sent event ~200 ms late)
+        "    option http-no-delay",
+        "    timeout connect 5s",
+        "    timeout http-request 30s",
+        "    timeout http-keep-alive 60s",
+        "    timeout queue 30s",
+        f"    timeout client {TIMEOUT_SECONDS}s",
+        f"    timeout server {TIMEOUT_SECONDS}s",
+        "    timeout check 5s",
+        *(f"    http-error status {code} content-type application/json "
+          f"file {errors}/{code}.json" for code in (502, 503, 504)),
+        "",
+        "frontend api",
+        f"    {bind}",
+        "    # liveness only: nothing about the models",
+        f"    http-request return status 200 content-type text/plain string ok "
+        f"if {{ path {LIVE_PATH} }}",
+        "    # the stack's API key: the presented token's SHA-256 against the key's, compared in",
+        "    # constant time; the key's digest is a root-only file, the key is nowhere here",
+        f"    http-request set-var(txn.want) str({KEY_MAP_KEY}),map({secrets}/api-key.map)",
+        "    http-request set-var(txn.got) http_auth_bearer,sha2(256),hex,lower",
+        "    acl authorized var(txn.got),secure_memcmp(txn.want)",
+        f"    http-request return status 401 content-type application/json "
+        f"file {errors}/401.json hdr WWW-Authenticate 'Bearer realm=\"spark-vllm\"' "
+        "unless authorized",
+        "    # the served models, as the stack knows them",
+        f"    http-request return status 200 content-type application/json "
+        f"file {conf}/models.json if {{ path /v1/models }} METH_GET",
+        "    # vLLM's metrics: the main model's, or those of ?model=<served name>",
+        "    acl metrics path /metrics",
+        "    http-request set-var(txn.model) urlp(model) if metrics",
+        "    # the model a request is for: its JSON body's `model`",
+        f"    http-request wait-for-body time {BODY_WAIT_SECONDS}s if METH_POST !metrics",
+        "    http-request set-var(txn.model) req.body,json_query('$.model') "
+        "if METH_POST !metrics",
+        f"    http-request set-var(txn.backend) var(txn.model),map({conf}/models.map)",
+        f"    http-request return status 404 content-type application/json "
+        f"file {errors}/404.json if {{ var(txn.model) -m found }} "
+        "!{ var(txn.backend) -m found }",
+        "    http-request set-var(txn.bodysize) req.body_size if METH_POST",
+        f"    http-request return status 413 content-type application/json "
+        f"file {errors}/413.json if METH_POST !{{ var(txn.model) -m found }} "
+        "{ req.body_len,sub(txn.bodysize) lt 0 }",
+        "    use_backend %[var(txn.backend)] if { var(txn.backend) -m found }",
+        f"    default_backend {backend_name(0, spec.routes[0])}",
+    ]
+    for i, r in enumerate(spec.routes):
+        lines += [
+            "",
+            # a comment and directive words of haproxy.cfg: a newline in a value would start a
+            # directive of its own, so only plain values (issue 31, item 7: hostscripts.common)
+            f"# {r.name}: {plain(r.task)}, {plain(r.repo)}",
+            f"backend {backend_name(i, r)}",
+            "    balance leastconn",
+            "    option httpchk GET /health",
+            "    http-check expect status 200",
+            "    default-server check inter 5s fall 2 rise 1",
+            *(f"    server {plain(s.node)} {plain(s.address)}:{int(s.port)}" for s in r.servers),
+        ]
+    files["haproxy.cfg"] = "\n".join(lines) + "\n"
+    return dict(sorted(files.items()))
+
+
+def config_hash(files: Mapping[str, str]) -> str:
+    """A short content hash of the configuration files (names the folder they go in)."""
+    return hashlib.sha256(_json(dict(files)).encode()).hexdigest()[:16]
+
+
+def key_map(api_key: str) -> str:
+    """The key's digest as the map the configuration reads (computed where Pulumi runs, from the
+    secret; travels on stdin into a root-only file)."""
+    return f"{KEY_MAP_KEY} {hashlib.sha256(api_key.encode()).hexdigest()}\n"
+
+
+def key_write(names: StackNames) -> str:
+    """On the head: the key's digest map (stdin) into its root-only file, and a running gateway
+    reloaded to read it (a new key takes at once); prints the file's sha256."""
+    return "\n".join([secret_file_write(names.gateway_key_file, "gateway key digest"),
+                      *reload_lines(names)])
+
+
+def tls_write(names: StackNames) -> str:
+    """On the head: the TLS chain and private key (stdin, one PEM file) into its root-only file,
+    and a running gateway reloaded to read it; prints the file's sha256."""
+    return "\n".join([secret_file_write(names.gateway_tls_file, "gateway tls"),
+                      *reload_lines(names)])
+
+
+def reload_lines(names: StackNames) -> list[str]:
+    """Shell lines: the gateway, if it runs, reloaded (SIGUSR2 to HAProxy's master: new workers
+    take the listeners, the old ones finish their connections). HAProxy's master ignores SIGUSR2
+    until it has started (measured: a reload sent then is lost), so they first wait until it
+    catches the signal (SigCgt bit 12), at most 30 s."""
+    c = q(names.gateway)
+    return [
+        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c} 2>/dev/null)\" = true ]; then",
+        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {c})",
+        "  i=0",
+        "  until [ $(( 0x$(awk '/^SigCgt/ {print $2}' /proc/$pid/status 2>/dev/null || "
+        "echo 0) & 0x800 )) -ne 0 ]; do",
+        "    i=$((i + 1))",
+        "    [ $i -le 60 ] || { echo 'the gateway does not take its reload signal (SIGUSR2) "
+        "after 30 s' >&2; exit 1; }",
+        "    sleep 0.5",
+        "  done",
+        f"  docker kill -s USR2 {c} >/dev/null",
+        "  echo 'gateway reloaded'",
+        "fi",
+    ]
+
+
+def secret_remove(names: StackNames, path: str) -> str:
+    """One of the gateway's secret files removed, with its folders as far as they are empty."""
+    return _remove_up(names, path)
+
+
+def _remove_up(names: StackNames, path: str) -> str:
+    if not path.startswith(names.dir + "/"):
+        raise ValueError(f"{path} is not in the stack's folder {names.dir}")
+    folders, d = [], path.rsplit("/", 1)[0]
+    while len(d) >= len(names.dir):
+        folders.append(d)
+        d = d.rsplit("/", 1)[0]
+    return f"rm -rf {q(path)}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
+
+
+def config_write(names: StackNames, files: Mapping[str, str], image: str,
+                 labels: Mapping[str, str]) -> str:
+    """On the head: the configuration into a new folder `conf.<hash>`, checked by the gateway
+    image's own `haproxy -c` (with the secret files it reads), then made the one in use (`conf`
+    is a link, swapped atomically) and the running gateway reloaded (reload_lines). A check that
+    fails fails the command and leaves the configuration in use as it was. Nothing secret is in
+    its text (a new key or certificate reloads the gateway from its own command). Prints
+    `gateway config <hash>`."""
+    digest = config_hash(files)
+    image = image_id(image)  # read back from the head: its exact form before a shell sees it
+    d = names.gateway_dir
+    new = f"{d}/conf.{digest}"
+    check_labels = {**labels, "spark-vllm.role": "gateway-check"}
+    lines = [
+        "set -eu",
+        "umask 077",
+        f"rm -rf {q(new)} {q(new + '.tmp')}",
+        f"mkdir -p {q(new + '.tmp/errors')} {q(d + '/secrets')}",
+        f"chmod 700 {q(d)}",
+    ]
+    for path, text in files.items():
+        if not re.fullmatch(r"[a-z0-9]+(/[a-z0-9]+)?\.[a-z]+", path):
+            raise ValueError(f"not a gateway file name: {path!r}")
+        lines.append(f"printf '%s' {q(text)} > {q(new + '.tmp/' + path)}")
+    lines += [
+        f"mv {q(new + '.tmp')} {q(new)}",
+        f"docker run --rm --network none --user 0 {label_flags(check_labels)} "
+        f"-v {q(new + ':' + GATEWAY_MOUNT + '/conf:ro')} "
+        f"-v {q(d + '/secrets:' + GATEWAY_MOUNT + '/secrets:ro')} "
+        f"--entrypoint haproxy {q(image)} -c -f {q(GATEWAY_MOUNT + '/conf/haproxy.cfg')} >&2",
+        f"ln -sfn {q('conf.' + digest)} {q(d + '/conf.link')}",
+        f"mv -T {q(d + '/conf.link')} {q(d + '/conf')}",
+        f"for old in {q(d)}/conf.*; do [ \"$old\" = {q(new)} ] || rm -rf \"$old\"; done",
+        *reload_lines(names),
+        f"echo 'gateway config {digest}'",
+    ]
+    return "\n".join(lines)
+
+
+def config_remove(names: StackNames) -> str:
+    """The gateway's configuration folders (its secret files go with their own commands)."""
+    d = names.gateway_dir
+    return (f"rm -rf {q(d + '/conf')} {q(d)}/conf.*; "
+            f"rmdir {q(d + '/secrets')} {q(d)} {q(names.dir)} 2>/dev/null || true")
+
+
+def entrypoint() -> list[str]:
+    return ["haproxy"]
+
+
+def command() -> list[str]:
+    """HAProxy in master-worker mode (-W: SIGUSR2 reloads without dropping connections) in the
+    foreground (-db), reading the configuration in use."""
+    return ["-W", "-db", "-f", f"{GATEWAY_MOUNT}/conf/haproxy.cfg"]
+
+
+def gate_script(names: StackNames, ids_marker: str, url: str, routes: Sequence[Route],
+                timeout: int) -> str:
+    """On the head, after the gateway container and its configuration: the gateway is started if
+    recon found it stopped, then payloads/gateway_health.py (the head's python3) proves it from
+    the head: liveness without the key, 401 without or with a wrong key, `/v1/models` listing
+    every served name, 404 for a name not served, and one request per model through it on the
+    endpoint its task uses. The key comes on stdin from the main vLLM's root-only key file.
+
+    `ids_marker`: the gateway container's ID and the configuration's hash, so a new container or
+    configuration runs the gate again."""
+    c = q(names.gateway)
+    # a comment line: quoting does not protect it from a newline, so every word plain
+    for word in ids_marker.split(" "):
+        plain(word)
+    spec = json.dumps({"models": [{"name": r.name, "task": r.task} for r in routes],
+                       "live": LIVE_PATH}, sort_keys=True, separators=(",", ":"))
+    return "\n".join([
+        "set -eu",
+        f"# gateway: {q(ids_marker)}",
+        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
+        f"  docker start {c} >/dev/null",
+        "fi",
+        f"python3 -c {q(_GATE_PY)} {q(url)} {q(spec)} {int(timeout)} < {q(names.vllm_key_file)}",
+    ])
+
+
+def gate_marker(container_id: str, config_stdout: str) -> str:
+    """The gate's marker: the container's ID (checked) and the configuration's hash."""
+    digest = (config_stdout or "").strip().rsplit(" ", 1)[-1]
+    if not re.fullmatch(r"[0-9a-f]{16}", digest):
+        raise ValueError(f"not a gateway config hash: {digest!r}")
+    return f"{container_ids(container_id)} {digest}"

@@ -1,0 +1,210 @@
+"""14. vllm-behind-gateway: no vLLM port of the stack is reachable but through the gateway.
+
+vLLM's `--api-key` guards only some of its paths (issue 30: `/invocations`, `/tokenize`,
+`/metrics`, ... answer without it), so the gateway (`spark-vllm:gateway:Gateway`, HAProxy on
+the head, which checks the key on every path) must be the stack's only listener beyond a node.
+Every vLLM listens on loopback or a fabric address, where the gateway reaches it:
+
+* the VllmServer's `host` (the main model's API) and each VllmService's `hosts` (per node) are
+  loopback or a fabric address: never every address (0.0.0.0, ::), a management address (a
+  SparkNode `host` or a docker provider's ssh host) or any other;
+* every vLLM container with an API (role `vllm-serve` without `--headless`, `vllm-service`)
+  has `--host` on its command line, loopback or fabric (without it vLLM listens on every
+  address), and publishes no port;
+* the stack has a Gateway and it routes every model the stack serves, to servers at loopback or
+  fabric addresses.
+
+mp's rendezvous port (torch.distributed's store on `masterPort`, every address whatever vLLM is
+told) is no API port and the gateway does not front it: rule 13, mp-rendezvous-fabric-only
+(rules/rendezvous.py), judges the head's firewall rule that keeps it on the fabric.
+
+Fabric addresses: the NcclEnvironment's interfaces, else pack config `fabricSubnets`, else the
+stack config `nccl.fabricSubnets`. Unknown values (preview) are not judged.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pulumi_policy import (
+    EnforcementLevel,
+    PolicyResource,
+    StackValidationArgs,
+    StackValidationPolicy,
+)
+
+from ._common import (
+    CONTAINER,
+    VLLM_SERVER,
+    VLLM_SERVICE,
+    Report,
+    elements,
+    get,
+    is_unknown,
+    mapping_items,
+    num,
+    text,
+)
+from ._containers import command_tokens, flag_value, has_flag, labels_of, provider_host
+from ._schema import schema
+from .ray_exposure import (
+    IPNetwork,
+    _fabric_ips,
+    _fabric_subnets,
+    _in_subnets,
+    _management_hosts,
+    parse_ip,
+)
+
+GATEWAY = "spark-vllm:gateway:Gateway"
+API_ROLES = ("vllm-serve", "vllm-service")
+_FIX = ("bind it to 127.0.0.1 or the node's fabric address (spark-vllm:vllm.host unset: the "
+        "stack's choice); clients use the gateway's endpoint")
+
+
+def _where(host: object, management: set[str], fabric_ips: set[str],
+           subnets: Sequence[IPNetwork]) -> str | None:
+    """Why `host` is not a place only the gateway reaches, or None when it is one."""
+    if not isinstance(host, str):
+        return "no address: vLLM then listens on every address"
+    if host == "localhost":
+        return None
+    ip = parse_ip(host)
+    if ip is None:
+        return f"{host} is not an address"
+    if ip.is_loopback:
+        return None
+    if ip.is_unspecified:
+        return f"{host} is every address of the node, the management network's included"
+    if host in management:
+        return f"{host} is a management address"
+    if host in fabric_ips or (not fabric_ips and _in_subnets(ip, subnets)):
+        return None
+    return f"{host} is neither loopback nor a fabric address"
+
+
+def behind_gateway_findings(resources: Sequence[PolicyResource], management: set[str],
+                            fabric_ips: set[str], subnets: Sequence[IPNetwork]
+                            ) -> list[tuple[str, str | None]]:
+    out: list[tuple[str, str | None]] = []
+
+    def judge(what: str, host: object, urn: str) -> None:
+        if is_unknown(host):
+            return
+        why = _where(host, management, fabric_ips, subnets)
+        if why:
+            out.append((f"{what} listens where the gateway does not guard it: {why}; {_FIX}",
+                        urn))
+
+    served: list[tuple[str, str]] = []  # (served name, urn)
+    gateways = [r for r in resources if r.resource_type == GATEWAY]
+    for r in resources:
+        if r.resource_type == VLLM_SERVER:
+            judge(f"vLLM ({text(get(r.props, 'servedModelName')) or r.name})",
+                  get(r.props, "host"), r.urn)
+            name = get(r.props, "servedModelName")
+            if isinstance(name, str):
+                served.append((name, r.urn))
+        elif r.resource_type == VLLM_SERVICE:
+            hosts = get(r.props, "hosts")
+            what = f"service {text(get(r.props, 'service')) or r.name}"
+            if is_unknown(hosts):
+                pass
+            elif not mapping_items(hosts):
+                out.append((f"{what} does not say where its vLLM listens (no `hosts`): it "
+                            "cannot be shown to stay behind the gateway", r.urn))
+            for node, host in mapping_items(hosts):
+                judge(f"{what} on {node}", host, r.urn)
+            name = get(r.props, "servedModelName")
+            if isinstance(name, str):
+                served.append((name, r.urn))
+        elif r.resource_type == CONTAINER:
+            out += _container_findings(r, management, fabric_ips, subnets)
+    if served and not gateways:
+        out.append(("the stack serves vLLM without a gateway (spark-vllm:gateway:Gateway): "
+                    "nothing checks the API key on every path", None))
+    for g in gateways:
+        out += _gateway_findings(g, served, management, fabric_ips, subnets)
+    return out
+
+
+def _container_findings(r: PolicyResource, management: set[str], fabric_ips: set[str],
+                        subnets: Sequence[IPNetwork]) -> list[tuple[str, str | None]]:
+    role = text(labels_of(r.props).get("spark-vllm.role"))
+    if role not in API_ROLES:
+        return []
+    raw = get(r.props, "command")
+    if is_unknown(raw):
+        return []
+    tokens = command_tokens(r.props)
+    if role == "vllm-serve" and "--headless" in tokens:
+        return []  # no API server
+    mgmt = set(management)
+    ph = provider_host(r)
+    if ph:
+        mgmt.add(ph)
+    out: list[tuple[str, str | None]] = []
+    host = flag_value(tokens, "--host") if has_flag(tokens, "--host") else None
+    why = _where(host, mgmt, fabric_ips, subnets)
+    if why:
+        out.append((f"container {r.name}: vLLM listens where the gateway does not guard it: "
+                    f"{why}; {_FIX}", r.urn))
+    for p in elements(get(r.props, "ports")):
+        internal = num(get(p, "internal"))
+        if internal is not None:
+            out.append((f"container {r.name}: publishes port {int(internal)} of vLLM beyond "
+                        "the node; only the gateway may listen there", r.urn))
+    return out
+
+
+def _gateway_findings(g: PolicyResource, served: list[tuple[str, str]], management: set[str],
+                      fabric_ips: set[str], subnets: Sequence[IPNetwork]
+                      ) -> list[tuple[str, str | None]]:
+    routes = get(g.props, "routes")
+    if is_unknown(routes):
+        return []
+    out: list[tuple[str, str | None]] = []
+    routed: set[str] = set()
+    for route in elements(routes):
+        name = text(get(route, "name"))
+        if name:
+            routed.add(name)
+        for s in elements(get(route, "servers")):
+            address = get(s, "address")
+            if is_unknown(address):
+                continue
+            why = _where(address, management, fabric_ips, subnets)
+            if why:
+                out.append((f"the gateway reaches {name} at {address}: {why}; a vLLM there "
+                            "listens beyond the gateway", g.urn))
+    for name, urn in served:
+        if name not in routed:
+            out.append((f"the gateway does not route {name}: its clients would have to reach "
+                        "vLLM directly", urn))
+    return out
+
+
+def validate_vllm_behind_gateway(args: StackValidationArgs, report: Report) -> None:
+    management = _management_hosts(args.resources)
+    for msg, urn in behind_gateway_findings(args.resources, management,
+                                            _fabric_ips(args.resources), _fabric_subnets(args)):
+        report(msg, urn)
+
+
+vllm_behind_gateway = StackValidationPolicy(
+    name="vllm-behind-gateway",
+    description="No vLLM port of the stack is reachable but through the gateway: every vLLM API "
+                "listens on loopback or a fabric address (never 0.0.0.0 or a management "
+                "address), vLLM containers publish no port, and the gateway routes every served "
+                "model.",
+    validate=validate_vllm_behind_gateway,
+    enforcement_level=EnforcementLevel.MANDATORY,
+    remediation_steps="Leave spark-vllm:vllm.host unset (or 127.0.0.1 / the head's fabric "
+                      "address); keep the gateway section (spark-vllm:gateway) and reach every "
+                      "model through its endpoint; never --host in extraArgs, never `ports` on a "
+                      "vLLM container.",
+    config_schema=schema(
+        fabricSubnets={"type": "array", "items": {"type": "string"}, "default": [],
+                       "description": "CIDRs of the fabric; default: stack config "
+                                      "nccl.fabricSubnets"},
+    ),
+)

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The Debian packages the unit tier runs for real on this machine (docs/testing.md, "fast"):
+#   haproxy   the gateway's configuration is run by Debian's HAProxy 2.6, the package the lab's
+#             gateway image is built from (tests/unit/hostscripts/test_gateway_haproxy.py, ...).
+# `make setup` runs this. Missing and root: `apt-get update` once, then `apt-get install -y
+# --no-install-recommends` (no service is started by the install). Missing and not root: it
+# says how to install and exits 0; the tests that need the binary then fail saying the same,
+# they never skip. Present: nothing happens (a warm run takes milliseconds).
+set -euo pipefail
+
+# Debian package = its binary's name (SPARK_VLLM_HOST_PACKAGES: another list, for its own test)
+read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy}"
+
+have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  have "$pkg" || missing+=("$pkg")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+how="apt-get update && apt-get install -y --no-install-recommends ${missing[*]}"
+if [ "$(id -u)" != 0 ]; then
+  echo "host packages: ${missing[*]} missing; the unit tier runs it for real and fails without" \
+       "it. As root: make setup, or: $how" >&2
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "host packages: ${missing[*]} missing and this is not a Debian system (no apt-get):" \
+       "install HAProxy 2.6 so that \`haproxy\` is on PATH" >&2
+  exit 1
+fi
+
+echo "host packages: installing ${missing[*]} (Debian's, for the unit tier)"
+export DEBIAN_FRONTEND=noninteractive
+# the package's service must not start (a HAProxy of the machine's own is not what the tests
+# run, and the lab may be using this host): invoke-rc.d asks policy-rc.d first
+policy=${POLICY_RC_D:-/usr/sbin/policy-rc.d}
+made_policy=
+if [ ! -e "$policy" ]; then
+  printf '#!/bin/sh\nexit 101\n' > "$policy"
+  chmod 755 "$policy"
+  made_policy=1
+fi
+cleanup() { if [ -n "$made_policy" ]; then rm -f "$policy"; fi; }
+trap cleanup EXIT
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+for pkg in "${missing[@]}"; do
+  have "$pkg" || { echo "host packages: $pkg still missing after apt-get install" >&2; exit 1; }
+done
+echo "host packages: ${missing[*]} installed"

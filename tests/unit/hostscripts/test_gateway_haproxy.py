@@ -1,0 +1,513 @@
+"""The gateway's configuration, run: the real HAProxy (Debian's `haproxy` package, bookworm's
+2.6 LTS, what the lab's gateway image is built from) with the exact files hostscripts/gateway.py
+renders, in front of two fake vLLM servers (tests/fake_vllm.py: they run no model).
+
+Everything on loopback, in this process's network: the key, routing by the body's `model`, the
+answers the gateway gives itself, streaming, cancellation, a reload that keeps an open stream,
+TLS. Needs the `haproxy` binary (`make setup` as root installs it: scripts/host_packages.sh);
+without it this module fails saying how to install it, it does not skip (make test fails on
+skips anyway).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hostscripts.gateway import (
+    LIVE_PATH,
+    GatewaySpec,
+    Route,
+    Server,
+    config_write,
+    key_map,
+    render,
+)
+from hostscripts.paths import StackNames
+from tests.conftest import haproxy_binary
+from tests.fake_vllm import FakeVllm
+
+KEY = "sk-gateway-functional-test-key-0001"
+MAX_BODY = 64 * 1024
+# Paths vLLM registers (its /openapi.json; tests/e2e/test_gateway.py reads the live list) and
+# some it does not: without the key every one is 401, whatever the method
+PATHS = ["/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embeddings", "/score",
+         "/v1/score", "/rerank", "/v1/rerank", "/v2/rerank", "/pooling", "/classify",
+         "/invocations", "/tokenize", "/detokenize", "/metrics", "/metrics?model=embed",
+         "/load", "/version", "/health", "/ping", "/openapi.json", "/docs", "/v1/responses",
+         "/v1/audio/transcriptions", "/no/such/path", "/gateway/livez", "/gateway/live/x", "/"]
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """This module talks to its own HAProxy and fake servers on loopback only (the unit tier's
+    rule, tests/unit/conftest.py, refuses every connection; here: everything but 127.0.0.1)."""
+    connect = socket.socket.connect
+
+    def loopback_only(self, address):
+        host = address[0] if isinstance(address, tuple) else address
+        if host not in ("127.0.0.1", "localhost"):
+            raise AssertionError(f"unit tests must not open network connections ({host})")
+        return connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", loopback_only)
+
+
+def _haproxy() -> str:
+    return haproxy_binary()
+
+
+def _catches_usr2(pid: int) -> bool:
+    """What config_write's loop reads: the process catches SIGUSR2 (SigCgt, bit 12)."""
+    with open(f"/proc/{pid}/status") as f:
+        cgt = next(line.split()[1] for line in f if line.startswith("SigCgt:"))
+    return bool(int(cgt, 16) & (1 << (signal.SIGUSR2 - 1)))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Gateway:
+    """HAProxy with the rendered files under `root` (conf/ and secrets/, as on the head)."""
+
+    def __init__(self, root: Path, spec: GatewaySpec, cert: str | None = None) -> None:
+        self.root, self.spec, self.cert = root, spec, cert
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.write(spec)
+        (root / "secrets").mkdir(parents=True, exist_ok=True)
+        (root / "secrets" / "api-key.map").write_text(key_map(KEY))
+        if cert is not None:
+            (root / "secrets" / "tls.pem").write_text(cert)
+
+    def write(self, spec: GatewaySpec) -> None:
+        self.spec = spec
+        for path, text in render(spec, root=str(self.root), user=None).items():
+            (self.root / "conf" / path).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / "conf" / path).write_text(text)
+
+    @property
+    def cfg(self) -> Path:
+        return self.root / "conf" / "haproxy.cfg"
+
+    def start(self) -> Gateway:
+        check = subprocess.run([_haproxy(), "-c", "-f", str(self.cfg)], capture_output=True,
+                               text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        self.proc = subprocess.Popen([_haproxy(), "-W", "-db", "-f", str(self.cfg)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        end = time.monotonic() + 20
+        while time.monotonic() < end:
+            try:
+                if self.request("GET", LIVE_PATH, key=None)[0] == 200:
+                    return self
+            except OSError:
+                time.sleep(0.1)
+        raise AssertionError("HAProxy did not answer its liveness path")
+
+    def reload(self, spec: GatewaySpec) -> None:
+        """What the stack does on the head (hostscripts/gateway.config_write): new files, then
+        SIGUSR2 to the master once it catches that signal (it ignores it while it starts: a
+        reload sent then is lost, measured under load)."""
+        self.write(spec)
+        assert self.proc is not None
+        end = time.monotonic() + 30
+        while not _catches_usr2(self.proc.pid):
+            assert time.monotonic() < end, "HAProxy's master never caught SIGUSR2"
+            time.sleep(0.05)
+        self.proc.send_signal(signal.SIGUSR2)
+
+    def stop(self) -> str:
+        if self.proc is None:
+            return ""
+        self.proc.terminate()
+        try:
+            out, _ = self.proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            out, _ = self.proc.communicate()
+        return out.decode(errors="replace")
+
+    def connection(self, timeout: float = 10) -> http.client.HTTPConnection:
+        if self.cert is None:
+            return http.client.HTTPConnection("127.0.0.1", self.spec.port, timeout=timeout)
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        return http.client.HTTPSConnection("127.0.0.1", self.spec.port, timeout=timeout,
+                                           context=ctx)
+
+    def request(self, method: str, path: str, body: dict | bytes | None = None,
+                key: str | None = KEY, headers: dict | None = None) -> tuple[int, dict, bytes]:
+        hdr = {"Content-Type": "application/json", **(headers or {})}
+        if key is not None:
+            hdr["Authorization"] = f"Bearer {key}"
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        c = self.connection()
+        try:
+            c.request(method, path, body=data, headers=hdr)
+            r = c.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            c.close()
+
+
+def _spec(port: int, main: FakeVllm, embed: FakeVllm | None, tls: bool = False) -> GatewaySpec:
+    routes = [Route("tiny-moe", "generate", "spark-lab/tiny-moe",
+                    (Server("spark-1", "127.0.0.1", main.port),))]
+    if embed is not None:
+        routes.append(Route("tiny-embed", "embed", "spark-lab/tiny-embed",
+                            (Server("spark-1", "127.0.0.1", embed.port),)))
+    return GatewaySpec(port=port, tls=tls, max_body_bytes=MAX_BODY, routes=tuple(routes))
+
+
+@pytest.fixture
+def fakes() -> Iterator[tuple[FakeVllm, FakeVllm]]:
+    main, embed = FakeVllm("main").start(), FakeVllm("embed").start()
+    yield main, embed
+    main.stop()
+    embed.stop()
+
+
+@pytest.fixture
+def gw(tmp_path, fakes) -> Iterator[Gateway]:
+    main, embed = fakes
+    g = Gateway(tmp_path / "gateway", _spec(_free_port(), main, embed)).start()
+    yield g
+    log = g.stop()
+    assert KEY not in log  # HAProxy's log lines never carry the key
+
+
+def test_every_path_without_the_key_or_with_a_wrong_one_is_401_and_reaches_no_vllm(gw, fakes):
+    wrong = [None, "sk-wrong", KEY + "x", KEY[:-1], "", f"{KEY} {KEY}"]
+    for path in PATHS:
+        for method in ("GET", "POST", "HEAD", "PUT", "DELETE", "OPTIONS"):
+            for key in wrong:
+                body = {"model": "tiny-moe", "prompt": "x"} if method == "POST" else None
+                status, headers, data = gw.request(method, path, body, key=key)
+                assert status == 401, (method, path, key, status, data)
+                if method != "HEAD":
+                    assert json.loads(data)["error"]["code"] == 401
+                assert headers.get("www-authenticate") == 'Bearer realm="spark-vllm"'
+    # other schemes and spellings of the right key are refused too
+    for header in (f"Basic {KEY}", f"Token {KEY}", KEY, f"Bearer  {KEY}x"):
+        status, _, _ = gw.request("GET", "/v1/models", key=None,
+                                  headers={"Authorization": header})
+        assert status == 401, header
+    assert fakes[0].seen == [] and fakes[1].seen == []
+
+
+def test_the_liveness_path_needs_no_key_and_says_nothing_about_the_models(gw, fakes):
+    status, headers, data = gw.request("GET", LIVE_PATH, key=None)
+    assert (status, data) == (200, b"ok")
+    assert "tiny" not in data.decode() + json.dumps(headers)
+    assert fakes[0].seen == []
+
+
+def test_v1_models_lists_every_served_model_from_the_gateway_itself(gw, fakes):
+    status, _, data = gw.request("GET", "/v1/models")
+    assert status == 200
+    doc = json.loads(data)
+    assert [m["id"] for m in doc["data"]] == ["tiny-moe", "tiny-embed"]
+    assert doc["data"][1]["root"] == "spark-lab/tiny-embed" and doc["object"] == "list"
+    assert fakes[0].seen == [] and fakes[1].seen == []
+
+
+def test_routes_by_the_bodys_model_and_passes_the_key_on(gw, fakes):
+    main, embed = fakes
+    for model, fake, path in (("tiny-moe", main, "/v1/completions"),
+                              ("tiny-embed", embed, "/v1/embeddings"),
+                              ("tiny-embed", embed, "/tokenize")):
+        status, headers, data = gw.request("POST", path, {"model": model, "input": "hi"})
+        assert status == 200, data
+        assert headers["x-fake-vllm"] == fake.name and json.loads(data)["model"] == model
+        assert fake.seen[-1].path == path
+        assert fake.seen[-1].authorization == f"Bearer {KEY}"  # vLLM checks it again
+    # no `model`: vLLM's default, the main model's server; GETs too
+    n = len(main.seen)
+    assert gw.request("POST", "/tokenize", {"prompt": "hi"})[1]["x-fake-vllm"] == "main"
+    assert gw.request("GET", "/version")[1]["x-fake-vllm"] == "main"
+    assert gw.request("GET", "/openapi.json")[1]["x-fake-vllm"] == "main"
+    assert len(main.seen) == n + 3
+    # the model first or last in the body, spaces or not
+    body = b'{"prompt": "x", "max_tokens": 1,   "model" :"tiny-embed"}'
+    assert gw.request("POST", "/v1/embeddings", body)[1]["x-fake-vllm"] == "embed"
+
+
+def test_an_unknown_model_is_404_naming_the_served_ones(gw, fakes):
+    for model in ("gpt-4", "tiny-moe ", "TINY-MOE", "", "tiny"):
+        status, _, data = gw.request("POST", "/v1/chat/completions", {"model": model})
+        assert status == 404, model
+        error = json.loads(data)["error"]
+        assert error["code"] == 404 and error["param"] == "model"
+        assert error["served_models"] == ["tiny-moe", "tiny-embed"]
+        assert "tiny-moe, tiny-embed" in error["message"]
+    assert gw.request("GET", "/metrics?model=nope")[0] == 404
+    assert fakes[0].seen == [] and fakes[1].seen == []
+
+
+def test_metrics_only_behind_the_key_from_the_model_asked(gw, fakes):
+    assert gw.request("GET", "/metrics", key=None)[0] == 401
+    assert gw.request("GET", "/metrics")[1]["x-fake-vllm"] == "main"
+    assert gw.request("GET", "/metrics?model=tiny-embed")[1]["x-fake-vllm"] == "embed"
+
+
+def test_a_body_too_large_to_find_its_model_is_413_and_one_with_the_model_first_is_routed(gw):
+    pad = "x" * (2 * MAX_BODY)
+    status, _, data = gw.request("POST", "/v1/completions", {"prompt": pad, "model": "tiny-moe"})
+    assert status == 413 and "maxBodyBytes" in json.loads(data)["error"]["message"]
+    body = json.dumps({"model": "tiny-embed", "prompt": pad}).encode()
+    status, headers, _ = gw.request("POST", "/v1/embeddings", body)
+    assert status == 200 and headers["x-fake-vllm"] == "embed"
+
+
+def _open_stream(gw: Gateway, model: str = "tiny-moe") -> tuple[http.client.HTTPConnection,
+                                                                  http.client.HTTPResponse]:
+    c = gw.connection(timeout=30)
+    c.request("POST", "/v1/completions", body=json.dumps(
+        {"model": model, "prompt": "x", "stream": True}).encode(),
+              headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    return c, r
+
+
+def _events(r: http.client.HTTPResponse) -> Iterator[tuple[float, bytes]]:
+    """(arrival time, event) for each SSE event as it arrives."""
+    buf = b""
+    while True:
+        data = r.read1(65536)
+        if not data:
+            return
+        buf += data
+        while b"\n\n" in buf:
+            event, buf = buf.split(b"\n\n", 1)
+            yield time.monotonic(), event
+
+
+def test_server_sent_events_arrive_as_they_are_sent_not_at_the_end(gw, fakes):
+    main = fakes[0]
+    c, r = _open_stream(gw)
+    got = list(_events(r))
+    c.close()
+    assert [e for _, e in got][-1] == b"data: [DONE]"
+    arrived = [t for t, _ in got][: main.chunks]
+    assert len(arrived) == len(main.sent_at) == main.chunks
+    # each event reached the client within a fraction of the gap after the server sent it,
+    # long before the response ended
+    lags = [a - s for a, s in zip(arrived, main.sent_at, strict=True)]
+    assert max(lags) < main.gap / 2, lags
+    assert got[-1][0] - arrived[0] > (main.chunks - 1) * main.gap * 0.9
+
+
+def test_a_client_that_goes_away_mid_stream_cancels_at_the_server(gw, fakes):
+    main = fakes[0]
+    main.chunks, main.gap = 50, 0.2
+    c, r = _open_stream(gw)
+    next(_events(r))  # one event, then the client leaves
+    c.close()
+    assert main.disconnected.wait(5), "the fake vLLM kept streaming to a client that left"
+
+
+def test_a_client_that_goes_away_before_an_answer_cancels_at_the_server(gw, fakes):
+    main = fakes[0]
+    c = gw.connection()
+    c.request("POST", "/fake/slow", body=b'{"model": "tiny-moe"}',
+              headers={"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"})
+    time.sleep(0.5)  # the request reached the server, which has not answered
+    assert main.seen and main.seen[-1].path == "/fake/slow"
+    c.close()
+    assert main.disconnected.wait(5), "the fake vLLM never saw the client leave"
+
+
+def test_a_reload_changes_the_routing_and_keeps_an_open_stream(gw, fakes):
+    """Removing a service is new files and SIGUSR2 to HAProxy's master: the open stream (served
+    by the old worker) finishes whole, new requests see the new routing at once."""
+    main, _embed = fakes
+    main.chunks, main.gap = 8, 0.25
+    c, r = _open_stream(gw)
+    events = _events(r)
+    next(events)
+    gw.reload(_spec(gw.spec.port, main, None))
+    end, new = time.monotonic() + 15, 0
+    while time.monotonic() < end and new < 3:  # the new worker has taken the listener
+        _, _, data = gw.request("GET", "/v1/models")
+        new = new + 1 if [m["id"] for m in json.loads(data)["data"]] == ["tiny-moe"] else 0
+        time.sleep(0.1)
+    assert new == 3, f"the reload did not take; HAProxy said: {gw.stop()[-3000:]}"
+    assert gw.request("POST", "/v1/embeddings", {"model": "tiny-embed"})[0] == 404
+    rest = [e for _, e in events]
+    c.close()
+    assert rest[-1] == b"data: [DONE]" and len(rest) == main.chunks  # nothing dropped
+    assert not main.disconnected.is_set()
+
+
+def test_config_write_checks_with_haproxy_and_swaps_the_folder(tmp_path, fakes):
+    """The script the head runs (hostscripts/gateway.config_write), with `docker` replaced by a
+    stand-in that runs the local haproxy on the mounted folders: a good config becomes the one
+    in use; a bad one fails the script and leaves the one in use alone."""
+    names = StackNames("t")
+    root = tmp_path / "node"
+    d = root / names.gateway_dir.lstrip("/")
+    (d / "secrets").mkdir(parents=True)
+    (d / "secrets" / "api-key.map").write_text(key_map(KEY))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # docker run ... -v <new>:<mount>/conf:ro -v <secrets>:<mount>/secrets:ro --entrypoint
+    # haproxy <image> -c -f <mount>/conf/haproxy.cfg: the stand-in checks a copy of the new
+    # folder with its paths pointed at the copy (what the mount does), and answers `inspect`
+    # as "not running"
+    (bin_dir / "docker").write_text(f"""#!/bin/sh
+case "$1" in
+  run) for a in "$@"; do case "$a" in *:/etc/spark-vllm/gateway/conf:ro) new=${{a%%:*}};;
+       esac; done
+       tmp=$(mktemp -d); cp -r "$new"/. "$tmp"/
+       sed -i "s#{d}/conf/#$tmp/#g" "$tmp/haproxy.cfg"
+       {_haproxy()} -c -f "$tmp/haproxy.cfg"; rc=$?; rm -rf "$tmp"; exit $rc ;;
+  inspect) echo false ;;
+esac
+""")
+    (bin_dir / "docker").chmod(0o755)
+    main, embed = fakes
+    spec = _spec(_free_port(), main, embed)
+
+    def script(s: GatewaySpec) -> str:
+        files = render(s, root=names.gateway_dir, user=None)
+        # the node's absolute paths (the files' too), under this test's folder
+        text = config_write(names, files, "sha256:" + "a" * 64, {"spark-vllm.managed": "true"})
+        return text.replace(names.gateway_dir, str(d))
+
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(["sh", "-c", script(spec)], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("gateway config ")
+    conf = d / "conf"
+    assert conf.is_symlink() and (conf / "haproxy.cfg").is_file()
+    first = os.readlink(conf)
+    assert oct((d / first).stat().st_mode & 0o777) == "0o700"
+    # a broken config: the check fails the script, `conf` still names the good one
+    bad = script(_spec(_free_port(), main, None)).replace("balance leastconn", "balance nope")
+    done = subprocess.run(["sh", "-c", bad], capture_output=True, text=True, env=env)
+    assert done.returncode != 0 and "balance only supports" in done.stderr
+    assert os.readlink(conf) == first and (conf / "haproxy.cfg").is_file()
+
+
+def _self_signed(tmp_path: Path) -> str:
+    key, crt = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj",
+                    "/CN=spark-vllm-test", "-keyout", str(key), "-out", str(crt)],
+                   check=True, capture_output=True)
+    return crt.read_text() + key.read_text()
+
+
+def test_tls_terminates_at_the_gateway_with_the_key_still_required(tmp_path, fakes):
+    main, embed = fakes
+    g = Gateway(tmp_path / "gw", _spec(_free_port(), main, embed, tls=True),
+                cert=_self_signed(tmp_path)).start()
+    try:
+        assert g.request("GET", "/v1/models", key=None)[0] == 401
+        status, headers, _ = g.request("POST", "/v1/embeddings", {"model": "tiny-embed"})
+        assert status == 200 and headers["x-fake-vllm"] == "embed"
+        # plain HTTP on the TLS port gets nothing
+        c = http.client.HTTPConnection("127.0.0.1", g.spec.port, timeout=5)
+        with pytest.raises((OSError, http.client.HTTPException)):
+            c.request("GET", LIVE_PATH)
+            c.getresponse().read()
+        c.close()
+    finally:
+        g.stop()
+
+
+def test_the_rendered_config_drops_to_the_haproxy_user_and_checks(tmp_path, fakes):
+    """What the image runs: `user haproxy` / `group haproxy` (the master stays root to read the
+    root-only files on every reload). Checked, not run."""
+    main, embed = fakes
+    root = tmp_path / "gw"
+    files = render(_spec(_free_port(), main, embed), root=str(root))
+    assert "    user haproxy\n    group haproxy\n" in files["haproxy.cfg"]
+    for path, text in files.items():
+        (root / "conf" / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / "conf" / path).write_text(text)
+    (root / "secrets").mkdir()
+    (root / "secrets" / "api-key.map").write_text(key_map(KEY))
+    check = subprocess.run([_haproxy(), "-c", "-f", str(root / "conf" / "haproxy.cfg")],
+                           capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_config_write_reloads_a_running_gateway_once_it_takes_the_signal(tmp_path, fakes):
+    """config_write against a running HAProxy (`docker` a stand-in that names its pid and
+    signals it): the loop waits until the master catches SIGUSR2, the reload takes, the new
+    routing answers."""
+    names = StackNames("t")
+    d = tmp_path / "node" / names.gateway_dir.lstrip("/")
+    main, embed = fakes
+    spec = _spec(_free_port(), main, embed)
+    g = Gateway(d, spec).start()  # conf/ as render() writes it, secrets/ beside it
+    try:
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        (bin_dir / "docker").write_text(f"""#!/bin/sh
+case "$1" in
+  run) exit 0 ;;
+  inspect) case "$*" in *Running*) echo true ;; *Pid*) echo {g.proc.pid} ;; esac ;;
+  kill) kill -USR2 {g.proc.pid} ;;
+esac
+""")
+        (bin_dir / "docker").chmod(0o755)
+        files = render(_spec(spec.port, main, None), root=names.gateway_dir, user=None)
+        # `conf` here is a folder of the test's Gateway: the script's link goes beside it
+        shutil.rmtree(d / "conf")
+        script = config_write(names, files, "sha256:" + "a" * 64, {}).replace(
+            names.gateway_dir, str(d))
+        env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+        done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, env=env,
+                              timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.splitlines()[0] == "gateway reloaded"
+        end = time.monotonic() + 15
+        while time.monotonic() < end:
+            _, _, data = g.request("GET", "/v1/models")
+            if [m["id"] for m in json.loads(data)["data"]] == ["tiny-moe"]:
+                break
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the reload config_write sent did not take")
+    finally:
+        g.stop()
+
+
+def test_a_client_that_waits_for_100_continue_gets_it_and_is_routed(gw, fakes):
+    """curl and other clients send `Expect: 100-continue` before a large body and wait: the
+    gateway, which must read the body to route it, answers 100 itself."""
+    body = json.dumps({"input": "x" * 5000, "model": "tiny-embed"}).encode()
+    with socket.create_connection(("127.0.0.1", gw.spec.port), timeout=10) as s:
+        s.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: gw\r\nContent-Type: application/json\r\n"
+                  + f"Authorization: Bearer {KEY}\r\nContent-Length: {len(body)}\r\n".encode()
+                  + b"Expect: 100-continue\r\n\r\n")
+        interim = s.recv(4096)
+        assert interim.startswith(b"HTTP/1.1 100 Continue"), interim
+        s.sendall(body)
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.rstrip().endswith(b"}"):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    assert b"x-fake-vllm: embed" in answer.lower()
+    assert fakes[1].seen[-1].body == body
