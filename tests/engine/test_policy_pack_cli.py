@@ -29,7 +29,7 @@ PROGRAM = textwrap.dedent(
 
     cfg = pulumi.Config()
     props = {"environment": "staging", "tensorParallelSize": 2, "pipelineParallelSize": 1,
-             "clusterGpus": 2, "host": "0.0.0.0", "port": 8000}
+             "clusterGpus": 2, "host": "127.0.0.1", "port": 8000}
     if cfg.get_bool("withKey"):
         props["apiKey"] = pulumi.Output.secret("sk-policy-pack-cli-test")
     VllmServer("vllm", props)
