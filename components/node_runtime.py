@@ -29,7 +29,9 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
+from components import rerun
 from components.nccl import NcclEnvironment
+from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from hostscripts.paths import (
     COMPILE_CACHE_MOUNT,
@@ -135,13 +137,21 @@ def compile_cache_dirs(
     name: str, parent: pulumi.Resource, cluster: Cluster, names: StackNames
 ) -> dict[str, remote.Command]:
     """The compile-cache folder on every node (a bind mount needs it to exist), kept on destroy
-    like the model: a command per node, `<name>-compile-cache-<node>`."""
+    like the model: a command per node, `<name>-compile-cache-<node>`. A folder recon found gone
+    (the stack's folder wiped behind it, a reinstalled node) is made again: a fresh trigger on
+    that node only (components/rerun.Again), else no diff. Without it the containers that mount
+    it cannot be created (`bind source path does not exist`)."""
+    again = {n.name: Again.when_wiped([rerun.fresh_trigger()]
+                                      if n.facts.compile_cache_present is False else [])
+             for n in cluster.nodes}
     return {
         n.name: n.command(
             f"{name}-compile-cache-{n.name}",
             parent,
             create=compile_cache_dir(names),
             retain_on_delete=True,
+            triggers=again[n.name].triggers,
+            ignore_changes=again[n.name].ignore_changes,
         )
         for n in cluster.nodes
     }

@@ -166,6 +166,8 @@ class NodeFacts(_Facts):
     ray_token_present: bool | None = None
     # the stack's vLLM API key file (StackNames.vllm_key_file; the head's matters)
     vllm_key_present: bool | None = None
+    # the stack's compile-cache folder (StackNames.compile_cache_dir), a bind mount's source
+    compile_cache_present: bool | None = None
     # the head only: the gateway's configuration, key digest and TLS file all there
     # (StackNames.gateway_dir)
     gateway_files_present: bool | None = None

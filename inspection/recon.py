@@ -66,6 +66,7 @@ COMMAND_TIMEOUT = 10
 DOCKER_TIMEOUT = 20
 PRESENCE = 'if [ -s "$1" ]; then echo present; else echo absent; fi'  # a file, never its content
 # every one of several files (never their content)
+DIR_PRESENCE = 'if [ -d "$1" ]; then echo present; else echo absent; fi'  # a folder
 ALL_PRESENT = 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present'
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 
@@ -160,6 +161,10 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             # and whether the head's vLLM API key file is there (never its content)
             f"sv_bg vllm_key {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ "
             f"{q(names.vllm_key_file)}",
+            # and whether the stack's compile-cache folder is (a bind mount source: a container
+            # cannot be created without it)
+            f"sv_bg compile_cache {COMMAND_TIMEOUT} bash -c {q(DIR_PRESENCE)} _ "
+            f"{q(names.compile_cache_dir)}",
         ]
         if node.name == cfg.head.name:
             # the gateway's files on the head: its configuration, the key's digest, the TLS file
@@ -417,6 +422,8 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     disk = r.parse("disk", p.parse_df_avail) or 0
     ray_token = r.parse("ray_token", p.parse_presence) if "ray_token" in sections else None
     vllm_key = r.parse("vllm_key", p.parse_presence) if "vllm_key" in sections else None
+    compile_cache = (r.parse("compile_cache", p.parse_presence) if "compile_cache" in sections
+                     else None)
     gateway_files = (r.parse("gateway_files", p.parse_presence) if "gateway_files" in sections
                      else None)
     guard = (r.parse("master_guard", p.parse_presence) if "master_guard" in sections
@@ -451,6 +458,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         stopped_by=stopped,
         ray_token_present=ray_token,
         vllm_key_present=vllm_key,
+        compile_cache_present=compile_cache,
         gateway_files_present=gateway_files,
         master_guard_present=guard,
         clock_offset_seconds=clock_offset,

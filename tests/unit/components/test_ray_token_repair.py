@@ -106,3 +106,37 @@ def test_a_head_without_the_api_key_file_writes_it_again(registered_key, mocks):
         assert ignored["vllm-api-key"] == []
 
     return settled(h).apply(check)
+
+
+@pytest.fixture
+def registered_cache(mocks, monkeypatch, gb10_facts, config_raw, ignored_changes):
+    """The same for each node's compile-cache folder (StackNames.compile_cache_dir, in the
+    stack's folder since issue 31): seen missing by `make demo` after the lab's nodes were
+    wiped (`bind source path does not exist: /var/lib/spark-vllm/stacks/dev/compile-cache`,
+    the Ray head's container could not be created)."""
+    tokens = iter(f"repair-{i}" for i in range(100))
+    monkeypatch.setattr(rerun, "fresh_trigger", lambda: next(tokens))
+
+    def build(present: dict[str, bool | None], **overrides):
+        cfg = validate_config(config_raw(len(present), **overrides))
+        facts = {n.name: gb10_facts(n.name, index=i + 1).model_copy(
+            update={"compile_cache_present": present[n.name]}) for i, n in enumerate(cfg.nodes)}
+        h = stack.build_stack(cfg, facts, Plan(), secrets(),
+                              manifest=fake_manifest(cfg.model.repo, cfg.model.revision))
+        return h, ignored_changes
+
+    return build
+
+
+@pulumi.runtime.test
+def test_a_node_without_its_compile_cache_folder_makes_it_again(registered_cache, mocks):
+    h, ignored = registered_cache({"spark-1": True, "spark-2": False, "spark-3": None})
+
+    def check(_):
+        (token,) = mocks.named("ray-compile-cache-spark-2").inputs["triggers"]
+        assert token.startswith("repair-") and ignored["ray-compile-cache-spark-2"] == []
+        for n in ("spark-1", "spark-3"):  # present, or not surveyed: no diff
+            assert mocks.named(f"ray-compile-cache-{n}").inputs["triggers"] == ["intact"]
+            assert ignored[f"ray-compile-cache-{n}"] == ["triggers"]
+
+    return settled(h).apply(check)

@@ -39,8 +39,8 @@ def test_recon_script_is_pure_and_has_every_section():
                     "nvidia_smi_query", "nvidia_smi", "nvidia_smi_list", "ip_addr",
                     "speed:enp1s0f1np1", "speed:enP2p1s0f1np1", "ibdev2netdev", "rdma_link",
                     "docker_info", "docker_ps", "container_memory", "docker_images", "gpu_runtime",
-                    "stopped", "hf_cache", "disk", "ray_token", "vllm_key", "host_keys",
-                    "clock_end"):
+                    "stopped", "hf_cache", "disk", "ray_token", "vllm_key", "compile_cache",
+                    "host_keys", "clock_end"):
         # the clock readings bracket the run; everything between runs concurrently
         launcher = "sv_run" if section.startswith("clock_") else "sv_bg"
         assert f"\n{launcher} {section} " in script, section
@@ -52,6 +52,7 @@ def test_recon_script_is_pure_and_has_every_section():
     # the stack's own files, in its folder (a second stack's are not this stack's)
     assert " _ /var/lib/spark-vllm/stacks/dev/ray/auth-token\n" in script
     assert " _ /var/lib/spark-vllm/stacks/dev/vllm/api-key\n" in script
+    assert " _ /var/lib/spark-vllm/stacks/dev/compile-cache\n" in script
 
 
 def test_recon_looks_for_the_gateways_files_on_the_head_only():
@@ -68,7 +69,8 @@ def test_recon_looks_for_the_gateways_files_on_the_head_only():
     assert "master_guard" not in head
 
 
-@pytest.mark.parametrize(("section", "field"), [("gateway_files", "gateway_files_present")])
+@pytest.mark.parametrize(("section", "field"), [("gateway_files", "gateway_files_present"),
+                                               ("compile_cache", "compile_cache_present")])
 def test_the_gateways_files_are_read_as_presence(section, field):
     for text, want in (("present", True), ("absent", False)):
         facts = parse(spark_output(1, **{section: text}))
@@ -81,6 +83,7 @@ def test_recon_without_a_stack_does_not_look_for_stack_files():
     cfg = config()
     script = recon.recon_script(cfg, cfg.nodes[0], NONCE, None)
     assert "sv_bg ray_token" not in script and "sv_bg vllm_key" not in script
+    assert "sv_bg compile_cache" not in script
     assert "/var/lib/spark-vllm/stacks" not in script
 
 
@@ -491,3 +494,21 @@ def test_the_master_guard_section_becomes_a_fact(text, present):
     assert facts.master_guard_present is present
     assert recon.parse_recon_output("spark-1", assemble(spark_sections(1)),
                                     nonce=NONCE).master_guard_present is None
+
+
+@pytest.mark.parametrize("make,want", [(True, "present"), (False, "absent")])
+def test_the_compile_cache_check_sees_a_folder_and_nothing_else(tmp_path, make, want):
+    """DIR_PRESENCE run by bash as recon runs it: a folder is present; no folder, or a file
+    where the folder should be, is absent (the bind mount would fail on either)."""
+    import subprocess
+    folder = tmp_path / "compile-cache"
+    if make:
+        folder.mkdir()
+    out = subprocess.run(["bash", "-c", recon.DIR_PRESENCE, "_", str(folder)],
+                         capture_output=True, text=True, check=True).stdout
+    assert out.strip() == want
+    if not make:
+        folder.write_text("x")
+        out = subprocess.run(["bash", "-c", recon.DIR_PRESENCE, "_", str(folder)],
+                             capture_output=True, text=True, check=True).stdout
+        assert out.strip() == "absent"
