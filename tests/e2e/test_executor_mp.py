@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
 HEAD, WORKER, NEW = "spark-1", "spark-2", "spark-3"
 SERVE = "spark-vllm-dev-serve"
+GATEWAY = "spark-vllm-dev-gateway"  # issue 30: the stack's only listener beyond a node, on the head
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +69,7 @@ def test_mp_switch_from_ray_serves_and_moves_no_image_or_model(mp):
     assert all(v == "delete" for k, v in ops.items() if k.startswith("ray")), ops
     assert not [k for k in ops if k.startswith(("image", "model"))], ops
     # nothing of Ray's on either node: one vLLM container each
-    assert _running(d, (HEAD, WORKER)) == {HEAD: {SERVE}, WORKER: {SERVE}}
+    assert _running(d, (HEAD, WORKER)) == {HEAD: {SERVE, GATEWAY}, WORKER: {SERVE}}
     head, worker = _argv(d, HEAD), _argv(d, WORKER)
     assert head[head.index("--distributed-executor-backend") + 1] == "mp"
     assert head[head.index("--node-rank") + 1] == "0" and "--headless" not in head

@@ -36,8 +36,9 @@ pytestmark = [pytest.mark.lab, pytest.mark.engine]
 HEAD, WORKER = "spark-1", "spark-2"
 SERVE, RAY_HEAD, RAY_WORKER = (
     "spark-vllm-dev-serve", "spark-vllm-dev-ray-head", "spark-vllm-dev-ray-worker")
+GATEWAY = "spark-vllm-dev-gateway"  # issue 30: HAProxy on the head, the stack's endpoint
 # every container of the stack, by node
-STACK = {HEAD: (RAY_HEAD, SERVE), WORKER: (RAY_WORKER,)}
+STACK = {HEAD: (RAY_HEAD, SERVE, GATEWAY), WORKER: (RAY_WORKER,)}
 POLL_SECONDS = 2
 
 
@@ -88,7 +89,11 @@ def _health_timeout(d) -> int:
 
 
 def _serve_log(d) -> str:
-    return d.ssh(HEAD, f"docker logs --tail 50 {SERVE} 2>&1", check=False)
+    """vLLM's log tail, and the gateway's state and log tail (the completions go through it)."""
+    return (d.ssh(HEAD, f"docker logs --tail 50 {SERVE} 2>&1", check=False)
+            + f"\n--- {GATEWAY}: state, then docker logs --tail 20 ---\n"
+            + d.ssh(HEAD, f"docker inspect -f '{{{{json .State}}}}' {GATEWAY} 2>&1; "
+                          f"docker logs --tail 20 {GATEWAY} 2>&1", check=False))
 
 
 def _serving_before(d, what: str) -> dict[Key, dict]:
@@ -203,7 +208,7 @@ def test_vllm_crash_serves_again_by_itself(stack):
     assert after[(HEAD, SERVE)]["restarts"] == before[(HEAD, SERVE)]["restarts"] + 1, \
         f"{what}: Docker's restart count of {SERVE}: {_restarts(before, after)}"
     # Ray did not go with it
-    _kept(before, after, [(HEAD, RAY_HEAD), (WORKER, RAY_WORKER)], what)
+    _kept(before, after, [(HEAD, RAY_HEAD), (WORKER, RAY_WORKER), (HEAD, GATEWAY)], what)
     _quiet_afterwards(d, what)
 
 
@@ -222,7 +227,7 @@ def test_ray_worker_crash_restarts_worker_and_vllm_by_themselves(stack):
         f"{what}: Docker's restart count of {RAY_WORKER}: {_restarts(before, after)}"
     assert after[(HEAD, SERVE)]["restarts"] > before[(HEAD, SERVE)]["restarts"], \
         f"{what}: vLLM was not restarted by Docker: {_restarts(before, after)}"
-    _kept(before, after, [(HEAD, RAY_HEAD)], what)
+    _kept(before, after, [(HEAD, RAY_HEAD), (HEAD, GATEWAY)], what)
     _quiet_afterwards(d, what)
 
 
@@ -234,7 +239,8 @@ def test_head_dockerd_restart_brings_everything_back(stack):
     _fault("dockerd-restart", HEAD)
     print(f"[time] dockerd of {HEAD} stopped and answering again: {time.monotonic() - t0:.1f} s")
     # dockerd starts the head's containers again (they were not stopped by hand)
-    secs, after = _wait_serving(d, what, t0, before, {(HEAD, RAY_HEAD), (HEAD, SERVE)})
+    secs, after = _wait_serving(d, what, t0, before,
+                                {(HEAD, RAY_HEAD), (HEAD, SERVE), (HEAD, GATEWAY)})
     _record(what, secs, before, after)
     _same_ids(before, after, what)
     worker = "restarted" if after[(WORKER, RAY_WORKER)]["started"] != \
