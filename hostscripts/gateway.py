@@ -284,7 +284,14 @@ def reload_lines(names: StackNames) -> list[str]:
     """Shell lines: the gateway, if it runs, reloaded (SIGUSR2 to HAProxy's master: new workers
     take the listeners, the old ones finish their connections). HAProxy's master ignores SIGUSR2
     until it has started (measured: a reload sent then is lost), so they first wait until it
-    catches the signal (SigCgt bit 12), at most 30 s."""
+    catches the signal (SigCgt bit 12), at most 30 s.
+
+    The signal goes from the host to the container's main process (`kill`), never through
+    `docker kill -s`: Docker records any signal sent by its kill API as a manual stop
+    (HasBeenManuallyStopped), and a container so marked is not started again by its
+    `unless-stopped` policy when dockerd restarts (seen on the lab: after one reload, a restart
+    of the head's dockerd brought Ray and vLLM back and left the gateway down; moby's
+    daemon/kill.go sets the flag for every signal while the daemon is not shutting down)."""
     c = q(names.gateway)
     return [
         f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c} 2>/dev/null)\" = true ]; then",
@@ -297,7 +304,7 @@ def reload_lines(names: StackNames) -> list[str]:
         "after 30 s' >&2; exit 1; }",
         "    sleep 0.5",
         "  done",
-        f"  docker kill -s USR2 {c} >/dev/null",
+        '  kill -USR2 "$pid"',
         "  echo 'gateway reloaded'",
         "fi",
     ]

@@ -120,6 +120,9 @@ def test_a_new_key_or_certificate_reloads_the_gateway_from_its_own_command():
     for script, path in ((key_write(NAMES), NAMES.gateway_key_file),
                          (tls_write(NAMES), NAMES.gateway_tls_file)):
         assert f"cat > {path}.new" in script and "umask 077" in script
-        assert "docker kill -s USR2 spark-vllm-dev-gateway" in script
-        assert script.index("mv ") < script.index("docker kill")  # the file first
+        # the reload from the host to HAProxy's master: never Docker's kill API, which marks the
+        # container manually stopped (then not started again when dockerd restarts)
+        assert "pid=$(docker inspect -f '{{.State.Pid}}' spark-vllm-dev-gateway)" in script
+        assert 'kill -USR2 "$pid"' in script and "docker kill" not in script
+        assert script.index("mv ") < script.index('kill -USR2')  # the file first
     assert "secrets" not in config_write(NAMES, render(_spec()), IMAGE, {}).split("mkdir")[0]
