@@ -110,6 +110,9 @@ class HfRepoFacts(_Facts):
     snapshots: list[str] = Field(default_factory=list)  # commits present under snapshots/
     size_bytes: int = 0  # bytes in blobs/
     changed_blobs: int = 0  # blobs the stack verified that are gone or changed size/mtime since
+    # the stack's repos only: {commit: {path in its snapshot: bytes}}, each file reached through
+    # its link (a link to a missing blob is no file); None: not looked at
+    snapshot_files: dict[str, dict[str, int]] | None = None
 
 
 class InterfaceFacts(_Facts):

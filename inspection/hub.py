@@ -149,17 +149,25 @@ def resolve_model(
 
 
 def cache_intact(facts: NodeFacts | None, manifest: ModelManifest) -> bool:
-    """Recon found the commit's snapshot on the node, at least the manifest's bytes in blobs,
-    and no blob the stack verified gone or changed (size or mtime) since.
+    """Recon found the commit's snapshot on the node holding every file of the manifest at its
+    size (through its links), at least the manifest's bytes in blobs, and no blob the stack
+    verified gone or changed (size or mtime) since.
 
-    A deleted snapshot folder, a wiped repo and a blob written to after the check are caught
-    here (the model commands then run again and repair it); a change that keeps a blob's size
-    and mtime is only found by the verify step's hash when it runs.
+    A deleted snapshot folder, a wiped repo, a snapshot short of a file (a partly filled cache:
+    config and tokenizer there, the weights not, whatever other revisions' blobs fill the
+    folder) and a blob written to after the check are caught here (the model commands then run
+    again and repair it); a change that keeps a blob's size and mtime is only found by the
+    verify step's hash when it runs. A repo whose files recon did not list is not intact: what
+    was not seen is fetched again (only the missing files move).
     """
     repo = facts.hf_repo(manifest.repo) if facts is not None else None
+    if repo is None or repo.snapshot_files is None:
+        return False
+    held = repo.snapshot_files.get(manifest.commit)
     return (
-        repo is not None
+        held is not None
         and manifest.commit in repo.snapshots
+        and all(held.get(f.path) == f.size for f in manifest.files)
         and repo.size_bytes >= manifest.total_bytes
         and repo.changed_blobs == 0
     )

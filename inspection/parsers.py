@@ -774,12 +774,15 @@ def parse_hf_cache(text: str) -> list[HfRepoFacts]:
 
         repo\\tmodels--Qwen--Qwen3.5-122B-A10B-FP8
         ref\\tmain\\t<40-hex commit>
+        listed                                   (the stack's repos: their files follow)
         snapshot\\t<commit>
+        file\\t<commit>\\t<path in the snapshot>\\t<bytes>   (a listed repo's, after its snapshot)
         blobs\\t<bytes>
         changed\\t<verified blobs gone or changed since>   (only for a repo the stack verified)
 
-    'ref', 'snapshot', 'blobs' and 'changed' belong to the last 'repo' line. Only model repos
-    are listed.
+    'listed', 'ref', 'snapshot', 'file', 'blobs' and 'changed' belong to the last 'repo' line.
+    Only model repos are listed. A listed repo's facts hold each snapshot's files (a snapshot
+    with none has an empty listing); another repo's listing is None (not looked at).
     Every field is printable ASCII (a ref's content may be empty); `skip\t<%q name>` records
     (names the snippet refused to print) are left out.
     """
@@ -796,7 +799,7 @@ def parse_hf_cache(text: str) -> list[HfRepoFacts]:
             if not m:
                 raise ParseError(kind, f"{folder!r} is not a 'models--<org>--<name>' folder", line)
             repos.append({"repo_id": f"{m.group(1)}/{m.group(2)}", "refs": {}, "snapshots": [],
-                          "size": 0, "changed": 0})
+                          "size": 0, "changed": 0, "files": None})
             continue
         if not repos:
             raise ParseError(kind, "a record comes before any 'repo' line", line)
@@ -804,17 +807,30 @@ def parse_hf_cache(text: str) -> list[HfRepoFacts]:
         if tag == "ref" and len(parts) == 3 and _field(parts[1]) \
                 and (parts[2] == "" or _field(parts[2])):
             current["refs"][parts[1]] = parts[2]
+        elif tag == "listed" and len(parts) == 1 and current["files"] is None \
+                and not current["snapshots"]:
+            current["files"] = {}
         elif tag == "snapshot" and len(parts) == 2 and _field(parts[1]):
             current["snapshots"].append(parts[1])
+            if current["files"] is not None:
+                current["files"].setdefault(parts[1], {})
+        elif tag == "file" and len(parts) == 4 and current["files"] is not None \
+                and parts[1] in current["files"] and _field(parts[2]) \
+                and re.fullmatch(r"[0-9]+", parts[3]):
+            if parts[2] in current["files"][parts[1]]:
+                raise ParseError(kind, f"file {parts[2]!r} of {parts[1]} is listed twice", line)
+            current["files"][parts[1]][parts[2]] = int(parts[3])
         elif tag == "blobs" and len(parts) == 2 and re.fullmatch(r"[0-9]+", parts[1]):
             current["size"] = int(parts[1])
         elif tag == "changed" and len(parts) == 2 and re.fullmatch(r"[0-9]+", parts[1]):
             current["changed"] = int(parts[1])
         else:
-            raise ParseError(kind, "line is not repo/ref/snapshot/blobs/changed with tab-separated "
-                                   "printable fields", line)
+            raise ParseError(kind, "line is not repo/listed/ref/snapshot/file/blobs/changed with "
+                                   "tab-separated printable fields (a file after its snapshot)",
+                             line)
     return [HfRepoFacts(repo_id=r["repo_id"], refs=r["refs"], snapshots=sorted(r["snapshots"]),
-                        size_bytes=r["size"], changed_blobs=r["changed"]) for r in repos]
+                        size_bytes=r["size"], changed_blobs=r["changed"],
+                        snapshot_files=r["files"]) for r in repos]
 
 
 def parse_df_avail(text: str) -> int:

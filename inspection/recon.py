@@ -45,7 +45,7 @@ from typing import TypeVar
 
 from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
-from hostscripts.common import plain
+from hostscripts.common import plain, repo_dir
 from hostscripts.firewall import master_port_guard_check
 from hostscripts.paths import STOPPED_DIR, StackNames
 from inspection import parsers as p
@@ -96,6 +96,11 @@ class SurveyError(_UserError):
 def snippet(name: str) -> str:
     """A read-only shell snippet of inspection/snippets/, as the node runs it."""
     return resources.files("inspection.snippets").joinpath(name).read_text()
+
+
+def stack_repos(cfg: StackConfig) -> list[str]:
+    """The model repos the stack serves (the main model's, then each service's), each once."""
+    return list(dict.fromkeys([cfg.model.repo, *(s.repo for s in cfg.services)]))
 
 
 def new_nonce() -> str:
@@ -150,7 +155,9 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
         f"sv_bg docker_images {DOCKER_TIMEOUT} docker images --no-trunc --format '{{{{json .}}}}'",
         f"sv_bg gpu_runtime {COMMAND_TIMEOUT} bash -c {q(snippet('gpu_runtime.sh'))}",
         f"sv_bg stopped {COMMAND_TIMEOUT} bash -c {q(snippet('stopped.sh'))} _ {q(STOPPED_DIR)}",
-        f"sv_bg hf_cache {DOCKER_TIMEOUT} bash -c {q(snippet('hf_cache.sh'))} _ {q(cache_dir)}",
+        # the stack's repos (the main model's, each service's): their snapshots' files too
+        f"sv_bg hf_cache {DOCKER_TIMEOUT} bash -c {q(snippet('hf_cache.sh'))} _ {q(cache_dir)} "
+        + " ".join(q(repo_dir(r)) for r in stack_repos(cfg)),
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
     ]
     if names is not None:

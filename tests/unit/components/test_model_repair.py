@@ -24,8 +24,17 @@ TOTAL = MANIFEST.total_bytes
 MODEL_STEPS = ("model-fetch", "model-seed", "model-seed-stop")
 
 
-def with_cache(facts, *, snapshots=(COMMIT,), size=TOTAL, repo=REPO):
-    repo_facts = HfRepoFacts(repo_id=repo, snapshots=list(snapshots), size_bytes=size)
+ALL_FILES = {f.path: f.size for f in MODEL_FILES}
+WEIGHTS = next(f.path for f in MODEL_FILES if f.path.endswith(".safetensors"))
+DEFAULT = object()
+
+
+def with_cache(facts, *, snapshots=(COMMIT,), size=TOTAL, repo=REPO, files=DEFAULT):
+    """files: the commit's snapshot listing (default: every manifest file); None: not listed."""
+    listing = ({c: dict(ALL_FILES) for c in snapshots} if files is DEFAULT
+               else None if files is None else {COMMIT: files})
+    repo_facts = HfRepoFacts(repo_id=repo, snapshots=list(snapshots), size_bytes=size,
+                             snapshot_files=listing)
     return facts.model_copy(update={"hf_cache": [repo_facts]})
 
 
@@ -34,10 +43,18 @@ def with_cache(facts, *, snapshots=(COMMIT,), size=TOTAL, repo=REPO):
     [
         ({}, True),
         ({"size": TOTAL + 10}, True),  # other revisions' blobs too
+        ({"files": {**ALL_FILES, "extra.md": 5}}, True),  # a file the stack does not fetch
         ({"snapshots": ()}, False),  # snapshot folder deleted
         ({"snapshots": ("f" * 40,)}, False),  # only another commit
         ({"size": TOTAL - 1}, False),  # a blob gone
         ({"repo": "other/model"}, False),  # this repo never fetched
+        # the seed scenario's partly filled cache: config and tokenizer linked, the weights not,
+        # while other revisions' blobs make up the bytes (seen on the lab: vLLM then found no
+        # weights after its next restart, and the model steps had not run)
+        ({"files": {k: v for k, v in ALL_FILES.items() if k != WEIGHTS},
+          "size": TOTAL + 10}, False),
+        ({"files": {**ALL_FILES, WEIGHTS: ALL_FILES[WEIGHTS] - 1}}, False),  # a short file
+        ({"files": None}, False),  # not listed: what was not seen is fetched again
     ],
 )
 def test_cache_intact(gb10_facts, kw, intact):

@@ -184,13 +184,20 @@ def test_recon_sees_a_verified_blob_changed_later_so_the_model_is_repaired(tmp_p
     assert subprocess.run(["sh", "-c", script], capture_output=True, timeout=30).returncode == 0
 
     def seen() -> NodeFacts:
-        out = subprocess.run(["bash", "-c", snippet("hf_cache.sh"), "_", str(tmp_path)],
+        out = subprocess.run(["bash", "-c", snippet("hf_cache.sh"), "_", str(tmp_path),
+                              "models--org--m"],  # the stack's repo: its files listed
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         return NodeFacts.model_construct(hf_cache=parsers.parse_hf_cache(out.stdout))
 
     facts = seen()
     assert facts.hf_cache[0].changed_blobs == 0 and cache_intact(facts, manifest)
+    link = tmp_path / "hub" / "models--org--m" / "snapshots" / commit / files[1].path
+    target = link.readlink()
+    link.unlink()  # the weights' link gone, its blob still there: not intact either
+    assert not cache_intact(seen(), manifest)
+    link.symlink_to(target)
+    assert cache_intact(seen(), manifest)
     blob = tmp_path / "hub" / "models--org--m" / "blobs" / files[1].etag
     with open(blob, "r+b") as fh:  # one byte, in place: same size, a new mtime
         fh.seek(2)

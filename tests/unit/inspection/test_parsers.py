@@ -427,12 +427,28 @@ def test_hf_cache_listing():
     assert qwen.size_bytes == 40_000_000_000
     llama = repos["meta-llama/Llama-3.1-8B-Instruct"]
     assert llama.refs["refs/pr/12"] == "1" * 40 and len(llama.snapshots) == 2
+    assert qwen.snapshot_files is None  # the recorded listing names no repo of a stack
+
+
+def test_hf_cache_listing_with_a_stacks_files():
+    c, d = "c" * 40, "d" * 40
+    [repo] = p.parse_hf_cache(f"repo\tmodels--a--b\nlisted\nsnapshot\t{c}\n"
+                              f"file\t{c}\tconfig.json\t20\nfile\t{c}\tsub/w.safetensors\t9\n"
+                              f"snapshot\t{d}\nblobs\t29\n")
+    assert repo.snapshot_files == {c: {"config.json": 20, "sub/w.safetensors": 9}, d: {}}
 
 
 @pytest.mark.parametrize("text,words", [
     ("ref\tmain\tabc\n", ["before any 'repo'"]),
     ("repo\tdatasets--x\n", ["models--"]),
     ("repo\tmodels--a--b\nblobs\tlots\n", ["tab-separated"]),
+    # a file of a repo not listed, before its snapshot, of no size, listed twice; listed late
+    ("repo\tmodels--a--b\nsnapshot\tcccccccccccccccccccccccccccccccccccccccc\nfile\tcccccccccccccccccccccccccccccccccccccccc\tx\t1\n", ["a file after its snapshot"]),
+    ("repo\tmodels--a--b\nlisted\nfile\tcccccccccccccccccccccccccccccccccccccccc\tx\t1\nsnapshot\tcccccccccccccccccccccccccccccccccccccccc\n", ["tab-separated"]),
+    ("repo\tmodels--a--b\nlisted\nsnapshot\tcccccccccccccccccccccccccccccccccccccccc\nfile\tcccccccccccccccccccccccccccccccccccccccc\tx\tbig\n", ["tab-separated"]),
+    ("repo\tmodels--a--b\nlisted\nsnapshot\tcccccccccccccccccccccccccccccccccccccccc\nfile\tcccccccccccccccccccccccccccccccccccccccc\tx\t1\nfile\tcccccccccccccccccccccccccccccccccccccccc\tx\t1\n",
+     ["listed twice"]),
+    ("repo\tmodels--a--b\nsnapshot\tcccccccccccccccccccccccccccccccccccccccc\nlisted\n", ["tab-separated"]),
 ])
 def test_hf_cache_garbled(text, words):
     with pytest.raises(ParseError) as exc:

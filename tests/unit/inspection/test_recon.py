@@ -512,3 +512,18 @@ def test_the_compile_cache_check_sees_a_folder_and_nothing_else(tmp_path, make, 
         out = subprocess.run(["bash", "-c", recon.DIR_PRESENCE, "_", str(folder)],
                              capture_output=True, text=True, check=True).stdout
         assert out.strip() == "absent"
+
+
+def test_recon_lists_the_files_of_the_stacks_repos_only():
+    """hf_cache.sh gets the cache folder, then the folder of every repo the stack serves (the
+    main model's, each service's, once): their snapshots' files are listed, no other repo's."""
+    from config import validate_config
+    from tests.unit.components.test_services import EMBED, with_services
+
+    cfg = validate_config(with_services(EMBED, {**EMBED, "name": "embed2", "port": 8101}))
+    assert recon.stack_repos(cfg) == [cfg.model.repo, "spark-lab/tiny-embed"]
+    script = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
+    section = script[script.index("sv_bg hf_cache "):]
+    section = section[:section.index("\nsv_bg ")]  # the quoted snippet spans lines
+    folder = "models--" + cfg.model.repo.replace("/", "--")
+    assert section.endswith(f"' _ {cfg.model.cache_dir} {folder} models--spark-lab--tiny-embed")

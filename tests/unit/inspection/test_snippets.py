@@ -46,6 +46,39 @@ def test_hf_cache_lists_refs_snapshots_and_complete_blob_bytes(tmp_path):
     assert run("hf_cache.sh", str(tmp_path / "absent")).stdout == ""
 
 
+def test_hf_cache_lists_the_files_each_snapshot_of_the_stacks_repos_holds(tmp_path):
+    """The repos named after the cache folder: every file of each snapshot, through its link,
+    with its size; a link whose blob is gone is no file (the seed scenario: config and
+    tokenizer linked, the weights not, another revision's blobs in the folder). Other repos'
+    files are not looked at; a file name that is not printable is skipped, never printed."""
+    commit, other = "a" * 40, "b" * 40
+    repo = tmp_path / "hub" / "models--org--tiny"
+    snap = repo / "snapshots" / commit
+    (snap / "tok").mkdir(parents=True)
+    (repo / "snapshots" / other).mkdir()
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "c1").write_bytes(b"{}" * 10)
+    (repo / "blobs" / "w-other-revision").write_bytes(b"w" * 999)
+    (snap / "config.json").symlink_to("../../blobs/c1")
+    (snap / "tok" / "tokenizer.json").symlink_to("../../../blobs/c1")
+    (snap / "model.safetensors").symlink_to("../../blobs/w-gone")  # its blob is not there
+    (snap / "bad\tname").symlink_to("../../blobs/c1")
+    unlisted = tmp_path / "hub" / "models--org--other" / "snapshots" / other
+    unlisted.mkdir(parents=True)
+    (unlisted / "f").write_text("x")
+    out = run("hf_cache.sh", str(tmp_path), "models--org--tiny")
+    assert out.returncode == 0, out.stderr
+    _printable_lines(out.stdout)
+    repos = {r.repo_id: r for r in p.parse_hf_cache(out.stdout)}
+    assert repos["org/tiny"].snapshot_files == {
+        commit: {"config.json": 20, "tok/tokenizer.json": 20}, other: {}}
+    assert repos["org/tiny"].size_bytes == 1019
+    assert repos["org/other"].snapshot_files is None
+    # without names, no repo's files
+    assert all(r.snapshot_files is None
+               for r in p.parse_hf_cache(run("hf_cache.sh", str(tmp_path)).stdout))
+
+
 def test_disk_reports_the_nearest_existing_parent(tmp_path):
     out = run("disk.sh", str(tmp_path / "not" / "yet" / "made"))
     assert out.returncode == 0, out.stderr

@@ -176,7 +176,10 @@ done
 exit 0
 ' _ /var/lib/spark-vllm/stopped
 sv_bg hf_cache 20 bash -c '# The HF cache under $1 (the stack'"'"'s model.cacheDir): per repo its refs, snapshots and the
-# bytes in blobs/ (incomplete downloads excluded) and, when the stack verified the repo
+# bytes in blobs/ (incomplete downloads excluded); for the repos named after $1 (folder names,
+# models--<org>--<name>: the stack'"'"'s), `listed` and every file each snapshot holds with its size
+# (through its links: a link whose blob is gone is no file), so a snapshot short of a file is
+# seen whatever other blobs fill the folder; and, when the stack verified the repo
 # (hostscripts/payloads/model_verify.py records "<etag> <size> <mtime s.ns>" per blob in
 # $1/.spark-vllm/verified-<repo dir>), how many recorded blobs are gone or changed size or mtime
 # since: a blob corrupted after the check is found here and repaired by the next `up`. Read-only. One tab-separated fact per line.
@@ -187,7 +190,9 @@ export LC_ALL=C
 printable() { case $1 in '"'"''"'"' | *[![:print:]]*) return 1 ;; esac; }
 skip() { printf '"'"'skip\t%q\n'"'"' "$1"; }
 base=$1
-root=$1
+shift
+listed=" $* "
+root=$base
 [ -d "$root/hub" ] && root="$root/hub"
 [ -d "$root" ] || exit 0
 for repo in "$root"/models--*; do
@@ -195,6 +200,7 @@ for repo in "$root"/models--*; do
   name=${repo##*/}
   printable "$name" || { skip "$name"; continue; }
   printf '"'"'repo\t%s\n'"'"' "$name"
+  case $listed in *" $name "*) lists=1; printf '"'"'listed\n'"'"' ;; *) lists=0 ;; esac
   if [ -d "$repo/refs" ]; then
     (cd "$repo/refs" && find . -type f -print0 | while IFS= read -r -d '"'"''"'"' ref; do
       ref=${ref#./}
@@ -208,6 +214,13 @@ for repo in "$root"/models--*; do
     commit=${snap##*/}
     printable "$commit" || { skip "$commit"; continue; }
     printf '"'"'snapshot\t%s\n'"'"' "$commit"
+    [ "$lists" = 1 ] || continue
+    (cd "$snap" && find -L . -type f -printf '"'"'%P\t%s\0'"'"' 2>/dev/null) |
+      while IFS= read -r -d '"'"''"'"' entry; do
+        path=${entry%$'"'"'\t'"'"'*}
+        printable "$path" || { skip "$path"; continue; }
+        printf '"'"'file\t%s\t%s\t%s\n'"'"' "$commit" "$path" "${entry##*$'"'"'\t'"'"'}"
+      done
   done
   bytes=$(find "$repo/blobs" -type f ! -name '"'"'*.incomplete'"'"' -printf '"'"'%s\n'"'"' 2>/dev/null | awk '"'"'{s+=$1} END {printf "%d", s}'"'"')
   printf '"'"'blobs\t%s\n'"'"' "${bytes:-0}"
@@ -222,7 +235,7 @@ for repo in "$root"/models--*; do
     printf '"'"'changed\t%s\n'"'"' "$changed"
   fi
 done
-' _ /root/.cache/huggingface
+' _ /root/.cache/huggingface models--spark-lab--tiny-moe
 sv_bg disk 10 bash -c '# Free bytes on the filesystem that holds $1 (or its nearest existing parent). Read-only.
 p=$1
 while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
