@@ -65,8 +65,8 @@ MARKER_PREFIX = "=== spark-vllm:"  # what every marker starts with, this run's o
 COMMAND_TIMEOUT = 10
 DOCKER_TIMEOUT = 20
 PRESENCE = 'if [ -s "$1" ]; then echo present; else echo absent; fi'  # a file, never its content
-# every one of several files (never their content)
 DIR_PRESENCE = 'if [ -d "$1" ]; then echo present; else echo absent; fi'  # a folder
+# every one of several files (never their content)
 ALL_PRESENT = 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present'
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 
