@@ -29,10 +29,16 @@ MGMT_HEAD, MGMT_PEER = "10.99.0.11", "10.99.0.12"
 FAB_HEAD, FAB_PEER = "192.168.177.11", "192.168.177.12"
 SOURCES = [firewall.FabricSource("fab0", "192.168.177.0/24")]
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or not all(shutil.which(t) for t in ("unshare", "nsenter", "ip",
-                                                          "iptables", "ip6tables")),
-    reason="needs root, unshare, nsenter, ip, iptables and ip6tables (network namespaces)")
+@pytest.fixture(autouse=True)
+def _network_namespaces():
+    """Root and the tools, or the test fails saying what is missing (never a skip: `make test`
+    runs as root, and a missing tool is a setup fault to fix, not a reason to prove nothing)."""
+    missing = [t for t in ("unshare", "nsenter", "ip", "iptables", "ip6tables")
+               if not shutil.which(t)]
+    if os.geteuid() != 0 or missing:
+        pytest.fail("the rendezvous guard's test needs root and unshare, nsenter, ip, iptables "
+                    f"and ip6tables (network namespaces); not root: {os.geteuid() != 0}, "
+                    f"missing: {missing} (Debian: apt-get install -y iptables iproute2)")
 
 
 def _in(pid: int, *argv: str, **kw) -> subprocess.CompletedProcess[str]:
