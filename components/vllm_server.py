@@ -74,6 +74,7 @@ from hostscripts.vllm import (
     vllm_health_gate,
     vllm_nccl_lines,
     vllm_ranks_restart,
+    watched_entrypoint,
 )
 from inspection import memory_fit
 from inspection.hub import ModelManifest
@@ -376,9 +377,11 @@ class VllmServer(pulumi.ComponentResource):
         return docker.Container(
             res_name,
             name=names.serve,
-            # a headless rank follows the head's restarts (payloads/vllm_rank_watch.py)
-            entrypoints=serve_entrypoint(
-                None if is_head else head_health_url(args.host, v.port)),
+            # the head's vLLM restarted when it stops serving (payloads/vllm_liveness.py); a
+            # headless rank follows the head's restarts (payloads/vllm_rank_watch.py)
+            entrypoints=watched_entrypoint(local_url(args.host, v.port), v.served_model_name,
+                                           "generate", args.health.liveness)
+            if is_head else serve_entrypoint(head_health_url(args.host, v.port)),
             command=self.argv if is_head else self._argv(args, node),
             envs=[f"{k}={val}" for k, val in sorted(env.items())],
             mounts=mounts,

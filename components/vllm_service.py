@@ -42,10 +42,10 @@ from hostscripts.vllm import (
     CHAT_TEMPLATE,
     TASK_FLAGS,
     api_key_write,
-    serve_entrypoint,
     service_key_remove,
     vllm_argv,
     vllm_health_gate,
+    watched_entrypoint,
 )
 from inspection import memory_fit
 from inspection.hub import ModelManifest
@@ -141,11 +141,11 @@ class VllmService(pulumi.ComponentResource):
                 logging=remote.Logging.STDERR,
                 delete_before_replace=True,
             )
+            self.direct_urls[node.name] = f"http://{args.hosts[node.name]}:{svc.port}"
             container = self._container(f"{name}-serve-{node.name}", args, node, key)
             self.containers[node.name] = container
             self.gates[node.name] = self._gate(f"{name}-health-{node.name}", args, node,
                                                container)
-            self.direct_urls[node.name] = f"http://{args.hosts[node.name]}:{svc.port}"
         self.register_outputs({
             **props,
             "directUrls": self.direct_urls,
@@ -166,7 +166,9 @@ class VllmService(pulumi.ComponentResource):
         return docker.Container(
             res_name,
             name=self.container_name,
-            entrypoints=serve_entrypoint(),
+            # restarted when it stops serving (payloads/vllm_liveness.py)
+            entrypoints=watched_entrypoint(self.direct_urls[node.name], svc.served_name,
+                                           svc.task, args.health.liveness),
             command=self.model.commit.apply(
                 lambda c: service_argv(svc, c, args.hosts[node.name])),
             envs=[f"{k}={v}" for k, v in sorted(runtime.env(node).items())],

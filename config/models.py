@@ -468,9 +468,26 @@ class PreflightConfig(ConfigModel):
         return v
 
 
+class LivenessConfig(ConfigModel):
+    """The liveness watchdog, the main process of the head's vLLM container and of each
+    service's (hostscripts/payloads/vllm_liveness.py). Docker restarts a container only when its
+    process exits; a vLLM whose engine hangs keeps /health answering 200. Once vLLM has answered,
+    a probe every `interval_seconds` (/health; with requests queued one of vLLM's counters must
+    have moved, without a 1-token request must answer, each call within
+    `probe_timeout_seconds`); `failures` failed probes in a row stop vLLM, and Docker starts the
+    container again (for mp every rank: the headless ranks follow the head). A hung vLLM is
+    restarted after at most failures x (interval + probe timeout) seconds."""
+
+    enabled: bool = True
+    interval_seconds: int = Field(default=15, ge=2, le=600)
+    probe_timeout_seconds: int = Field(default=30, ge=1, le=600)
+    failures: int = Field(default=4, ge=1, le=100)
+
+
 class HealthConfig(ConfigModel):
     timeout_seconds: int = Field(default=900, ge=10, le=7200)
     smoke_prompt: str = "Say hello"
+    liveness: LivenessConfig = Field(default_factory=LivenessConfig)
 
 
 class StackConfig(ConfigModel):

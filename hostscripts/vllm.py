@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from config.models import LivenessConfig
 from config.serve import SERVE_KEYS, Argv, Place, ServeKey, ServeSettings
 from hostscripts.common import (
     container_ids,
@@ -21,6 +22,7 @@ from hostscripts.paths import LEGACY_VLLM_KEY_FILE, VLLM_KEY, StackNames
 
 _HEALTH_PY = payload("vllm_health.py")
 _RANK_WATCH_PY = payload("vllm_rank_watch.py")
+_LIVENESS_PY = payload("vllm_liveness.py")
 # A headless rank stops when the head's /health missed this many checks this far apart (after it
 # had answered): about 15-30 s, well inside a head's restart (its API comes back only after
 # every rank joined), and more than a busy head's slow answer.
@@ -147,6 +149,20 @@ def serve_entrypoint(head_health_url: str | None = None) -> list[str]:
         return launcher
     return ["python3", "-c", _RANK_WATCH_PY, head_health_url, str(RANK_WATCH_INTERVAL_S),
             str(RANK_WATCH_MISSES), *launcher]
+
+
+def watched_entrypoint(url: str, served_name: str, task: str,
+                       liveness: LivenessConfig) -> list[str]:
+    """The entrypoint of a vLLM container that serves the API (the head's, a service's): with
+    `liveness.enabled`, payloads/vllm_liveness.py runs the launcher and restarts vLLM when it is
+    alive but no longer serves (probing `url`, the container's own vLLM, for `served_name` with
+    `task`'s request; the key from the mounted VLLM_KEY file); else the launcher alone."""
+    launcher = serve_entrypoint()
+    if not liveness.enabled:
+        return launcher
+    return ["python3", "-c", _LIVENESS_PY, url, served_name, task,
+            str(liveness.interval_seconds), str(liveness.probe_timeout_seconds),
+            str(liveness.failures), VLLM_KEY, *launcher]
 
 
 def api_key_write(path: str) -> str:

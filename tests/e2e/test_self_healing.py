@@ -14,7 +14,11 @@ followed by an `up` before the stack serves again:
 (b) the Ray worker on spark-2 crashes the same way: the worker restarts, vLLM's Ray executor
     notices its dead worker, vLLM exits and Docker starts it again;
 (c) the head's dockerd is stopped (SIGTERM: it stops its containers, as a shutdown does) and
-    started again (`lab dockerd-restart`): dockerd starts the stack's containers again.
+    started again (`lab dockerd-restart`): dockerd starts the stack's containers again;
+(d) vLLM's engine process is frozen (SIGSTOP), as a hung engine looks from outside: the API
+    server and its /health answer 200, the container runs, and no completion is ever served, so
+    Docker alone would never act. The liveness watchdog in the vLLM container
+    (health.liveness, hostscripts/payloads/vllm_liveness.py) stops it and Docker starts it again.
 
 After each: a completion within the stack's health.timeoutSeconds of the fault (the recovery
 time is printed), every container kept its ID (restarted by Docker, not replaced: the restart
@@ -24,6 +28,7 @@ changes nothing and restarts nothing.
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -247,4 +252,48 @@ def test_head_dockerd_restart_brings_everything_back(stack):
         before[(WORKER, RAY_WORKER)]["started"] else "kept running"
     print(f"[observed] {WORKER}/{RAY_WORKER} {worker} while the head's dockerd restarted "
           f"(restart counts {_restarts(before, after)})")
+    _quiet_afterwards(d, what)
+
+
+def _engine_pid(d) -> int:
+    """The host PID of vLLM's engine process in the head's vLLM container (`docker top`)."""
+    out = d.ssh(HEAD, f"docker top {SERVE} -eo pid,args")
+    pids = [int(line.split()[0]) for line in out.splitlines()[1:] if "EngineCore" in line]
+    assert len(pids) == 1, f"vLLM's engine process in {SERVE}: {out}"
+    return pids[0]
+
+
+def test_a_hung_engine_is_restarted_by_the_liveness_watchdog(stack):
+    d = stack
+    what = "vLLM's engine frozen (SIGSTOP)"
+    before = _serving_before(d, what)
+    liveness = json.loads(d.stack.get_config("spark-vllm:health").value)["liveness"]
+    pid = _engine_pid(d)
+    t0 = time.monotonic()
+    d.ssh(HEAD, f"kill -STOP {pid}")
+    try:
+        # what Docker sees: the container runs and vLLM's /health answers
+        health = d.ssh(HEAD, "python3 -c \"import urllib.request; print(urllib.request.urlopen("
+                             "'http://127.0.0.1:8000/health', timeout=10).status)\"")
+        assert health.strip() == "200", health
+        assert _inspect(d)[(HEAD, SERVE)]["status"] == "running"
+        secs, after = _wait_serving(d, what, t0, before, {(HEAD, SERVE)})
+    finally:  # whatever happened, no frozen process stays behind
+        d.ssh(HEAD, f"kill -CONT {pid} 2>/dev/null || true", check=False)
+    _record(what, secs, before, after)
+    _same_ids(before, after, what)
+    assert after[(HEAD, SERVE)]["restarts"] == before[(HEAD, SERVE)]["restarts"] + 1, \
+        f"{what}: Docker's restart count of {SERVE}: {_restarts(before, after)}"
+    _kept(before, after, [(HEAD, RAY_HEAD), (WORKER, RAY_WORKER), (HEAD, GATEWAY)], what)
+    said = [line for line in d.ssh(HEAD, f"docker logs {SERVE} 2>&1").splitlines()
+            if line.startswith("spark-vllm liveness:")]
+    print("[observed] " + "\n".join(said[-6:]))
+    print(f"[observed] serving again {secs:.0f} s after the freeze (liveness "
+          f"{liveness['intervalSeconds']} s interval, {liveness['probeTimeoutSeconds']} s probe "
+          f"timeout, {liveness['failures']} failures)")
+    assert any("vLLM is alive but does not serve; stopping it" in line for line in said), said
+    assert sum(f"of {liveness['failures']} failed" in line for line in said) >= \
+        liveness["failures"], said
+    gone = d.ssh(HEAD, f"test -e /proc/{pid} && echo alive || echo gone").strip()
+    assert gone == "gone", f"the frozen engine process {pid} outlived its container's restart"
     _quiet_afterwards(d, what)

@@ -70,9 +70,12 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies
         # the gate probes from the vLLM container itself (there is no Ray head container)
         gate = mocks.named("vllm-health").inputs["create"]
         assert "docker exec -i spark-vllm-dev-serve python3" in gate
-        # the head's main process is the launcher; every headless one runs under the rank
-        # watcher, which follows the head's /health at its fabric address
-        assert head["entrypoints"] == vllm.serve_entrypoint()
+        # the head's main process is the liveness watchdog, probing its own API at the head's
+        # fabric address; every headless one runs under the rank watcher, which follows the
+        # head's /health there
+        ep = list(head["entrypoints"])
+        assert ep[:3] == ["python3", "-c", payload("vllm_liveness.py")], ep[:2]
+        assert ep[3] == "http://192.168.177.11:8000" and ep[10:] == vllm.serve_entrypoint()
         for rank in range(1, n):
             ep = list(mocks.named(f"vllm-serve-spark-{rank + 1}").inputs["entrypoints"])
             assert ep[:3] == ["python3", "-c", payload("vllm_rank_watch.py")], ep[:2]

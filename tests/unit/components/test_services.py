@@ -7,6 +7,8 @@ import pulumi
 import pytest
 
 from config import ConfigError, validate_config
+from hostscripts import vllm
+from hostscripts.common import payload
 from hostscripts.paths import StackNames
 from inspection.facts import ContainerFacts
 from tests.conftest import config_raw, gb10_facts, reveal
@@ -41,6 +43,13 @@ def test_an_embedding_service_is_its_own_container_model_and_gate(build, mocks):
         assert _arg(argv, "--runner") == "pooling" and "--convert" not in argv  # vLLM's auto
         assert _arg(argv, "--port") == "8100" and _arg(argv, "--served-model-name") == "embed"
         assert c["restart"] == "unless-stopped" and c["networkMode"] == "host"
+        # restarted when it stops serving: the liveness watchdog probes its own vLLM with an
+        # embedding (the dev stack's health.liveness: 5 s apart, 10 s each, 3 in a row)
+        ep = list(c["entrypoints"])
+        assert ep[:3] == ["python3", "-c", payload("vllm_liveness.py")], ep[:2]
+        assert ep[3:10] == [f"http://{_arg(argv, '--host')}:8100", "embed", "embed", "5",
+                            "10", "3", "/run/spark-vllm/api-key"], ep[3:10]
+        assert ep[10:] == vllm.serve_entrypoint()
         labels = {x["label"]: x["value"] for x in c["labels"]}
         assert labels["spark-vllm.role"] == "vllm-service"
         assert labels["spark-vllm.service"] == "embed" and labels["spark-vllm.port"] == "8100"
@@ -67,6 +76,21 @@ def test_an_embedding_service_is_its_own_container_model_and_gate(build, mocks):
 
 
 @pulumi.runtime.test
+def test_without_liveness_the_vllm_containers_run_the_launcher_alone(build, mocks):
+    """health.liveness.enabled false: the head's vLLM and the service's run the launcher as
+    their main process (Docker's restart policy alone supervises them)."""
+    raw = with_services(EMBED)
+    raw["health"] = {**raw.get("health", {}), "liveness": {"enabled": False}}
+    h = build(raw=raw)
+
+    def check(_):
+        for name in ("vllm-serve", "svc-embed-serve-spark-1"):
+            assert list(mocks.named(name).inputs["entrypoints"]) == vllm.serve_entrypoint(), name
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
 def test_a_service_on_a_worker_fetches_there_and_scores(build, mocks):
     h = build(raw=with_services(RERANK))
 
@@ -77,6 +101,8 @@ def test_a_service_on_a_worker_fetches_there_and_scores(build, mocks):
         assert _arg(argv, "--runner") == "pooling"
         # on a worker it listens on its fabric address, where the gateway on the head reaches it
         assert _arg(argv, "--host") == "192.168.177.12"
+        ep = list(mocks.named("svc-rerank-serve-spark-2").inputs["entrypoints"])
+        assert ep[3:6] == ["http://192.168.177.12:8101", "rerank", "score"], ep[3:6]
         gate = mocks.named("svc-rerank-health-spark-2").inputs["create"]
         assert " score 0 < " in gate and " http://192.168.177.12:8101 " in gate
         exported, backends = outputs

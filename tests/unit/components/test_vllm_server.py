@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from hostscripts import vllm
+from hostscripts.common import payload
 from tests.conftest import ROOT, config_raw, is_secret, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
 from tests.unit.inspection.recon_helpers import fixture
@@ -110,8 +111,14 @@ def test_vllm_command_line_exactly(build, mocks):
         serve = mocks.named("vllm-serve").inputs
         assert serve_argv(mocks) == PROD_ARGV
         assert TEMPLATE not in uploads(mocks)
-        # the launcher hands the key over and execs the argv; nothing else is on its line
-        assert serve["entrypoints"] == ["/bin/sh", "-c", vllm.LAUNCHER, "spark-vllm-serve"]
+        # the liveness watchdog (the dev stack file's health.liveness: 5 s apart, 10 s each, 3
+        # in a row) runs the launcher, which hands the key over and execs the argv; nothing
+        # else is on its line
+        ep = list(serve["entrypoints"])
+        assert ep[:3] == ["python3", "-c", payload("vllm_liveness.py")], ep[:2]
+        assert ep[3:10] == ["http://127.0.0.1:8000", "qwen3.5-122b", "generate", "5", "10",
+                            "3", "/run/spark-vllm/api-key"], ep[3:10]
+        assert ep[10:] == ["/bin/sh", "-c", vllm.LAUNCHER, "spark-vllm-serve"]
         assert vllm.LAUNCHER.endswith('exec "$@"')
         # a container of its own on the head, joined to the stack's Ray cluster
         assert serve["name"] == "spark-vllm-dev-serve" and serve["restart"] == "unless-stopped"

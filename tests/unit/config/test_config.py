@@ -228,6 +228,25 @@ def test_prod_ready_config_passes_and_defaults_follow_gb10_notes():
     assert cfg.ray.nofile == 1048576  # sharded checkpoints under Ray need many open files
     assert cfg.preflight.foreign_containers == "fail"
     assert cfg.tensor_parallel_size * cfg.vllm.pipeline_parallel_size == 2
+    # a hung vLLM is restarted after at most 4 x (15 + 30) s: the 122B answers a 1-token
+    # request in well under the probe's 30 s, and 4 probes ride out a slow minute
+    live = cfg.health.liveness
+    assert (live.enabled, live.interval_seconds, live.probe_timeout_seconds, live.failures) == \
+        (True, 15, 30, 4)
+
+
+@pytest.mark.parametrize(("liveness", "message"), [
+    ({"intervalSeconds": 1}, r"health\.liveness\.intervalSeconds"),
+    ({"probeTimeoutSeconds": 0}, r"health\.liveness\.probeTimeoutSeconds"),
+    ({"failures": 0}, r"health\.liveness\.failures"),
+    ({"enabled": "sometimes"}, r"health\.liveness\.enabled"),
+    ({"restartAfter": 3}, r"health\.liveness\.restartAfter"),
+])
+def test_bad_liveness_settings_are_refused_by_key_path(liveness, message):
+    raw = config_raw(2)
+    raw["health"] = {**raw.get("health", {}), "liveness": liveness}
+    with pytest.raises(ConfigError, match=message):
+        validate_config(raw)
 
 
 def test_gpus_per_node_overrides_the_tp_rule():

@@ -1,0 +1,113 @@
+# The main process of the head's vLLM container and of each service's (health.liveness): runs
+# vLLM (the launcher) and restarts it when it is alive but no longer serving. Docker's restart
+# policy acts only when the process exits, and a vLLM whose engine hangs (a frozen engine
+# process, a rank stuck in a collective) keeps its API server up and /health answering 200.
+# Once vLLM has answered, every `interval` seconds one probe, each call within `deadline`:
+#   - /health answers 200;
+#   - vLLM's metrics: with requests running or waiting, one of its counters (tokens, iterations,
+#     requests) or its KV cache use moved since the last probe; with none, one request (a
+#     1-token completion, a 1-input embedding; a score model: /health alone) answers 200.
+# `failures` probes failing in a row: vLLM's whole process group is stopped (SIGTERM, with SIGCONT
+# for a stopped process, then SIGKILL after 30 s: with the Ray executor the container shares the
+# Ray head's process namespace, so a hung engine process would outlive this one) and this process
+# exits 70, so Docker starts the container again (for mp the headless ranks follow: vllm_rank_watch.py). vLLM
+# exiting ends it too, with vLLM's exit code. SIGTERM/SIGINT (docker stop) go to vLLM.
+# The API key is read from key_file for each request (never argv or environment).
+# argv = url name task interval deadline failures key_file command...
+# Built by hostscripts/vllm.py; the lines above are not sent to the node.
+
+import json, os, re, signal, subprocess, sys, urllib.request
+url, name, task = sys.argv[1], sys.argv[2], sys.argv[3]
+interval, deadline, failures = float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
+key_file, argv = sys.argv[7], sys.argv[8:]
+child = subprocess.Popen(argv, start_new_session=True)  # its own group: stop_all
+signal.signal(signal.SIGTERM, lambda s, _f: child.send_signal(s))
+signal.signal(signal.SIGINT, lambda s, _f: child.send_signal(s))
+MOVES = re.compile(r"^(vllm:[a-z_:]*(_total|_count)|vllm:kv_cache_usage_perc)(\{[^}]*\})? (\S+)$",
+                   re.M)
+QUEUE = re.compile(r"^vllm:num_requests_(running|waiting)(\{[^}]*\})? (\S+)$", re.M)
+def stop_all():
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        try:
+            os.killpg(child.pid, sig)
+        except OSError:
+            pass
+    try:
+        child.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(child.pid, signal.SIGKILL)  # whatever of the group is left
+    except OSError:
+        pass
+    child.wait()
+def say(text):
+    print("spark-vllm liveness: " + text, flush=True)
+def call(path, body=None):
+    hdr = {"Content-Type": "application/json"}
+    try:
+        with open(key_file) as f:
+            key = f.read().strip()
+    except OSError:
+        key = ""
+    if key:
+        hdr["Authorization"] = "Bearer " + key
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url + path, data=data, headers=hdr)
+    with urllib.request.urlopen(req, timeout=deadline) as r:
+        return r.status, r.read()
+last = None
+def probe():
+    """None when vLLM serves, else why not."""
+    global last
+    try:
+        if call("/health")[0] != 200:
+            return "/health did not answer 200"
+    except Exception as e:
+        return "/health: %r" % (e,)
+    if task == "score":
+        return None
+    try:
+        text = call("/metrics")[1].decode()
+    except Exception as e:
+        return "/metrics: %r" % (e,)
+    moves = sorted((m.group(1) + (m.group(3) or ""), m.group(4)) for m in MOVES.finditer(text))
+    queued = sum(float(m.group(3)) for m in QUEUE.finditer(text))
+    before, last = last, moves
+    if queued > 0:
+        if before is not None and moves == before:
+            return "%g requests running or waiting and no counter moved in %gs" % (queued, interval)
+        return None
+    try:
+        if task == "embed":
+            call("/v1/embeddings", {"model": name, "input": ["ok"]})
+        else:
+            call("/v1/completions", {"model": name, "prompt": "ok", "max_tokens": 1})
+    except Exception as e:
+        return "idle, and a 1-token request failed within %gs: %r" % (deadline, e)
+    return None
+armed, missed = False, 0
+while True:
+    try:
+        code = child.wait(timeout=interval)
+        sys.exit(code if code >= 0 else 128 - code)  # killed by a signal: the shell's code
+    except subprocess.TimeoutExpired:
+        pass
+    if not armed:
+        try:
+            armed = call("/health")[0] == 200
+        except Exception:
+            pass
+        if armed:
+            say("vLLM answers at %s; probing every %gs" % (url, interval))
+        continue
+    why = probe()
+    if why is None:
+        missed = 0
+        continue
+    missed += 1
+    say("probe %d of %d failed: %s" % (missed, failures, why))
+    if missed >= failures:
+        say("vLLM is alive but does not serve; stopping it so that Docker starts it again")
+        stop_all()
+        sys.exit(70)

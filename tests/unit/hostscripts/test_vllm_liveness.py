@@ -1,0 +1,195 @@
+"""payloads/vllm_liveness.py, the main process of the head's vLLM container and of each service's,
+run for real with tests/fake_vllm_engine.py (a FAKE vLLM: an HTTP server with vLLM's probed paths
+and no model) as the child it supervises, as `vllm serve` is on a node."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hostscripts.common import payload
+from tests.conftest import ROOT
+
+INTERVAL, DEADLINE, FAILURES = 0.3, 0.5, 3
+KEY = "sk-liveness-test"
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Watched:
+    """The watchdog over the fake, its state file and request log in tmp_path."""
+
+    def __init__(self, tmp_path: Path, *flags: str, task: str = "generate") -> None:
+        self.state, self.log = tmp_path / "state", tmp_path / "requests.log"
+        self.state.write_text("ok")
+        self.log.write_text("")
+        key = tmp_path / "api-key"
+        key.write_text(KEY + "\n")
+        port = _port()
+        self.argv = [sys.executable, "-c", payload("vllm_liveness.py"), f"http://127.0.0.1:{port}",
+                     "tiny", task, str(INTERVAL), str(DEADLINE), str(FAILURES), str(key),
+                     sys.executable, str(ROOT / "tests" / "fake_vllm_engine.py"), str(port),
+                     str(self.state), str(self.log), *flags]
+        self.p = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True)
+
+    def requests(self) -> list[str]:
+        return self.log.read_text().splitlines()
+
+    def wait_for(self, line: str, within: float = 30) -> None:
+        end = time.monotonic() + within
+        while not any(r.startswith(line) for r in self.requests()):
+            assert time.monotonic() < end, f"no {line!r} request in {within} s: {self.requests()}"
+            assert self.p.poll() is None, self.p.communicate()[0]
+            time.sleep(0.05)
+
+    def armed(self) -> None:
+        """Probing: the watchdog has asked for the metrics at least once (after /health)."""
+        self.wait_for("GET /metrics")
+
+    def end(self, within: float = 30) -> tuple[int, str]:
+        try:
+            out, _ = self.p.communicate(timeout=within)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            out, _ = self.p.communicate()
+            raise AssertionError(f"the watchdog did not end within {within} s:\n{out}") from None
+        return self.p.returncode, out
+
+
+@pytest.fixture
+def watched(tmp_path) -> Iterator[list[Watched]]:
+    made: list[Watched] = []
+    yield made
+    for w in made:
+        if w.p.poll() is None:
+            # the fake runs in a process group of its own (the watchdog's stop_all): end it
+            # too, or it keeps the output pipe open
+            for pid in _children(w.p.pid):
+                os.killpg(pid, signal.SIGKILL)
+            w.p.kill()
+            w.p.communicate(timeout=30)
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_frozen_engine_is_stopped_after_the_failures_and_the_container_exits(
+        tmp_path, watched):
+    """/health answers 200 and the metrics answer (as with vLLM's EngineCore stopped), the
+    1-token probe never does: FAILURES probes in a row, then the watchdog stops the whole
+    process group (the stopped engine process too) and exits 70 for Docker to restart it."""
+    w = Watched(tmp_path, "--engine")
+    watched.append(w)
+    w.armed()
+    engine = int(next(r for r in w.requests() if r.startswith("engine ")).split()[1])
+    assert _alive(engine)
+    w.wait_for("POST /v1/completions")
+    t0 = time.monotonic()
+    w.state.write_text("frozen")
+    code, out = w.end()
+    took = time.monotonic() - t0
+    assert code == 70, out
+    assert out.count("spark-vllm liveness: probe ") == FAILURES, out
+    assert "idle, and a 1-token request failed within 0.5s" in out, out
+    assert "vLLM is alive but does not serve; stopping it" in out, out
+    # at most FAILURES probes of one interval and one deadline each, and a probe's worth more
+    assert took < (FAILURES + 1) * (INTERVAL + 2 * DEADLINE) + 5, took
+    assert not _alive(engine), "the stopped engine process outlived the watchdog"
+    # every request carried the key from the key file
+    posts = [r for r in w.requests() if r.startswith("POST ")]
+    assert posts and all(r.endswith(f"Bearer {KEY}") for r in posts), posts
+    assert KEY not in " ".join(w.argv)
+
+
+def test_a_busy_engine_whose_counters_move_is_left_alone_a_stuck_one_is_stopped(
+        tmp_path, watched):
+    """With a request running, no probe request is sent: the counters must move. They do
+    (busy): nothing happens for many intervals; they stop (stuck): FAILURES probes, exit 70."""
+    w = Watched(tmp_path)
+    watched.append(w)
+    w.armed()
+    w.state.write_text("busy")
+    n = len(w.requests())
+    time.sleep(10 * INTERVAL)
+    assert w.p.poll() is None
+    later = w.requests()[n:]
+    assert sum(r.startswith("GET /metrics") for r in later) >= 5, later
+    assert not any(r.startswith("POST ") for r in later), later
+    w.state.write_text("stuck")
+    code, out = w.end()
+    assert code == 70, out
+    assert "1 requests running or waiting and no counter moved" in out, out
+
+
+def test_a_recovered_engine_resets_the_count(tmp_path, watched):
+    """Failures must come in a row: a probe that passes in between starts the count again."""
+    w = Watched(tmp_path)
+    watched.append(w)
+    w.armed()
+    for _ in range(3):
+        w.state.write_text("frozen")
+        n = len(w.requests())
+        end = time.monotonic() + 30
+        while sum(r.startswith("POST ") for r in w.requests()[n:]) < FAILURES - 1:
+            assert time.monotonic() < end and w.p.poll() is None
+            time.sleep(0.05)
+        w.state.write_text("ok")
+        time.sleep(2 * (INTERVAL + DEADLINE))
+    assert w.p.poll() is None, w.p.communicate()[0]
+    w.p.send_signal(signal.SIGTERM)  # docker stop: to vLLM, whose exit code the container gets
+    code, out = w.end()
+    assert code == 15, out
+    assert "stopping it" not in out, out
+
+
+def test_a_vllm_still_loading_is_not_probed(tmp_path, watched):
+    """Until /health first answers (the 122B loads for minutes), nothing counts: the watchdog
+    waits, however long."""
+    w = Watched(tmp_path, "--no-health")
+    watched.append(w)
+    w.state.write_text("frozen")
+    time.sleep(FAILURES * (INTERVAL + DEADLINE) * 2)
+    assert w.p.poll() is None
+    assert not any(r.startswith(("GET /metrics", "POST ")) for r in w.requests()), w.requests()
+
+
+def test_vllm_exiting_ends_the_watchdog_with_its_code(tmp_path, watched):
+    w = Watched(tmp_path)
+    watched.append(w)
+    w.armed()
+    (child,) = _children(w.p.pid)
+    os.kill(child, signal.SIGTERM)  # the fake exits 15, as vLLM on SIGTERM
+    code, _ = w.end()
+    assert code == 15
+
+
+def test_an_embedding_service_is_probed_with_an_embedding(tmp_path, watched):
+    w = Watched(tmp_path, task="embed")
+    watched.append(w)
+    w.wait_for("POST /v1/embeddings")
+    assert not any(r.startswith("POST /v1/completions") for r in w.requests())
+    w.state.write_text("frozen")
+    code, out = w.end()
+    assert code == 70, out
