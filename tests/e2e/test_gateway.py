@@ -10,14 +10,17 @@ switches the stack to mp first). In order:
 3. a TCP scan of every port of every node's management address from the lab host finds the
    gateway (on the head) and sshd, nothing else: vLLM, the services and mp's rendezvous port
    (issue 31's vllm-master-guard: hostscripts/firewall.py) are not there;
-4. the lab's embedding model added as a service: only its resources are created and the
-   gateway's routing changes (reloaded: its container keeps its ID and start time); then
-   completions, chat, embeddings and streaming work through the gateway with the key, a model it
-   does not serve gets a 404 naming the served ones, vLLM's metrics answer only with the key;
+4. the lab's embedding model as a service: test_services (run just before, on this stack)
+   adds it and leaves it in place, checking that only its resources were created and that the
+   gateway's routing changed (reloaded: its container keeps its ID and start time); run alone,
+   this module adds it. Then completions, chat, embeddings and streaming work through the
+   gateway with the key, a model it does not serve gets a 404 naming the served ones, vLLM's
+   metrics answer only with the key;
 5. a client that goes away mid-stream stops the generation at vLLM;
 6. the service removed while a stream runs through the gateway: the stream finishes whole (the
-   reload drops no connection), only the service's resources go and the gateway's routing
-   changes, the model is 404 afterwards; the stack is left as the module found it.
+   reload drops no connection; HAProxy's own log dates the reload), only the service's
+   resources and key folder go and the gateway's routing changes, the model is 404 afterwards;
+   the stack is left as test_executor_mp left it.
 
 Every `up` prints its wall time (`WALL ...`).
 """
@@ -31,6 +34,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from http.client import HTTPResponse
 
 import pytest
@@ -195,34 +199,25 @@ def test_a_port_scan_of_the_management_addresses_finds_only_the_gateway_and_sshd
 
 @pytest.fixture(scope="module")
 def with_embed(gw, lab_cfg):
-    """The lab's embedding model as a service beside the main model (at the hub's main)."""
+    """The lab's embedding model as a service beside the main model: the one test_services
+    leaves (its adding is proven there), else added here at the hub's main."""
     d = gw
-    commits = lab_cfg["models"]["spark-lab/tiny-embed"]["commits"]
-    before = d.snapshot()
-    d.set("services", [embed_service(commits["main"])])
-    ops = d.timed_up("gateway: a service added")
-    d.added = (before, ops)
+    value = d.stack.get_all_config().get("spark-vllm:services")
+    if not any(s.get("name") == "embed" for s in (json.loads(value.value) if value else [])):
+        commits = lab_cfg["models"]["spark-lab/tiny-embed"]["commits"]
+        d.set("services", [embed_service(commits["main"])])
+        mine, other = _split(d.timed_up("gateway: a service added (run without test_services)"))
+        assert mine and set(mine.values()) == {"create"}, mine
+        assert set(other.items()) <= set(ROUTING.items()) and "gateway-config" in other, other
+    config = d.ssh(HEAD, "cat /var/lib/spark-vllm/stacks/dev/gateway/conf/models.map")
+    assert config.split() == [MAIN, "model0-tiny-moe", EMBED, "model1-tiny-embed"], config
+    d.run("preview", expect_no_changes=True)
     return d
 
 
 def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     mine = {k: v for k, v in ops.items() if k.startswith("svc-embed")}
     return mine, {k: v for k, v in ops.items() if k not in mine}
-
-
-def test_adding_a_service_changes_only_the_gateways_routing(with_embed):
-    d = with_embed
-    before, ops = d.added
-    mine, other = _split(ops)
-    assert mine and set(mine.values()) == {"create"}, mine
-    assert set(other.items()) <= set(ROUTING.items()) and "gateway-config" in other, other
-    after = d.snapshot()
-    for node, containers in before.items():  # the gateway's container included: reloaded
-        assert {k: v for k, v in after[node].items() if k != EMBED_CONTAINER} == containers, node
-    assert GATEWAY in after[HEAD]
-    config = d.ssh(HEAD, "cat /var/lib/spark-vllm/stacks/dev/gateway/conf/models.map")
-    assert config.split() == [MAIN, "model0-tiny-moe", EMBED, "model1-tiny-embed"], config
-    d.run("preview", expect_no_changes=True)
 
 
 def test_completions_chat_embeddings_and_streaming_through_the_gateway(with_embed):
@@ -268,37 +263,73 @@ def test_completions_chat_embeddings_and_streaming_through_the_gateway(with_embe
 
 
 def _running(d) -> float:
-    _, _, text = _call(_base(d) + "/metrics", key=d.api_key())
+    """vLLM's running requests (its Prometheus gauge), read through the gateway with the key."""
+    status, _, text = _call(_base(d) + "/metrics", key=d.api_key())
+    assert status == 200, f"vLLM's metrics through the gateway: {status} {text[:300]!r}"
     values = re.findall(rb"^vllm:num_requests_running\{[^}]*\} ([0-9.]+)$", text, re.M)
+    assert values, "vLLM's metrics hold no vllm:num_requests_running"
     return sum(float(v) for v in values)
+
+
+def _chunks(events, n: int) -> list[str]:
+    """The next n server-sent events, each a generated chunk (an error event fails here)."""
+    got = []
+    for _, event in events:
+        assert event.startswith("data: {") and '"choices"' in event, event[:300]
+        got.append(event)
+        if len(got) == n:
+            return got
+    raise AssertionError(f"the stream ended after {len(got)} events")
+
+
+# long enough that vLLM cannot finish it within the waits below on any machine that runs the
+# suite (the lab model's context is 2048 tokens; the prompt takes ~10)
+LONG = {"model": MAIN, "max_tokens": 2000, "ignore_eos": True,
+        "messages": [{"role": "user", "content": "Go on"}]}
 
 
 def test_a_client_gone_mid_stream_stops_the_generation_at_vllm(with_embed):
     d = with_embed
-    r = _stream(d, {"model": MAIN, "max_tokens": 1500, "ignore_eos": True,
-                    "messages": [{"role": "user", "content": "Go on"}]})
+    r = _stream(d, LONG)
     events = _events(r)
-    next(events)
-    next(events)
-    assert _running(d) >= 1
+    _chunks(events, 2)
+    # vLLM counts the request as running while it generates (the gauge follows each step)
     t0 = time.monotonic()
-    r.close()  # the client leaves; 1500 tokens would take vLLM far longer than this wait
+    while (running := _running(d)) < 1:
+        assert time.monotonic() - t0 < 30, "vLLM's metrics never showed the stream's request"
+        _chunks(events, 1)
+    t0 = time.monotonic()
+    r.close()  # the client leaves; 2000 tokens would take vLLM far longer than this wait
     while _running(d) > 0:
         assert time.monotonic() - t0 < 15, "vLLM kept generating for a client that left"
         time.sleep(0.5)
-    print(f"[observed] vLLM stopped {time.monotonic() - t0:.1f} s after the client left")
+    print(f"[observed] {running:.0f} running; vLLM stopped {time.monotonic() - t0:.1f} s after "
+          "the client left")
+
+
+def _last_reload(d) -> float:
+    """When the gateway's HAProxy last started a worker (its master logs `New worker (<pid>)
+    forked` at its start and at every reload), as a Unix time from Docker's log timestamps
+    (the lab's nodes share this machine's clock)."""
+    lines = [line for line in d.ssh(HEAD, f"docker logs --timestamps {GATEWAY} 2>&1")
+             .splitlines() if "New worker" in line]
+    assert lines, f"{GATEWAY}'s log shows no HAProxy worker start"
+    stamp = lines[-1].split()[0]  # 2026-12-02T15:48:01.133399482Z
+    whole, _, frac = stamp.rstrip("Z").partition(".")
+    return (datetime.strptime(whole, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
+            .timestamp() + float("0." + (frac or "0")))
 
 
 def test_removing_the_service_keeps_a_running_stream_and_changes_only_the_routing(with_embed):
     d = with_embed
     before = d.snapshot()
+    started = _last_reload(d)
     got: dict = {}
 
     def read() -> None:
-        r = _stream(d, {"model": MAIN, "max_tokens": 1500, "ignore_eos": True,
-                        "messages": [{"role": "user", "content": "Go on"}]})
+        r = _stream(d, LONG)
         got["events"] = [e for _, e in _events(r)]
-        got["done"] = time.monotonic()
+        got["done"] = time.time()
 
     reader = threading.Thread(target=read)
     reader.start()
@@ -306,16 +337,20 @@ def test_removing_the_service_keeps_a_running_stream_and_changes_only_the_routin
     assert reader.is_alive(), "the stream ended before the reload: make it longer"
     d.set("services", [])
     mine, other = _split(d.timed_up("gateway: the service removed, a stream running"))
-    reloaded = time.monotonic()
     reader.join(300)
     assert mine and set(mine.values()) == {"delete"}, mine
     assert set(other.items()) <= set(ROUTING.items()) and "gateway-config" in other, other
     events = got.get("events") or []
     assert events and events[-1] == "data: [DONE]", events[-3:]
-    # it was open while the up reloaded the gateway (it ended after the up did)
-    assert got["done"] > reloaded, "the stream ended before the reload: make it longer"
+    assert all(e.startswith("data: {") and '"choices"' in e for e in events[:-1])
+    # the stream was open while the up reloaded the gateway: it ended after HAProxy's master
+    # started the new configuration's worker
+    reloaded = _last_reload(d)
+    assert reloaded > started, "the up did not reload the gateway"
+    assert got["done"] > reloaded, (
+        f"the stream ended {reloaded - got['done']:.1f} s before the reload: make it longer")
     print(f"[observed] the stream ran across the reload: {len(events)} events, done "
-          f"{got['done'] - reloaded:+.1f} s after the up")
+          f"{got['done'] - reloaded:+.1f} s after it")
     after = d.snapshot()
     assert EMBED_CONTAINER not in after[HEAD]
     for node, containers in before.items():
@@ -324,5 +359,9 @@ def test_removing_the_service_keeps_a_running_stream_and_changes_only_the_routin
     status, _, body = _call(_base(d) + "/v1/embeddings", {"model": EMBED, "input": ["x"]},
                             key=d.api_key())
     assert status == 404 and json.loads(body)["error"]["served_models"] == [MAIN]
+    # the service's key folder went with it; the main model's key file stays
+    assert d.ssh(HEAD, "ls /var/lib/spark-vllm/stacks/dev/services 2>/dev/null || true") == ""
+    key = "/var/lib/spark-vllm/stacks/dev/vllm/api-key"
+    assert d.ssh(HEAD, f"test -s {key} && echo ok").strip() == "ok"
     assert complete(d)
     d.run("preview", expect_no_changes=True)

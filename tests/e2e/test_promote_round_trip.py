@@ -7,6 +7,12 @@ settings are never promoted) -> it serves what dev verified (same image ID, same
 the same serve flags) behind its own API key -> a preview of staging wants nothing -> staging is
 destroyed and dev serves on, untouched.
 
+It is also the suite's case of two stacks side by side (test_two_stacks proves what would
+collide is refused): every container and host file a stack owns is named by its stack
+(`spark-vllm-<stack>-*`, `/var/lib/spark-vllm/stacks/<stack>/`), so staging's up keeps every
+container of dev (same IDs and start times), each stack's key is in its own folder, both serve,
+and destroying staging removes its containers and folder and leaves dev's.
+
 dev runs with serve keys staging does not set, among those promotion once dropped (issue 29):
 `executor: mp`, `reasoningParser` and `maxNumBatchedTokens` (test_executor_mp's switch sets the
 last two with the executor, so reaching here costs no extra vLLM restart; run alone, this module
@@ -28,7 +34,7 @@ import pytest
 import yaml
 
 from config.serve import PROMOTED_KEYS
-from lab.deployments import complete
+from lab.deployments import complete, http
 from tools import promote
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
@@ -40,6 +46,15 @@ STAGING_PORT, STAGING_MASTER_PORT = 8020, 29521
 STAGING_GATEWAY_PORT = 8081  # staging's gateway beside dev's (8080) on the same head
 # serve keys dev verifies and staging does not set: promotion must carry each one
 VERIFIED = {"executor": "mp", "reasoningParser": "granite", "maxNumBatchedTokens": 2048}
+NODES = ("spark-1", "spark-2")
+KEY = "/var/lib/spark-vllm/stacks/{stack}/vllm/api-key"
+
+
+def _containers(dev, node: str, stack: str) -> set[str]:
+    """The running containers of a stack on a node, by their labels."""
+    out = dev.ssh(node, "docker ps --filter label=spark-vllm.managed=true --filter "
+                        f"label=spark-vllm.stack=spark-vllm/{stack} --format '{{{{.Names}}}}'")
+    return set(out.split())
 
 
 def _get(url: str, key: str | None = None) -> tuple[int, str]:
@@ -95,11 +110,12 @@ def test_dev_to_staging_round_trip_on_the_lab(stack, lab_cfg, capsys):
         print("\n".join(lines))
         assert code == 0, capsys.readouterr().err
         written = yaml.safe_load((work / "Pulumi.staging.yaml").read_text())["config"]
-        # pinned by digest: dev's ref when it was one (the image module's second image), else
-        # the digest of the lab's tag that dev pulled
+        # dev's image: by digest after test_change_image_and_nodes (its second image), kept as
+        # is; run without it, the lab's tag, pinned to the digest the nodes pulled when the state
+        # records one, else kept (staging accepts a tag; prod refuses it: the promote tier)
         dev_ref = dev_conf[NS + "image"]["ref"]
-        pinned = dev_ref if "@sha256:" in dev_ref else lab_cfg["image"]["ref"]
-        assert written[NS + "image"]["ref"] == pinned, (written[NS + "image"], pinned)
+        allowed = {dev_ref} if "@sha256:" in dev_ref else {dev_ref, lab_cfg["image"]["ref"]}
+        assert written[NS + "image"]["ref"] in allowed, (written[NS + "image"], allowed)
         assert written[NS + "model"]["revision"] == commit
         for key in PROMOTED_KEYS:  # every promoted serve key is dev's
             assert written[NS + "vllm"].get(key) == dev_conf[NS + "vllm"].get(key), key
@@ -123,6 +139,17 @@ def test_dev_to_staging_round_trip_on_the_lab(stack, lab_cfg, capsys):
         status, body = _get(endpoint + "/models", STAGING_KEY)
         assert status == 200 and "tiny-moe" in body, body
         assert dev.snapshot() == dev_before, "staging's up touched dev's containers"
+        # staging's own containers, named by its stack; each stack's key in its own folder
+        assert {n: _containers(dev, n, "staging") for n in NODES} == {
+            "spark-1": {"spark-vllm-staging-serve", "spark-vllm-staging-gateway"},
+            "spark-2": {"spark-vllm-staging-serve"}}
+        keys = {s: dev.ssh("spark-1", f"cat {KEY.format(stack=s)}").strip()
+                for s in ("dev", "staging")}
+        assert keys == {"dev": dev.api_key(), "staging": STAGING_KEY}
+        _, body = http(endpoint + "/completions", {"model": "tiny-moe", "prompt": "Say hello",
+                                                   "max_tokens": 8}, key=STAGING_KEY)
+        assert json.loads(body)["choices"][0]["text"], body
+        assert complete(dev)
         # staging's vLLM runs with what dev verified: mp (no Ray container), the parser, the
         # batch size
         resources = staging.export_stack().deployment["resources"]
@@ -143,5 +170,8 @@ def test_dev_to_staging_round_trip_on_the_lab(stack, lab_cfg, capsys):
         t["staging destroy"] = time.monotonic() - t0
         print("timings: " + ", ".join(f"{k} {v:.0f} s" for k, v in t.items()))
     assert dev.snapshot() == dev_before, "destroying staging touched dev's containers"
+    assert {n: _containers(dev, n, "staging") for n in NODES} == {n: set() for n in NODES}
+    assert dev.ssh("spark-1", f"ls {KEY.format(stack='staging')} 2>/dev/null || true") == ""
+    assert dev.ssh("spark-1", f"test -s {KEY.format(stack='dev')} && echo ok").strip() == "ok"
     assert complete(dev)
     dev.run("preview", expect_no_changes=True)
