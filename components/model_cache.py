@@ -169,7 +169,8 @@ class ModelCache(pulumi.ComponentResource):
         return {**self._args.labels, "spark-vllm.role": role}
 
     def _fetch(self, name: str) -> remote.Command:
-        """Once, on the head: the snapshot from the hub (the token on stdin, never logged)."""
+        """Once, on the head: the snapshot from the hub (the token on stdin, never logged; the
+        download's progress on stderr, shown in the `up`)."""
         a, head = self._args, self._args.cluster.head
         again = self._again([head])
         token = a.hf_token if a.hf_token is not None else pulumi.Output.secret("")
@@ -183,7 +184,8 @@ class ModelCache(pulumi.ComponentResource):
                 )
             ),
             stdin=token,
-            logging=remote.Logging.NONE,
+            # its progress lines (stderr: sizes and rates, never the token) show in the `up`
+            logging=remote.Logging.STDERR,
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,
             retain_on_delete=True,

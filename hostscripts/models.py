@@ -24,6 +24,9 @@ from hostscripts.common import MAKE_TOKEN, image_id, label_flags, payload, plain
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 _SNAPSHOT_PY = payload("snapshot_download.py")
+# The hub download prints its progress (bytes, rate, time left) into the `up` this often: the
+# 122B's 119 GB take minutes even on a fast uplink.
+FETCH_PROGRESS_SECONDS = 10
 _MODEL_SEEDER_PY = payload("model_seeder.py")
 _SYNC_PY = payload("model_sync.py")
 _VERIFY_PY = payload("model_verify.py")
@@ -136,8 +139,11 @@ def model_fetch(
     Runs the serving image's python (it ships huggingface_hub); the token is read from stdin by
     that python, never from the command line or an environment variable on the host.
     Incremental: files already in the cache are not downloaded again, so blobs whose content
-    is not what the hub lists are deleted first (payloads/model_verify.py --prune).
+    is not what the hub lists are deleted first (payloads/model_verify.py --prune). Its progress
+    goes to stderr every FETCH_PROGRESS_SECONDS (sizes and rates only: payloads/
+    snapshot_download.py), which the component shows in the `up`.
     """
+    files = list(files)
     image = image_id(image)  # the daemon's answer: its exact form before any shell
     env = f"-e HF_ENDPOINT={q(endpoint)} " if endpoint else ""
     refs = f"{cache_dir}/hub/{repo_dir(repo)}/refs"
@@ -146,8 +152,10 @@ def model_fetch(
         f"mkdir -p {q(cache_dir)}",
         _prune(cache_dir, verify_manifest_json(repo, commit, files)),
         f"docker run -i --rm --network host {label_flags(labels)} "
-        f"-v {q(cache_dir)}:{HF_MOUNT} -e HF_HOME={HF_MOUNT} -e HF_HUB_DISABLE_TELEMETRY=1 {env}"
-        f"--entrypoint python3 {q(image)} -c {q(_SNAPSHOT_PY)} {q(repo)} {q(commit)}",
+        f"-v {q(cache_dir)}:{HF_MOUNT} -e HF_HOME={HF_MOUNT} -e HF_HUB_DISABLE_TELEMETRY=1 "
+        f"-e HF_HUB_DISABLE_PROGRESS_BARS=1 {env}"
+        f"--entrypoint python3 {q(image)} -c {q(_SNAPSHOT_PY)} {q(repo)} {q(commit)} "
+        f"{FETCH_PROGRESS_SECONDS} {q(json.dumps([[f.etag, f.size] for f in files]))}",
     ]
     if revision != commit:
         ref_file = f"{refs}/{revision}"

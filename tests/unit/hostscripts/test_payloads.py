@@ -72,10 +72,14 @@ def test_snapshot_download_returns_the_cached_commit_offline(tmp_path):
     (repo / "blobs" / ("a" * 40)).write_text("{}")
     (snap / "config.json").symlink_to(os.path.relpath(repo / "blobs" / ("a" * 40), snap))
     env = {**os.environ, "HF_HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", models._SNAPSHOT_PY, "org/tiny", commit],
+    out = subprocess.run([sys.executable, "-c", models._SNAPSHOT_PY, "org/tiny", commit, "10",
+                          json.dumps([["a" * 40, 2]])],
                          input="", capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(snap)
+    # the real huggingface_hub: the cache holds the one file, so nothing to fetch
+    assert out.stderr.strip() == ("model-fetch org/tiny@ffffffffffff: nothing to fetch: every "
+                                  "file is in the cache")
 
 
 class _FakeVllm(http.server.BaseHTTPRequestHandler):
