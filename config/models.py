@@ -475,8 +475,10 @@ class LivenessConfig(ConfigModel):
     a probe every `interval_seconds` (/health; with requests queued one of vLLM's counters must
     have moved, without a 1-token request must answer, each call within
     `probe_timeout_seconds`); `failures` failed probes in a row stop vLLM, and Docker starts the
-    container again (for mp every rank: the headless ranks follow the head). A hung vLLM is
-    restarted after at most failures x (interval + probe timeout) seconds."""
+    container again (for mp every rank: the headless ranks follow the head). An engine that
+    hangs while its API server answers (the case measured) is restarted after about
+    failures x (interval + probe timeout) seconds; a probe makes at most three calls, so an API
+    server that hangs too takes up to failures x (interval + 3 x probe timeout)."""
 
     enabled: bool = True
     interval_seconds: int = Field(default=15, ge=2, le=600)
