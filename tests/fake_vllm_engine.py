@@ -11,7 +11,8 @@ no model. Its behaviour is read, at every request, from a state file the test wr
   waits (a full engine);
 * `stuck`: a request running and no counter moving (a rank hung in a collective).
 
-Every request is appended to the log file as `<method> <path> <authorization>`.
+Every request is appended to the log file as `<method> <path> <authorization> <state>`,
+the state it was answered in.
 `--engine` starts a child process (the fake's "engine") that stops itself with SIGSTOP, as the
 lab's measurement did to vLLM's EngineCore; its PID goes to the log as `engine <pid>`.
 `--no-health` never answers /health (a vLLM still loading).
@@ -58,9 +59,10 @@ def main() -> None:
             n = int(self.headers.get("Content-Length") or 0)
             if n:
                 self.rfile.read(n)
+            state = state_file.read_text().strip()  # before the log line: it names the state
             with log_file.open("a") as f:
-                f.write(f"{self.command} {self.path} {self.headers.get('Authorization')}\n")
-            state = state_file.read_text().strip()
+                f.write(f"{self.command} {self.path} {self.headers.get('Authorization')} "
+                        f"{state}\n")
             if self.path == "/health":
                 if "--no-health" in flags:
                     time.sleep(3600)
