@@ -27,6 +27,9 @@ from hostscripts.paths import HF_MOUNT, IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, S
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
 _FETCH_PY = payload("fetch_url.py")
 _PROBE_PY = payload("image_probe.py")
+# The copy prints its progress (bytes, the image's size, rate, time left) into the `up` this
+# often, and once at the end.
+COPY_PROGRESS_SECONDS = 10
 
 
 def image_seeder_start(names: StackNames, ref: str, bind_ip: str,
@@ -78,7 +81,11 @@ def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str,
 def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
     """On another node: load the head's image from its seeder unless the same ID is present.
     The run's token (image_seeder_start's stdout) arrives on stdin and goes to the fetch's
-    stdin: it is in no command line."""
+    stdin: it is in no command line. The fetch prints its progress to stderr every
+    COPY_PROGRESS_SECONDS, named by the node's `uname -n` (`image copy <host>: <done> of
+    ~<image size> (<percent>), <rate>, ETA <left>`; the total is the size the head's docker gives
+    the image, announced by the seeder; payloads/fetch_url.py), which the command's logging
+    (both streams) shows in the `up`; its stdout goes to `docker load` byte for byte."""
     expect_id = image_id(expect_id)  # read back from the head's daemon: its exact form only
     url = f"http://{seed_ip}:{IMAGE_SEED_PORT}/image.tar"
     return "\n".join(
@@ -86,7 +93,8 @@ def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
             "set -eu",
             f"have=$(docker image inspect --format '{{{{.Id}}}}' {q(ref)} 2>/dev/null || true)",
             f"if [ \"$have\" = {q(expect_id)} ]; then echo image present; exit 0; fi",
-            f"python3 -c {q(_FETCH_PY)} {q(url)} | docker load",
+            f"python3 -c {q(_FETCH_PY)} {q(url)} {COPY_PROGRESS_SECONDS} 'image copy' "
+            "\"$(uname -n)\" | docker load",
             f"have=$(docker image inspect --format '{{{{.Id}}}}' {q(ref)})",
             f"if [ \"$have\" != {q(expect_id)} ]; then",
             f"  printf 'image %s has ID %s after load, head has %s\\n' {q(ref)} \"$have\" "

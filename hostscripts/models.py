@@ -37,6 +37,9 @@ SYNC_CHUNK_BYTES = 128 << 20
 SYNC_STREAMS_PER_SEED = 2
 # How long the sync waits for a first seeder address to answer (the seeder may be starting).
 SYNC_WAIT_SECONDS = 120
+# The fan-out prints its progress (bytes of the missing files' total, rate, time left) into the
+# `up` this often, and once at the end: 119 GB take minutes over the fabric too.
+SYNC_PROGRESS_SECONDS = 10
 
 
 @dataclass(frozen=True)
@@ -269,6 +272,9 @@ def model_sync(image: str, cache_dir: str, labels: Mapping[str, str]) -> str:
     Files land in the Hugging Face cache layout (blobs named by etag, snapshot symlinks, refs), so
     a later revision moves only the files whose content changed. Blobs whose content is not
     what the hub lists are deleted first (payloads/model_verify.py --prune), so they move too.
+    Its progress goes to stderr every SYNC_PROGRESS_SECONDS, named by the node's `uname -n`
+    (`model fan-out <host>: <done> of <total> (<percent>), <rate>, ETA <left>`; sizes and rates
+    only), which the command's logging (both streams) shows in the `up`.
     """
     image = image_id(image)  # the daemon's answer: its exact form before any shell
     return "\n".join(
@@ -281,7 +287,7 @@ def model_sync(image: str, cache_dir: str, labels: Mapping[str, str]) -> str:
             f'python3 -c {q(_VERIFY_PY)} {q(cache_dir)} --prune < "$m" >/dev/null',
             f"docker run -i --rm --network host {label_flags(labels)} "
             f"-v {q(cache_dir)}:{HF_MOUNT} --entrypoint python3 {q(image)} -c {q(_SYNC_PY)} "
-            '< "$m"',
+            f'{SYNC_PROGRESS_SECONDS} "$(uname -n)" < "$m"',
         ]
     )
 

@@ -3,7 +3,10 @@
 # (issue 31): GET /image.tar with `Authorization: Bearer <token>`, the token the start command
 # made for this run (the seeder knows only its sha256, so none is on its command line). Without
 # it 401 and no `docker save` runs; another path 404; at most max-saves saves at once (one per
-# node that copies), another then 503. argv = bind-ip port ref token-sha256 max-saves.
+# node that copies), another then 503. The answer carries no Content-Length (the size of the
+# `docker save` stream is known only at its end); X-Image-Size is the image's size as
+# `docker image inspect` gives it, when it gives one, for the nodes' progress lines
+# (payloads/fetch_url.py shows it as approximate). argv = bind-ip port ref token-sha256 max-saves.
 # The Server class binds without http.server's reverse DNS lookup of the bind address (getfqdn),
 # which timed out for fabric addresses no resolver knows (10 s per converge on the lab).
 # Built into a command by hostscripts/images.py; the lines above are not sent to the node.
@@ -40,9 +43,17 @@ class H(http.server.BaseHTTPRequestHandler):
         if not saves.acquire(blocking=False):
             return self.refuse(503)
         try:
+            try:
+                size = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", ref],
+                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      timeout=60).stdout.strip()
+            except (OSError, subprocess.SubprocessError):
+                size = b""
             p = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
             self.send_response(200)
             self.send_header("Content-Type", "application/x-tar")
+            if size.isdigit():
+                self.send_header("X-Image-Size", size.decode())
             self.end_headers()
             while True:
                 b = p.stdout.read(1 << 20)

@@ -22,6 +22,11 @@
 # arrived with exactly its length and the file has the manifest's size. After a failure the
 # `.incomplete` files of unfinished blobs are removed. Prints a line per file finished (bytes
 # and rate per seed), then {"files", "bytesMoved", "bytesBySeed"} as the last line.
+# Its progress goes to stderr: what it has to copy (the sizes of the missing files: known up
+# front), then every `every` seconds `model fan-out <node>: <done> of <total> (<percent>), <rate>,
+# ETA <time left>`, bytes counted as they are written (a piece fetched again after a broken
+# stream counts once), and one line at 100% when every file is in place. No URL or token is
+# printed. argv = [every [node]] (10 s and the host name when not given).
 # The manifest's values came from the hub: every one is checked before a file is touched (etag
 # 40 or 64 lowercase hex, path relative and normalised, size a byte count, the revision a ref
 # name), and every path again where it is joined; a manifest that fails exits 1 with
@@ -29,6 +34,9 @@
 # The lines above are not sent to the node.
 
 import collections, http.client, json, os, re, socket, sys, threading, time, urllib.parse
+every = float(sys.argv[1]) if len(sys.argv) > 1 else 10
+node = "".join(c for c in (sys.argv[2] if len(sys.argv) > 2 else socket.gethostname())
+               if c.isprintable())
 
 
 def refuse(why):
@@ -150,17 +158,54 @@ def fetch(seed, piece, buf):
                 except OSError as e:  # a full disk is not the twin's fault
                     raise Fatal("cannot write %s: %s" % (f.tmp, e))
                 got += n
+                count(n)
+        except BaseException:
+            count(-got)  # the piece goes to another seed, or nowhere
+            raise
         finally:
             os.close(fd)
         if got != length:
+            count(-got)
             raise OSError("short read of %s: %d of %d bytes" % (f.path, got, length))
         return got
     finally:
         conn.close()
 
 
-def human(n):
-    return "%.1f MiB" % (n / 1048576)
+progress, counted = [0], threading.Lock()
+
+
+def count(n):
+    with counted:
+        progress[0] += n
+
+
+def size(n):
+    return "%.1f GiB" % (n / 2**30) if n >= 2**30 else "%.1f MiB" % (n / 2**20)
+
+
+def clock(s):
+    s = int(round(s))
+    if s < 60:
+        return "%ds" % s
+    if s < 3600:
+        return "%dm%02ds" % divmod(s, 60)
+    return "%dh%02dm" % (s // 3600, s % 3600 // 60)
+
+
+def say(text):
+    print("model fan-out %s: %s" % (node, text), file=sys.stderr, flush=True)
+
+
+def line(done, total, secs, final=False):
+    rate = done / secs if secs > 0 else 0
+    text = "%s of %s (%d%%), %s/s" % (size(done), size(total),
+                                      100 * done // total if total else 100, size(rate))
+    if final:
+        text += ", done in %s" % clock(secs)
+    elif rate > 0:
+        text += ", ETA %s" % clock((total - done) / rate)
+    say(text)
 
 
 files = [File(f) for f in m["files"]]
@@ -196,6 +241,16 @@ if missing:
 
     os.makedirs(root + "/blobs", exist_ok=True)
     live = [s for s in seeds if s.alive]
+    need = sum(f.size for f in missing)
+    say("%s to copy (%d of %d files), over %d seeder address%s" % (
+        size(need), len(missing), len(files), len(live), "" if len(live) == 1 else "es"))
+    m0, ticking = time.monotonic(), threading.Event()
+
+    def ticks():
+        while not ticking.wait(every):
+            line(progress[0], need, time.monotonic() - m0)
+
+    ticker = threading.Thread(target=ticks, daemon=True)
 
     def deal(pieces):  # each piece to the live seed with the fewest bytes so far
         for p in pieces:
@@ -288,18 +343,24 @@ if missing:
                 cond.notify_all()
 
     threads = [threading.Thread(target=stream, args=(s,)) for s in live for _ in range(streams)]
+    ticker.start()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    ticking.set()
+    ticker.join()
     if state["fatal"] or state["pending"]:
         for f in missing:
             if os.path.lexists(f.tmp):
                 os.remove(f.tmp)
         sys.exit(state["fatal"] or "model sync: %d pieces not fetched" % state["pending"])
     moved = sum(f.size for f in missing)
+    line(progress[0], need, time.monotonic() - m0, True)  # == need: each byte counted once
     el = max(time.time() - t0, 1e-6)
     print("moved %d B in %.1f s: %s" % (moved, el, per_seed(el)), flush=True)
+else:
+    say("nothing to copy: every file is in the cache")
 for f in files:
     link = f.link
     os.makedirs(os.path.dirname(link), exist_ok=True)

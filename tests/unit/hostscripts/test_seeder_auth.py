@@ -163,7 +163,9 @@ def test_the_image_seeder_starts_no_docker_save_without_the_token(tmp_path):
                               f"http://127.0.0.1:{port}/image.tar"], input=(TOKEN + "\n").encode(),
                              capture_output=True, timeout=60, check=True)
         assert out.stdout == b"tar-of-repo@sha256:abc"
-        assert (tmp_path / "docker.log").read_text() == "save repo@sha256:abc\n"
+        # (and, before it, the image's size for the nodes' progress lines: X-Image-Size)
+        assert (tmp_path / "docker.log").read_text() == (
+            "image inspect --format {{.Size}} repo@sha256:abc\nsave repo@sha256:abc\n")
         # as many saves at once as nodes to copy to (1 here): a second at once is turned away
         both = subprocess.run(
             [sys.executable, "-c", "import subprocess, sys, json\n"
