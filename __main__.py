@@ -28,6 +28,8 @@ with ThreadPoolExecutor(max_workers=1 + len(cfg.services), thread_name_prefix="h
     facts, plan = preflight.run(
         cfg, key_path=key_path, model=lookup.result,
         services=lambda: {n: f.result() for n, f in services.items()})
+for warning in plan.warnings:  # never fatal: shown by every preview and up (a crash loop, ...)
+    pulumi.log.warn(f"preflight: {warning}")
 manifest = lookup.result()
 handles = stack.build_stack(cfg, facts, plan, secrets, manifest=manifest,
                             service_manifests={n: f.result() for n, f in services.items()},

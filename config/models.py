@@ -478,12 +478,22 @@ class LivenessConfig(ConfigModel):
     container again (for mp every rank: the headless ranks follow the head). An engine that
     hangs while its API server answers (the case measured) is restarted after about
     failures x (interval + probe timeout) seconds; a probe makes at most three calls, so an API
-    server that hangs too takes up to failures x (interval + 3 x probe timeout)."""
+    server that hangs too takes up to failures x (interval + 3 x probe timeout).
+
+    Crash loops: a start of vLLM that follows starts that never answered /health waits first,
+    `backoff_seconds` doubling with each such start in a row, at most `backoff_max_seconds`
+    (Docker's own backoff resets once a container ran 10 s, which vLLM's start always does).
+    More than `crash_loop_restarts` restarts within `crash_loop_window_seconds` is a crash loop:
+    `spark-vllm status` shows it and the next `up` warns of it."""
 
     enabled: bool = True
     interval_seconds: int = Field(default=15, ge=2, le=600)
     probe_timeout_seconds: int = Field(default=30, ge=1, le=600)
     failures: int = Field(default=4, ge=1, le=100)
+    backoff_seconds: int = Field(default=10, ge=0, le=3600)
+    backoff_max_seconds: int = Field(default=300, ge=0, le=3600)
+    crash_loop_restarts: int = Field(default=3, ge=1, le=1000)
+    crash_loop_window_seconds: int = Field(default=600, ge=10, le=86400)
 
 
 class HealthConfig(ConfigModel):

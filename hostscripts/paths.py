@@ -16,6 +16,7 @@ __all__ = [
            "LEGACY_COMPILE_CACHE_DIR",
            "LEGACY_RAY_TOKEN_FILE",
            "LEGACY_VLLM_KEY_FILE",
+           "LIVENESS_STARTS",
            "MODEL_SEED_PORT",
            "RAY_SESSION_MOUNT",
            "RAY_TOKEN_MOUNT",
@@ -36,6 +37,9 @@ STACK_DIR = f"{STATE_DIR}/stacks"
 # Likewise under /run, emptied by a reboot (Ray's session folder)
 STACK_RUN_DIR = f"{RUN_DIR}/stacks"
 STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the stack stopped
+# where the liveness watchdog records vLLM's starts, in the container's own writable layer
+# (payloads/vllm_liveness.py; read by `spark-vllm status` and recon)
+LIVENESS_STARTS = "/var/lib/spark-vllm-liveness/starts"
 VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)
 GATEWAY_MOUNT = "/etc/spark-vllm/gateway"  # the stack's gateway folder in the gateway container

@@ -18,7 +18,7 @@ from hostscripts.common import (
     secret_file_write,
     stack_file_remove,
 )
-from hostscripts.paths import LEGACY_VLLM_KEY_FILE, VLLM_KEY, StackNames
+from hostscripts.paths import LEGACY_VLLM_KEY_FILE, LIVENESS_STARTS, VLLM_KEY, StackNames
 
 _HEALTH_PY = payload("vllm_health.py")
 _RANK_WATCH_PY = payload("vllm_rank_watch.py")
@@ -67,7 +67,14 @@ def vllm_argv(settings: ServeSettings, *, model: str, commit: str, backend: str 
             *places[Place.FLAGS], *node_flags, *places[Place.LISTEN], *places[Place.LAST]]
 
 
-def _rendered(key: ServeKey, value: Any, model: str, commit: str) -> list[str]:
+def key_flags(name: str, value: Any, *, model: str, commit: str | None) -> list[str]:
+    """The `vllm serve` arguments the serve key `name` (a field of config/serve.py) with `value`
+    becomes. `commit` None: a speculative config as a recipe holds it, its drafter not pinned
+    to the served commit yet (`spark-vllm recipes show`)."""
+    return _rendered(next(k for k in SERVE_KEYS if k.name == name), value, model, commit)
+
+
+def _rendered(key: ServeKey, value: Any, model: str, commit: str | None) -> list[str]:
     """One serve key on the command line (config/serve.Argv says how)."""
     flag, how = key.flag.flag, key.flag.argv
     if how is Argv.ARGS:
@@ -85,7 +92,7 @@ def _rendered(key: ServeKey, value: Any, model: str, commit: str) -> list[str]:
     if how is Argv.JSON:
         if not value:
             return []
-        spec = pinned_speculative_config(value, model, commit)
+        spec = dict(value) if commit is None else pinned_speculative_config(value, model, commit)
         return [flag, json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     if how is Argv.TEMPLATE:
         return [flag, CHAT_TEMPLATE]
@@ -162,7 +169,9 @@ def watched_entrypoint(url: str, served_name: str, task: str,
         return launcher
     return ["python3", "-c", _LIVENESS_PY, url, served_name, task,
             str(liveness.interval_seconds), str(liveness.probe_timeout_seconds),
-            str(liveness.failures), VLLM_KEY, *launcher]
+            str(liveness.failures), VLLM_KEY, LIVENESS_STARTS, str(liveness.backoff_seconds),
+            str(liveness.backoff_max_seconds), str(liveness.crash_loop_restarts),
+            str(liveness.crash_loop_window_seconds), *launcher]
 
 
 def api_key_write(path: str) -> str:

@@ -178,6 +178,9 @@ class NodeFacts(_Facts):
     # (hostscripts/firewall.py); None: not surveyed (Ray, one node, not the head)
     master_guard_present: bool | None = None
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
+    # the starts the liveness watchdog recorded in the stack's API containers on the node
+    # (control machine's clock, oldest first): {container: [time, ...]}
+    liveness_starts: dict[str, list[float]] = Field(default_factory=dict)
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output
     # could not be read or timed out: {section: readable reason}. Preflight reports these.

@@ -890,3 +890,18 @@ def parse_stopped_markers(text: str) -> dict[str, str]:
                              line)
         out[parts[1]] = parts[2]
     return out
+
+
+def parse_liveness_starts(text: str) -> list[tuple[float, str]]:
+    """The liveness watchdog's starts file (hostscripts/payloads/vllm_liveness.py) ->
+    [(time, "start" | "serving")], oldest first, in the node's clock. Lines of another shape
+    are left out, as the watchdog itself does (it writes the file whole, with os.replace)."""
+    out: list[tuple[float, str]] = []
+    for line in split_lines(text):
+        part = line.split()
+        if len(part) == 2 and part[1] in ("start", "serving"):
+            try:
+                out.append((float(part[0]), part[1]))
+            except ValueError:
+                continue
+    return out

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import time
 from collections.abc import Callable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -65,7 +66,7 @@ from inspection import memory_fit
 from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
 from inspection.hub import ModelManifest
 from inspection.memory_fit import Estimate, ModelShape
-from inspection.recon import UNMATCHED_LABELS, ReconError, Runner
+from inspection.recon import UNMATCHED_LABELS, ReconError, Runner, recent_restarts
 
 try:
     from pulumi import RunError as _UserError
@@ -684,6 +685,24 @@ def check_disk(cfg: StackConfig, f: NodeFacts,
     return [], need
 
 
+def check_crash_loops(cfg: StackConfig, f: NodeFacts, now: float) -> list[Finding]:
+    """Warnings: a container of the stack that restarted more than
+    health.liveness.crashLoopRestarts times within the window (the watchdog's record). Not an
+    error: the `up` may be the fix (a new flag, a new image)."""
+    live = cfg.health.liveness
+    out = []
+    for container, starts in sorted(f.liveness_starts.items()):
+        n = recent_restarts(starts, now, live.crash_loop_window_seconds)
+        if n > live.crash_loop_restarts:
+            out.append(Finding(
+                node=f.node, check="crash_loop",
+                fact=f"{container} is crash-looping: {n} restarts in the last "
+                     f"{live.crash_loop_window_seconds} s (more than {live.crash_loop_restarts})",
+                fix="`spark-vllm logs` shows why it exits, `spark-vllm status` how it stands; "
+                    "this up replaces it only if its settings changed"))
+    return out
+
+
 def notes(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]:
     out = []
     if abs(f.clock_offset_seconds) > CLOCK_WARN_SECONDS:
@@ -706,7 +725,8 @@ def notes(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]
 
 def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
           model_bytes: int | None = None, stack_label: str | None = None,
-          shape: ModelShape | None = None, services: ServiceModels | None = None) -> Plan:
+          shape: ModelShape | None = None, services: ServiceModels | None = None,
+          now: float | None = None) -> Plan:
     """Run every check over every node; return the Plan or raise PreflightError (all findings).
 
     stack_label (`<project>/<stack>`) picks the stopped-container markers that are this stack's.
@@ -760,6 +780,7 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         e, missing[f.node] = check_disk(cfg, f, model_bytes)
         errors += e
         warnings += notes(cfg, node_cfg, f)
+        warnings += check_crash_loops(cfg, f, time.time() if now is None else now)
 
     estimate = memory_estimate(cfg, model_bytes, shape) if model_bytes else None
     if (estimate is not None and shape is not None and not shape.known and surveyed

@@ -47,7 +47,7 @@ from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.common import plain, repo_dir
 from hostscripts.firewall import master_port_guard_check
-from hostscripts.paths import STOPPED_DIR, StackNames
+from hostscripts.paths import LIVENESS_STARTS, STOPPED_DIR, StackNames
 from inspection import parsers as p
 from inspection.facts import DockerFacts, NodeFacts, OsFacts
 from inspection.parsers import ParseError
@@ -69,6 +69,8 @@ DIR_PRESENCE = 'if [ -d "$1" ]; then echo present; else echo absent; fi'  # a fo
 # every one of several files (never their content)
 ALL_PRESENT = 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present'
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
+# the liveness watchdog's starts file out of a container, running or not ($1 container, $2 path)
+READ_STARTS = 'docker cp "$1:$2" - | tar -xO'
 
 
 class ReconError(Exception):
@@ -112,6 +114,20 @@ def _check_nonce(nonce: str) -> str:
     if not isinstance(nonce, str) or not NONCE.fullmatch(nonce):
         raise ValueError(f"a recon nonce is 16 to 64 lowercase hex digits, got {nonce!r}")
     return nonce
+
+
+def api_containers(cfg: StackConfig, names: StackNames, node: NodeConfig) -> list[str]:
+    """The stack's containers on `node` that serve an API under the liveness watchdog: the main
+    model's on the head, each service's on its nodes."""
+    out = [names.serve] if node.name == cfg.head.name else []
+    return out + [names.service(s.name) for s in cfg.services
+                  if node.name in (s.nodes or [cfg.head.name])]
+
+
+def recent_restarts(starts: list[float], now: float, window: float) -> int:
+    """How many of `starts` (a container's, oldest first) restarted it within `window` seconds
+    before `now`: every start but the container's first one is a restart."""
+    return sum(1 for t in starts[1:] if t > now - window)
 
 
 def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNames | None) -> str:
@@ -161,6 +177,11 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
     ]
     if names is not None:
+        # the starts the liveness watchdog recorded in the stack's API containers on this node
+        # (a crash loop is a warning of the next up); absent for a container with no record
+        for container in api_containers(cfg, names, node):
+            lines.append(f"sv_bg starts:{container} {COMMAND_TIMEOUT} bash -c {q(READ_STARTS)} "
+                         f"_ {q(container)} {q(LIVENESS_STARTS)}")
         lines += [
             # whether the stack's Ray token file is on the node (never its content)
             f"sv_bg ray_token {COMMAND_TIMEOUT} bash -c {q(PRESENCE)} _ "
@@ -446,6 +467,13 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
 
     clock_offset = _clock_offset(r.parse("clock_start", p.parse_epoch),
                                  r.parse("clock_end", p.parse_epoch), sent_at, received_at)
+    # the watchdog's records, in the control machine's clock; a container without one (none
+    # made yet, liveness off, no such container) is left out: nothing to report
+    starts: dict[str, list[float]] = {}
+    for name, s in sections.items():
+        if name.startswith("starts:") and s.problem is None and s.rc == 0:
+            starts[name.split(":", 1)[1]] = [t - clock_offset for t, what in
+                                             p.parse_liveness_starts(s.stdout) if what == "start"]
 
     return NodeFacts(
         node=node_name,
@@ -469,6 +497,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         gateway_files_present=gateway_files,
         master_guard_present=guard,
         clock_offset_seconds=clock_offset,
+        liveness_starts=starts,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,
     )

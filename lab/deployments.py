@@ -100,6 +100,34 @@ class Deployment:
             kwargs["on_event"] = self.events.append
         return fn(**kwargs)
 
+    def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+        """`spark-vllm <args>` (the console entry point of this checkout's venv) in the stack's
+        folder, where it reads Pulumi.<stack>.yaml: as an operator runs it."""
+        exe = ROOT / "venv" / "bin" / "spark-vllm"
+        return subprocess.run([str(exe), *args], cwd=self.workdir, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def cli_follow(self, *args: str) -> subprocess.Popen:
+        """`spark-vllm <args>` started in the stack's folder and left running (`logs -f`); its
+        output is read by the caller, which ends it with SIGINT (Ctrl-C)."""
+        import signal
+
+        exe = ROOT / "venv" / "bin" / "spark-vllm"
+        # Ctrl-C as in a terminal: a test run started in the background (CI) ignores SIGINT,
+        # and a child inherits that; the operator's shell never does
+        return subprocess.Popen([str(exe), *args], cwd=self.workdir, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+    def status(self) -> tuple[int, dict]:
+        """`spark-vllm status --json` of this stack: (exit code, the JSON)."""
+        r = self.cli("status", "-s", self.stack.name, "--json")
+        try:
+            return r.returncode, json.loads(r.stdout)
+        except ValueError:
+            raise AssertionError(f"status printed no JSON (rc {r.returncode}):\n{r.stdout}\n"
+                                 f"{r.stderr}") from None
+
     def timed_up(self, what: str) -> dict[str, str]:
         """`up`, its wall time printed (`WALL <what>: ... s`), asserted to succeed; -> ops()."""
         t0 = time.monotonic()

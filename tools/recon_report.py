@@ -16,6 +16,7 @@ Exit codes: 0 preflight passed, 1 preflight failed (findings printed), 2 config/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import subprocess
 import sys
@@ -46,6 +47,12 @@ def load_stack_config(stack: str, root: Path | None = None) -> StackConfig:
         name = key[len(prefix):]
         if name in SECRET_KEYS:
             continue
+        if isinstance(value, str) and name != "environment":
+            # as the program reads it (config/load.py, Config.get_object): a value the CLI
+            # stored as a JSON string (`pulumi config set` of a list, the Automation API) is
+            # the object it encodes
+            with contextlib.suppress(ValueError):
+                value = json.loads(value)
         raw[name] = value
     return pin_host_keys(validate_config(raw))
 
@@ -69,7 +76,7 @@ def last_up_outputs(stack: str) -> tuple[dict[str, Any] | None, str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--stack", default="dev", help="stack name: reads Pulumi.<stack>.yaml")
+    ap.add_argument("--stack", "-s", default="dev", help="stack name: reads Pulumi.<stack>.yaml")
     ap.add_argument("--key", help="ssh private key file (overrides spark-vllm:ssh.privateKeyPath)")
     ap.add_argument("--model-bytes", type=int, default=None,
                     help="model size in bytes, for the memory and disk checks")

@@ -13,16 +13,77 @@
 # exits 70, so Docker starts the container again (for mp the headless ranks follow: vllm_rank_watch.py). vLLM
 # exiting ends it too, with vLLM's exit code. SIGTERM/SIGINT (docker stop) go to vLLM.
 # The API key is read from key_file for each request (never argv or environment).
-# argv = url name task interval deadline failures key_file command...
+# Crash loops: every start of vLLM, and the moment it first answers /health, is appended to
+# starts_file (in the container's own writable layer: it lives as long as the container, across
+# Docker's restarts, and a replaced container starts a new one). A start that follows starts that
+# never answered waits first: backoff seconds, doubling with each such start in a row, at most
+# backoff_max. More than `restarts` restarts within `window` seconds is a crash loop: said here at
+# each start, and read by `spark-vllm status` (inspection/status.py) and the next `up`'s recon.
+# argv = url name task interval deadline failures key_file starts_file backoff backoff_max
+#        restarts window command...
 # Built by hostscripts/vllm.py; the lines above are not sent to the node.
 
-import json, os, re, signal, subprocess, sys, urllib.request
+import json, os, re, signal, subprocess, sys, time, urllib.request
 url, name, task = sys.argv[1], sys.argv[2], sys.argv[3]
 interval, deadline, failures = float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
-key_file, argv = sys.argv[7], sys.argv[8:]
+key_file, starts_file = sys.argv[7], sys.argv[8]
+backoff, backoff_max = float(sys.argv[9]), float(sys.argv[10])
+loop_restarts, window = int(sys.argv[11]), float(sys.argv[12])
+argv = sys.argv[13:]
+def say(text):
+    print("spark-vllm liveness: " + text, flush=True)
+def history():
+    """[(time, "start" | "serving")] of this container, oldest first."""
+    try:
+        with open(starts_file) as f:
+            lines = f.read().split("\n")
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        part = line.split()
+        if len(part) == 2 and part[1] in ("start", "serving"):
+            try:
+                out.append((float(part[0]), part[1]))
+            except ValueError:
+                pass
+    return out
+def record(what, keep):
+    try:
+        os.makedirs(os.path.dirname(starts_file), exist_ok=True)
+        lines = ["%.3f %s" % e for e in keep[-99:]] + ["%.3f %s" % (time.time(), what)]
+        with open(starts_file + ".new", "w") as f:
+            f.write("\n".join(lines) + "\n")
+        os.replace(starts_file + ".new", starts_file)
+    except OSError as e:
+        say("cannot record the %s in %s: %r" % (what, starts_file, e))
+child = None
+def forward(sig, _frame):
+    if child is None:  # docker stop during the backoff: nothing started yet
+        sys.exit(128 + sig)
+    child.send_signal(sig)
+signal.signal(signal.SIGTERM, forward)
+signal.signal(signal.SIGINT, forward)
+past = history()
+now = time.time()
+restarts = sum(1 for t, w in past if w == "start" and t > now - window)
+unready = 0
+for t, w in reversed(past):
+    if w == "serving":
+        break
+    unready += 1
+if restarts > loop_restarts:
+    say("crash-looping: %d restarts in the last %gs (more than %d)" % (restarts, window,
+                                                                   loop_restarts))
+elif restarts:
+    say("restart %d in the last %gs" % (restarts, window))
+record("start", past)
+if unready:
+    wait = min(backoff * 2 ** (unready - 1), backoff_max)
+    say("vLLM did not answer in its last %d start(s): waiting %gs before starting it" % (
+        unready, wait))
+    time.sleep(wait)
 child = subprocess.Popen(argv, start_new_session=True)  # its own group: stop_all
-signal.signal(signal.SIGTERM, lambda s, _f: child.send_signal(s))
-signal.signal(signal.SIGINT, lambda s, _f: child.send_signal(s))
 MOVES = re.compile(r"^(vllm:[a-z_:]*(_total|_count)|vllm:kv_cache_usage_perc)(\{[^}]*\})? (\S+)$",
                    re.M)
 QUEUE = re.compile(r"^vllm:num_requests_(running|waiting)(\{[^}]*\})? (\S+)$", re.M)
@@ -41,8 +102,6 @@ def stop_all():
     except OSError:
         pass
     child.wait()
-def say(text):
-    print("spark-vllm liveness: " + text, flush=True)
 def call(path, body=None):
     hdr = {"Content-Type": "application/json"}
     try:
@@ -100,6 +159,7 @@ while True:
             pass
         if armed:
             say("vLLM answers at %s; probing every %gs" % (url, interval))
+            record("serving", history())
         continue
     why = probe()
     if why is None:

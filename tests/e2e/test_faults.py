@@ -395,15 +395,46 @@ def test_vllm_that_dies_at_start_fails_the_gate_with_its_log_tail(deployment):
         timeout = int(d.stack.get_config("spark-vllm:health.timeoutSeconds", path=True).value)
         took = TIMES["up with maxModelLen 1048576 (fails)"]
         assert took < timeout, f"the failing up took {took} s: the gate waited for its timeout"
+        # Docker keeps starting it and vLLM keeps exiting: the watchdog waits longer before each
+        # start (dev: 2 s doubling) and, past the dev stack's crashLoopRestarts (2 in 300 s),
+        # `spark-vllm status` says crash-looping and exits 1 (issue 34)
+        with timed("status says crash-looping"):
+            main = _until_crash_looping(d, within=300)
+        assert "restarts in the last 300 s (more than 2)" in main["why"], main
+        said = [ln for ln in _serve_log(d) if "spark-vllm liveness:" in ln]
+        assert any("waiting 2s before starting it" in ln for ln in said), said
+        assert any("waiting 4s before starting it" in ln for ln in said), said
+        assert any("crash-looping: " in ln for ln in said), said
     finally:  # the recipe's value again: the key is not in the stack file
         d.stack.remove_config("spark-vllm:vllm.maxModelLen", path=True)
     with timed("up back to the recipe's maxModelLen"):
         r = d.run("up")
     assert r.summary.result == "succeeded"
+    # the up that follows a crash loop says so (preflight's warning, before it replaces vLLM)
+    assert re.search(r"preflight: spark-1: spark-vllm-dev-serve is crash-looping: \d+ restarts",
+                     r.stdout), r.stdout[-3000:]
     assert d.ops().get("vllm-serve") == "replace", d.ops()
     status, body = complete(d)
     assert status == 200, (status, body)
     d.run("preview", expect_no_changes=True)
+
+
+def _until_crash_looping(d, within: float) -> dict:
+    """Poll `spark-vllm status` until the main model is crash-looping; -> its JSON row."""
+    end = time.monotonic() + within
+    while True:
+        code, data = d.status()
+        main = data["models"][0]
+        if main["state"] == "crash-looping":
+            assert code == 1 and data["serving"] is False, data
+            return main
+        assert main["state"] != "serving", main
+        assert time.monotonic() < end, f"not crash-looping after {within} s: {main}"
+        time.sleep(5)
+
+
+def _serve_log(d) -> list[str]:
+    return d.ssh("spark-1", "docker logs spark-vllm-dev-serve 2>&1").splitlines()
 
 
 def test_fabric_short_of_the_mtu_stops_the_up_before_any_change(deployment):

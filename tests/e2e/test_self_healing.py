@@ -29,6 +29,8 @@ changes nothing and restarts nothing.
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 
 import pytest
@@ -201,13 +203,52 @@ def test_the_stack_serves_under_dockers_supervision(stack):
     assert complete(d)
 
 
+class _Followed:
+    """`spark-vllm logs -s dev tiny-moe -f --tail 0` running, its lines collected by threads."""
+
+    def __init__(self, d) -> None:
+        self.p = d.cli_follow("logs", "-s", "dev", "tiny-moe", "-f", "--tail", "0")
+        self.out: list[str] = []
+        self.err: list[str] = []
+        for stream, into in ((self.p.stdout, self.out), (self.p.stderr, self.err)):
+            threading.Thread(target=self._read, args=(stream, into), daemon=True).start()
+
+    @staticmethod
+    def _read(stream, into: list[str]) -> None:
+        for line in stream:
+            into.append(line)
+
+    def wait_for(self, text: str, within: float) -> None:
+        end = time.monotonic() + within
+        while not any(text in line for line in self.out):
+            assert self.p.poll() is None, (self.p.returncode, self.out[-20:], self.err)
+            assert time.monotonic() < end, f"no {text!r} followed in {within} s: {self.out[-20:]}"
+            time.sleep(0.5)
+
+    def end(self) -> int:
+        self.p.send_signal(signal.SIGINT)  # Ctrl-C
+        return self.p.wait(timeout=30)
+
+
 def test_vllm_crash_serves_again_by_itself(stack):
     d = stack
     what = "vLLM crash (kill -9)"
     before = _serving_before(d, what)
+    followed = _Followed(d)  # issue 34: `logs -f` follows the head's vLLM across its restart
+    time.sleep(3)  # its node sessions are open before the crash
     t0 = time.monotonic()
     _fault("crash", HEAD, SERVE)
     secs, after = _wait_serving(d, what, t0, before, {(HEAD, SERVE)})
+    try:
+        # the new start's lines: the launcher's marker and the watchdog's first answer
+        followed.wait_for("spark-1/serve | === spark-vllm: vllm serve starts ===", within=30)
+        followed.wait_for("spark-1/serve | spark-vllm liveness: vLLM answers at", within=30)
+    finally:
+        code = followed.end()
+    assert code == 0, (code, followed.err)
+    assert any("running again" in line for line in followed.err), followed.err
+    starts = [ln for ln in followed.out if "vllm serve starts" in ln]
+    assert len(starts) == 1, starts  # the crash's restart once: nothing printed twice
     _record(what, secs, before, after)
     _same_ids(before, after, what)
     assert after[(HEAD, SERVE)]["restarts"] == before[(HEAD, SERVE)]["restarts"] + 1, \

@@ -158,3 +158,32 @@ def test_a_new_revision_of_the_service_moves_only_its_changed_files(svc):
     new = _embed(d)
     assert len(new) == len(vec) and new != vec
     assert complete(d)
+
+
+def test_status_shows_every_model_serving_with_its_figures(svc):
+    """`spark-vllm status` (issue 34) on the converged stack with its service: every model
+    serving with vLLM's own figures, every node's memory per container, exit code 0; the table
+    says the same."""
+    d = svc
+    assert complete(d) and _embed(d)
+    code, data = d.status()
+    assert code == 0 and data["serving"] is True, data
+    models = {m["name"]: m for m in data["models"]}
+    assert set(models) == {"tiny-moe", "tiny-embed"}, models  # by served name
+    for m in models.values():
+        assert m["state"] == "serving", m
+        assert m["restarts"] is not None and m["since"].startswith("20"), m
+        for figure in ("running", "waiting", "kv_cache", "tokens_per_second"):
+            assert isinstance(m[figure], float), (figure, m)
+        assert 0 <= m["kv_cache"] <= 1
+    assert models["tiny-embed"]["kind"] == "embed" and models["tiny-moe"]["kind"] == "main"
+    assert all(s == "running" for s in models["tiny-moe"]["ranks"].values())
+    head = data["nodes"][HEAD]["containers"]
+    assert head["spark-vllm-dev-serve"] > 0 and head[NAME] > 0, head
+    assert all(n["memoryAvailable"] and not n["error"] and not n["problems"]
+               for n in data["nodes"].values()), data["nodes"]
+    table = d.cli("status", "-s", "dev")
+    assert table.returncode == 0, table.stdout + table.stderr
+    rows = [ln for ln in table.stdout.splitlines() if "serving" in ln]
+    assert len(rows) == 2, table.stdout
+    print(table.stdout)

@@ -75,7 +75,7 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies
         # head's /health there
         ep = list(head["entrypoints"])
         assert ep[:3] == ["python3", "-c", payload("vllm_liveness.py")], ep[:2]
-        assert ep[3] == "http://192.168.177.11:8000" and ep[10:] == vllm.serve_entrypoint()
+        assert ep[3] == "http://192.168.177.11:8000" and ep[15:] == vllm.serve_entrypoint()
         for rank in range(1, n):
             ep = list(mocks.named(f"vllm-serve-spark-{rank + 1}").inputs["entrypoints"])
             assert ep[:3] == ["python3", "-c", payload("vllm_rank_watch.py")], ep[:2]

@@ -15,6 +15,7 @@ from tests.unit.conftest import COMMIT, MODEL_FILES
 
 class _Plan:
     stop_containers: dict = {}
+    warnings: list = []
 
 
 @pytest.fixture
@@ -27,14 +28,17 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
         assert callable(model) and callable(services)
         calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model().total_bytes)
         calls["services"] = services()
-        return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, _Plan()
+        plan = _Plan()
+        plan.warnings = calls.get("warnings", [])
+        return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, plan
 
     monkeypatch.setattr(preflight, "run", run_preflight)
     monkeypatch.setenv("HOME", str(tmp_path))  # the secret SSH key is materialized under ~/.cache
     exports: dict = {}
     monkeypatch.setattr(pulumi, "export", lambda k, v: exports.__setitem__(k, v))
 
-    def run(raw):
+    def run(raw, warnings=()):
+        calls["warnings"] = list(warnings)
         set_config(raw, secrets={"sshPrivateKey": "KEY", "vllmApiKey": "sk-main"})
         runpy.run_path(str(ROOT / "__main__.py"), run_name="__main__")
         return exports, calls
@@ -90,3 +94,18 @@ def test_main_stops_on_bad_config_before_recon(program):
     raw["vllm"]["gpuMemoryUtilization"] = 1.5
     with pytest.raises(ConfigError, match="gpuMemoryUtilization"):
         program(raw)
+
+
+@pulumi.runtime.test
+def test_preflights_warnings_are_shown_by_every_preview_and_up(program, monkeypatch):
+    """Plan.warnings (a crash loop, a clock off, ...) reach the engine's diagnostics: before, they
+    were computed and never printed."""
+    from inspection.preflight import Finding
+
+    said: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: said.append(msg))
+    loop = Finding(node="spark-1", check="crash_loop", fact="spark-vllm-dev-serve is "
+                   "crash-looping: 4 restarts in the last 300 s (more than 2)", fix="see logs")
+    exports, _ = program(config_raw(2), warnings=[loop])
+    assert said == [f"preflight: {loop}"]
+    return exports["endpoint"]

@@ -49,7 +49,10 @@ def test_an_embedding_service_is_its_own_container_model_and_gate(build, mocks):
         assert ep[:3] == ["python3", "-c", payload("vllm_liveness.py")], ep[:2]
         assert ep[3:10] == [f"http://{_arg(argv, '--host')}:8100", "embed", "embed", "5",
                             "10", "3", "/run/spark-vllm/api-key"], ep[3:10]
-        assert ep[10:] == vllm.serve_entrypoint()
+        # the crash-loop settings (the dev stack file's): backoff 2 s up to 30 s, more than 2
+        # restarts in 300 s
+        assert ep[10:15] == ["/var/lib/spark-vllm-liveness/starts", "2", "30", "2", "300"], ep[10:15]
+        assert ep[15:] == vllm.serve_entrypoint()
         labels = {x["label"]: x["value"] for x in c["labels"]}
         assert labels["spark-vllm.role"] == "vllm-service"
         assert labels["spark-vllm.service"] == "embed" and labels["spark-vllm.port"] == "8100"

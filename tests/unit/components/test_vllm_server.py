@@ -118,7 +118,10 @@ def test_vllm_command_line_exactly(build, mocks):
         assert ep[:3] == ["python3", "-c", payload("vllm_liveness.py")], ep[:2]
         assert ep[3:10] == ["http://127.0.0.1:8000", "qwen3.5-122b", "generate", "5", "10",
                             "3", "/run/spark-vllm/api-key"], ep[3:10]
-        assert ep[10:] == ["/bin/sh", "-c", vllm.LAUNCHER, "spark-vllm-serve"]
+        # the crash-loop settings (the dev stack file's): backoff 2 s up to 30 s, more than 2
+        # restarts in 300 s
+        assert ep[10:15] == ["/var/lib/spark-vllm-liveness/starts", "2", "30", "2", "300"], ep[10:15]
+        assert ep[15:] == ["/bin/sh", "-c", vllm.LAUNCHER, "spark-vllm-serve"]
         assert vllm.LAUNCHER.endswith('exec "$@"')
         # a container of its own on the head, joined to the stack's Ray cluster
         assert serve["name"] == "spark-vllm-dev-serve" and serve["restart"] == "unless-stopped"

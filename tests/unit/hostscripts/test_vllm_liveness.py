@@ -5,6 +5,7 @@ and no model) as the child it supervises, as `vllm serve` is on a node."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -40,6 +41,7 @@ class Watched:
         port = _port()
         self.argv = [sys.executable, "-c", payload("vllm_liveness.py"), f"http://127.0.0.1:{port}",
                      "tiny", task, str(INTERVAL), str(DEADLINE), str(FAILURES), str(key),
+                     str(tmp_path / "liveness" / "starts"), "0.01", "0.04", "2", "600",
                      sys.executable, str(ROOT / "tests" / "fake_vllm_engine.py"), str(port),
                      str(self.state), str(self.log), *flags]
         self.p = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -198,3 +200,57 @@ def test_an_embedding_service_is_probed_with_an_embedding(tmp_path, watched):
     w.state.write_text("frozen")
     code, out = w.end()
     assert code == 70, out
+
+
+def test_vllm_exiting_after_it_answered_records_the_start_and_the_serving(tmp_path, watched):
+    """The starts file (in the container's writable layer on a node) gets one `start` and, once
+    /health answered, one `serving`: a later start follows a start that served, so it does not
+    wait."""
+    w = Watched(tmp_path)
+    watched.append(w)
+    w.armed()
+    (child,) = _children(w.p.pid)
+    os.kill(child, signal.SIGTERM)
+    w.end()
+    kinds = [line.split()[1] for line in (tmp_path / "liveness" / "starts").read_text().splitlines()]
+    assert kinds == ["start", "serving"], kinds
+
+
+def _start_and_exit(tmp_path: Path, starts: Path) -> str:
+    """One start of a vLLM that exits at once, as Docker runs the container again after each."""
+    key = tmp_path / "api-key"
+    key.write_text(KEY)
+    done = subprocess.run(
+        [sys.executable, "-c", payload("vllm_liveness.py"), f"http://127.0.0.1:{_port()}", "tiny",
+         "generate", str(INTERVAL), str(DEADLINE), str(FAILURES), str(key), str(starts),
+         "0.01", "0.04", "2", "600", sys.executable, "-c", "raise SystemExit(3)"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done  # vLLM's own exit code, for Docker
+    return done.stdout
+
+
+def test_a_vllm_that_keeps_exiting_before_it_answers_backs_off_and_is_a_crash_loop(tmp_path):
+    """Each start after starts that never answered waits twice as long as the one before, up to
+    the maximum (0.01, 0.02, 0.04, 0.04 s here); more than 2 restarts in the window is said to
+    be a crash loop at each start from the third restart on."""
+    starts = tmp_path / "liveness" / "starts"
+    said = [_start_and_exit(tmp_path, starts) for _ in range(5)]
+    assert "waiting" not in said[0] and "restart" not in said[0], said[0]
+    waits = [re.search(r"waiting (\S+)s before starting it", out) for out in said[1:]]
+    assert [m.group(1) if m else None for m in waits] == ["0.01", "0.02", "0.04", "0.04"], said
+    assert "did not answer in its last 3 start(s)" in said[3], said[3]
+    looping = ["crash-looping: " in out for out in said]
+    assert looping == [False, False, False, True, True], said
+    assert "crash-looping: 4 restarts in the last 600s (more than 2)" in said[4], said[4]
+    kinds = [line.split()[1] for line in starts.read_text().splitlines()]
+    assert kinds == ["start"] * 5, kinds
+
+
+def test_a_start_after_one_that_served_does_not_wait(tmp_path):
+    starts = tmp_path / "liveness" / "starts"
+    starts.parent.mkdir()
+    starts.write_text("100.000 start\n101.000 serving\nnot a line\n")
+    out = _start_and_exit(tmp_path, starts)
+    assert "waiting" not in out, out
+    lines = starts.read_text().splitlines()
+    assert lines[:2] == ["100.000 start", "101.000 serving"] and lines[2].endswith(" start"), lines

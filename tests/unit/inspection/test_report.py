@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from config import ConfigError
 from inspection import recon, report
 from inspection.preflight import Plan
 from tests.unit.inspection.recon_helpers import (
@@ -89,6 +92,15 @@ def test_recon_report_loads_the_stack_file(tmp_path):
     cfg = module.load_stack_config("t", tmp_path)
     assert [n.name for n in cfg.nodes] == ["spark-1", "spark-2"]
     assert module.main(["--stack", "does-not-exist"]) == 2
+    # a list or mapping the CLI stored as a JSON string is read as the program reads it
+    # (Config.get_object), as the Automation API's set_config writes `services`
+    doc["config"]["spark-vllm:nodes"] = json.dumps(raw["nodes"])
+    (tmp_path / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    assert module.load_stack_config("t", tmp_path).nodes == cfg.nodes
+    doc["config"]["spark-vllm:nodes"] = "[not json"
+    (tmp_path / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    with pytest.raises(ConfigError, match="spark-vllm:nodes"):
+        module.load_stack_config("t", tmp_path)
 
 
 def test_last_up_shows_fabric_image_and_transport_side_by_side():

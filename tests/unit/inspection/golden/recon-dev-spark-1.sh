@@ -241,6 +241,7 @@ p=$1
 while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
 df -B1 --output=avail "$p"
 ' _ /root/.cache/huggingface
+sv_bg starts:spark-vllm-dev-serve 10 bash -c 'docker cp "$1:$2" - | tar -xO' _ spark-vllm-dev-serve /var/lib/spark-vllm-liveness/starts
 sv_bg ray_token 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/ray/auth-token
 sv_bg vllm_key 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/vllm/api-key
 sv_bg compile_cache 10 bash -c 'if [ -d "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/compile-cache

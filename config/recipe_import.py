@@ -1,0 +1,723 @@
+"""Importing a community recipe file into a typed recipe (config/recipes.py `Recipe`).
+
+Pure: text in, a validated recipe document and the list of what was carried, noted and refused
+out (`spark-vllm recipes import`, tools/recipes_cli.py, reads and writes the files).
+
+Two formats, told apart by their keys (`detect_format`):
+
+  eugr       eugr/spark-vllm-docker's recipes (`run-recipe.sh`): `container` and `command` (a
+             `vllm serve` line with `{placeholders}` filled from `defaults`), `recipe_version:
+             "1"`, `mods`, `build_args`, `env` (EUGR_FORMAT_DOC)
+  sparkrun   spark-arena/sparkrun's recipes (the recipe-registry's files): `recipe_version: "2"`
+             or its own keys (`runtime`, `metadata`, `min_nodes`, hooks...), a `command`
+             template or, without one, the flags its vLLM runtimes make of `defaults`
+             (SPARKRUN_FORMAT_DOC)
+
+The `vllm serve` line is split with shlex and every flag is looked up in config/serve.py's own
+table, read in reverse (`owned_flag` and OWNED_FLAGS resolve vLLM's spellings: `--a_b`,
+`--flag=value`, `--no-flag`, unambiguous prefixes, `--speculative-config.key`), so no second
+flag table exists here. What each flag becomes:
+
+  a recipe key (config/serve.py, RECIPE)  carried: typed, then validated by Recipe
+  a key of the stack's own (-tp, -pp, --host, --port, --distributed-executor-backend,
+  --served-model-name, --api-key, --revision...)  noted: "not carried: the stack's key ..."
+  --trust-remote-code                     refused: the stack never runs a model's own code
+  any other flag                          carried in `extraArgs` when Recipe accepts it there
+                                          (config/serve.py ExtraArgs: no flag a key owns, no
+                                          --config), except flags that load a plugin file
+                                          (refused: the file is not in the stack's image)
+
+The rest of a file: `env` is carried (NCCL_*/UCX_*/GLOO_* into `launcherEnv`, the others into
+`env`) unless the stack sets the variable itself (noted) or a recipe may not set it (refused);
+`container`, `build_args`, `mods`, node counts, `model_revision`, benchmarks and the hooks that
+run after the server is up are the stack's or the launcher's (noted); `pre_exec` changes the
+container before vLLM starts (refused); keys the format does not have are refused. A hard
+refusal means nothing is written; every refusal and note names its field once.
+
+Sources. A typed recipe cites where its values come from (RecipeSource: a URL, pinned to a
+commit on GitHub and Hugging Face, or a `path` of this repository). An imported file rarely says
+where it was published, and a URL the importer cannot check would be a claim it cannot make. So:
+when the file names its origin in a comment line `# source: <url>` and that URL passes
+RecipeSource's check, the source is that URL; otherwise the source is the written recipe itself
+(`path: config/recipes_data/<name>.yaml`, where recipes are shipped), whose `covers` names the
+imported file, its format and its SHA-256: the typed file is then the only record of the values
+in this repository, and says so, rather than pointing at a page that may hold other values.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
+
+from config import recipe_files
+from config.errors import describe, key_path
+from config.forms import clip, secret_env_name, secret_value
+from config.recipes import STACK_ENV, Recipe, RecipeFile, RecipeSource
+from config.serve import (
+    OWNED_FLAGS,
+    RECIPE_FIELDS,
+    SERVE_KEYS,
+    Argv,
+    ExtraArgs,
+    ServeKey,
+    ServeSettings,
+    owned_flag,
+)
+from config.types import EXTRA_ENV_FAMILIES, extra_env_problem
+
+Format = Literal["eugr", "sparkrun"]
+
+EUGR_FORMAT_DOC = ("https://github.com/eugr/spark-vllm-docker/blob/"
+                   "d3e7b0b0d2a59868fa229023dd71f877a42def74/recipes/README.md")
+SPARKRUN_FORMAT_DOC = ("https://github.com/spark-arena/sparkrun/blob/"
+                       "0041b8f8fc1320ffa2e85d2d0ac760ee6be19de7/RECIPES.md")
+FORMAT_DOCS: dict[str, str] = {"eugr": EUGR_FORMAT_DOC, "sparkrun": SPARKRUN_FORMAT_DOC}
+MAX_FILE_BYTES = 256 * 1024
+SHIPPED_DIR = "config/recipes_data"
+
+# Keys only sparkrun's format has (SPARKRUN_FORMAT_DOC, "Field Reference" and the sections on
+# hooks, builders and the executor); eugr's are EugrFile's fields (EUGR_FORMAT_DOC, "Recipe
+# Format", and `solo_only`, which its recipes use for single-node models).
+SPARKRUN_ONLY_KEYS = frozenset({
+    "sparkrun_version", "runtime", "runtime_version", "model_revision", "mode", "min_nodes",
+    "max_nodes", "metadata", "runtime_config", "pre_exec", "post_exec", "post_commands",
+    "stop_after_post", "builder", "builder_config", "executor_config", "distribution_config",
+})
+# sparkrun runtimes that run `vllm serve` (SPARKRUN_FORMAT_DOC, "Runtime Resolution")
+VLLM_RUNTIMES = frozenset({"", "vllm", "vllm-ray", "vllm-distributed", "eugr-vllm"})
+# Without a `command`, sparkrun's vLLM runtimes make flags of these `defaults` keys only
+# (SPARKRUN_FORMAT_DOC "Common Defaults Keys", and the vLLM runtimes' flag map,
+# src/sparkrun/runtimes/_vllm_common.py at the same commit); any other key is for a template.
+# The flag is `--` + the key with `-` for `_`, but for the three named here.
+SPARKRUN_DEFAULT_FLAGS = frozenset({
+    "port", "host", "tensor_parallel", "pipeline_parallel", "data_parallel",
+    "gpu_memory_utilization", "max_model_len", "max_num_batched_tokens", "max_num_seqs",
+    "served_model_name", "dtype", "quantization", "kv_cache_dtype", "distributed_executor_backend",
+    "enforce_eager", "enable_prefix_caching", "trust_remote_code",
+})
+SPARKRUN_RENAMED = {"tensor_parallel": "-tp", "pipeline_parallel": "-pp",
+                    "data_parallel": "--data-parallel-size"}
+SPARKRUN_BOOLEAN_DEFAULTS = frozenset({"enforce_eager", "enable_prefix_caching",
+                                       "trust_remote_code"})
+
+_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_CONTINUATION = re.compile(r"\\[ \t]*\r?\n")
+_SHELL = re.compile(r"[;&|<>`]|\$\(")
+_SOURCE_COMMENT = re.compile(r"^#\s*source:\s*(\S+)\s*$", re.IGNORECASE | re.MULTILINE)
+_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+# config/serve.py's table read in reverse: every spelling of a serve key's flag -> the key
+_SERVE_FLAG: dict[str, ServeKey] = {
+    f: k for k in SERVE_KEYS if k.flag.flag
+    for f in (k.flag.flag, *k.flag.spellings)
+}
+_BOOLEAN = (Argv.TOGGLE, Argv.SWITCH)
+_NO_VALUE_OWNED = frozenset({"--trust-remote-code", "--headless"})
+
+
+class ImportFormatError(ValueError):
+    """The file is not a recipe the importer can read: not UTF-8 YAML, not a mapping, or in no
+    format it knows. Nothing of it was looked at field by field."""
+
+
+@dataclass
+class Imported:
+    """The result of an import: the typed recipe document (camelCase, in the shipped files'
+    order) and, one line per field, what was carried, noted (left out, with the reason) and
+    refused. `recipe` is the validated Recipe; None when anything was refused."""
+
+    file: str
+    format: Format
+    name: str
+    document: dict[str, Any] = field(default_factory=dict)
+    carried: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    recipe: RecipeFile | None = None
+
+    def refuse(self, where: str, why: str) -> None:
+        self.refused.append(f"recipe file {self.file}: {where}: {why}")
+
+    def note(self, where: str, why: str) -> None:
+        self.notes.append(f"{where}: not carried: {why}")
+
+
+# ------------------------------------------------------------------ the formats, as validated
+Scalar = str | int | float | bool
+
+
+class _FormatModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+
+
+class EugrFile(_FormatModel):
+    """An eugr recipe's keys (EUGR_FORMAT_DOC, "Recipe Format")."""
+
+    recipe_version: str | None = None
+    name: str | None = None
+    description: str | None = None
+    model: str | None = None
+    cluster_only: bool = False
+    solo_only: bool = False
+    container: str | None = None
+    build_args: list[str] = []
+    mods: list[str] = []
+    defaults: dict[str, Scalar | None] = {}
+    env: dict[str, Scalar] | None = None
+    command: str | None = None
+    benchmark: dict[str, Any] | None = None
+
+
+class SparkrunFile(EugrFile):
+    """A sparkrun recipe's keys (SPARKRUN_FORMAT_DOC, "Field Reference"); eugr's keys too,
+    which sparkrun reads as its version 1."""
+
+    sparkrun_version: str | None = None
+    runtime: str = ""
+    runtime_version: str | None = None
+    model_revision: str | None = None
+    mode: str | None = None
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    metadata: dict[str, Any] = {}
+    runtime_config: dict[str, Any] = {}
+    pre_exec: list[Any] = []
+    post_exec: list[Any] = []
+    post_commands: list[Any] = []
+    stop_after_post: bool = False
+    builder: str | None = None
+    builder_config: dict[str, Any] = {}
+    executor_config: dict[str, Any] = {}
+    distribution_config: Any = None
+
+
+def read_document(text: str) -> dict[str, Any]:
+    """The YAML mapping of a recipe file; ImportFormatError when it is not one."""
+    if len(text.encode("utf-8", "replace")) > MAX_FILE_BYTES:
+        raise ImportFormatError(f"larger than {MAX_FILE_BYTES // 1024} KiB: not a recipe file")
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ImportFormatError(f"cannot be read as YAML ({clip(str(exc), 160)})") from None
+    if not isinstance(data, dict):
+        raise ImportFormatError(f"got {clip(data)}; expected a mapping (a recipe's keys)")
+    if not all(isinstance(k, str) for k in data):
+        raise ImportFormatError("expected a mapping with text keys")
+    return data
+
+
+def detect_format(data: Mapping[str, Any]) -> Format:
+    """Which community format `data` is in; ImportFormatError when neither."""
+    version = data.get("recipe_version", data.get("sparkrun_version"))
+    if version is not None and str(version) not in ("1", "2"):
+        raise ImportFormatError(f"recipe_version {version!r}: neither eugr's \"1\" nor "
+                                "sparkrun's \"2\"")
+    if str(version) == "2" or set(data) & SPARKRUN_ONLY_KEYS:
+        return "sparkrun"
+    if str(version) == "1" or ("command" in data and "container" in data):
+        return "eugr"
+    raise ImportFormatError(
+        "not a recipe in a format the importer knows: an eugr recipe has `container` and "
+        f"`command` ({EUGR_FORMAT_DOC}), a sparkrun recipe `recipe_version: \"2\"` or its own "
+        f"keys such as `runtime` ({SPARKRUN_FORMAT_DOC})")
+
+
+def default_name(file_name: str) -> str:
+    """A recipe name made of the file's name: lowercase, `-` for what a name may not hold."""
+    stem = re.sub(r"\.(ya?ml)$", "", file_name.rsplit("/", 1)[-1], flags=re.IGNORECASE)
+    name = re.sub(r"[^a-z0-9.-]+", "-", stem.lower()).strip(".-")[:64].rstrip(".-")
+    return name
+
+
+# ------------------------------------------------------------------------------- the import
+def import_recipe(text: str, *, file_name: str, name: str | None = None) -> Imported:
+    """`text`, the recipe file `file_name` (its base name, for messages and `covers`), as a
+    typed recipe named `name` (default: from the file's name). ImportFormatError when the file
+    is not a recipe in a known format; anything else is a line of the result."""
+    data = read_document(text)
+    fmt = detect_format(data)
+    out = Imported(file=file_name, format=fmt, name=name or default_name(file_name))
+    model_cls: type[EugrFile] = SparkrunFile if fmt == "sparkrun" else EugrFile
+    data = dict(data)
+    while True:  # each key the format refuses is named once, the others are still read
+        try:
+            recipe = model_cls.model_validate(data)
+            break
+        except ValidationError as exc:
+            for err in exc.errors():
+                where = ".".join(str(p) for p in err["loc"])
+                if err["type"] == "extra_forbidden":
+                    out.refuse(where, f"not a key of the {fmt} format ({FORMAT_DOCS[fmt]}); "
+                                      "the importer carries only what it knows")
+                else:
+                    out.refuse(where, f"{err['msg']} (got {clip(err.get('input'))})")
+                data.pop(str(err["loc"][0]), None)
+    if not recipe_files.FILE_NAME.fullmatch(out.name):
+        out.refuse("name", f"{out.name!r}: expected a name of lowercase letters, digits, '.' "
+                           "and '-' (give --name)")
+        return out
+    _Importer(out, recipe, text).run()
+    return out
+
+
+class _Importer:
+    """One import: the fields of `recipe` one after the other into `out`."""
+
+    def __init__(self, out: Imported, recipe: EugrFile, text: str):
+        self.out, self.recipe, self.text = out, recipe, text
+        self.sparkrun: SparkrunFile | None = recipe if isinstance(recipe, SparkrunFile) else None
+        self.serve: dict[str, Any] = {}  # field name -> value
+        self.origin: dict[str, str] = {}  # camelCase key -> where in the file it came from
+        self.extra_args: list[str] = []
+        self.extra_origins: list[tuple[list[str], str]] = []
+        self.env: dict[str, str] = {}
+        self.launcher_env: dict[str, str] = {}
+        self.served_model: str | None = None
+        self.seen: dict[str, str] = {}  # each flag given (by serve key or name) -> as given
+
+    def run(self) -> None:
+        self._launcher_fields()
+        for argv, where in self._serve_line():
+            self._flags(argv, where)
+        self._env()
+        self._document()  # validated even after a refusal: each field's problem is named
+
+    # -------------------------------------------------------------- what is not vLLM's
+    def _launcher_fields(self) -> None:
+        r, s, note = self.recipe, self.sparkrun, self.out.note
+        if r.container:
+            note(f"container {r.container}", "the image is the stack's image.ref, not a recipe "
+                                             "key")
+        if r.build_args:
+            note("build_args", f"{' '.join(r.build_args)}: builds the launcher's image; the "
+                               "stack serves image.ref as built")
+        for mod in r.mods:
+            note(f"mods: {mod}", "a patch the launcher applies to its container (third-party "
+                                 "code); the stack runs image.ref unpatched: an image that "
+                                 "needs it is built with it")
+        if r.cluster_only or r.solo_only:
+            note("cluster_only" if r.cluster_only else "solo_only",
+                 "the nodes are the stack's (spark-vllm:nodes)")
+        if r.benchmark:
+            note("benchmark", "the launcher's benchmark run (spark-vllm's is bench/)")
+        if s is None:
+            return
+        if s.runtime not in VLLM_RUNTIMES:
+            self.out.refuse("runtime", f"{s.runtime}: this stack serves with vLLM only "
+                                       f"(runtimes {', '.join(sorted(VLLM_RUNTIMES - {''}))})")
+        elif s.runtime in ("vllm-ray", "vllm-distributed"):
+            note(f"runtime {s.runtime}", "the stack's key spark-vllm:vllm.executor (ray or mp)")
+        if s.model_revision:
+            note(f"model_revision {s.model_revision}", "the stack's key "
+                                                       "spark-vllm:model.revision")
+        for key in ("mode", "min_nodes", "max_nodes"):
+            if getattr(s, key) is not None:
+                note(key, "the nodes are the stack's (spark-vllm:nodes)")
+        extra_meta = sorted(set(s.metadata) - {"description"})
+        if extra_meta:
+            note(f"metadata ({', '.join(extra_meta)})", "sparkrun's estimates and display "
+                                                        "data, not serve settings")
+        if s.pre_exec:
+            self.out.refuse("pre_exec", "commands that change the container before vLLM "
+                                        "starts; the stack runs image.ref as built: remove "
+                                        "them from the file if the image already has what "
+                                        "they do")
+        for key in ("post_exec", "post_commands"):
+            if getattr(s, key):
+                note(key, "commands run after the server is up (warm-up, checks); not part "
+                          "of serving")
+        if s.stop_after_post:
+            note("stop_after_post", "a one-shot run of sparkrun's")
+        if s.builder or s.builder_config:
+            note("builder", "builds sparkrun's image; the stack serves image.ref")
+        if s.executor_config:
+            note("executor_config", "container settings the stack sets itself "
+                                    "(components/ray_cluster.py, components/vllm_server.py)")
+        if s.distribution_config:
+            note("distribution_config", "the stack fetches spark-vllm:model.repo itself")
+        for key in sorted(s.runtime_config):
+            self.out.refuse(f"runtime_config.{key}", "a runtime-specific setting the "
+                                                     "importer does not know")
+
+    # ------------------------------------------------------------------ the serve line
+    def _serve_line(self) -> list[tuple[list[str], str]]:
+        """The `vllm serve` arguments, in groups with the field each came from."""
+        r = self.recipe
+        values: dict[str, Any] = dict(r.defaults)
+        if r.model and "model" not in values:
+            values["model"] = r.model
+        if r.command is None:
+            if self.sparkrun is None:
+                self.out.refuse("command", "missing: the eugr format requires the `vllm serve` "
+                                           f"line ({EUGR_FORMAT_DOC})")
+                return []
+            return self._sparkrun_flags()
+        used: set[str] = set()
+        missing: set[str] = set()
+        command = _CONTINUATION.sub(" ", r.command)
+        for _ in range(5):  # a default may name another (sparkrun substitutes until stable)
+            command, missing = _substitute(command, values, used)
+            if not _PLACEHOLDER.search(command) or missing:
+                break
+        for key in sorted(missing):
+            self.out.refuse(f"command: {{{key}}}", "a placeholder with no value in defaults")
+        if "{{" in command:  # eugr's templates escape a literal brace by doubling it
+            command = command.replace("{{", "{").replace("}}", "}")
+        for key in sorted(set(r.defaults) - used):
+            self.out.note(f"defaults.{key}", "no placeholder of command uses it")
+        if _SHELL.search(command):
+            self.out.refuse("command", f"{clip(command.strip(), 120)}: shell syntax "
+                                       "(; & | < > ` $()): expected one `vllm serve` line")
+            return []
+        try:
+            argv = shlex.split(command)
+        except ValueError as exc:
+            self.out.refuse("command", f"cannot be split like a shell line ({exc})")
+            return []
+        if argv[:2] != ["vllm", "serve"]:
+            self.out.refuse("command", f"{clip(' '.join(argv[:3]))}: expected a `vllm serve` "
+                                       "line (this stack serves with vLLM only)")
+            return []
+        return [(argv[2:], "command")]
+
+    def _sparkrun_flags(self) -> list[tuple[list[str], str]]:
+        groups: list[tuple[list[str], str]] = [([self.recipe.model], "model")] \
+            if self.recipe.model else []
+        for key, value in self.recipe.defaults.items():
+            if key not in SPARKRUN_DEFAULT_FLAGS:
+                self.out.note(f"defaults.{key}", "sparkrun passes it to a command template "
+                                                 "only, and this recipe has no command")
+                continue
+            flag = SPARKRUN_RENAMED.get(key, "--" + key.replace("_", "-"))
+            if value is None:
+                continue
+            if key in SPARKRUN_BOOLEAN_DEFAULTS:
+                if value is True or str(value).lower() in ("true", "1", "yes"):
+                    groups.append(([flag], f"defaults.{key}"))
+            else:
+                groups.append(([flag, _text(value)], f"defaults.{key}"))
+        return groups
+
+    def _flags(self, argv: list[str], where: str) -> None:
+        seen = self.seen
+        i = 0
+        while i < len(argv):
+            tok = argv[i]
+            i += 1
+            if not tok.startswith("-") or tok == "-":
+                self._positional(tok, where)
+                continue
+            if tok == "--":
+                self.out.refuse(f"{where}: --", "arguments after `--` are not vLLM flags")
+                return
+            name, sep, inline = tok.partition("=")
+            has_inline = bool(sep)
+            canon = owned_flag(tok)
+            key = _SERVE_FLAG.get(canon) if canon else None
+            negated = _negated_key(name) if key is None else None
+            if negated is not None:
+                key, canon = negated, name
+            boolean = (key is not None and key.flag.argv in _BOOLEAN) or \
+                canon in _NO_VALUE_OWNED
+            value: str | None = inline if has_inline else None
+            if not boolean and value is None:
+                if i < len(argv) and (not argv[i].startswith("-") or _NUMBER.fullmatch(argv[i])):
+                    value = argv[i]
+                    i += 1
+                elif key is not None or canon is not None:
+                    self.out.refuse(f"{where}: {name}", "expected a value after the flag")
+                    continue
+            if boolean and has_inline:
+                self.out.refuse(f"{where}: {tok}", "expected the flag alone (a switch takes "
+                                                   "no value)")
+                continue
+            # the value of --api-key is a secret: never in a message
+            shown = name if value is None or canon == "--api-key" else f"{name} {value}"
+            ident = key.name if key is not None else (canon or name)
+            dotted = key is not None and key.flag.argv is Argv.JSON and "." in name
+            if not dotted:
+                if ident in seen:
+                    self.out.refuse(f"{where}: {shown}", f"given twice (also {seen[ident]}): "
+                                                         "say it once")
+                    continue
+                seen[ident] = shown
+            label = f"{where}: {shown}"
+            if value is not None and _PLACEHOLDER.fullmatch(value):
+                continue  # a placeholder with no value: refused with the command
+            if key is not None:
+                self._serve_key(key, name, value, negated is not None, label)
+            elif canon is not None:
+                self._owned(canon, value, label)
+            else:
+                self._extra(name, tok, value, has_inline, label)
+
+    def _positional(self, tok: str, where: str) -> None:
+        model = self.recipe.model
+        if self.served_model is None:
+            self.served_model = tok
+            if model is not None and tok != model:
+                self.out.refuse(f"{where}: {tok}", f"serves another model than model: {model}")
+            return
+        self.out.refuse(f"{where}: {tok}", "a second positional argument (vllm serve takes one "
+                                           "model)")
+
+    def _serve_key(self, key: ServeKey, name: str, value: str | None, negated: bool,
+                   label: str) -> None:
+        if key.name not in RECIPE_FIELDS:
+            self.out.note(label, f"the stack's key spark-vllm:vllm.{key.key}, not a recipe's")
+            return
+        parsed: Any
+        if key.flag.argv in _BOOLEAN:
+            parsed = not (negated or name.startswith("--no-"))
+        elif key.flag.argv is Argv.JSON:
+            parsed = self._json(key, name, value or "", label)
+            if parsed is None:
+                return
+        elif key.flag.argv is Argv.TEMPLATE:
+            if value not in recipe_files.chat_templates():
+                self.out.note(label, f"not a chat template shipped in {SHIPPED_DIR}/ (vLLM "
+                                     "serves the model's own; ship a <name>.jinja there and "
+                                     "set chatTemplate)")
+                return
+            parsed = value
+        else:
+            parsed = _typed(key.name, value or "")
+        self.serve[key.name] = parsed
+        self.origin[key.key] = label
+
+    def _json(self, key: ServeKey, name: str, value: str, label: str) -> Any:
+        if "." in name:  # --speculative-config.num_speculative_tokens 2
+            sub = name.split(".", 1)[1]
+            try:
+                item = json.loads(value)
+            except ValueError:
+                item = value
+            current = self.serve.get(key.name, {})
+            return {**current, sub: item}
+        try:
+            parsed = json.loads(value)
+        except ValueError as exc:
+            self.out.refuse(label, f"expected JSON ({exc})")
+            return None
+        if not isinstance(parsed, dict):
+            self.out.refuse(label, "expected a JSON object")
+            return None
+        return {**self.serve.get(key.name, {}), **parsed}
+
+    def _owned(self, canon: str, value: str | None, label: str) -> None:
+        if canon == "--trust-remote-code":
+            self.out.refuse(label, "the stack never runs a model's own code (it is off); "
+                                   "remove it from the file if the model loads without it")
+        elif canon == "--model":
+            expected = self.recipe.model or self.served_model
+            if expected is not None and value != expected:
+                self.out.refuse(label, f"serves another model than {expected}")
+            elif self.served_model is None:
+                self.served_model = value
+        else:
+            self.out.note(label, f"owned by {OWNED_FLAGS[canon]}")
+
+    def _extra(self, name: str, tok: str, value: str | None, inline: bool, label: str) -> None:
+        if "plugin" in name.lower():
+            self.out.refuse(label, "loads code from a file the launcher ships; the stack's "
+                                   "image.ref has no such file and the stack loads no plugin")
+            return
+        args = [tok] if inline or value is None else [tok, value]
+        try:
+            TypeAdapter(ExtraArgs).validate_python(args)
+        except ValidationError as exc:
+            msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+            self.out.refuse(label, f"a vLLM flag that is not a serve key here, and extraArgs "
+                                   f"refuses it: {msg}")
+            return
+        self.extra_args += args
+        self.extra_origins.append((args, label))
+        self.origin.setdefault("extraArgs", label)
+
+    # ------------------------------------------------------------------------ env
+    def _env(self) -> None:
+        for var, raw in (self.recipe.env or {}).items():
+            where = f"env.{var}"
+            if var in STACK_ENV:
+                self.out.note(where, "set by the stack itself per node (config/recipes.py "
+                                     "STACK_ENV)")
+                continue
+            if isinstance(raw, bool):
+                self.out.refuse(where, "a YAML boolean: quote the value the variable takes")
+                continue
+            value = _text(raw)
+            if secret_env_name(var) or secret_value(value):
+                self.out.refuse(where, "a secret (not shown): a recipe holds none; the stack's "
+                                       "secrets are spark-vllm:hfToken and spark-vllm:vllmApiKey")
+                continue
+            if self.sparkrun is not None and "$" in value:
+                self.out.refuse(where, "expands the control machine's environment ($VAR); "
+                                       "give the value itself")
+                continue
+            problem = extra_env_problem(var)
+            if problem is not None:
+                self.out.refuse(where, f"{problem}: a recipe's env holds only NCCL_*, UCX_*, "
+                                       "GLOO_* and config/types.py EXTRA_ENV_NAMES (add it "
+                                       "there, with its reason, to allow it)")
+                continue
+            if var.startswith(EXTRA_ENV_FAMILIES):
+                self.launcher_env[var] = value
+                self.origin.setdefault("launcherEnv", where)
+            else:
+                self.env[var] = value
+                self.origin.setdefault("env", where)
+
+    # ----------------------------------------------------------------- the document
+    def _document(self) -> None:
+        r, out = self.recipe, self.out
+        model = r.model or self.served_model
+        if model is None:
+            out.refuse("model", "missing: neither `model` nor the `vllm serve` line names it")
+            return
+        description = r.description or (self.sparkrun.metadata.get("description")
+                                        if self.sparkrun else None)
+        doc: dict[str, Any] = {
+            "name": out.name,
+            "description": " ".join(str(description or f"{model}, imported from "
+                                        f"{out.file} ({out.format} format)").split()),
+            "model": model,
+            "sources": [self._source(model)],
+        }
+        for key in SERVE_KEYS:
+            if key.name in self.serve:
+                doc[key.key] = self.serve[key.name]
+        if self.extra_args:
+            doc["extraArgs"] = self.extra_args
+        doc["env"] = self.env
+        doc["launcherEnv"] = self.launcher_env
+        try:
+            out.recipe = Recipe.model_validate(doc)
+        except ValidationError as exc:
+            for err in exc.errors():
+                loc = tuple(err["loc"])
+                top = str(loc[0]) if loc else ""
+                # config.errors words it as the stack config's messages; its key path is ours
+                msg = describe(dict(err))[len(key_path(loc)) + len(": "):]
+                where = self.origin.get(top, ".".join(str(p) for p in loc) or "(the recipe)")
+                out.refuse(where, f"{top}: {msg}" if top and top not in where else msg)
+            return
+        if out.refused:
+            out.recipe = None
+            return
+        out.document = doc
+        for top, value in doc.items():
+            if top in ("name", "sources", "extraArgs", "env", "launcherEnv"):
+                continue
+            origin = self.origin.get(top)
+            out.carried.append(f"{top}: {_shown(value)}" + (f"  <- {origin}" if origin else ""))
+        out.carried += [f"extraArgs: {' '.join(args)}  <- {label} (no serve key of this stack "
+                        "has it: vLLM's own parser checks it when it starts)"
+                        for args, label in self.extra_origins]
+        out.carried += [f"{top}.{var}: {value}  <- env.{var}" for top in ("env", "launcherEnv")
+                        for var, value in doc[top].items()]
+
+    def _source(self, model: str) -> dict[str, str]:
+        digest = hashlib.sha256(self.text.encode("utf-8")).hexdigest()
+        what = (f"every value here: imported by `spark-vllm recipes import` from "
+                f"{self.out.file} ({self.out.format} format, {FORMAT_DOCS[self.out.format]}; "
+                f"sha256 {digest})")
+        named = _SOURCE_COMMENT.search(self.text)
+        if named:
+            try:
+                RecipeSource(url=named.group(1), covers=what)
+            except ValidationError as exc:
+                msg = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+                self.out.note(f"# source: {named.group(1)}", f"{msg}; the recipe cites itself")
+            else:
+                return {"url": named.group(1), "covers": what}
+        return {"path": f"{SHIPPED_DIR}/{self.out.name}.yaml",
+                "covers": what + "; the imported file is not kept in this repository"}
+
+
+def _substitute(command: str, values: Mapping[str, Any], used: set[str]) -> tuple[str, set[str]]:
+    missing: set[str] = set()
+
+    def one(m: re.Match[str]) -> str:
+        start = m.start()
+        if start > 0 and command[start - 1] == "{":  # `{{name}}`: a literal brace
+            return m.group(0)
+        key = m.group(1)
+        if key not in values or values[key] is None:
+            missing.add(key)
+            return m.group(0)
+        used.add(key)
+        return _text(values[key])
+
+    return _PLACEHOLDER.sub(one, command), missing
+
+
+def _negated_key(name: str) -> ServeKey | None:
+    """`--no-X` for a boolean serve key X whose own table has no such spelling."""
+    if not name.startswith("--no-"):
+        return None
+    key = _SERVE_FLAG.get("--" + name[len("--no-"):].replace("_", "-"))
+    return key if key is not None and key.flag.argv in _BOOLEAN else None
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _typed(name: str, text: str) -> Any:
+    """`text` as the serve key `name` takes it: a number where the key is one."""
+    candidates: list[Any] = []
+    if _NUMBER.fullmatch(text):
+        if re.fullmatch(r"[+-]?\d+", text):
+            candidates.append(int(text))
+        candidates.append(float(text))
+    candidates.append(text)
+    adapter: TypeAdapter[Any] = TypeAdapter(ServeSettings.model_fields[name].annotation or Any)
+    for candidate in candidates:
+        try:
+            adapter.validate_python(candidate, strict=True)
+        except ValidationError:
+            continue
+        return candidate
+    return candidates[0]  # Recipe's validation words what is wrong with it
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(", ", ": "))
+    return str(value)
+
+
+# ------------------------------------------------------------------------------- the output
+def to_yaml(imported: Imported) -> str:
+    """The typed recipe file of a successful import: a header that says where it came from and
+    what was not carried (the notes), then the keys."""
+    if imported.recipe is None:
+        raise ValueError("to_yaml: the import was refused")
+    lines = [f"# {imported.name}: imported by `spark-vllm recipes import` from {imported.file}",
+             f"# ({imported.format} format). Check every value before a stack names it."]
+    if imported.notes:
+        lines.append("# Not carried:")
+        lines += [f"#   - {_one_line(n.replace(': not carried: ', ': ', 1))}"
+                  for n in imported.notes]
+    body = yaml.safe_dump(imported.document, sort_keys=False, allow_unicode=True, width=100,
+                          default_flow_style=False)
+    return "\n".join(lines) + "\n" + body
+
+
+def _one_line(text: str) -> str:
+    return "".join(c if c.isprintable() else " " for c in text)
+
+
+# --------------------------------------------------------------------------- show: the flags

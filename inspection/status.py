@@ -1,0 +1,396 @@
+"""`spark-vllm status`: every model of a stack, serving or not, and every node's memory.
+
+One ssh round trip per node, all nodes in parallel (the tool, tools/status.py, runs them), each
+a read-only bash script in recon's frame (inspection/snippets/survey.sh: sections marked with a
+fresh nonce, every command under `timeout`), with these sections:
+
+- `clock`, `meminfo`, `docker_ps`, `container_memory`: the node's time, its memory, every
+  container and what each holds (as recon reads them);
+- `state:<container>`: Docker's state of each of the stack's containers on the node (running or
+  not, since when, how often Docker restarted it, its last exit code);
+- `starts:<container>`: for each container the liveness watchdog runs in (the main model's API
+  container, each service's), the starts it recorded (hostscripts/payloads/vllm_liveness.py):
+  how many restarts in the crash-loop window, and whether it is crash-looping;
+- `probe:<container>`: the same containers' vLLM as they see it
+  (hostscripts/payloads/vllm_probe.py, run in the container, the API key on stdin from the
+  node's root-only key file): /health, /v1/models, and vLLM's metrics sampled twice a second
+  apart (requests running and waiting, KV cache use, tokens/s).
+
+`node_script` builds a node's script (pure), `parse_node` reads its output into NodeStatus
+(pure), `model_states` turns the nodes' NodeStatus into one ModelStatus per model. A section
+that cannot be read is never taken for good news: the model's state is `unknown` with the
+reason, and only `serving` counts as serving.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from config import NodeConfig, StackConfig
+from config.listen import service_host, vllm_host
+from hostscripts.common import payload, plain
+from hostscripts.paths import LIVENESS_STARTS, StackNames
+from inspection import parsers as p
+from inspection import recon
+from inspection.parsers import ParseError
+from inspection.recon import recent_restarts
+
+STATE_TIMEOUT = 15
+PROBE_TIMEOUT = 25  # the probe's calls are 5 s each, and it sleeps 1 s between the samples
+State = Literal["serving", "starting", "crash-looping", "stopped", "missing", "unknown"]
+
+
+def _probe_py() -> str:
+    return payload("vllm_probe.py")
+
+
+@dataclass(frozen=True)
+class Watched:
+    """A container of the stack on one node, and for an API container where its vLLM listens
+    and which key file holds its API key."""
+
+    container: str
+    url: str = ""  # "" for a container with no API of its own (a rank, Ray, the gateway)
+    key_file: str = ""
+
+
+@dataclass(frozen=True)
+class Model:
+    """One model of the stack: its served name and, per node, its containers. `api` is the
+    (node, container) that serves its API; every other container is a rank (or Ray) it needs."""
+
+    name: str
+    kind: str  # "main" or the service's task
+    api: tuple[str, str]
+    needs: tuple[tuple[str, str], ...]
+
+
+def models(cfg: StackConfig, names: StackNames) -> list[Model]:
+    """The stack's models and the containers each depends on, from its config."""
+    head = cfg.head.name
+    needs: list[tuple[str, str]] = []
+    if cfg.vllm.executor == "mp":
+        needs += [(n.name, names.serve) for n in cfg.nodes if n.name != head]
+    else:
+        needs += [(head, names.ray_head)]
+        needs += [(n.name, names.ray_worker) for n in cfg.nodes if n.name != head]
+    out = [Model(cfg.vllm.served_model_name, "main", (head, names.serve), tuple(needs))]
+    for svc in cfg.services:
+        svc_nodes = svc.nodes or [head]
+        out.append(Model(svc.served_name, svc.task, (svc_nodes[0], names.service(svc.name)),
+                         tuple((n, names.service(svc.name)) for n in svc_nodes[1:])))
+    return out
+
+
+def watched(cfg: StackConfig, names: StackNames, node: NodeConfig) -> list[Watched]:
+    """The stack's containers on `node`, in a fixed order; the API containers with their URL
+    and key file."""
+    out: list[Watched] = []
+    head = node.name == cfg.head.name
+    if head:
+        out.append(Watched(names.serve, f"http://{vllm_host(cfg)}:{cfg.vllm.port}",
+                           names.vllm_key_file))
+    elif cfg.vllm.executor == "mp":
+        out.append(Watched(names.serve))
+    if cfg.vllm.executor != "mp":
+        out.append(Watched(names.ray_head if head else names.ray_worker))
+    for svc in cfg.services:
+        svc_nodes = svc.nodes or [cfg.head.name]
+        if node.name in svc_nodes:
+            out.append(Watched(names.service(svc.name),
+                               f"http://{service_host(cfg, node.name)}:{svc.port}",
+                               names.service_key_file(svc.name)))
+    if head:
+        out.append(Watched(names.gateway))
+    return out
+
+
+def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: str) -> str:
+    """The read-only bash script `node` runs for `spark-vllm status` (pure)."""
+    q = shlex.quote
+    lines = [
+        "# spark-vllm status (read-only); generated by inspection/status.py",
+        f"# node: {plain(node.name)}",
+        "main() {",
+        f"SV_NONCE={recon._check_nonce(nonce)}",
+        recon.snippet("survey.sh").rstrip("\n"),
+        f"sv_run clock {recon.COMMAND_TIMEOUT} date +%s.%N",
+        f"sv_bg meminfo {recon.COMMAND_TIMEOUT} cat /proc/meminfo",
+        f"sv_bg docker_ps {recon.DOCKER_TIMEOUT} docker ps -a --no-trunc --format '{{{{json .}}}}'",
+        f"sv_bg container_memory {recon.DOCKER_TIMEOUT} bash -c "
+        f"{q(recon.snippet('container_memory.sh'))} _ {q(recon.CGROUP_ROOT)}",
+    ]
+    for w in watched(cfg, names, node):
+        c = q(w.container)
+        lines.append(f"sv_bg state:{w.container} {STATE_TIMEOUT} docker inspect -f "
+                     f"'{{{{.RestartCount}}}} {{{{json .State}}}}' {c}")
+        if w.url:
+            lines.append(f"sv_bg starts:{w.container} {STATE_TIMEOUT} bash -c "
+                         f"{q(recon.READ_STARTS)} _ {c} {q(LIVENESS_STARTS)}")
+            probe = f"docker exec -i {c} python3 -c {q(_probe_py())} {q(w.url)} < {q(w.key_file)}"
+            lines.append(f"sv_bg probe:{w.container} {PROBE_TIMEOUT} bash -c {q(probe)}")
+    lines += ["wait", 'cat "$SV_DIR"/out.*', 'rm -rf "$SV_DIR"', "}", "main", "exit 0", ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+@dataclass
+class ContainerStatus:
+    name: str
+    exists: bool = False
+    status: str = ""  # Docker's: running, restarting, exited, ...
+    started_at: str = ""  # RFC 3339, Docker's
+    restart_count: int = 0  # Docker's restarts since the container was created
+    exit_code: int | None = None
+    memory_bytes: int | None = None
+    problem: str = ""  # why the state could not be read ("" when it was)
+    # the watchdog's record (API containers): restarts in the window, the last start and the
+    # last time it served (node clock), None when it has no record
+    restarts_in_window: int | None = None
+    last_start: float | None = None
+    last_serving: float | None = None
+    unready_starts: int = 0  # starts in a row since vLLM last answered
+    probe: dict[str, Any] | None = None
+    probe_problem: str = ""
+
+
+@dataclass
+class NodeStatus:
+    node: str
+    clock: float | None = None
+    memory_total: int | None = None
+    memory_available: int | None = None
+    containers: dict[str, ContainerStatus] = field(default_factory=dict)  # the stack's
+    # every running container on the node: name -> memory bytes (None: unknown); foreign too
+    memory: dict[str, int | None] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+    error: str = ""  # the node could not be reached (then nothing else is known)
+
+
+def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
+    """(stdout, "") of a section that ran and exited 0, else (None, why not)."""
+    s = sections.get(name)
+    if s is None:
+        return None, "no answer"
+    if s.problem:
+        return None, s.problem
+    if s.rc is None:
+        return None, "cut short"
+    if s.rc != 0:
+        return None, s.first_error_line or f"exit code {s.rc}"
+    return s.stdout, ""
+
+
+def parse_starts(text: str, now: float, window: float) -> tuple[int, float | None, float | None,
+                                                                int]:
+    """The watchdog's starts file -> (restarts within `window` before `now`, the last start,
+    the last time it served, starts since it last served)."""
+    events = p.parse_liveness_starts(text)
+    starts = [t for t, w in events if w == "start"]
+    serving = [t for t, w in events if w == "serving"]
+    unready = 0
+    for _t, w in reversed(events):
+        if w == "serving":
+            break
+        unready += 1
+    return (recent_restarts(starts, now, window), starts[-1] if starts else None,
+            serving[-1] if serving else None, unready)
+
+
+def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
+               nonce: str) -> NodeStatus:
+    """A node's status output -> NodeStatus (pure). Each unreadable section is a problem of
+    its own; the rest is still read."""
+    out = NodeStatus(node.name)
+    sections = recon.split_sections(text, nonce)
+    clock, why = _section_text(sections, "clock")
+    try:
+        out.clock = p.parse_epoch(clock) if clock is not None else None
+    except ParseError as exc:
+        why = str(exc)
+    if out.clock is None:
+        out.problems.append(f"clock: {why}")
+    meminfo, why = _section_text(sections, "meminfo")
+    try:
+        if meminfo is not None:
+            mem = p.parse_meminfo(meminfo)
+            out.memory_total, out.memory_available = mem.total_bytes, mem.available_bytes
+    except ParseError as exc:
+        why = str(exc)
+    if out.memory_total is None:
+        out.problems.append(f"meminfo: {why}")
+    ps_text, why = _section_text(sections, "docker_ps")
+    mem_text, mem_why = _section_text(sections, "container_memory")
+    ps: list[Any] = []
+    try:
+        ps = p.parse_docker_ps_json(ps_text) if ps_text is not None else []
+    except ParseError as exc:
+        why = str(exc)
+    if ps_text is None or why:
+        out.problems.append(f"docker ps: {why}")
+    usage: dict[str, int] = {}
+    try:
+        usage = p.parse_container_memory(mem_text)[0] if mem_text is not None else {}
+    except ParseError as exc:
+        mem_why = str(exc)
+    if mem_text is None or mem_why:
+        out.problems.append(f"container memory: {mem_why}")
+    for c in ps:
+        if c.state == "running":
+            out.memory[c.name] = usage.get(c.id)
+    window = float(cfg.health.liveness.crash_loop_window_seconds)
+    for w in watched(cfg, names, node):
+        cs = out.containers[w.container] = ContainerStatus(w.container)
+        cs.memory_bytes = out.memory.get(w.container)
+        text_, why = _section_text(sections, f"state:{w.container}")
+        if text_ is None:
+            if "No such object" in why or "No such container" in why:
+                cs.problem = ""
+            else:
+                cs.problem = f"docker inspect: {why}"
+        else:
+            count, _, state_json = text_.strip().partition(" ")
+            try:
+                state = json.loads(state_json)
+                cs.exists = True
+                cs.restart_count = int(count)
+                cs.status = str(state.get("Status", ""))
+                cs.started_at = str(state.get("StartedAt", ""))
+                code = state.get("ExitCode")
+                cs.exit_code = code if isinstance(code, int) else None
+            except (ValueError, AttributeError) as exc:
+                cs.problem = f"docker inspect printed something else ({exc})"
+        if not w.url:
+            continue
+        starts, _why = _section_text(sections, f"starts:{w.container}")
+        if starts is not None and out.clock is not None:
+            (cs.restarts_in_window, cs.last_start, cs.last_serving,
+             cs.unready_starts) = parse_starts(starts, out.clock, window)
+        probe, why = _section_text(sections, f"probe:{w.container}")
+        if probe is None:
+            cs.probe_problem = why
+            continue
+        try:
+            data = json.loads(probe.strip().splitlines()[-1] if probe.strip() else "")
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
+            cs.probe = data
+        except (ValueError, IndexError) as exc:
+            cs.probe_problem = f"the probe printed no JSON ({exc})"
+    return out
+
+
+# --------------------------------------------------------------------------- per model
+
+
+@dataclass
+class ModelStatus:
+    name: str
+    kind: str
+    state: State
+    why: str = ""  # what the state rests on, for a state that is not `serving`
+    node: str = ""  # where its API is
+    since: str = ""  # the API container's start (Docker's StartedAt)
+    restarts: int | None = None  # Docker's, since the container was created
+    restarts_in_window: int | None = None  # the watchdog's
+    running: float | None = None
+    waiting: float | None = None
+    kv_cache: float | None = None  # 0..1
+    tokens_per_second: float | None = None  # prompt + generated
+    ranks: dict[str, str] = field(default_factory=dict)  # node/container -> Docker status
+
+    def as_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items()}
+
+
+def _figures(m: ModelStatus, probe: dict[str, Any]) -> None:
+    samples = [s for s in probe.get("samples", []) if isinstance(s, dict)]
+    if not samples:
+        return
+    last = samples[-1].get("m", {})
+    if not isinstance(last, dict):
+        return
+
+    def num(d: dict[str, Any], k: str) -> float | None:
+        v = d.get(k)
+        return float(v) if isinstance(v, int | float) else None
+
+    m.running = num(last, "vllm:num_requests_running")
+    m.waiting = num(last, "vllm:num_requests_waiting")
+    m.kv_cache = num(last, "vllm:kv_cache_usage_perc")
+    if len(samples) >= 2:
+        first = samples[0].get("m", {})
+        dt = float(samples[-1].get("t", 0)) - float(samples[0].get("t", 0))
+        if isinstance(first, dict) and dt > 0:
+            done = 0.0
+            for k in ("vllm:generation_tokens_total", "vllm:prompt_tokens_total"):
+                a, b = num(first, k), num(last, k)
+                if a is not None and b is not None:
+                    done += max(0.0, b - a)
+            m.tokens_per_second = done / dt
+
+
+def model_states(cfg: StackConfig, names: StackNames,
+                 nodes: dict[str, NodeStatus]) -> list[ModelStatus]:
+    """Each model's state from its API container, its ranks and the watchdog's record:
+    - serving: /health answers 200 and /v1/models lists the name, every rank's container runs;
+    - crash-looping: more than health.liveness.crashLoopRestarts restarts in the window and not
+      serving;
+    - starting: the API container runs, vLLM does not answer yet (or a rank is not running);
+    - stopped: a container exists but does not run; missing: the API container does not exist;
+    - unknown: its node could not be reached or its state not read."""
+    limit = cfg.health.liveness.crash_loop_restarts
+    out: list[ModelStatus] = []
+    for model in models(cfg, names):
+        api_node, api_name = model.api
+        m = ModelStatus(model.name, model.kind, "unknown", node=api_node)
+        out.append(m)
+        ns = nodes.get(api_node)
+        if ns is None or ns.error:
+            m.why = f"{api_node}: {ns.error if ns else 'not surveyed'}"
+            continue
+        api = ns.containers.get(api_name)
+        if api is None or api.problem:
+            m.why = api.problem if api else "not surveyed"
+            continue
+        m.since, m.restarts = api.started_at, api.restart_count if api.exists else None
+        m.restarts_in_window = api.restarts_in_window
+        m.ranks[f"{api_node}/{api_name}"] = api.status if api.exists else "missing"
+        rank_problem = ""
+        for rank_node, rank_name in model.needs:
+            rs = nodes.get(rank_node)
+            rank = rs.containers.get(rank_name) if rs and not rs.error else None
+            status = ("unknown" if rank is None or rank.problem else
+                      rank.status if rank.exists else "missing")
+            m.ranks[f"{rank_node}/{rank_name}"] = status
+            if status != "running" and not rank_problem:
+                rank_problem = f"{rank_node}/{rank_name} is {status}"
+        if not api.exists:
+            m.state, m.why = "missing", f"no container {api_name} on {api_node}"
+            continue
+        probe = api.probe or {}
+        if probe:
+            _figures(m, probe)
+        health, listed = probe.get("health"), probe.get("models")
+        serving = (api.status == "running" and health == 200 and isinstance(listed, list)
+                   and model.name in listed)
+        looping = (api.restarts_in_window or 0) > limit
+        if serving and not rank_problem:
+            m.state = "serving"
+        elif looping:
+            m.state = "crash-looping"
+            m.why = (f"{api.restarts_in_window} restarts in the last "
+                     f"{cfg.health.liveness.crash_loop_window_seconds} s (more than {limit})")
+        elif api.status in ("running", "restarting"):
+            m.state = "starting"
+            m.why = rank_problem or (f"vLLM does not answer yet: /health {health}"
+                                     if api.probe else f"probe: {api.probe_problem}")
+        else:
+            m.state = "stopped"
+            m.why = f"{api_name} is {api.status} (exit code {api.exit_code})"
+    return out

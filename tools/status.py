@@ -1,0 +1,195 @@
+"""`spark-vllm status -s STACK [--json] [--watch [SECONDS]] [--key PATH]`: per model (the main
+one and each service) serving / starting / crash-looping / stopped / missing / unknown, since
+when, restarts, requests running and waiting, KV cache use and tokens/s; per node the memory
+each container holds and what is available. Read-only: one ssh round trip per node, all in
+parallel (inspection/status.py says what each reads).
+
+Exit codes: 0 every model serves, 1 at least one does not (or a node could not be reached),
+2 a config or usage problem.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from config import ConfigError, NodeConfig, StackConfig
+from hostscripts.paths import StackNames
+from inspection import recon
+from inspection import status as st
+from tools import stack_access
+from tools.recon_report import load_stack_config
+
+# (argv, script, timeout) -> (rc, stdout, stderr): the ssh round trip; tests replace it
+Runner = Callable[[list[str], str, float], tuple[int, str, str]]
+ROUND_TRIP_TIMEOUT = 60.0
+
+
+def ssh_runner(argv: list[str], script: str, timeout: float) -> tuple[int, str, str]:
+    """LIVE PATH: ssh with the script on stdin."""
+    done = subprocess.run(argv, input=script.encode(), capture_output=True, timeout=timeout)
+    return (done.returncode, done.stdout.decode("utf-8", "replace"),
+            done.stderr.decode("utf-8", "replace"))
+
+
+def survey_node(cfg: StackConfig, names: StackNames, node: NodeConfig, key: str | None,
+                runner: Runner) -> st.NodeStatus:
+    nonce = recon.new_nonce()
+    script = st.node_script(cfg, names, node, nonce)
+    try:
+        with stack_access.ssh_argv(cfg, node, key=key) as argv:
+            rc, out, err = runner(argv, script, ROUND_TRIP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return st.NodeStatus(node.name, error=f"no answer within {ROUND_TRIP_TIMEOUT:g} s")
+    except OSError as exc:
+        return st.NodeStatus(node.name, error=f"could not run ssh: {exc}")
+    if rc == 255:
+        return st.NodeStatus(node.name, error=str(recon.classify_ssh_failure(node, rc, err)))
+    if f"{recon.MARKER_PREFIX}{nonce}:section:" not in out:
+        last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), f"exit code {rc}")
+        return st.NodeStatus(node.name, error=f"the status script did not run "
+                                              f"({recon.printable(last)})")
+    return st.parse_node(cfg, names, node, out, nonce)
+
+
+def collect(cfg: StackConfig, stack: str, key: str | None,
+            runner: Runner = ssh_runner) -> tuple[list[st.ModelStatus], dict[str, st.NodeStatus]]:
+    names = StackNames(stack)
+    with ThreadPoolExecutor(max_workers=max(1, len(cfg.nodes))) as pool:
+        futures = {n.name: pool.submit(survey_node, cfg, names, n, key, runner)
+                   for n in cfg.nodes}
+        nodes = {name: f.result() for name, f in futures.items()}
+    return st.model_states(cfg, names, nodes), nodes
+
+
+STYLE = {"serving": "green", "starting": "yellow", "crash-looping": "bold red",
+         "stopped": "red", "missing": "red", "unknown": "magenta"}
+
+
+def _gib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
+def _since(started_at: str) -> str:
+    if not started_at or started_at.startswith("0001-"):
+        return "-"
+    try:
+        t = datetime.fromisoformat(started_at.replace("Z", "+00:00"))
+    except ValueError:
+        return recon.printable(started_at, 40)
+    return t.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus]) -> Group:
+    mt = Table(title=f"stack {stack}: models", title_justify="left")
+    for col in ("model", "kind", "state", "since", "restarts", "running", "waiting",
+                "KV cache", "tokens/s", "why"):
+        mt.add_column(col, justify="right" if col in ("restarts", "running", "waiting",
+                                                      "KV cache", "tokens/s") else "left")
+    for m in models:
+        restarts = "-" if m.restarts is None else str(m.restarts)
+        if m.restarts_in_window:
+            restarts += f" ({m.restarts_in_window} recent)"
+        mt.add_row(Text(m.name), m.kind, Text(m.state, style=STYLE[m.state]), _since(m.since),
+                   restarts, _num(m.running, ".0f"), _num(m.waiting, ".0f"),
+                   "-" if m.kv_cache is None else f"{m.kv_cache * 100:.1f}%",
+                   _num(m.tokens_per_second, ".1f"), Text(m.why))
+    nt = Table(title="nodes: memory", title_justify="left")
+    for col in ("node", "total", "available", "container", "holds"):
+        nt.add_column(col, justify="right" if col in ("total", "available", "holds") else "left")
+    for ns in nodes.values():
+        if ns.error:
+            nt.add_row(ns.node, "?", "?", Text(ns.error, style="red"), "")
+            continue
+        rows = sorted(ns.memory.items()) or [("(no running container)", None)]
+        for i, (name, held) in enumerate(rows):
+            first = i == 0
+            nt.add_row(ns.node if first else "", _gib(ns.memory_total) if first else "",
+                       _gib(ns.memory_available) if first else "", Text(name),
+                       "" if name.startswith("(") else _gib(held))
+        for problem in ns.problems:
+            nt.add_row("", "", "", Text(f"could not read {problem}", style="magenta"), "")
+    return Group(mt, nt)
+
+
+def as_json(stack: str, models: list[st.ModelStatus],
+            nodes: dict[str, st.NodeStatus]) -> dict[str, Any]:
+    return {
+        "stack": stack,
+        "serving": all(m.state == "serving" for m in models),
+        "models": [m.as_json() for m in models],
+        "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
+                           "memoryAvailable": n.memory_available, "containers": n.memory,
+                           "problems": n.problems} for n in nodes.values()},
+    }
+
+
+def _code(models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus]) -> int:
+    ok = all(m.state == "serving" for m in models) and not any(n.error for n in nodes.values())
+    return 0 if ok else 1
+
+
+@click.command("status")
+@click.option("-s", "--stack", default="dev", show_default=True,
+              help="the stack: reads Pulumi.<stack>.yaml in the current folder")
+@click.option("--key", help="ssh private key (default: spark-vllm:ssh.privateKeyPath)")
+@click.option("--json", "as_json_", is_flag=True, help="print JSON, not tables")
+@click.option("--watch", type=click.FloatRange(min=1), default=None, is_flag=False,
+              flag_value=5.0, help="refresh every SECONDS (default 5) until Ctrl-C")
+@click.pass_context
+def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
+            watch: float | None) -> None:
+    """Every model's state and figures, and every node's memory (exit 0 only when every model
+    serves)."""
+    if as_json_ and watch is not None:
+        raise click.UsageError("--json prints once; leave out --watch (or loop in the script)")
+    try:
+        cfg = load_stack_config(stack)
+    except ConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    # a pipe or a file gets the whole table, not one cut to 80 columns
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    if watch is None:
+        models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
+        if as_json_:
+            click.echo(json.dumps(as_json(stack, models, nodes), indent=2, sort_keys=True))
+        else:
+            console.print(render(stack, models, nodes))
+        ctx.exit(_code(models, nodes))
+    code = 1
+    try:
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
+                code = _code(models, nodes)
+                live.update(Group(render(stack, models, nodes),
+                                  Text(f"refreshed {time.strftime('%H:%M:%S')}, every "
+                                       f"{watch:g} s; Ctrl-C ends")), refresh=True)
+                time.sleep(watch)
+    except KeyboardInterrupt:
+        pass
+    ctx.exit(code)
+
+
+# the ssh round trip status uses: tests put a local runner here
+RUNNER: list[Runner] = [ssh_runner]
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(command())
