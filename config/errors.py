@@ -12,7 +12,7 @@ from typing import Any
 import pulumi
 from pydantic import BaseModel
 
-from config.forms import NAMESPACE, clip
+from config.forms import NAMESPACE, clip, secret_env_name, secret_flag, secret_value
 from config.types import ConfigModel
 
 
@@ -106,4 +106,30 @@ def describe(err: dict[str, Any], root: type[BaseModel] | None = None) -> str:
         )
     if typ == "missing":
         return f"{key_path(loc)}: missing; {expected}"
-    return f"{key_path(loc)}: got {clip(value)}; {expected}"
+    return f"{key_path(loc)}: got {clip(redacted(value))}; {expected}"
+
+
+SECRET_SHOWN = "<secret, not shown>"
+
+
+def redacted(value: Any) -> Any:
+    """`value` with every secret in it replaced by SECRET_SHOWN, for an error message: a string
+    shaped like a token, a mapping's value under a secret-named key (HF_TOKEN), the value after
+    or in a secret-named flag (`--hf-token X`, `--hf-token=X`)."""
+    if isinstance(value, str):
+        if secret_value(value):
+            return SECRET_SHOWN
+        if secret_flag(value) and "=" in value:
+            return value.split("=", 1)[0] + "=" + SECRET_SHOWN
+        return value
+    if isinstance(value, dict):
+        return {k: SECRET_SHOWN if isinstance(k, str) and secret_env_name(k) else redacted(v)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        out: list[Any] = []
+        for item in value:
+            after_flag = bool(out) and isinstance(out[-1], str) and secret_flag(out[-1]) \
+                and "=" not in out[-1]
+            out.append(SECRET_SHOWN if after_flag else redacted(item))
+        return out
+    return value

@@ -153,6 +153,16 @@ def secret_env_name(name: str) -> bool:
     return _SECRET_NAME.search(name) is not None
 
 
+_SECRET_FLAG = re.compile(r"--?(?:[a-z0-9]+[-_])*(token|secret|password|passwd|api[-_]?key|"
+                          r"private[-_]?key|credentials?)(=.*)?", re.IGNORECASE | re.DOTALL)
+
+
+def secret_flag(arg: str) -> bool:
+    """A command-line flag whose name says it takes a secret (`--hf-token`, `--api-key`,
+    `--db-password=...`); not `--max-num-batched-tokens` or `--tokenizer`."""
+    return _SECRET_FLAG.fullmatch(arg) is not None
+
+
 def secret_value(value: str) -> bool:
     """A value shaped like a known token (Hugging Face, OpenAI-style keys, PEM keys)."""
     return _SECRET_VALUE.search(value) is not None

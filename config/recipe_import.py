@@ -59,7 +59,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from config import recipe_files
 from config.errors import describe, key_path
-from config.forms import clip, secret_env_name, secret_value
+from config.forms import clip, secret_env_name, secret_flag, secret_value
 from config.recipes import STACK_ENV, Recipe, RecipeFile, RecipeSource
 from config.serve import (
     OWNED_FLAGS,
@@ -143,11 +143,16 @@ class Imported:
     refused: list[str] = field(default_factory=list)
     recipe: RecipeFile | None = None
 
+    # every line is one printable line: a recipe file's values (YAML can hold any character,
+    # an escape sequence too) never reach the operator's terminal as control characters
     def refuse(self, where: str, why: str) -> None:
-        self.refused.append(f"recipe file {self.file}: {where}: {why}")
+        self.refused.append(_one_line(f"recipe file {self.file}: {where}: {why}"))
 
     def note(self, where: str, why: str) -> None:
-        self.notes.append(f"{where}: not carried: {why}")
+        self.notes.append(_one_line(f"{where}: not carried: {why}"))
+
+    def carry(self, line: str) -> None:
+        self.carried.append(_one_line(line))
 
 
 # ------------------------------------------------------------------ the formats, as validated
@@ -439,8 +444,11 @@ class _Importer:
                 self.out.refuse(f"{where}: {tok}", "expected the flag alone (a switch takes "
                                                    "no value)")
                 continue
-            # the value of --api-key is a secret: never in a message
-            shown = name if value is None or canon == "--api-key" else f"{name} {value}"
+            # the value of --api-key, of any secret-named flag, or one shaped like a token is a
+            # secret: never in a message (extraArgs refuses them: config/serve.py)
+            hidden = canon == "--api-key" or secret_flag(name) or (
+                value is not None and secret_value(value))
+            shown = name if value is None or hidden else f"{name} {value}"
             ident = key.name if key is not None else (canon or name)
             dotted = key is not None and key.flag.argv is Argv.JSON and "." in name
             if not dotted:
@@ -617,12 +625,13 @@ class _Importer:
             if top in ("name", "sources", "extraArgs", "env", "launcherEnv"):
                 continue
             origin = self.origin.get(top)
-            out.carried.append(f"{top}: {_shown(value)}" + (f"  <- {origin}" if origin else ""))
-        out.carried += [f"extraArgs: {' '.join(args)}  <- {label} (no serve key of this stack "
-                        "has it: vLLM's own parser checks it when it starts)"
-                        for args, label in self.extra_origins]
-        out.carried += [f"{top}.{var}: {value}  <- env.{var}" for top in ("env", "launcherEnv")
-                        for var, value in doc[top].items()]
+            out.carry(f"{top}: {_shown(value)}" + (f"  <- {origin}" if origin else ""))
+        for args, label in self.extra_origins:
+            out.carry(f"extraArgs: {' '.join(args)}  <- {label} (no serve key of this stack "
+                      "has it: vLLM's own parser checks it when it starts)")
+        for top in ("env", "launcherEnv"):
+            for var, value in doc[top].items():
+                out.carry(f"{top}.{var}: {value}  <- env.{var}")
 
     def _source(self, model: str) -> dict[str, str]:
         digest = hashlib.sha256(self.text.encode("utf-8")).hexdigest()

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field
 
-from config.forms import GIB, NAMESPACE
+from config.forms import GIB, NAMESPACE, secret_flag, secret_value
 from config.types import (
     ChatTemplateName,
     ConfigModel,
@@ -121,6 +121,12 @@ def _extra_args(v: list[str]) -> list[str]:
             raise ValueError("expected flags the stack does not set itself; --config reads "
                              "flags from a file the stack cannot check: give them here or "
                              "in their typed keys")
+        if secret_flag(arg) or secret_value(arg):
+            # never the value in the message: it would reach the logs and the state
+            what = arg.split("=", 1)[0] if secret_flag(arg) else "a value shaped like a token"
+            raise ValueError(f"expected no secret on vLLM's command line ({what}): the stack "
+                             "passes its own as files (spark-vllm:hfToken, spark-vllm:vllmApiKey)"
+                             ", and a command line is seen by every process on the node")
         if any(ord(c) < 32 for c in arg):
             raise ValueError(f"expected arguments without control characters, got {arg!r}")
     return v

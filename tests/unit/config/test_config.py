@@ -368,3 +368,28 @@ def test_a_trailing_newline_is_refused_everywhere(where):
         return
     # or normalised without it (a pasted host key's line end is stripped)
     assert "\\n" not in cfg.model_dump_json(), where
+
+
+def test_a_secret_in_extra_args_or_env_is_refused_and_never_printed():
+    """`vllm.extraArgs` holds no secret (a command line is seen by every process on the node and
+    is in the state): a secret-named flag or a token-shaped value is refused, and the error's
+    `got` shows neither; likewise a secret in `nccl.extraEnv`. `--max-num-batched-tokens` and
+    `--tokenizer` are not secret flags."""
+    from config.forms import secret_flag
+
+    token = "hf_" + "Zz9Yy8Xx7W" * 4
+    for extra in (["--hf-token", token], ["--db-password=hunter2hunter2"], ["--seed", token]):
+        raw = config_raw()
+        raw["vllm"] = {**raw["vllm"], "extraArgs": extra}
+        with pytest.raises(ConfigError) as info:
+            validate_config(raw)
+        text = str(info.value)
+        assert "expected no secret on vLLM's command line" in text, text
+        assert token not in text and "hunter2" not in text and "<secret, not shown>" in text
+    raw = config_raw()
+    raw["nccl"] = {**raw.get("nccl", {}), "extraEnv": {"NCCL_X": token, "HF_TOKEN": "abc123"}}
+    with pytest.raises(ConfigError) as info:
+        validate_config(raw)
+    assert token[:12] not in str(info.value) and "abc123" not in str(info.value)
+    assert not secret_flag("--max-num-batched-tokens") and not secret_flag("--tokenizer")
+    assert secret_flag("--hf-token") and secret_flag("--API-KEY=x")

@@ -367,3 +367,28 @@ def test_key_flags_forms():
     assert key_flags("speculative_config", {"method": "mtp"}, model="m", commit="c" * 40) == [
         "--speculative-config", '{"method":"mtp","revision":"' + "c" * 40 + '"}']
     assert flags("extra_args", ["--seed", "1"]) == ["--seed", "1"]
+
+
+def test_a_secret_flag_is_refused_and_never_shown():
+    """A token on the serve line (`--hf-token hf_...`, `--x-password=...`, a value shaped like a
+    key) is refused: extraArgs holds no secret (it would be on every node's command line and in
+    the recipe file), and no message prints it."""
+    token = "hf_" + "a1B2c3D4e5" * 4
+    for line in (f"--hf-token {token}", "--db-password=hunter2hunter2", f"--seed {token}"):
+        r = eugr(line)
+        text = "\n".join(r.refused + r.notes + r.carried)
+        assert r.recipe is None and r.refused, line
+        assert token not in text and "hunter2" not in text, text
+        assert "expected no secret on vLLM's command line" in text, text
+
+
+def test_control_characters_of_a_recipe_file_never_reach_a_message(tmp_path):
+    """YAML can hold an escape sequence (a terminal title, a cursor move); every line the
+    importer prints is one printable line."""
+    f = tmp_path / "x.yaml"
+    f.write_text('recipe_version: "1"\nmodel: org/m\ncontainer: "evil\\e]0;owned\\a\\e[2J"\n'
+                 'command: vllm serve org/m --max-model-len 4096\n')
+    r = import_recipe(f.read_text(), file_name="x.yaml", name="x")
+    lines = r.refused + r.notes + r.carried
+    assert any("container" in ln for ln in lines), lines
+    assert all(ln.isprintable() for ln in lines), lines

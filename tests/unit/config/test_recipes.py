@@ -171,10 +171,10 @@ BAD_RECIPES = [
     ("template", {"chatTemplate": "missing.jinja"},
      "recipe bad: chatTemplate: got 'missing.jinja'; expected one of ['ok.jinja']"),
     ("secret-name", {"env": {"HF_TOKEN": "x"}},
-     "recipe bad: env: got {'HF_TOKEN': 'x'}; expected no secrets in plain environment "
+     "recipe bad: env: got {'HF_TOKEN': '<secret, not shown>'}; expected no secrets in plain environment "
      "(HF_TOKEN)"),
     ("secret-value", {"launcherEnv": {"X": "hf_" + "a" * 34}},
-     "recipe bad: launcherEnv: got {'X': 'hf_aaaa"),
+     "recipe bad: launcherEnv: got {'X': '<secret, not shown>'}"),
     ("stack-env", {"env": {"NCCL_IB_HCA": "mlx5_0", "VLLM_HOST_IP": "1.2.3.4"}},
      "expected variables the stack does not set itself (NCCL_IB_HCA, VLLM_HOST_IP)"),
     ("control", {"env": {"A": "1\n2"}}, "expected values without control characters (A)"),
