@@ -361,14 +361,18 @@ def model_states(cfg: StackConfig, names: StackNames,
         m.since, m.restarts = api.started_at, api.restart_count if api.exists else None
         m.restarts_in_window = api.restarts_in_window
         m.ranks[f"{api_node}/{api_name}"] = api.status if api.exists else "missing"
-        rank_problem = ""
+        rank_problem = rank_unknown = ""
         for rank_node, rank_name in model.needs:
             rs = nodes.get(rank_node)
             rank = rs.containers.get(rank_name) if rs and not rs.error else None
             status = ("unknown" if rank is None or rank.problem else
-                      rank.status if rank.exists else "missing")
+                      recon.printable(rank.status, 40) if rank.exists else "missing")
             m.ranks[f"{rank_node}/{rank_name}"] = status
-            if status != "running" and not rank_problem:
+            if status == "unknown" and not rank_unknown:
+                why = rs.error if rs is not None and rs.error else (
+                    rank.problem if rank is not None else "not surveyed")
+                rank_unknown = f"{rank_node}/{rank_name}: {why}"
+            elif status != "running" and not rank_problem:
                 rank_problem = f"{rank_node}/{rank_name} is {status}"
         if not api.exists:
             m.state, m.why = "missing", f"no container {api_name} on {api_node}"
@@ -380,8 +384,10 @@ def model_states(cfg: StackConfig, names: StackNames,
         serving = (api.status == "running" and health == 200 and isinstance(listed, list)
                    and model.name in listed)
         looping = (api.restarts_in_window or 0) > limit
-        if serving and not rank_problem:
+        if serving and not rank_problem and not rank_unknown:
             m.state = "serving"
+        elif rank_unknown:  # a rank whose state could not be read: never good news
+            m.why = rank_unknown
         elif looping:
             m.state = "crash-looping"
             m.why = (f"{api.restarts_in_window} restarts in the last "
@@ -393,4 +399,6 @@ def model_states(cfg: StackConfig, names: StackNames,
         else:
             m.state = "stopped"
             m.why = f"{api_name} is {api.status} (exit code {api.exit_code})"
+    for m in out:  # what came from the nodes is shown as one printable line, never as markup
+        m.why, m.since = recon.printable(m.why), recon.printable(m.since, 60)
     return out

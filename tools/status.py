@@ -106,7 +106,7 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         restarts = "-" if m.restarts is None else str(m.restarts)
         if m.restarts_in_window:
             restarts += f" ({m.restarts_in_window} recent)"
-        mt.add_row(Text(m.name), m.kind, Text(m.state, style=STYLE[m.state]), _since(m.since),
+        mt.add_row(Text(m.name), m.kind, Text(m.state, style=STYLE[m.state]), Text(_since(m.since)),
                    restarts, _num(m.running, ".0f"), _num(m.waiting, ".0f"),
                    "-" if m.kv_cache is None else f"{m.kv_cache * 100:.1f}%",
                    _num(m.tokens_per_second, ".1f"), Text(m.why))
@@ -115,7 +115,7 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         nt.add_column(col, justify="right" if col in ("total", "available", "holds") else "left")
     for ns in nodes.values():
         if ns.error:
-            nt.add_row(ns.node, "?", "?", Text(ns.error, style="red"), "")
+            nt.add_row(ns.node, "?", "?", Text(recon.printable(ns.error), style="red"), "")
             continue
         rows = sorted(ns.memory.items()) or [("(no running container)", None)]
         for i, (name, held) in enumerate(rows):
@@ -124,7 +124,8 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
                        _gib(ns.memory_available) if first else "", Text(name),
                        "" if name.startswith("(") else _gib(held))
         for problem in ns.problems:
-            nt.add_row("", "", "", Text(f"could not read {problem}", style="magenta"), "")
+            nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
+                                        style="magenta"), "")
     return Group(mt, nt)
 
 
@@ -164,7 +165,8 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
     except ConfigError as exc:
         raise click.UsageError(str(exc)) from None
     # a pipe or a file gets the whole table, not one cut to 80 columns
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    console = Console(highlight=False, markup=False,
+                      width=None if sys.stdout.isatty() else 160)
     if watch is None:
         models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
         if as_json_:

@@ -49,24 +49,31 @@ def history():
                 pass
     return out
 def record(what, keep):
+    # at most 100 lines, always with the container's first start (every later one is a restart)
+    keep = keep if len(keep) < 100 else keep[:1] + keep[-98:]
     try:
         os.makedirs(os.path.dirname(starts_file), exist_ok=True)
-        lines = ["%.3f %s" % e for e in keep[-99:]] + ["%.3f %s" % (time.time(), what)]
+        lines = ["%.3f %s" % e for e in keep] + ["%.3f %s" % (time.time(), what)]
         with open(starts_file + ".new", "w") as f:
             f.write("\n".join(lines) + "\n")
         os.replace(starts_file + ".new", starts_file)
     except OSError as e:
         say("cannot record the %s in %s: %r" % (what, starts_file, e))
-child = None
+child, starting, pending = None, False, []
 def forward(sig, _frame):
-    if child is None:  # docker stop during the backoff: nothing started yet
+    if child is not None:
+        child.send_signal(sig)
+    elif starting:  # between Popen's fork and `child`: forwarded right after
+        pending.append(sig)
+    else:  # docker stop during the backoff: nothing started yet
         sys.exit(128 + sig)
-    child.send_signal(sig)
 signal.signal(signal.SIGTERM, forward)
 signal.signal(signal.SIGINT, forward)
 past = history()
 now = time.time()
-restarts = sum(1 for t, w in past if w == "start" and t > now - window)
+# every start but the container's first is a restart (as inspection/recon.recent_restarts)
+starts = [t for t, w in past if w == "start"] + [now]
+restarts = sum(1 for t in starts[1:] if t > now - window)
 unready = 0
 for t, w in reversed(past):
     if w == "serving":
@@ -83,7 +90,10 @@ if unready:
     say("vLLM did not answer in its last %d start(s): waiting %gs before starting it" % (
         unready, wait))
     time.sleep(wait)
+starting = True
 child = subprocess.Popen(argv, start_new_session=True)  # its own group: stop_all
+for sig in pending:
+    child.send_signal(sig)
 MOVES = re.compile(r"^(vllm:[a-z_:]*(_total|_count)|vllm:kv_cache_usage_perc)(\{[^}]*\})? (\S+)$",
                    re.M)
 QUEUE = re.compile(r"^vllm:num_requests_(running|waiting)(\{[^}]*\})? (\S+)$", re.M)

@@ -254,3 +254,23 @@ def test_a_start_after_one_that_served_does_not_wait(tmp_path):
     assert "waiting" not in out, out
     lines = starts.read_text().splitlines()
     assert lines[:2] == ["100.000 start", "101.000 serving"] and lines[2].endswith(" start"), lines
+
+
+def test_restarts_are_counted_as_status_counts_them_and_the_first_start_is_kept(tmp_path):
+    """Every start but the container's first is a restart, counted in the window whatever the
+    age of that first start (inspection/recon.recent_restarts, which `status` and preflight
+    use); the record stays at 100 lines and keeps the first start."""
+    from inspection.recon import recent_restarts
+
+    starts = tmp_path / "liveness" / "starts"
+    starts.parent.mkdir()
+    now = time.time()
+    old = [f"{now - 90000 - i:.3f} start" for i in range(120, 0, -1)]  # a day ago: out of it
+    starts.write_text("\n".join([*old, f"{now - 30:.3f} start", f"{now - 20:.3f} start"]) + "\n")
+    out = _start_and_exit(tmp_path, starts)
+    # two restarts in the window, and this start is the third: more than 2
+    assert "crash-looping: 3 restarts in the last 600s (more than 2)" in out, out
+    lines = starts.read_text().splitlines()
+    assert len(lines) == 100 and lines[0] == old[0], (len(lines), lines[:2])
+    times = [float(ln.split()[0]) for ln in lines]
+    assert recent_restarts(times, time.time(), 600) == 3

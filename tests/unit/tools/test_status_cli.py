@@ -65,8 +65,23 @@ def test_json_and_a_node_that_cannot_be_reached_exits_1(in_repo, monkeypatch):
     assert data["serving"] is False
     assert "unreachable" in data["nodes"]["spark-2"]["error"]
     (main,) = data["models"]
-    # the worker's Ray container is unknown: the model is not taken for serving
-    assert main["state"] == "starting" and main["ranks"]["spark-2/spark-vllm-dev-ray-worker"] == "unknown"
+    # the worker's Ray container is unknown: so is the model, never taken for serving
+    assert main["state"] == "unknown" and main["ranks"]["spark-2/spark-vllm-dev-ray-worker"] == "unknown"
+    assert main["why"].startswith("spark-2/spark-vllm-dev-ray-worker: spark-2: unreachable")
+
+
+def test_what_a_node_says_reaches_the_terminal_as_plain_text(in_repo, monkeypatch):
+    """A container's answer (here vLLM's /health error text) with an escape sequence and rich
+    markup is printed as one plain line: no control character, no markup error."""
+    rc, head, err = _recorded("spark-1")
+    evil = r"\u001b]0;owned\u0007\u001b[2J[/][red]x"
+    head = head.replace('"health": 200', f'"health": "{evil}"', 1)
+    run, _ = _runner({"10.77.0.11": (rc, head, err), "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 1, result.output
+    assert "\x1b" not in result.output and "\x07" not in result.output, result.output
+    assert "[/][red]x" in result.output  # shown as written, not read as markup
 
 
 def test_an_unknown_stack_and_json_with_watch_are_usage_errors(in_repo):
