@@ -233,9 +233,14 @@ def test_model_revision_moves_files_and_restarts_vllm(stack, lab_cfg):
     before = _ray(d.snapshot())
     bytes_before = hf_file_bytes()
     d.set("model.revision", first)
-    d.run("up")
+    r = d.run("up")
     ops = d.ops()
     assert "model-fetch" in ops and ops.get("vllm-serve") == "replace", ops
+    # the worker's copy reports its progress in the up (issue 34): what is to copy, then done
+    fanout = [ln.strip() for ln in r.stdout.splitlines() if "model fan-out spark-2: " in ln]
+    print("[observed] " + "\n[observed] ".join(fanout))
+    assert any(" to copy " in ln for ln in fanout), r.stdout[-3000:]
+    assert any(re.search(r"\(100%\), .*done in", ln) for ln in fanout), fanout
     assert not any(k.startswith(("ray-head", "ray-worker", "image-")) for k in ops), ops
     assert _ray(d.snapshot()) == before, "a model revision must not restart Ray"
     # Only the files that differ between the revisions may come from the hub (and nothing if an

@@ -246,7 +246,6 @@ def test_vllm_crash_serves_again_by_itself(stack):
     finally:
         code = followed.end()
     assert code == 0, (code, followed.err)
-    assert any("running again" in line for line in followed.err), followed.err
     starts = [ln for ln in followed.out if "vllm serve starts" in ln]
     assert len(starts) == 1, starts  # the crash's restart once: nothing printed twice
     _record(what, secs, before, after)
