@@ -36,7 +36,7 @@ import shlex
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from importlib import resources
@@ -130,10 +130,12 @@ def recent_restarts(starts: list[float], now: float, window: float) -> int:
     return sum(1 for t in starts[1:] if t > now - window)
 
 
-def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNames | None) -> str:
+def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNames | None,
+                 *, speed_of: Sequence[str] | None = None) -> str:
     """The read-only bash script one node runs (`bash -s`); pure: same config and nonce, same
     text. `nonce` (`new_nonce()`, fresh for every survey) marks its sections. `names`: the
-    stack's, whose own files it looks for (None: no stack known, they are not surveyed)."""
+    stack's, whose own files it looks for (None: no stack known, they are not surveyed).
+    `speed_of`: the interfaces whose link speed it reads (None: the node's fabric ones)."""
     q = shlex.quote
     cache_dir = cfg.model.cache_dir
     lines = [
@@ -156,9 +158,9 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
         f"sv_bg nvidia_smi_list {COMMAND_TIMEOUT} nvidia-smi -L",
         f"sv_bg ip_addr {COMMAND_TIMEOUT} ip -j addr",
     ]
-    for fabric in node.fabric:
-        lines.append(f"sv_bg speed:{fabric.interface} {COMMAND_TIMEOUT} bash -c "
-                     f"{q(snippet('speed.sh'))} _ {q(fabric.interface)}")
+    for iface in ([f.interface for f in node.fabric] if speed_of is None else speed_of):
+        lines.append(f"sv_bg speed:{iface} {COMMAND_TIMEOUT} bash -c "
+                     f"{q(snippet('speed.sh'))} _ {q(iface)}")
     lines += [
         f"sv_bg ibdev2netdev {COMMAND_TIMEOUT} ibdev2netdev",
         f"sv_bg rdma_link {COMMAND_TIMEOUT} rdma link",
@@ -640,9 +642,10 @@ def _key_file(cfg: StackConfig, key_path: str | os.PathLike[str] | None) -> str:
 
 def survey_node(cfg: StackConfig, node: NodeConfig, *, names: StackNames | None,
                 key_path: str | os.PathLike[str] | None = None,
-                runner: Runner = ssh_round_trip, timeout: float | None = None) -> NodeFacts:
-    """One node: one ssh round trip, parsed. Raises ReconError with a fix. `names`: the
-    stack's (recon_script)."""
+                runner: Runner = ssh_round_trip, timeout: float | None = None,
+                speed_of: Sequence[str] | None = None) -> NodeFacts:
+    """One node: one ssh round trip, parsed. Raises ReconError with a fix. `names`, `speed_of`:
+    as recon_script's."""
     key = _key_file(cfg, key_path)
     if PLACEHOLDER in node.pinned_host_key:
         return _raise(ReconError(
@@ -662,7 +665,7 @@ def survey_node(cfg: StackConfig, node: NodeConfig, *, names: StackNames | None,
         argv = ssh_argv(cfg, node, key_path=key, known_hosts=known_hosts)
         nonce = new_nonce()
         try:
-            result = runner(argv, recon_script(cfg, node, nonce, names), limit)
+            result = runner(argv, recon_script(cfg, node, nonce, names, speed_of=speed_of), limit)
         except subprocess.TimeoutExpired:
             return _raise(ReconError(
                 node.name, f"no complete answer from {_where(node)} within {limit:g} s",
