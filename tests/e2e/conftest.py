@@ -47,6 +47,7 @@ MODULE_ORDER = (
     "test_faults.py",  # faults and secrets, each undone
     "test_self_healing.py",  # crashes healed without an `up`
     "test_two_stacks.py",  # a second stack (from empty) beside the shared one
+    "test_init.py",  # `spark-vllm init` of the lab's nodes; its stack only previewed beside dev
     "test_change_image_and_nodes.py",  # image change; a third node joins and leaves
     "test_executor_mp.py",  # the shared stack switches to vLLM's mp executor
     # an embedding service beside the main model, left in place for test_gateway
