@@ -156,6 +156,10 @@ def fabric_pairs(nccl: NcclConfig, cluster: Cluster, node: SparkNode) -> list[Fa
 class NcclEnvironmentArgs:
     nccl: NcclConfig
     cluster: Cluster  # each node's config and recon facts
+    # the fabric interfaces the stack configures (components/fabric.py), every node's: the
+    # check runs after them, and again when one of them ran; with them, the MTU they set
+    configured: list[remote.Command] = field(default_factory=list)
+    managed_mtu: int | None = None
 
 
 class NcclEnvironment(pulumi.ComponentResource):
@@ -183,7 +187,9 @@ class NcclEnvironment(pulumi.ComponentResource):
                     {
                         "interface": f.interface,
                         "ip": f.ip,
-                        "mtu": iface.mtu if iface else None,
+                        # what the interface will run at: the stack's MTU when it sets it
+                        "mtu": args.managed_mtu if args.managed_mtu is not None
+                        else (iface.mtu if iface else None),
                         "carrier": iface.carrier if iface else None,
                         "hca": f.hca,
                         "hcaState": hca.state if hca else None,
@@ -202,6 +208,10 @@ class NcclEnvironment(pulumi.ComponentResource):
                 f"{name}-fabric-{n.name}",
                 self,
                 create=fabric_check(n.name, self.pairs[n.name], nccl.min_mtu),
+                depends_on=args.configured,
+                # a configured interface that ran has a new ID (created, repaired) or a new
+                # stdout (updated: its address and MTU)
+                triggers=[v for c in args.configured for v in (c.id, c.stdout)] or None,
             )
             for n in cluster.nodes
             if self.pairs[n.name]

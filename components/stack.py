@@ -21,6 +21,7 @@ from typing import Any
 import pulumi
 
 from components import gateway as gateway_component
+from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
@@ -153,7 +154,16 @@ def build_stack(
 
     cluster = _nodes(cfg, facts, plan, secrets, labels, key_path, project, stack)
     made = StackSecrets("secrets", StackSecretsArgs(api_key=secrets.vllm_api_key))
-    nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(nccl=cfg.nccl, cluster=cluster))
+    # the fabric the stack configures (fabric.manage), before anything checks or crosses it
+    fabrics = [
+        NodeFabric(f"fabric-{n.name}", NodeFabricArgs(
+            node=n, fabric=cfg.fabric, subnets=cfg.nccl.fabric_subnets, stack=stack))
+        for n in cluster.nodes
+    ] if cfg.fabric.manage else []
+    nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(
+        nccl=cfg.nccl, cluster=cluster,
+        configured=[c for f in fabrics for c in f.commands.values()],
+        managed_mtu=cfg.fabric.mtu if cfg.fabric.manage else None))
     # the fabric proven (every pair at the MTU) before the image or the model cross it
     fabric: list[pulumi.Resource] = list(nccl.fabric_checks.values())
     image = VllmImage(

@@ -310,6 +310,19 @@ class NcclConfig(ConfigModel):
         return [ipaddress.IPv4Network(s) for s in self.fabric_subnets]
 
 
+class FabricConfig(ConfigModel):
+    """The ConnectX-7 interfaces' configuration on the nodes (components/fabric.py).
+
+    `manage`: the stack owns each declared fabric interface's IPv4 addresses, MTU and link state
+    and a netplan file of its own per interface (the address in nodes[].fabric[].ip with its
+    fabricSubnets prefix, `mtu`), and converges them on every `up`. False: today's check-only
+    behaviour, for hosts whose network team owns them (preflight then wants them configured).
+    """
+
+    manage: bool = True
+    mtu: int = Field(default=9000, ge=1280, le=9978)
+
+
 class RayConfig(ConfigModel):
     port: Port = 6379
     # Ray's default object store is ~30% of RAM; on 128 GB unified memory that is GPU memory
@@ -509,6 +522,7 @@ class StackConfig(ConfigModel):
     image: ImageConfig
     model: ModelConfig
     nccl: NcclConfig = Field(default_factory=NcclConfig)
+    fabric: FabricConfig = Field(default_factory=FabricConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
     vllm: VllmConfig
     preflight: PreflightConfig = Field(default_factory=PreflightConfig)

@@ -18,6 +18,14 @@ from config.models import StackConfig
 from config.recipes import with_recipe_env
 
 
+def _is_ipv4(text: str) -> bool:
+    try:
+        ipaddress.IPv4Address(text)
+    except ValueError:
+        return False
+    return True
+
+
 def _cross_checks(cfg: StackConfig) -> list[str]:
     """Rules that span keys: uniqueness, subnets, parallelism, what prod demands."""
     problems: list[str] = []
@@ -65,6 +73,36 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                     f"address not already used by {fabric_ips[fab.ip]}"
                 )
             fabric_ips.setdefault(fab.ip, node.name)
+        # the management address (the one ssh and the docker provider use) is never a fabric
+        # address, nor inside a fabric subnet: configuring the fabric would take its route
+        if _is_ipv4(node.host):
+            mgmt = ipaddress.IPv4Address(node.host)
+            inside = [str(n) for n in nets if mgmt in n]
+            if inside:
+                problems.append(
+                    f"{key_path(('nodes', i, 'host'))}: got {node.host!r}; expected a management "
+                    f"address outside spark-vllm:nccl.fabricSubnets (it is inside {inside[0]}): "
+                    "the fabric's configuration would take the management route"
+                )
+        # the twins of a node: each in a subnet of its own
+        twin_nets: dict[str, int] = {}
+        for j, fab in enumerate(node.fabric):
+            net = next((str(n) for n in nets if ipaddress.IPv4Address(fab.ip) in n), None)
+            if net is None:
+                continue
+            if net in twin_nets:
+                problems.append(
+                    f"{key_path(('nodes', i, 'fabric', j, 'ip'))}: got {fab.ip!r}; expected "
+                    f"each fabric interface of a node in a subnet of its own ({net} is also "
+                    f"fabric[{twin_nets[net]}]'s): two interfaces in one subnet make the "
+                    "kernel's route between them a guess"
+                )
+            twin_nets.setdefault(net, j)
+    if cfg.fabric.manage and cfg.fabric.mtu < cfg.nccl.min_mtu:
+        problems.append(
+            f"{key_path(('fabric', 'mtu'))}: got {cfg.fabric.mtu}; expected at least "
+            f"spark-vllm:nccl.minMtu {cfg.nccl.min_mtu} (the MTU the fabric check pings at)"
+        )
 
     pp = cfg.vllm.pipeline_parallel_size
     tp = cfg.tensor_parallel_size

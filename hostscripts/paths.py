@@ -115,6 +115,10 @@ class StackNames:
         """The stack's folder under /run (a reboot empties it)."""
         return f"{STACK_RUN_DIR}/{self.stack}"
 
+    def fabric_netplan(self, interface: str) -> str:
+        """The stack's netplan file for one fabric interface (hostscripts/fabric_config.py)."""
+        return f"/etc/netplan/40-spark-vllm-{self.stack}-{interface}.yaml"
+
     @property
     def compile_cache_dir(self) -> str:
         """The stack's compile and JIT caches on every node (root only), mounted read-write into

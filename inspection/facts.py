@@ -181,6 +181,10 @@ class NodeFacts(_Facts):
     # the starts the liveness watchdog recorded in the stack's API containers on the node
     # (control machine's clock, oldest first): {container: [time, ...]}
     liveness_starts: dict[str, list[float]] = Field(default_factory=dict)
+    # the stack's netplan files of its managed fabric interfaces: path -> sha256, None when the
+    # file is absent; {} when the survey could not read them (each counts as missing); None when
+    # not surveyed
+    fabric_files: dict[str, str | None] | None = None
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output
     # could not be read or timed out: {section: readable reason}. Preflight reports these.

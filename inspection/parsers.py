@@ -866,6 +866,18 @@ def parse_host_keys(text: str) -> list[str]:
     return keys
 
 
+def parse_fabric_files(text: str) -> dict[str, str | None]:
+    """`<sha256>  <path>` (sha256sum) or `absent <path>` per line -> {path: sha256 or None}."""
+    out: dict[str, str | None] = {}
+    for line in _nonblank(text):
+        m = re.fullmatch(r"(?:([0-9a-f]{64}) [ *]|absent )(/[\x21-\x7e]+)", line.strip())
+        if not m:
+            raise ParseError("netplan files", "line is not '<sha256>  <path>' or 'absent <path>'",
+                             line)
+        out[m.group(2)] = m.group(1)
+    return out
+
+
 def parse_presence(text: str) -> bool:
     """`present` or `absent` (a file the stack keeps on the node, e.g. the Ray token)."""
     lines = _nonblank(text)

@@ -60,6 +60,7 @@ from collections.abc import Callable, Mapping
 from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, ServiceConfig, StackConfig
+from config.errors import key_path
 from config.forms import GIB, MODEL_SEED_PORT
 from hostscripts.paths import StackNames
 from inspection import memory_fit
@@ -228,6 +229,22 @@ def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
     warnings: list[Finding] = []
     nets = [ipaddress.IPv4Network(s) for s in cfg.nccl.fabric_subnets]
     min_mtu = cfg.nccl.min_mtu
+    index = cfg.nodes.index(node_cfg) if node_cfg in cfg.nodes else 0
+    # the interface carrying the management address (the one ssh uses) is never a fabric one:
+    # with fabric.manage the up would reconfigure the connection it arrives on
+    mgmt = next((i.name for i in f.interfaces
+                 if node_cfg.host in (a.split("/")[0] for a in i.ipv4)), None)
+    for j, fab in enumerate(node_cfg.fabric):
+        if fab.interface == mgmt:
+            errors.append(Finding(
+                node=f.node, check="fabric",
+                fact=f"{key_path(('nodes', index, 'fabric', j, 'interface'))}: {mgmt} carries "
+                     f"the management address {node_cfg.host} (the one ssh uses); a fabric "
+                     "interface is never the management one",
+                fix="name the ConnectX-7 interfaces there (ibdev2netdev lists them; `spark-vllm "
+                    "init` proposes them); nothing was changed"))
+    if errors:
+        return errors, warnings
     for fab in node_cfg.fabric:
         name = fab.interface
         iface = f.interface(name)
@@ -254,6 +271,16 @@ def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
                 node=f.node, check="fabric", fact=f"fabric interface {name} is down (no carrier)",
                 fix=f"cable the QSFP port behind {name} to the peer and bring it up "
                     f"(ip link set {name} up); one cable brings up both twins of its port"))
+        if cfg.preflight.require_gb10 and iface.speed_mbps and iface.speed_mbps < SPARK_LINK_MBPS:
+            warnings.append(Finding(
+                node=f.node, check="fabric",
+                fact=f"fabric interface {name} links at {iface.speed_mbps} Mb/s, "
+                     f"below {SPARK_LINK_MBPS} on a Spark",
+                fix="use a 200G QSFP56 cable; behind a switch, force the switch port to 200G"))
+        if cfg.fabric.manage:
+            # the stack sets the address and MTU itself (components/fabric.py): what the node
+            # has now is the starting point of the up, not a finding
+            continue
         if iface.mtu and iface.mtu < min_mtu:
             errors.append(Finding(
                 node=f.node, check="fabric",
@@ -278,12 +305,6 @@ def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
                     fact=f"fabric interface {name} has {present[fab.ip]}, whose network {network} "
                          f"is outside nccl.fabricSubnets {list(cfg.nccl.fabric_subnets)}",
                     fix=f"use the prefix of the fabric subnet: {want}"))
-        if cfg.preflight.require_gb10 and iface.speed_mbps and iface.speed_mbps < SPARK_LINK_MBPS:
-            warnings.append(Finding(
-                node=f.node, check="fabric",
-                fact=f"fabric interface {name} links at {iface.speed_mbps} Mb/s, "
-                     f"below {SPARK_LINK_MBPS} on a Spark",
-                fix="use a 200G QSFP56 cable; behind a switch, force the switch port to 200G"))
     return errors, warnings
 
 

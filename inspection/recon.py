@@ -68,6 +68,9 @@ PRESENCE = 'if [ -s "$1" ]; then echo present; else echo absent; fi'  # a file, 
 DIR_PRESENCE = 'if [ -d "$1" ]; then echo present; else echo absent; fi'  # a folder
 # every one of several files (never their content)
 ALL_PRESENT = 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present'
+# the stack's netplan files: each one's digest, or absent (root only: mode 0600)
+DIGESTS = ('for f in "$@"; do if [ -e "$f" ]; then sha256sum -- "$f"; else echo "absent $f"; '
+           'fi; done')
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 # the liveness watchdog's starts file out of a container, running or not ($1 container, $2 path)
 READ_STARTS = 'docker cp "$1:$2" - | tar -xO'
@@ -196,6 +199,10 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             f"sv_bg compile_cache {COMMAND_TIMEOUT} bash -c {q(DIR_PRESENCE)} _ "
             f"{q(names.compile_cache_dir)}",
         ]
+        if cfg.fabric.manage:
+            # the stack's netplan file of each fabric interface (a drift repaired by the up)
+            lines.append(f"sv_bg fabric_files {COMMAND_TIMEOUT} bash -c {q(DIGESTS)} _ "
+                         + " ".join(q(names.fabric_netplan(f.interface)) for f in node.fabric))
         if node.name == cfg.head.name:
             # the gateway's files on the head: its configuration, the key's digest, the TLS file
             files = [f"{names.gateway_dir}/conf/haproxy.cfg", names.gateway_key_file]
@@ -458,6 +465,10 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
                      else None)
     guard = (r.parse("master_guard", p.parse_presence) if "master_guard" in sections
              else None)
+    # looked at but unreadable: every file counts as missing (the apply runs again, which is
+    # harmless); not looked at (an older survey): None
+    fabric_files = ((r.parse("fabric_files", p.parse_fabric_files) or {})
+                    if "fabric_files" in sections else None)
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
     for name in SKIP_SECTIONS:  # names the snippets refused to print: say so, never drop quietly
         s = sections.get(name)
@@ -500,6 +511,7 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         master_guard_present=guard,
         clock_offset_seconds=clock_offset,
         liveness_starts=starts,
+        fabric_files=fabric_files,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,
     )

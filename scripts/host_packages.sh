@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
-# The Debian packages the unit tier runs for real on this machine (docs/testing.md, "fast"):
-#   haproxy   the gateway's configuration is run by Debian's HAProxy 2.6, the package the lab's
-#             gateway image is built from (tests/unit/hostscripts/test_gateway_haproxy.py, ...).
+# The Debian packages the tests run for real on this machine (docs/testing.md, "fast"):
+#   haproxy     the gateway's configuration is run by Debian's HAProxy 2.6, the package the lab's
+#               gateway image is built from (tests/unit/hostscripts/test_gateway_haproxy.py, ...).
+#   netplan.io  the stack's fabric netplan files are validated by the real netplan, in the unit
+#               tier and on the lab's nodes, which share this machine's /usr (lab/hosts.py).
+#   iptables    the lab's bridges and the mp rendezvous guard's tests.
 # `make setup` runs this. Missing and root: `apt-get update` once, then `apt-get install -y
 # --no-install-recommends` (no service is started by the install). Missing and not root: it
 # says how to install and exits 0; the tests that need the binary then fail saying the same,
 # they never skip. Present: nothing happens (a warm run takes milliseconds).
 set -euo pipefail
 
-# Debian package = its binary's name (SPARK_VLLM_HOST_PACKAGES: another list, for its own test)
-read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy}"
+# Debian package[:its binary, when the names differ] (SPARK_VLLM_HOST_PACKAGES: another list,
+# for its own test)
+read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables}"
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 
 missing=()
-for pkg in "${PACKAGES[@]}"; do
-  have "$pkg" || missing+=("$pkg")
+for entry in "${PACKAGES[@]}"; do
+  have "${entry#*:}" || missing+=("${entry%%:*}")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
 
@@ -27,7 +31,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "host packages: ${missing[*]} missing and this is not a Debian system (no apt-get):" \
-       "install HAProxy 2.6 so that \`haproxy\` is on PATH" >&2
+       "install them (HAProxy 2.6, netplan, iptables) so that their binaries are on PATH" >&2
   exit 1
 fi
 
@@ -46,7 +50,7 @@ cleanup() { if [ -n "$made_policy" ]; then rm -f "$policy"; fi; }
 trap cleanup EXIT
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-for pkg in "${missing[@]}"; do
-  have "$pkg" || { echo "host packages: $pkg still missing after apt-get install" >&2; exit 1; }
+for entry in "${PACKAGES[@]}"; do
+  have "${entry#*:}" || { echo "host packages: ${entry%%:*} still missing after apt-get install" >&2; exit 1; }
 done
 echo "host packages: ${missing[*]} installed"

@@ -22,6 +22,7 @@ COMPONENTS = {
     "spark-vllm:stack_secrets:StackSecrets",
     "spark-vllm:spark_node:SparkNode",
     "spark-vllm:nccl:NcclEnvironment",
+    "spark-vllm:fabric:NodeFabric",
     "spark-vllm:vllm_image:VllmImage",
     "spark-vllm:model_cache:ModelCache",
     "spark-vllm:ray_cluster:RayCluster",
@@ -39,6 +40,7 @@ def expected_counts(n: int) -> Counter:
             # these stacks)
             LOCAL: 2,
             "spark-vllm:nccl:NcclEnvironment": 1,
+            "spark-vllm:fabric:NodeFabric": n,  # fabric.manage (the default)
             "spark-vllm:vllm_image:VllmImage": 1,
             "spark-vllm:model_cache:ModelCache": 1,
             "spark-vllm:ray_cluster:RayCluster": 1,
@@ -52,8 +54,9 @@ def expected_counts(n: int) -> Counter:
             # ray ready; vLLM's API key file + health gate + NCCL log + transport check; n
             # fabric checks; n image probes + the image check; n page-cache drops; n
             # compile-cache folders; n serve checks (the serve command in the image's vLLM);
-            # the gateway's key digest file, configuration and gate (no TLS here)
-            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3,
+            # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
+            # configuration, one per interface (two twins per node)
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n,
         }
     )
 
@@ -87,8 +90,11 @@ def test_parent_chains(build, mocks, n):
             qualified = found[0].split("::")[2]
             return qualified.split("$")[0]
 
-        for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1", "gateway"]:
+        for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1", "gateway",
+                     "fabric-spark-1"]:
             assert parent_type(comp) == "pulumi:pulumi:Stack"
+        for iface in ("enp1s0f1np1", "enP2p1s0f1np1"):
+            assert parent_type(f"fabric-spark-2-{iface}") == "spark-vllm:fabric:NodeFabric"
         for child in ("gateway-image", "gateway-key", "gateway-config", "gateway-haproxy",
                       "gateway-health"):
             assert parent_type(child) == "spark-vllm:gateway:Gateway", child

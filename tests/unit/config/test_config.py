@@ -37,6 +37,13 @@ BAD = [
      "spark-vllm:nodes[1].fabric[0].ip", "expected an IPv4 address"),
     ("fabric-ip-outside-subnet", "dev", {"nodes.1.fabric.0.ip": "10.9.9.9"},
      "spark-vllm:nodes[1].fabric[0].ip", "inside spark-vllm:nccl.fabricSubnets"),
+    # issue 33: what the stack's own fabric configuration needs
+    ("fabric-mtu-below-floor", "dev", {"fabric": {"mtu": 1500}},
+     "spark-vllm:fabric.mtu", "expected at least spark-vllm:nccl.minMtu 9000"),
+    ("twins-in-one-subnet", "dev", {"nodes.1.fabric.1.ip": "192.168.177.22"},
+     "spark-vllm:nodes[1].fabric[1].ip", "in a subnet of its own"),
+    ("management-inside-the-fabric", "dev", {"nodes.1.host": "192.168.178.50"},
+     "spark-vllm:nodes[1].host", "outside spark-vllm:nccl.fabricSubnets"),
     ("duplicate-name", "dev", {"nodes.1.name": "spark-1"},
      "spark-vllm:nodes[1].name", "expected a unique node name"),
     ("name-not-dns", "dev", {"nodes.0.name": "Spark_1"},

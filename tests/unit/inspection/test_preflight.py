@@ -192,20 +192,27 @@ def test_fabric_interface_down():
     assert finding.fact == "fabric interface enp1s0f1np1 is down (no carrier)"
 
 
+# check-only (fabric.manage false): preflight wants the fabric configured already
+CHECK_ONLY = config(fabric={"manage": False})
+
+
 def test_fabric_mtu_below_minimum():
     small = _ip_json(**{'"mtu":9000,"qdisc":"mq","operstate":"UP","group":"default","txqlen":1000,'
                         '"link_type":"ether","address":"4c:bb:47:2d:f3:49"':
                         '"mtu":1500,"qdisc":"mq","operstate":"UP","group":"default","txqlen":1000,'
                         '"link_type":"ether","address":"4c:bb:47:2d:f3:49"'})
-    (finding,) = only(fail(config(), good_facts(ip_addr=small)), "fabric")
+    (finding,) = only(fail(CHECK_ONLY, good_facts(ip_addr=small)), "fabric")
     assert "MTU 1500, below nccl.minMtu 9000" in finding.fact
-    preflight.check(config(nccl={"minMtu": 1500}), good_facts(ip_addr=small))
+    preflight.check(config(nccl={"minMtu": 1500}, fabric={"manage": False}),
+                    good_facts(ip_addr=small))
+    preflight.check(config(), good_facts(ip_addr=small))  # managed: the up sets MTU 9000
 
 
 def test_fabric_ip_not_the_configured_one():
     # the hutch capture: link-local 169.254.x.x instead of the fabric address
     wrong = _ip_json(**{'"local":"192.168.177.12","prefixlen":24': '"local":"169.254.127.30","prefixlen":16'})
-    (finding,) = only(fail(config(), good_facts(ip_addr=wrong)), "fabric")
+    preflight.check(config(), good_facts(ip_addr=wrong))  # managed: the up sets the address
+    (finding,) = only(fail(CHECK_ONLY, good_facts(ip_addr=wrong)), "fabric")
     assert finding.fact == ("fabric interface enp1s0f1np1 has 169.254.127.30/16, "
                             "not the configured 192.168.177.12")
     assert "192.168.177.12/24" in finding.fix
@@ -213,8 +220,23 @@ def test_fabric_ip_not_the_configured_one():
 
 def test_fabric_ip_prefix_outside_the_fabric_subnets():
     wide = _ip_json(**{'"local":"192.168.177.12","prefixlen":24': '"local":"192.168.177.12","prefixlen":16'})
-    (finding,) = only(fail(config(), good_facts(ip_addr=wide)), "fabric")
+    (finding,) = only(fail(CHECK_ONLY, good_facts(ip_addr=wide)), "fabric")
     assert "192.168.0.0/16 is outside nccl.fabricSubnets" in finding.fact
+
+
+def test_the_management_interface_is_never_a_fabric_one_managed_or_not():
+    """spark-2's enP7s7 carries its management address; a config that names it as a fabric
+    interface is refused before any change, naming the key, whoever configures the fabric."""
+    mgmt = _ip_json(**{'"local":"10.77.0.11"': '"local":"10.77.0.12"'})
+    nodes = raw_config()["nodes"]
+    nodes[1]["fabric"][0]["interface"] = "enP7s7"
+    for manage in (True, False):
+        err = fail(config(nodes=nodes, fabric={"manage": manage}), good_facts(ip_addr=mgmt))
+        (finding,) = only(err, "fabric")
+        assert finding.node == "spark-2"
+        assert finding.fact.startswith("spark-vllm:nodes[1].fabric[0].interface: enP7s7 carries "
+                                       "the management address 10.77.0.12"), finding.fact
+    preflight.check(config(), good_facts(ip_addr=mgmt))  # named right, the same node passes
 
 
 def test_slow_link_is_a_warning_on_a_spark():
