@@ -84,6 +84,16 @@ from .advisories import (
 )
 from .api_key import validate_vllm_api_key, vllm_api_key
 from .fabric import fabric_mtu, nccl_findings, nccl_rdma_interfaces, validate_mtu, validate_nccl
+from .fabric_config import (
+    NODE_FABRIC,
+    fabric_address_findings,
+    fabric_addresses_unique,
+    fabric_config,
+    fabric_config_findings,
+    parse_cidr,
+    validate_fabric_addresses_unique,
+    validate_fabric_config,
+)
 from .gateway import (
     GATEWAY,
     behind_gateway_findings,
@@ -127,6 +137,8 @@ POLICIES: list[Policy] = [
     enforce_eager_advisory,
     mp_rendezvous_fabric_only,
     vllm_behind_gateway,
+    fabric_config,
+    fabric_addresses_unique,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -148,6 +160,7 @@ __all__ = [
     "IMAGE_ID_RE",
     "MODEL_CACHE",
     "NCCL_ENV",
+    "NODE_FABRIC",
     "POLICIES",
     "SPARK_NODE",
     "UNKNOWN",
@@ -166,6 +179,10 @@ __all__ = [
     "env_pairs",
     "environment_of",
     "envs_of",
+    "fabric_address_findings",
+    "fabric_addresses_unique",
+    "fabric_config",
+    "fabric_config_findings",
     "fabric_mtu",
     "flag",
     "flag_value",
@@ -188,6 +205,7 @@ __all__ = [
     "no_privileged_containers",
     "num",
     "parallelism_matches_gpus",
+    "parse_cidr",
     "parse_ip",
     "plaintext_config_keys",
     "prod_pinned",
@@ -202,6 +220,8 @@ __all__ = [
     "stack_environment",
     "text",
     "validate_enforce_eager_advisory",
+    "validate_fabric_addresses_unique",
+    "validate_fabric_config",
     "validate_hf_token",
     "validate_memory_fit",
     "validate_mp_rendezvous",

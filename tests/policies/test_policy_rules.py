@@ -488,7 +488,8 @@ def test_levels_names_and_metadata():
         "memory-fit", "same-image-everywhere", "parallelism-matches-gpus", "nccl-rdma-interfaces",
         "fabric-mtu", "no-privileged-containers", "ray-not-exposed", "vllm-api-key",
         "hf-token-secret", "prod-pinned", "gpu-memory-utilization-advisory",
-        "enforce-eager-advisory", "mp-rendezvous-fabric-only", "vllm-behind-gateway"]
+        "enforce-eager-advisory", "mp-rendezvous-fabric-only", "vllm-behind-gateway",
+        "fabric-config", "fabric-addresses-unique"]
     for p in rules.POLICIES:
         assert p.description and p.remediation_steps, p.name
         advisory = p.name.endswith("-advisory")
