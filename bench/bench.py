@@ -341,6 +341,9 @@ MUST_NOT = {
     "service flag": ("main model touched", "image pull", "service files moved"),
     "service revision": ("main model touched", "image pull", "hub moved more than changed"),
     "remove a service": ("main model touched", "bytes were pulled"),
+    # issue 33: the worker's second twin moves to another address (the stack configures it);
+    # expected to restart Ray and vLLM on the affected nodes only, never to move bytes
+    "fabric address": ("image pull", "model transfer"),
 }
 
 
@@ -414,6 +417,9 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict]
                   lambda: d.set("services", [embed_service(svc["main"], maxNumSeqs=4)]),
                   extra={"changed_bytes": changed, "model_bytes": size}))
     append(change(d, "remove a service", two, lambda: d.set("services", [])))
+    # the worker's second twin to another address of its subnet (set_nodes below puts it back)
+    append(change(d, "fabric address", two,
+                  lambda: d.set("nodes[1].fabric[1].ip", "192.168.178.22")))
     three = [n["name"] for n in nodes3]
     append(change(d, "add a node", three, lambda: set_nodes(d, nodes3)))
     append(change(d, "executor ray -> mp", three, lambda: d.set("vllm.executor", "mp")))

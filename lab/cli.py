@@ -51,7 +51,6 @@ from lab.layout import (
     SESSION_ENV,
     SESSION_LOCK,
     STACK_JSON,
-    fab_ip,
     mgmt_ip,
     netns,
     node_dir,
@@ -124,8 +123,8 @@ def cmd_up(args) -> None:
             ensure_host(name, i, n, keep_base=keep)
             dev = shm_dev(holder_pid(name))
         shm[dev] = name
-        fabric = ", ".join(fab_ip(p, i) for _b, _n, p, _h in FABRIC)
-        log(f"{name} up: ssh root@{mgmt_ip(i)} (fabric {fabric})")
+        fabric = ", ".join(nif for _b, nif, _p, _h in FABRIC)
+        log(f"{name} up: ssh root@{mgmt_ip(i)} (fabric {fabric}: configured by the stack)")
     write_known_hosts()
     write_stack_json()
     log(f"stack config -> {STACK_JSON}; host keys -> {KNOWN_HOSTS}")

@@ -1,7 +1,8 @@
 """The lab's network: host bridges, veth pairs into each node's netns, iptables FORWARD rules.
 
 Management: bridge svl-mgmt (10.77.0.1/24 on the host), node end enP7s7. Fabric: bridges
-svl-fab1 / svl-fab2 (no host address, MTU 9000), node ends named like a Spark's ConnectX-7 ports.
+svl-fab1 / svl-fab2 (no host address, MTU 9000), node ends named like a Spark's ConnectX-7 ports,
+left unconfigured (no address, MTU 1500) for the stack to configure.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from lab.layout import (
     MGMT_BR,
     MGMT_IF,
     MGMT_IP,
-    fab_ip,
     mgmt_ip,
     netns,
 )
@@ -39,20 +39,29 @@ def ensure_bridge(name: str, mtu: int, addr: str | None) -> None:
     run(["ip", "link", "set", name, "up"])
 
 
-def ensure_veth(host_if: str, bridge: str, ns: str, node_if: str, mtu: int, addr: str,
-                mac: str | None = None) -> None:
+def ensure_veth(host_if: str, bridge: str, ns: str, node_if: str, mtu: int, addr: str | None,
+                mac: str | None = None, node_mtu: int | None = None) -> None:
+    """A veth from `bridge` into node `ns` as `node_if`. `mtu`: the host end's (the "switch
+    port"); `node_mtu`, `addr`: the node end's, set when the link is made (None: the kernel's
+    MTU, no address: a fabric port nobody configured yet; the stack configures it, and a later
+    `up` of the lab never undoes what the stack set)."""
+    made = False
     if not link_exists(node_if, ns):
         if link_exists(host_if):
             run(["ip", "link", "del", host_if])
         run(["ip", "link", "add", host_if, "mtu", str(mtu), "type", "veth",
-             "peer", "name", "svltmp0", "mtu", str(mtu)])
+             "peer", "name", "svltmp0", "mtu", str(node_mtu or 1500)])
         run(["ip", "link", "set", "svltmp0", "netns", ns])
         run(["ip", "-n", ns, "link", "set", "svltmp0", "name", node_if])
+        made = True
     run(["ip", "link", "set", host_if, "master", bridge, "mtu", str(mtu), "up"])
     if mac:  # stable across re-creation, so peers' neighbour caches stay valid after a recovery
         run(["ip", "-n", ns, "link", "set", node_if, "address", mac])
-    run(["ip", "-n", ns, "link", "set", node_if, "mtu", str(mtu), "up"])
-    if addr.split("/")[0] not in out(["ip", "-n", ns, "-o", "addr", "show", "dev", node_if]):
+    if made and node_mtu:
+        run(["ip", "-n", ns, "link", "set", node_if, "mtu", str(node_mtu)])
+    run(["ip", "-n", ns, "link", "set", node_if, "up"])
+    if addr and addr.split("/")[0] not in out(["ip", "-n", ns, "-o", "addr", "show", "dev",
+                                                node_if]):
         run(["ip", "-n", ns, "addr", "add", addr, "dev", node_if])
 
 
@@ -94,10 +103,14 @@ def ensure_ns_net(name: str, i: int, with_fabric: bool = True, ip: str | None = 
     hifs = host_ifs(i) if i > 0 else {"mgmt": "svm-build"}
     # MACs follow the Spark pattern: enP7s7 = base, enp1s0f1np1 = base+2, enP2p1s0f1np1 = base+6
     base = f"02:5b:00:00:{i:02x}:"
-    ensure_veth(hifs["mgmt"], MGMT_BR, ns, MGMT_IF, 1500, f"{ip or mgmt_ip(i)}/24", base + "00")
+    ensure_veth(hifs["mgmt"], MGMT_BR, ns, MGMT_IF, 1500, f"{ip or mgmt_ip(i)}/24", base + "00",
+                node_mtu=1500)
     if with_fabric:
-        for (br, nif, pfx, _hca), off in zip(FABRIC, ("02", "06"), strict=True):
-            ensure_veth(hifs[br], br, ns, nif, FAB_MTU, f"{fab_ip(pfx, i)}/24", base + off)
+        # the ConnectX-7 ports as a fresh Spark has them: no address, the default MTU (the
+        # stack's fabric.manage configures them, components/fabric.py); the bridge ("switch")
+        # carries jumbo frames
+        for (br, nif, _pfx, _hca), off in zip(FABRIC, ("02", "06"), strict=True):
+            ensure_veth(hifs[br], br, ns, nif, FAB_MTU, None, base + off)
     if "default" not in out(["ip", "-n", ns, "route", "show", "default"]):
         run(["ip", "-n", ns, "route", "add", "default", "via", MGMT_IP])
 

@@ -44,6 +44,7 @@ MODULE_ORDER = (
     "test_vllm_flags.py",  # no stack: vLLM's own parser in the image
     "test_lab_stack.py",  # the shared stack from empty, then the change table (Ray, 2 nodes)
     "test_policy_pack_engine.py",  # previews of the converged stack with the pack
+    "test_fabric.py",  # the fabric changed behind the stack, refused and failed fabric changes
     "test_faults.py",  # faults and secrets, each undone
     "test_self_healing.py",  # crashes healed without an `up`
     "test_two_stacks.py",  # a second stack (from empty) beside the shared one
@@ -61,6 +62,7 @@ MODULE_ORDER = (
 )
 
 HEAD, WORKER = "spark-1", "spark-2"
+FABRIC_IFACES = ("enp1s0f1np1", "enP2p1s0f1np1")
 MODEL_DIR = "/root/.cache/huggingface/hub/models--spark-lab--tiny-moe"
 
 
@@ -136,6 +138,11 @@ class SharedStack:
         # The worker starts without the model (the head may keep its copy: the cache is
         # retained), so its copy must cross the fabric from the head's seeder.
         d.ssh(WORKER, f"rm -rf {MODEL_DIR}")
+        # Every node's ConnectX-7 ports as a fresh Spark has them (the lab tier configured them
+        # for its own tests): no address, MTU 1500, no netplan file; the up configures them.
+        for node in (HEAD, WORKER):
+            d.ssh(node, "rm -f /etc/netplan/40-spark-vllm-*.yaml; for i in " + " ".join(
+                FABRIC_IFACES) + "; do ip addr flush dev $i; ip link set dev $i mtu 1500; done")
         rx = "cat /sys/class/net/enp1s0f1np1/statistics/rx_bytes"
         before = int(d.ssh(WORKER, rx).strip())
         t0 = time.monotonic()

@@ -104,6 +104,16 @@ def test_up_from_empty_serves(stack, shared, lab_cfg):
             "model-fetch"} <= set(ops), ops
     assert all(op == "create" for op in ops.values()), ops
     assert SERVE in d.containers(HEAD), d.containers(HEAD)
+    # issue 33: the fabric started unconfigured (conftest: no address, MTU 1500) and the up
+    # configured every declared interface (netplan file and running state) before using it
+    for n in lab_cfg["nodes"]:
+        for fab in n["fabric"]:
+            assert ops[f"fabric-{n['name']}-{fab['interface']}"] == "create"
+            shown = d.ssh(n["name"], f"ip -o -4 addr show dev {fab['interface']}; "
+                          f"cat /sys/class/net/{fab['interface']}/mtu; stat -c %a "
+                          f"/etc/netplan/40-spark-vllm-dev-{fab['interface']}.yaml")
+            assert f"inet {fab['ip']}/24 " in shown and shown.split()[-2:] == ["9000", "600"], \
+                shown
 
     assert "tiny-moe" in _models(d)
     assert complete(d)

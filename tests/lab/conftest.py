@@ -110,8 +110,31 @@ def lab():
         lab_cli("ssh", node, "sh", "-c",
                 "docker ps -aq --filter label=spark-vllm.managed=true | xargs -r docker rm -f",
                 check=False)
+    configure_fabric(lab)
     yield lab
     held.close()
+
+
+def configure_fabric(lab: Lab) -> None:
+    """The lab leaves the nodes' ConnectX-7 ports unconfigured, as a fresh Spark has them (a
+    stack with fabric.manage configures them). The lab tier, which runs Ray, vLLM and pings
+    over the fabric without a stack, configures it with the stack's own script
+    (hostscripts/fabric_config.py, under the stack name `lab-tier`), as `pulumi up` would."""
+    import ipaddress
+
+    from hostscripts.fabric_config import InterfaceSpec, apply_script
+
+    nets = [ipaddress.IPv4Network(s) for s in lab.cfg["fabricSubnets"]]
+    for name, node in lab.nodes.items():
+        for fab in node["fabric"]:
+            net = next(n for n in nets if ipaddress.IPv4Address(fab["ip"]) in n)
+            spec = InterfaceSpec(node=name, stack="lab-tier", interface=fab["interface"],
+                                 address=f"{fab['ip']}/{net.prefixlen}", mtu=lab.cfg["mtu"])
+            p = subprocess.run(lab.ssh_argv(name, "sh -s"), input=apply_script(spec),
+                               capture_output=True, text=True, timeout=60, check=False)
+            if p.returncode != 0:
+                raise AssertionError(f"[{name}] configuring {fab['interface']} failed:\n"
+                                     f"{p.stdout}{p.stderr}")
 
 
 def wait_until(pred, timeout=60, interval=1.0, what="condition"):

@@ -56,11 +56,20 @@ def test_fabric_jumbo_frames_unfragmented(lab):
 
 
 def test_fabric_interfaces_mtu_and_names(lab):
+    """As the stack's script configured them (conftest.configure_fabric): MTU, address, and its
+    netplan file, root-only, accepted by the node's own netplan."""
     for name, n in lab.nodes.items():
         for fab in n["fabric"]:
             mtu = lab.ssh(name, f"cat /sys/class/net/{fab['interface']}/mtu").stdout
             assert mtu.strip() == "9000"
             assert fab["ip"] in lab.ssh(name, f"ip -br addr show dev {fab['interface']}").stdout
+            path = f"/etc/netplan/40-spark-vllm-lab-tier-{fab['interface']}.yaml"
+            assert lab.ssh(name, f"stat -c %a {path}").stdout.strip() == "600"
+            assert f"addresses: [{fab['ip']}/24]" in lab.ssh(name, f"cat {path}").stdout
+        # the node's netplan accepts its whole configuration (into a scratch root)
+        assert lab.ssh(name, "t=$(mktemp -d); mkdir -p $t/etc; cp -a /etc/netplan $t/etc/; "
+                             "netplan generate --root-dir $t >/dev/null 2>&1 && echo ok; "
+                             "rm -rf $t").stdout.strip() == "ok"
 
 
 def test_nvidia_smi_is_the_recorded_gb10_output(lab):

@@ -75,5 +75,12 @@ def test_down_leaves_nothing_and_up_restores(lab):
                               check=False).stdout.strip() == name
         # a fresh machine that still has the lab image: no container, nothing to pull again
         assert lab.ssh(name, "docker ps -aq").stdout.strip() == ""
+        # and its ConnectX-7 ports as a fresh Spark's: no address, the default MTU (the stack
+        # configures them: components/fabric.py), no netplan file of a stack
+        for fab in lab.nodes[name]["fabric"]:
+            iface = fab["interface"]
+            assert lab.ssh(name, f"ip -o -4 addr show dev {iface}").stdout.strip() == ""
+            assert lab.ssh(name, f"cat /sys/class/net/{iface}/mtu").stdout.strip() == "1500"
+        assert lab.ssh(name, "ls /etc/netplan/ | grep -c spark-vllm || true").stdout.strip() == "0"
         assert lab.ssh(name, f"docker image inspect {lab.image} >/dev/null && echo ok").stdout \
             .strip() == "ok"

@@ -149,3 +149,16 @@ def test_service_rows_forbid_any_step_of_the_main_model():
                    {}) == ["main model touched"]
     assert verdict("remove a service", {"model-verify-spark-2": "update"}, cost(hub_bytes=1),
                    {}) == ["main model touched", "bytes were pulled"]
+
+
+def test_a_fabric_address_change_may_restart_ray_and_vllm_but_moves_no_bytes():
+    """Issue 33's row: the worker's twin moves address; its fabric command updates, the Ray
+    and vLLM containers follow; an image pull or a model transfer would be a violation."""
+    ops = {"fabric-spark-2-enP2p1s0f1np1": "update", "nccl-fabric-spark-1": "replace",
+           "ray-worker-spark-2": "replace", "vllm-serve": "replace"}
+    restarted = cost(ray_restarted=["spark-2/ray-worker"], vllm_restarted=True)
+    assert verdict("fabric address", ops, restarted, {}) == []
+    assert verdict("fabric address", {**ops, "image-spark-2": "update"}, restarted, {}) == \
+        ["image pull"]
+    assert verdict("fabric address", {**ops, "model-sync-spark-2": "update"}, restarted, {}) == \
+        ["model transfer"]
