@@ -153,8 +153,10 @@ def _twin_subnet(k: int, nodes: list[tuple[str, InterfaceFacts]], given: str | N
 
 
 def propose(surveys: Sequence[Survey], *, subnets: Sequence[str] = (),
-            min_mtu: int = 9000, model_repo: str = "") -> Proposal:
-    """The nodes, fabric and what the hosts hold, with findings (see the module's doc)."""
+            min_mtu: int = 9000, model_repo: str = "", managed: bool = True) -> Proposal:
+    """The nodes, fabric and what the hosts hold, with findings (see the module's doc).
+    `managed` (fabric.manage): the stack's `up` configures each port's address and MTU, so a
+    port without them is a note; check-only, a warning to configure it before `up`."""
     out = Proposal()
     cabled: dict[str, list[tuple[RoceFacts, InterfaceFacts]]] = {}
     names = [s.name for s in surveys]
@@ -241,16 +243,25 @@ def propose(surveys: Sequence[Survey], *, subnets: Sequence[str] = (),
                 # a self-assigned 169.254.x.x (what an unconfigured GB10 port shows) is no
                 # configuration to keep: named, never taken
                 others = ", ".join(iface.ipv4)
-                out.findings.append(Finding("warning", s.name, (
-                    f"{iface.name} has "
-                    + (f"no address in {net} (it has {others})" if others else "no address")
-                    + f": proposed {ip}/{net.prefixlen}. The stack checks the fabric but does "
-                    "not configure it: give the interface this address (README, \"The fabric\") "
-                    "before `pulumi up`")))
+                has = (f"{iface.name} has "
+                       + (f"no address in {net} (it has {others})" if others else "no address")
+                       + f": proposed {ip}/{net.prefixlen}")
+                out.findings.append(
+                    Finding("note", s.name, f"{has}; `pulumi up` configures it (fabric.manage)")
+                    if managed else
+                    Finding("warning", s.name, (
+                        f"{has}. With fabric.manage false the stack checks the fabric but does "
+                        "not configure it: give the interface this address (README, \"The "
+                        "fabric\") before `pulumi up`")))
             if iface.mtu < min_mtu:
-                out.findings.append(Finding("warning", s.name, (
-                    f"{iface.name} has MTU {iface.mtu}, below nccl.minMtu {min_mtu}: "
-                    "preflight refuses it until the MTU is raised (README, \"The fabric\")")))
+                out.findings.append(
+                    Finding("note", s.name, f"{iface.name} has MTU {iface.mtu}: `pulumi up` "
+                            "sets fabric.mtu (fabric.manage)")
+                    if managed else
+                    Finding("warning", s.name, (
+                        f"{iface.name} has MTU {iface.mtu}, below nccl.minMtu {min_mtu}: "
+                        "preflight refuses it until the MTU is raised (README, \"The "
+                        "fabric\")")))
             ports.append(Port(iface.name, roce.device, str(ip), configured, iface.mtu))
         out.ports[s.name] = ports
         out.nodes.append({

@@ -451,7 +451,9 @@ def command(stack: str, hosts: tuple[str, ...], user: str, port: int, key: str, 
                "each)...")
     surveys = survey(targets, keys, key_file, model_repo, cache, timeout)
     min_mtu = int((base.get("nccl") or {}).get("minMtu", 9000))
-    p = day_zero.propose(surveys, subnets=subnets, min_mtu=min_mtu, model_repo=model_repo)
+    managed = bool((base.get("fabric") or {}).get("manage", True))
+    p = day_zero.propose(surveys, subnets=subnets, min_mtu=min_mtu, model_repo=model_repo,
+                         managed=managed)
     print_survey(p, surveys)
     if p.errors:
         raise InitError(f"{len(p.errors)} finding(s) above stop init: nothing written")

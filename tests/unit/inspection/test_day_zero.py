@@ -75,6 +75,24 @@ def ports(p: day_zero.Proposal, node: str) -> list[tuple[str, str, bool]]:
     return [(x.interface, x.ip, x.configured) for x in p.ports[node]]
 
 
+
+def propose(*args, **kwargs):
+    """day_zero.propose for a stack whose fabric is configured by hand (fabric.manage false):
+    a port without its address or MTU is a warning; the managed case (notes) has its own test."""
+    return day_zero.propose(*args, managed=False, **kwargs)
+
+
+def test_with_the_fabric_managed_a_fresh_port_is_a_note_not_a_warning():
+    """lab-spark-2-fresh with its second twin unconfigured (no address, MTU 1500), as the lab
+    leaves a port for the stack: proposed, and `pulumi up` will configure it."""
+    f2 = with_iface(fresh(2), T2, ipv4=[], mtu=1500)
+    p = day_zero.propose(pair(f2=f2))
+    assert levels(p, "warning") == [] and p.errors == []
+    notes = [str(f) for f in p.findings if f.level == "note"]
+    assert f"spark-2: {T2} has no address: proposed 192.168.178.12/24; `pulumi up` configures " \
+           "it (fabric.manage)" in notes, notes
+    assert f"spark-2: {T2} has MTU 1500: `pulumi up` sets fabric.mtu (fabric.manage)" in notes
+
 # --------------------------------------------------------------------------- the fresh pair
 
 def test_fresh_pair_proposes_exactly_the_dev_stacks_nodes():
@@ -82,7 +100,7 @@ def test_fresh_pair_proposes_exactly_the_dev_stacks_nodes():
     dev = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
     expected = [{**node, "hostKey": KEYS[i + 1]}
                 for i, node in enumerate(dev["spark-vllm:nodes"])]
-    p = day_zero.propose(pair())
+    p = propose(pair())
     assert p.nodes == expected
     assert [n["name"] for n in p.nodes] == ["spark-1", "spark-2"]  # the head first
     assert p.subnets == ["192.168.177.0/24", "192.168.178.0/24"] \
@@ -104,7 +122,7 @@ def test_fingerprint_is_the_one_ssh_keygen_prints():
 def test_an_interface_without_address_gets_a_free_one_in_its_twins_subnet():
     """lab-spark-2-fresh with no address on enP2p1s0f1np1: spark-1's twin keeps 192.168.178.11,
     spark-2's gets 192.168.178.12 (its .1x slot), unconfigured, with a warning that names it."""
-    p = day_zero.propose(pair(f2=with_iface(fresh(2), T2, ipv4=[])))
+    p = propose(pair(f2=with_iface(fresh(2), T2, ipv4=[])))
     assert p.errors == []
     assert p.subnets == ["192.168.177.0/24", "192.168.178.0/24"]
     assert ports(p, "spark-1") == [(T1, "192.168.177.11", True), (T2, "192.168.178.11", True)]
@@ -120,7 +138,7 @@ def test_a_proposed_address_is_never_one_another_node_holds():
     """lab-spark-1-fresh also holding 192.168.178.12/24 (a second address on its twin 2) and
     lab-spark-2-fresh without an address on twin 2: spark-2 is given .13, not the taken .12."""
     f1 = with_iface(fresh(1), T2, ipv4=["192.168.178.11/24", "192.168.178.12/24"])
-    p = day_zero.propose(pair(f1, with_iface(fresh(2), T2, ipv4=[])))
+    p = propose(pair(f1, with_iface(fresh(2), T2, ipv4=[])))
     assert p.errors == []
     assert ports(p, "spark-1")[1] == (T2, "192.168.178.11", True)
     assert ports(p, "spark-2")[1] == (T2, "192.168.178.13", False)
@@ -130,7 +148,7 @@ def test_a_proposed_address_is_never_one_another_node_holds():
 def test_twins_without_any_address_get_the_default_subnet():
     """Both fresh outputs with no address on twin 1: the default 192.168.177.0/24, .11 and .12,
     one warning per node."""
-    p = day_zero.propose(pair(with_iface(fresh(1), T1, ipv4=[]), with_iface(fresh(2), T1, ipv4=[])))
+    p = propose(pair(with_iface(fresh(1), T1, ipv4=[]), with_iface(fresh(2), T1, ipv4=[])))
     assert p.subnets == ["192.168.177.0/24", "192.168.178.0/24"]
     assert [ports(p, n)[0] for n in ("spark-1", "spark-2")] == [
         (T1, "192.168.177.11", False), (T1, "192.168.177.12", False)]
@@ -141,12 +159,12 @@ def test_an_existing_subnet_is_kept_even_when_not_the_default():
     """Both fresh outputs with twin 1 moved to 10.10.1.11/24 and 10.10.1.12/24 (spark-2's then
     removed): 10.10.1.0/24 is twin 1's subnet and spark-2 is proposed 10.10.1.12 in it."""
     f1 = with_iface(fresh(1), T1, ipv4=["10.10.1.11/24"])
-    p = day_zero.propose(pair(f1, with_iface(fresh(2), T1, ipv4=["10.10.1.12/24"])))
+    p = propose(pair(f1, with_iface(fresh(2), T1, ipv4=["10.10.1.12/24"])))
     assert p.subnets == ["10.10.1.0/24", "192.168.178.0/24"]
     assert levels(p, "warning") == [] and p.errors == []
     assert ports(p, "spark-2")[0] == (T1, "10.10.1.12", True)
 
-    p = day_zero.propose(pair(f1, with_iface(fresh(2), T1, ipv4=[])))
+    p = propose(pair(f1, with_iface(fresh(2), T1, ipv4=[])))
     assert p.subnets == ["10.10.1.0/24", "192.168.178.0/24"]
     assert ports(p, "spark-2")[0] == (T1, "10.10.1.12", False)
 
@@ -154,7 +172,7 @@ def test_an_existing_subnet_is_kept_even_when_not_the_default():
 def test_subnet_override_wins_over_the_nodes_addresses():
     """The fresh pair with subnets=("10.20.0.0/24", "10.21.0.0/24"): those subnets, the addresses
     .11/.12 proposed in them, and a warning naming the address each interface has now."""
-    p = day_zero.propose(pair(), subnets=["10.20.0.0/24", "10.21.0.0/24"])
+    p = propose(pair(), subnets=["10.20.0.0/24", "10.21.0.0/24"])
     assert p.errors == []
     assert p.subnets == ["10.20.0.0/24", "10.21.0.0/24"]
     assert ports(p, "spark-1") == [(T1, "10.20.0.11", False), (T2, "10.21.0.11", False)]
@@ -167,20 +185,20 @@ def test_subnet_override_wins_over_the_nodes_addresses():
 
 def test_one_subnet_override_applies_to_twin_1_only():
     """The fresh pair with subnets=("192.168.177.0/24",): twin 2 keeps its own subnet."""
-    p = day_zero.propose(pair(), subnets=["192.168.177.0/24"])
+    p = propose(pair(), subnets=["192.168.177.0/24"])
     assert p.subnets == ["192.168.177.0/24", "192.168.178.0/24"]
     assert p.findings == []
 
 
 def test_more_subnets_than_cabled_twins_is_an_error():
-    p = day_zero.propose(pair(), subnets=["10.20.0.0/24", "10.21.0.0/24", "10.22.0.0/24"])
+    p = propose(pair(), subnets=["10.20.0.0/24", "10.21.0.0/24", "10.22.0.0/24"])
     assert [str(f) for f in p.errors] == ["--subnet given 3 times for 2 cabled twin(s)"]
     assert p.nodes == [] and p.subnets == []
 
 
 def test_twin_addresses_in_different_subnets_are_an_error_naming_both():
     """lab-spark-2-fresh with twin 1 at 10.10.1.12/24 while spark-1's is 192.168.177.11/24."""
-    p = day_zero.propose(pair(f2=with_iface(fresh(2), T1, ipv4=["10.10.1.12/24"])))
+    p = propose(pair(f2=with_iface(fresh(2), T1, ipv4=["10.10.1.12/24"])))
     (error,) = p.errors
     assert f"spark-1 {T1} 192.168.177.11/24" in error.text
     assert f"spark-2 {T1} 10.10.1.12/24" in error.text
@@ -192,12 +210,12 @@ def test_overlapping_twin_subnets_are_an_error():
     """Both fresh outputs with twin 2 moved into twin 1's subnet (192.168.177.21/24, .22/24);
     and, on the fresh pair as recorded, --subnet values that overlap."""
     f1 = with_iface(fresh(1), T2, ipv4=["192.168.177.21/24"])
-    p = day_zero.propose(pair(f1, with_iface(fresh(2), T2, ipv4=["192.168.177.22/24"])))
+    p = propose(pair(f1, with_iface(fresh(2), T2, ipv4=["192.168.177.22/24"])))
     assert [f.text for f in p.errors] == [
         "twin subnets 192.168.177.0/24 and 192.168.177.0/24 overlap"]
     assert p.nodes == []
 
-    p = day_zero.propose(pair(), subnets=["192.168.0.0/16", "192.168.178.0/24"])
+    p = propose(pair(), subnets=["192.168.0.0/16", "192.168.178.0/24"])
     assert [f.text for f in p.errors] == ["twin subnets 192.168.0.0/16 and 192.168.178.0/24 overlap"]
     assert p.nodes == []
 
@@ -211,7 +229,7 @@ def test_a_link_local_address_is_not_taken_for_a_configured_fabric():
     configured without a word; a finding must name it."""
     f1 = with_iface(with_iface(fresh(1), T1, ipv4=["169.254.127.30/16"]), T2, ipv4=[])
     f2 = with_iface(with_iface(fresh(2), T1, ipv4=["169.254.9.4/16"]), T2, ipv4=[])
-    p = day_zero.propose(pair(f1, f2))
+    p = propose(pair(f1, f2))
     assert "169.254.0.0/16" not in p.subnets, p.subnets
     assert not any(port.configured and ipaddress.ip_address(port.ip).is_link_local
                    for ps in p.ports.values() for port in ps), p.ports
@@ -222,7 +240,7 @@ def test_a_link_local_address_is_not_taken_for_a_configured_fabric():
 
 def test_no_carrier_is_an_error_that_names_the_ports_and_does_not_guess():
     """lab-spark-1-fresh + lab-spark-2-nocarrier as recorded."""
-    p = day_zero.propose(pair(f2=facts("lab-spark-2-nocarrier", "spark-2")))
+    p = propose(pair(f2=facts("lab-spark-2-nocarrier", "spark-2")))
     (error,) = p.errors
     assert error.node == "spark-2"
     assert "rocep1s0f1 ==> enp1s0f1np1 (no carrier)" in error.text
@@ -234,18 +252,18 @@ def test_no_carrier_is_an_error_that_names_the_ports_and_does_not_guess():
 def test_no_roce_device_at_all_is_an_error():
     """lab-spark-2-fresh with its RoCE list empty; then also with both tools missing."""
     f2 = fresh(2).model_copy(update={"roce": []})
-    (error,) = day_zero.propose(pair(f2=f2)).errors
+    (error,) = propose(pair(f2=f2)).errors
     assert error.node == "spark-2" and "no ConnectX-7 port found" in error.text
     assert "neither ibdev2netdev nor `rdma link` lists a RoCE device" in error.text
     f2 = f2.model_copy(update={"missing_tools": ["ibdev2netdev", "rdma"]})
-    p = day_zero.propose(pair(f2=f2))
+    p = propose(pair(f2=f2))
     assert "ibdev2netdev and rdma are not installed" in p.errors[0].text and p.nodes == []
 
 
 def test_different_numbers_of_cabled_ports_is_an_error():
     """lab-spark-2-fresh with enP2p1s0f1np1 without carrier: spark-1 has 2 cabled ports, spark-2
     1."""
-    p = day_zero.propose(pair(f2=with_iface(fresh(2), T2, carrier=False)))
+    p = propose(pair(f2=with_iface(fresh(2), T2, carrier=False)))
     (error,) = p.errors
     assert error.node == "" and "different numbers of cabled" in error.text
     assert "spark-1 2, spark-2 1" in error.text
@@ -255,16 +273,16 @@ def test_different_numbers_of_cabled_ports_is_an_error():
 def test_no_gpu_is_an_error():
     """lab-spark-2-fresh with gpus=[]; then also nvidia-smi missing."""
     f2 = fresh(2).model_copy(update={"gpus": []})
-    (error,) = day_zero.propose(pair(f2=f2)).errors
+    (error,) = propose(pair(f2=f2)).errors
     assert error.node == "spark-2" and "no GPU seen (nvidia-smi: no GPU listed)" in error.text
     f2 = f2.model_copy(update={"missing_tools": ["nvidia-smi"]})
-    p = day_zero.propose(pair(f2=f2))
+    p = propose(pair(f2=f2))
     assert "nvidia-smi: not installed" in p.errors[0].text and p.nodes == [] and p.gpus == 0
 
 
 def test_duplicate_names_are_an_error():
     """Both fresh outputs surveyed under the name 'spark'."""
-    p = day_zero.propose([survey(fresh(1), 1, "spark"), survey(fresh(2), 2, "spark")])
+    p = propose([survey(fresh(1), 1, "spark"), survey(fresh(2), 2, "spark")])
     assert [(f.node, f.text) for f in p.errors] == [
         ("spark", "two hosts have this name: name them (NAME=HOST)")]
     assert p.nodes == []
@@ -272,7 +290,7 @@ def test_duplicate_names_are_an_error():
 
 def test_docker_that_does_not_answer_is_an_error():
     """lab-spark-2-fresh with docker=None (no `docker info`)."""
-    p = day_zero.propose(pair(f2=fresh(2).model_copy(update={"docker": None})))
+    p = propose(pair(f2=fresh(2).model_copy(update={"docker": None})))
     (error,) = p.errors
     assert error.node == "spark-2" and "Docker did not answer" in error.text
 
@@ -282,13 +300,13 @@ def test_docker_that_does_not_answer_is_an_error():
 def test_mtu_below_min_mtu_is_a_warning_naming_it():
     """lab-spark-2-fresh with MTU 1500 on enp1s0f1np1: proposed, with a warning; the fresh pair
     against min_mtu 9216 warns about every port."""
-    p = day_zero.propose(pair(f2=with_iface(fresh(2), T1, mtu=1500)))
+    p = propose(pair(f2=with_iface(fresh(2), T1, mtu=1500)))
     assert p.errors == [] and len(p.nodes) == 2
     assert levels(p, "warning") == [
         f"spark-2: {T1} has MTU 1500, below nccl.minMtu 9000: preflight refuses it until the MTU "
         "is raised (README, \"The fabric\")"]
     assert p.ports["spark-2"][0].mtu == 1500
-    p = day_zero.propose(pair(), min_mtu=9216)
+    p = propose(pair(), min_mtu=9216)
     assert len([w for w in levels(p, "warning") if "MTU 9000, below nccl.minMtu 9216" in w]) == 4
 
 
@@ -296,7 +314,7 @@ def test_a_node_that_is_not_a_dgx_spark_is_a_warning():
     """lab-spark-2-fresh with an empty /etc/dgx-release."""
     f2 = fresh(2)
     f2 = f2.model_copy(update={"os": f2.os.model_copy(update={"dgx_release": {}})})
-    p = day_zero.propose(pair(f2=f2))
+    p = propose(pair(f2=f2))
     assert p.errors == [] and len(p.nodes) == 2
     (warning,) = [f for f in p.findings if f.level == "warning"]
     assert warning.node == "spark-2" and "not a DGX Spark" in warning.text
@@ -306,7 +324,7 @@ def test_different_gpu_counts_are_a_warning_and_every_gpu_counts():
     """lab-spark-1-fresh with its GPU listed twice."""
     f1 = fresh(1)
     f1 = f1.model_copy(update={"gpus": [*f1.gpus, GpuFacts(name="NVIDIA GB10")]})
-    p = day_zero.propose(pair(f1))
+    p = propose(pair(f1))
     assert p.gpus == 3
     assert any("different GPU counts (spark-1 2, spark-2 1)" in w for w in levels(p, "warning"))
 
@@ -315,7 +333,7 @@ def test_different_gpu_counts_are_a_warning_and_every_gpu_counts():
 
 def test_seeded_head_reports_foreign_containers_images_and_the_models_cache():
     """lab-spark-1-seeded + lab-spark-2-fresh as recorded, model_repo spark-lab/tiny-moe."""
-    p = day_zero.propose(pair(f1=facts("lab-spark-1-seeded", "spark-1")),
+    p = propose(pair(f1=facts("lab-spark-1-seeded", "spark-1")),
                          model_repo="spark-lab/tiny-moe")
     assert p.errors == [] and len(p.nodes) == 2
     assert sorted(p.foreign["spark-1"]) == [("reranker", "vllm-node", 70475776),
@@ -331,7 +349,7 @@ def test_seeded_head_reports_foreign_containers_images_and_the_models_cache():
     assert [f.node for f in notes if "already holds" in f.text and "spark-lab/tiny-moe" in f.text] \
         == ["spark-1"]
     # another model: the cache is listed, no note says it holds that model
-    p = day_zero.propose(pair(f1=facts("lab-spark-1-seeded", "spark-1")), model_repo="org/other")
+    p = propose(pair(f1=facts("lab-spark-1-seeded", "spark-1")), model_repo="org/other")
     assert p.caches["spark-1"] == [("spark-lab/tiny-moe", 64507)]
     assert not any("already holds" in f.text for f in p.findings)
 
@@ -343,7 +361,7 @@ def test_managed_and_stopped_containers_are_not_foreign():
                "reranker": {"state": "exited"}}
     docker = f1.docker.model_copy(update={"containers": [
         c.model_copy(update=changed.get(c.name, {})) for c in f1.docker.containers]})
-    p = day_zero.propose(pair(f1=f1.model_copy(update={"docker": docker})))
+    p = propose(pair(f1=f1.model_copy(update={"docker": docker})))
     assert [c[0] for c in p.foreign["spark-1"]] == ["vllm_embeddings"]
     assert len([f for f in p.findings if f.text.startswith("container ")]) == 1
 
@@ -406,8 +424,8 @@ def test_twins_line_up_whatever_order_a_node_lists_them_in():
     f2 = fresh(2)
     reordered = sorted(f2.roce, key=lambda r: real.index(r.device))
     assert [r.device for r in reordered] == ["roceP2p1s0f1", "rocep1s0f1"]
-    p = day_zero.propose(pair(f2=f2.model_copy(update={"roce": reordered})))
-    assert p.nodes == day_zero.propose(pair()).nodes
+    p = propose(pair(f2=f2.model_copy(update={"roce": reordered})))
+    assert p.nodes == propose(pair()).nodes
     assert ipaddress.ip_address(p.nodes[1]["fabric"][0]["ip"]) in \
         ipaddress.ip_network(p.subnets[0])
 
@@ -418,7 +436,7 @@ def test_a_third_node_gets_the_next_address():
     f3 = with_iface(with_iface(fresh(2), T1, ipv4=[]), T2, ipv4=[])
     third = day_zero.Survey(name="spark-3", host="10.77.0.13", user="root", port=22,
                             host_key=KEY_1, facts=f3.model_copy(update={"node": "spark-3"}))
-    p = day_zero.propose([*pair(), third])
+    p = propose([*pair(), third])
     assert p.errors == [] and p.gpus == 3
     assert ports(p, "spark-3") == [(T1, "192.168.177.13", False), (T2, "192.168.178.13", False)]
     assert [n["name"] for n in p.nodes] == ["spark-1", "spark-2", "spark-3"]
