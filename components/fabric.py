@@ -63,7 +63,8 @@ def drift(spec: InterfaceSpec, facts: NodeFacts) -> list[str]:
     out = []
     if spec.address not in iface.ipv4:
         out.append(f"address {spec.address} missing")
-    out += [f"address {a} not the stack's" for a in iface.ipv4 if a != spec.address]
+    out += [f"address {a} not the stack's" for a in iface.ipv4
+            if a != spec.address and not a.startswith("169.254.")]
     if iface.mtu != spec.mtu:
         out.append(f"MTU {iface.mtu}, not {spec.mtu}")
     if facts.fabric_files is not None:  # None: not surveyed (recon unreadable gives {})

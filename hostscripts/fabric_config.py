@@ -21,9 +21,14 @@ fabric). A failure after the first change restores the previous file, MTU and ad
 says which node and interface failed.
 
 The stack owns a managed fabric interface's IPv4 addresses: the apply leaves exactly the
-declared one. `delete` removes the stack's file and the declared address, unless another
-stack's file on the node declares the same address on the same interface (two stacks on one
-pair of Sparks share the fabric); the MTU is left as it is.
+declared one (and a link-local 169.254/16 one, which the kernel or NetworkManager manages).
+`delete` removes the stack's file and the declared address, unless another stack's file on the
+node declares the same address on the same interface (two stacks on one pair of Sparks share
+the fabric); the MTU is left as it is.
+
+On a node where NetworkManager manages the port, a link event can make it re-apply its own
+profile until the next boot applies the netplan file; the next `up` sees that as drift and
+repairs it (components/fabric.py).
 """
 
 from __future__ import annotations
@@ -152,8 +157,11 @@ def apply_script(spec: InterfaceSpec) -> str:
         '&& mv -f "$file.spark-vllm-new" "$file" || rollback "cannot write $file"',
         'ip link set dev "$iface" mtu "$mtu" || rollback "cannot set MTU $mtu"',
         'ip addr replace "$addr" dev "$iface" || rollback "cannot add $addr"',
+        # every other IPv4 address but a link-local one (169.254/16, the kernel's or
+        # NetworkManager's own on a port it manages: removing it would only start a tug of war)
         'for a in $(ip -o -4 addr show dev "$iface" | awk \'{print $4}\'); do',
-        '  [ "$a" = "$addr" ] || ip addr del "$a" dev "$iface" || rollback "cannot remove $a"',
+        '  case "$a" in "$addr"|169.254.*) continue;; esac',
+        '  ip addr del "$a" dev "$iface" || rollback "cannot remove $a"',
         "done",
         'ip link set dev "$iface" up || rollback "cannot bring the link up"',
         '[ "$(cat "/sys/class/net/$iface/mtu")" = "$mtu" ] || rollback "the MTU did not take"',

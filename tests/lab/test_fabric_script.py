@@ -161,3 +161,11 @@ def test_removal_takes_the_stacks_file_and_address_unless_another_stack_declares
     assert done.returncode == 0 and "removed" in done.stdout
     assert state() == ([], "9000")  # the MTU is left as it is
     assert list(node.iterdir()) == []
+
+
+def test_a_link_local_address_is_left_to_whoever_manages_it(node):
+    """A 169.254/16 address (the kernel's or NetworkManager's own on an unconfigured port, as
+    the GB10 capture ip-br-addr-code-monkeys-hutch.txt shows) is not the stack's to remove."""
+    ip("addr", "add", "169.254.127.30/16", "dev", IFACE)
+    assert run(node, apply_script(SPEC)).returncode == 0
+    assert sorted(state()[0]) == ["169.254.127.30/16", "192.168.177.12/24"]

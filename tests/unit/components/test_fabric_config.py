@@ -174,3 +174,8 @@ def test_check_only_registers_no_fabric_configuration(build, mocks, dependencies
         assert {f["mtu"] for n in nodes for f in n["fabric"]} == {9000}  # what recon saw
 
     return settled(h).apply(check)
+
+
+def test_a_link_local_address_beside_the_declared_one_is_no_drift(two):
+    worker = drifted(two["spark-2"], TWINS[1], ipv4=["192.168.178.12/24", "169.254.9.4/16"])
+    assert drift(spec("spark-2", TWINS[1], "192.168.178.12"), worker) == []
