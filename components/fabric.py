@@ -110,6 +110,10 @@ class NodeFabric(pulumi.ComponentResource):
         super().__init__("spark-vllm:fabric:NodeFabric", name, props, opts)
         self.commands = {}
         for s in specs:
+            if self.drift[s.interface]:  # say why the preview replaces it
+                pulumi.log.info(f"fabric {node.name} {s.interface} changed behind the stack: "
+                                f"{'; '.join(self.drift[s.interface])}; the up puts it back",
+                                resource=self)
             # a value never seen before when it drifted (the same drift twice must run twice)
             again = Again.when_wiped([rerun.fresh_trigger()] if self.drift[s.interface] else [])
             script = apply_script(s)
