@@ -131,3 +131,9 @@ def test_destroy_starts_them_again(seeded, shared):
     assert d.ssh(HEAD, "ls -A /var/lib/spark-vllm/stopped 2>/dev/null || true").strip() == ""
     for n in (HEAD, WORKER):  # destroy keeps what is expensive to fetch again
         assert "models--spark-lab--tiny-moe" in d.ssh(n, "ls /root/.cache/huggingface/hub"), n
+    # issue 33: the stack's fabric configuration goes (its netplan files, its addresses); the
+    # MTU it set stays, and nothing of another stack was there to keep
+    for n in (HEAD, WORKER):
+        assert d.ssh(n, "ls /etc/netplan | grep -c spark-vllm-dev || true").strip() == "0", n
+        for iface in ("enp1s0f1np1", "enP2p1s0f1np1"):
+            assert d.ssh(n, f"ip -o -4 addr show dev {iface}").strip() == "", (n, iface)
