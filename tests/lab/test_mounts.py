@@ -7,6 +7,8 @@ import subprocess
 
 import pytest
 
+from tests.lab.conftest import configure_fabric
+
 pytestmark = pytest.mark.lab
 LAB_STATE = "/var/lib/spark-vllm-lab"
 HF = "/root/.cache/huggingface"
@@ -59,6 +61,9 @@ def test_up_repairs_a_node_without_its_own_dev_shm_or_hf_cache(lab):
     finally:
         lab.ssh(a, f"rm -f {HF}/hub/lab-a-probe", check=False)
         shutil.rmtree(shared, ignore_errors=True)
+        # a rebuilt node starts with its fabric ports unconfigured (its netplan files kept, as
+        # after a reboot that nothing applied them at): the later lab tests need the fabric
+        configure_fabric(lab)
 
 
 def test_the_stacks_own_folder_is_private_per_node(lab):
