@@ -8,10 +8,12 @@ that interface only, never `netplan apply`; why: docs/design.md "The fabric as c
 
 One command per interface (`fabric-<node>-<interface>`), so a preview names exactly the
 interface that changes:
-- a declared change (address, MTU) updates it in place: the apply converges the interface;
-- drift behind the stack (an address removed, the MTU changed, the netplan file gone or
-  edited: recon reads them before the run) replaces it, delete before create, and nothing else
-  of the node; in step, its `triggers` keep the state's value (components/rerun.Again);
+- a declared change (address, MTU) updates it in place: the apply validates, converges the
+  interface, and restores the previous file and running state when a step fails;
+- drift behind the stack (the interface not as the stack's own file for it says: an address
+  removed, the MTU changed, the netplan file gone or edited; recon reads them before the run)
+  replaces it, delete before create, and nothing else of the node; in step, its `triggers`
+  keep the state's value (components/rerun.Again). A first apply is a create either way;
 - `pulumi destroy` removes the stack's file and address (another stack's file declaring the
   same address keeps it) and leaves the rest of the node as it found it.
 The fabric check (components/nccl.py) runs after every interface is applied, and again only
@@ -24,7 +26,7 @@ check-only behaviour of 0.18).
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pulumi
 from pulumi_command import remote
@@ -55,19 +57,30 @@ def interface_specs(node: SparkNode, fabric: FabricConfig, subnets: list[str],
 
 
 def drift(spec: InterfaceSpec, facts: NodeFacts) -> list[str]:
-    """How the interface differs from its declared state, as recon saw it (empty: in step).
-    A node's interface recon could not list is preflight's finding, not drift."""
+    """Why the interface must be put back (empty: nothing behind the stack's back), as recon saw
+    it. A node whose interface is as the stack's own netplan file for it says (one address, that
+    MTU, the file as the stack writes it) is in step with what the stack last applied: a
+    declared change from there is an update, which validates first and keeps the working state
+    when it fails. Anything else (an address removed or added, the MTU changed, the file gone
+    or edited) is drift. A node's interface recon could not list is preflight's finding."""
     iface = facts.interface(spec.interface)
     if iface is None:
         return []
+    own = [a for a in iface.ipv4 if not a.startswith("169.254.")]
+    if facts.fabric_files is not None and len(own) == 1:  # None: not surveyed
+        try:
+            running = replace(spec, address=own[0], mtu=iface.mtu)
+            if facts.fabric_files.get(spec.path) == netplan_sha256(running):
+                return []
+        except ValueError:  # an address the stack would never write (a /31, ...)
+            pass
     out = []
     if spec.address not in iface.ipv4:
         out.append(f"address {spec.address} missing")
-    out += [f"address {a} not the stack's" for a in iface.ipv4
-            if a != spec.address and not a.startswith("169.254.")]
+    out += [f"address {a} not the stack's" for a in own if a != spec.address]
     if iface.mtu != spec.mtu:
         out.append(f"MTU {iface.mtu}, not {spec.mtu}")
-    if facts.fabric_files is not None:  # None: not surveyed (recon unreadable gives {})
+    if facts.fabric_files is not None:
         digest = facts.fabric_files.get(spec.path)
         if digest != netplan_sha256(spec):
             out.append("netplan file " + ("missing" if digest is None else "changed"))
@@ -111,8 +124,8 @@ class NodeFabric(pulumi.ComponentResource):
         self.commands = {}
         for s in specs:
             if self.drift[s.interface]:  # say why the preview replaces it
-                pulumi.log.info(f"fabric {node.name} {s.interface} changed behind the stack: "
-                                f"{'; '.join(self.drift[s.interface])}; the up puts it back",
+                pulumi.log.info(f"fabric {node.name} {s.interface} is not as the stack applied "
+                                f"it: {'; '.join(self.drift[s.interface])}; the up applies it",
                                 resource=self)
             # a value never seen before when it drifted (the same drift twice must run twice)
             again = Again.when_wiped([rerun.fresh_trigger()] if self.drift[s.interface] else [])

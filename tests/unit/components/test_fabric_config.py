@@ -121,6 +121,40 @@ def test_the_stacks_netplan_file_gone_or_edited_is_drift(build, mocks, two, file
     return settled(h).apply(check)
 
 
+def applied(two):
+    """The worker as the stack last applied it: running state and its own files agree."""
+    files = {spec("spark-2", i, ip).path: netplan_sha256(spec("spark-2", i, ip))
+             for i, ip in zip(TWINS, ("192.168.177.12", "192.168.178.12"), strict=True)}
+    return {**two, "spark-2": two["spark-2"].model_copy(update={"fabric_files": files})}
+
+
+@pytest.mark.parametrize("declared", [
+    spec("spark-2", TWINS[1], "192.168.178.12", mtu=9216),  # another MTU
+    spec("spark-2", TWINS[1], "192.168.178.22"),  # another address
+])
+def test_a_declared_change_from_the_applied_state_is_no_drift(two, declared):
+    """From the applied state, a new declaration is not drift (an update validates first and
+    keeps the working state when it fails); the same node with its MTU changed behind the stack
+    (no longer as its file says) is."""
+    worker = applied(two)["spark-2"]
+    assert drift(declared, worker) == []
+    assert f"MTU 1500, not {declared.mtu}" in drift(declared, drifted(worker, TWINS[1], mtu=1500))
+
+
+@pulumi.runtime.test
+def test_a_declared_mtu_change_updates_the_commands_in_place(build, mocks, two):
+    """A replacement would run the removal first: a failed apply would then leave the interface
+    without its address. The state's trigger is kept, the changed script updates in place."""
+    h = build(2, facts=applied(two), fabric={"mtu": 9216}, nccl={"minMtu": 9000})
+
+    def check(_):
+        cmd = mocks.named(f"fabric-spark-2-{TWINS[1]}").inputs
+        assert cmd["triggers"] == ["intact"]
+        assert "mtu=9216" in cmd["update"]
+
+    return settled(h).apply(check)
+
+
 @pulumi.runtime.test
 def test_the_netplan_files_in_step_are_no_drift(build, mocks, two):
     files = {spec("spark-2", i, ip).path: netplan_sha256(spec("spark-2", i, ip))
