@@ -222,7 +222,7 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
         f"file {conf}/models.json if {{ path /v1/models }} METH_GET",
         "    # vLLM's metrics: the main model's, or those of ?model=<served name>",
         "    acl metrics path /metrics",
-        "    http-request set-var(txn.model) urlp(model) if metrics",
+        "    http-request set-var(txn.model) urlp(model),url_dec if metrics",
         "    # the model a request is for: its JSON body's `model`",
         f"    http-request wait-for-body time {BODY_WAIT_SECONDS}s if METH_POST !metrics",
         "    http-request set-var(txn.model) req.body,json_query('$.model') "

@@ -263,6 +263,9 @@ def test_metrics_only_behind_the_key_from_the_model_asked(gw, fakes):
     assert gw.request("GET", "/metrics", key=None)[0] == 401
     assert gw.request("GET", "/metrics")[1]["x-fake-vllm"] == "main"
     assert gw.request("GET", "/metrics?model=tiny-embed")[1]["x-fake-vllm"] == "embed"
+    # the name URL-encoded, as Prometheus sends a `__param_model` (a served name with a `/`,
+    # `org/model`, arrives as org%2Fmodel): decoded before the lookup
+    assert gw.request("GET", "/metrics?model=tiny%2Dembed")[1]["x-fake-vllm"] == "embed"
 
 
 def test_a_body_too_large_to_find_its_model_is_413_and_one_with_the_model_first_is_routed(gw):
