@@ -35,7 +35,7 @@ from lab.hosts import (
     stop_host,
     stop_sshd,
 )
-from lab.image import Builder, base_key, ensure_gateway_image, ensure_image
+from lab.image import DEB_IMAGES, Builder, base_key, ensure_deb_image, ensure_image
 from lab.layout import (
     BUILD,
     CACHE,
@@ -103,13 +103,16 @@ def cmd_up(args) -> None:
     with Builder() as b:  # the build dockerd starts only if something must be built
         ref = ensure_image(b)
         ensure_stack_tag(ref)
-        gateway = ensure_gateway_image(b)  # Pulumi.dev.yaml's gateway.image, by the same tag
-        ensure_stack_tag(gateway)
         st = state()
-        st["image"], st["gatewayImage"] = ref, gateway
+        st["image"] = ref
+        # the gateway's and Prometheus's images (lab.image DEB_IMAGES), each by the same tag
+        for field, img in DEB_IMAGES.items():
+            st[field] = ensure_deb_image(img, b)
+            ensure_stack_tag(st[field])
         save_state(st)
         log(f"image {ref}")
-        log(f"gateway image {gateway}")
+        for field, img in DEB_IMAGES.items():
+            log(f"{img.label} image {st[field]}")
         hub.ensure_hf(b)
     log(f"HF endpoint up on {HF_ENDPOINT} serving {', '.join(HF_REPOS)}")
     shm = {}

@@ -28,7 +28,6 @@ from lab.layout import (
     CG_ROOT,
     FABRIC,
     FIXTURES,
-    GATEWAY_REPO,
     HERE,
     IMAGE_REPO,
     LAB_KEY,
@@ -338,8 +337,12 @@ def prune_old_lab_images(name: str, keep_base: str) -> None:
 def scrub_docker(name: str, keep_base: str | None) -> None:
     """Remove every container, volume and network, and every image except the lab images pulled
     from the lab registry whose base layer is the current one (label spark-vllm.lab.base), so the
-    ~7 GB base is pulled once per node and base version, and the gateway's images pulled from it
-    (tens of MB). keep_base None keeps every image."""
+    ~7 GB base is pulled once per node and base version, and the images of Debian packages (the
+    gateway's, Prometheus's, the node exporter's: tens of MB each) pulled from it. keep_base None
+    keeps every image."""
+    from lab.image import DEB_IMAGES  # lab.image imports this module
+
+    small = [f'"{REGISTRY}/{img.repo}@' for img in DEB_IMAGES.values()]
     dk = node_docker(name)
     ids = out([*dk, "ps", "-aq"], check=False).split()
     if ids:
@@ -351,8 +354,8 @@ def scrub_docker(name: str, keep_base: str | None) -> None:
         for line in info.splitlines():
             img, base, digests = [*line.split(" ", 2), "", ""][:3]
             lab_pulled = f'"{REGISTRY}/{IMAGE_REPO}@' in digests
-            gateway = f'"{REGISTRY}/{GATEWAY_REPO}@' in digests  # small: kept whatever its key
-            if not (base == keep_base and lab_pulled) and not gateway:
+            deb = any(s in digests for s in small)  # small: kept whatever its key
+            if not (base == keep_base and lab_pulled) and not deb:
                 run([*dk, "rmi", "-f", img], check=False, quiet=True)
     # not `system prune`: an image pulled by digest has no tag, so prune calls it dangling
     run([*dk, "volume", "prune", "-f"], check=False, quiet=True)

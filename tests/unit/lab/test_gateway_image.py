@@ -4,6 +4,7 @@ a build must pass before the push (the smoke config through the local haproxy), 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 
 import pytest
@@ -15,20 +16,18 @@ from tests.conftest import haproxy_binary
 DIGEST = "sha256:" + "a" * 64
 
 
-def test_the_key_follows_the_recipe(monkeypatch):
-    key = image.gateway_key()
-    assert key == image.gateway_key() and len(key) == 16
-    for name, value in (("GATEWAY_PKGS", ["haproxy", "curl"]), ("GATEWAY_BUILD_REV", 2),
-                        ("GATEWAY_SMOKE_CFG", image.GATEWAY_SMOKE_CFG + "#\n"),
-                        ("GATEWAY_TRIM", [])):
-        with monkeypatch.context() as m:
-            m.setattr(image, name, value)
-            assert image.gateway_key() != key, name
-    assert image.gateway_key() != image.base_key()  # its own image, not the serving one's
+def test_the_key_follows_the_recipe():
+    key = image.deb_key(image.GATEWAY)
+    assert key == image.deb_key(image.GATEWAY) and len(key) == 16
+    for name, value in (("pkgs", ("haproxy", "curl")), ("rev", 2),
+                        ("key_parts", (image.GATEWAY_SMOKE_CFG + "#\n", image.GATEWAY_VERSION)),
+                        ("trim", ())):
+        assert image.deb_key(dataclasses.replace(image.GATEWAY, **{name: value})) != key, name
+    assert key != image.base_key()  # its own image, not the serving one's
 
 
 def test_the_import_makes_haproxy_the_entrypoint_and_labels_the_key():
-    changes = image.gateway_import_changes("k" * 16)
+    changes = image.import_changes(image.GATEWAY, "k" * 16)
     pairs = dict(zip(changes[::2], changes[1::2], strict=True))
     assert set(pairs) == {"-c"}
     lines = changes[1::2]
@@ -36,6 +35,7 @@ def test_the_import_makes_haproxy_the_entrypoint_and_labels_the_key():
     assert 'CMD ["-W", "-db", "-f", "/etc/spark-vllm/gateway/conf/haproxy.cfg"]' in lines
     assert any(x.startswith("LABEL ") and f"spark-vllm.lab.gateway={'k' * 16}" in x
                for x in lines)
+    assert not any(x.startswith("USER ") for x in lines)  # root: haproxy drops to its user
 
 
 def test_the_build_check_wants_haproxy_2_6_with_openssl_and_the_smoke_config_valid():
@@ -65,9 +65,10 @@ def test_a_warm_up_only_asks_the_registry(monkeypatch):
         return DIGEST
 
     monkeypatch.setattr(image, "registry_digest", digest)
-    monkeypatch.setattr(image, "build_gateway", lambda *a: pytest.fail("built although cached"))
-    assert image.ensure_gateway_image() == f"{REGISTRY}/{GATEWAY_REPO}@{DIGEST}"
-    assert asked == [(image.gateway_key(), GATEWAY_REPO)]
+    monkeypatch.setattr(image, "build_deb_image",
+                        lambda *a: pytest.fail("built although cached"))
+    assert image.ensure_deb_image(image.GATEWAY) == f"{REGISTRY}/{GATEWAY_REPO}@{DIGEST}"
+    assert asked == [(image.deb_key(image.GATEWAY), GATEWAY_REPO)]
 
 
 def test_a_cold_up_builds_pushes_and_drops_older_keys(monkeypatch):
@@ -75,15 +76,16 @@ def test_a_cold_up_builds_pushes_and_drops_older_keys(monkeypatch):
     pruned: list[dict] = []
     monkeypatch.setattr(image, "registry_digest",
                         lambda tag, repo: DIGEST if pushed else None)
-    monkeypatch.setattr(image, "build_gateway", lambda b, key: pushed.append(key))
+    monkeypatch.setattr(image, "build_deb_image", lambda b, img, key: pushed.append(key))
     monkeypatch.setattr(image, "registry_prune", pruned.append)
 
     class FakeBuilder:
         pass
 
-    assert image.ensure_gateway_image(FakeBuilder()) == f"{REGISTRY}/{GATEWAY_REPO}@{DIGEST}"
-    assert pushed == [image.gateway_key()]
-    assert pruned == [{GATEWAY_REPO: [image.gateway_key()]}]
+    assert image.ensure_deb_image(image.GATEWAY, FakeBuilder()) == \
+        f"{REGISTRY}/{GATEWAY_REPO}@{DIGEST}"
+    assert pushed == [image.deb_key(image.GATEWAY)]
+    assert pruned == [{GATEWAY_REPO: [image.deb_key(image.GATEWAY)]}]
 
 
 def test_the_stack_tag_is_pointed_in_the_images_own_repository(monkeypatch):
