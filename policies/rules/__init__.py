@@ -103,6 +103,13 @@ from .gateway import (
 from .hf_token import hf_token_secret, validate_hf_token
 from .images import same_image_everywhere, validate_same_image
 from .memory import memory_fit, memory_fit_findings, validate_memory_fit
+from .monitoring import (
+    MONITORING,
+    monitoring_findings,
+    monitoring_not_exposed,
+    parse_listen,
+    validate_monitoring_not_exposed,
+)
 from .parallelism import parallelism_matches_gpus, validate_parallelism
 from .pinning import (
     COMMIT_RE,
@@ -139,6 +146,7 @@ POLICIES: list[Policy] = [
     vllm_behind_gateway,
     fabric_config,
     fabric_addresses_unique,
+    monitoring_not_exposed,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -159,6 +167,7 @@ __all__ = [
     "HOST_KEY_RE",
     "IMAGE_ID_RE",
     "MODEL_CACHE",
+    "MONITORING",
     "NCCL_ENV",
     "NODE_FABRIC",
     "POLICIES",
@@ -199,6 +208,8 @@ __all__ = [
     "mask",
     "memory_fit",
     "memory_fit_findings",
+    "monitoring_findings",
+    "monitoring_not_exposed",
     "mp_rendezvous_fabric_only",
     "nccl_findings",
     "nccl_rdma_interfaces",
@@ -207,6 +218,7 @@ __all__ = [
     "parallelism_matches_gpus",
     "parse_cidr",
     "parse_ip",
+    "parse_listen",
     "plaintext_config_keys",
     "prod_pinned",
     "provider_host",
@@ -224,6 +236,7 @@ __all__ = [
     "validate_fabric_config",
     "validate_hf_token",
     "validate_memory_fit",
+    "validate_monitoring_not_exposed",
     "validate_mp_rendezvous",
     "validate_mtu",
     "validate_nccl",

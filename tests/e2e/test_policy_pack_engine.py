@@ -45,7 +45,8 @@ LAB_OWNED = {"nodes[0].hostKey", "nodes[1].hostKey", "image.ref", "image.plainHt
 MANDATORY = {"memory-fit", "same-image-everywhere", "parallelism-matches-gpus",
              "nccl-rdma-interfaces", "fabric-mtu", "no-privileged-containers", "ray-not-exposed",
              "vllm-api-key", "hf-token-secret", "prod-pinned", "mp-rendezvous-fabric-only",
-             "vllm-behind-gateway", "fabric-config", "fabric-addresses-unique"}
+             "vllm-behind-gateway", "fabric-config", "fabric-addresses-unique",
+             "monitoring-not-exposed"}
 
 
 @pytest.fixture
