@@ -24,6 +24,7 @@ from components import gateway as gateway_component
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
+from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.node_runtime import NodeRuntime
 from components.ray_cluster import RayCluster, RayClusterArgs
@@ -74,6 +75,7 @@ class StackHandles:
     vllm: VllmServer
     services: dict[str, VllmService]
     gateway: Gateway
+    monitoring: Monitoring | None  # monitoring.enabled
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -119,6 +121,9 @@ class StackHandles:
             "backends": {r.name: [f"{s.node} http://{s.address}:{s.port}" for s in r.servers]
                          for r in self.gateway_routes},
             "gateway": self.gateway.gate.stdout,  # its gate's findings
+            # Prometheus on the head (monitoring.enabled): where the head reaches it, its gate
+            "monitoring": None if self.monitoring is None else {
+                "url": self.monitoring.url, "health": self.monitoring.gate.stdout},
         }
 
     @property
@@ -258,7 +263,22 @@ def build_stack(
                 _containers(facts[head.name]), labels["spark-vllm.stack"]),
         ),
     )
-    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway)
+    monitoring = Monitoring(
+        "monitoring",
+        MonitoringArgs(
+            monitoring=cfg.monitoring,
+            nodes=cluster.nodes,
+            names=names,
+            labels=labels,
+            environment=cfg.environment,
+            spec=monitoring_spec(cfg, cluster.nodes, stack, [r.name for r in routes]),
+            api_key=made.api_key,
+            gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
+            after=[gateway.gate],
+        ),
+    ) if cfg.monitoring.enabled else None
+    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,
+                        monitoring)
 
 
 def _containers(f: NodeFacts) -> list[ContainerFacts]:

@@ -111,7 +111,8 @@ SEEDER_PORTS = (IMAGE_SEED_PORT, MODEL_SEED_PORT)
 # The `<what>` of the stack's own containers, `spark-vllm-<stack>-<what>`
 # (hostscripts/paths.StackNames): a service's container is `spark-vllm-<stack>-<service>`, so no
 # service may be named one of these.
-STACK_CONTAINERS = ("serve", "ray-head", "ray-worker", "model-seeder", "gateway")
+STACK_CONTAINERS = ("serve", "ray-head", "ray-worker", "model-seeder", "gateway", "prometheus",
+                    "node-exporter")
 
 
 def check_ref_name(name: str) -> str | None:

@@ -30,6 +30,7 @@ from config.forms import (
     is_digest_ref,
 )
 from config.gateway import GatewayConfig
+from config.monitoring import MonitoringConfig
 from config.recipe_files import RecipeError
 from config.serve import MAIN_ONLY_FIELDS, RECIPE_FIELDS, SERVICE_FIELDS, ServeSettings
 from config.types import (
@@ -529,6 +530,7 @@ class StackConfig(ConfigModel):
     health: HealthConfig = Field(default_factory=HealthConfig)
     services: list[ServiceConfig] = Field(default_factory=list)
     gateway: GatewayConfig  # the stack's one endpoint (config/gateway.py)
+    monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)  # config/monitoring.py
 
     @model_validator(mode="after")
     def _mp_head_reachable(self) -> StackConfig:

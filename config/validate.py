@@ -134,6 +134,7 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
 
     problems += _service_checks(cfg)
     problems += _gateway_checks(cfg)
+    problems += _monitoring_checks(cfg)
 
     spec = cfg.vllm.speculative_config or {}
     spec_key = key_path(("vllm", "speculativeConfig"))
@@ -266,6 +267,41 @@ def _gateway_checks(cfg: StackConfig) -> list[str]:
         problems.append(
             f"{key_path(('gateway', 'image', 'ref'))}: got {cfg.gateway.image.ref!r}; expected "
             "an image pinned by digest (<name>@sha256:<64 hex>) in prod")
+    return problems
+
+
+def _monitoring_checks(cfg: StackConfig) -> list[str]:
+    """Prometheus's and the node exporters' ports are their own on the nodes' host networks,
+    and prod pins their images (config/monitoring.py)."""
+    m = cfg.monitoring
+    if not m.enabled:
+        return []
+    problems: list[str] = []
+    head_taken = {cfg.gateway.port: "spark-vllm:gateway.port", cfg.vllm.port:
+                  "spark-vllm:vllm.port", cfg.ray.port: "spark-vllm:ray.port",
+                  cfg.head.port: f"spark-vllm:nodes[0].port (sshd on {cfg.head.name})"}
+    if cfg.vllm.executor == "mp":
+        head_taken[cfg.vllm.master_port] = "spark-vllm:vllm.masterPort"
+    for field, port in (("port", m.port), ("nodeExporterPort", m.node_exporter_port)):
+        taken = dict(head_taken)
+        for i, svc in enumerate(cfg.services):
+            taken.setdefault(svc.port, f"spark-vllm:services[{i}].port")
+        if field == "nodeExporterPort":
+            for n in cfg.workers:
+                taken.setdefault(n.port, f"sshd on {n.name}")
+        where = key_path(("monitoring", field))
+        if port in taken:
+            problems.append(f"{where}: got {port}; expected a port other than "
+                            f"{taken[port]} (both listen on a node's host network)")
+        if port in SEEDER_PORTS:
+            problems.append(f"{where}: got {port}; expected a port other than the "
+                            f"stack's seeders' {SEEDER_PORTS}")
+    if cfg.environment == "prod":
+        for name, image in (("prometheus", m.prometheus), ("nodeExporter", m.node_exporter)):
+            if image is not None and not image.by_digest:
+                problems.append(
+                    f"{key_path(('monitoring', name, 'ref'))}: got {image.ref!r}; expected an "
+                    "image pinned by digest (<name>@sha256:<64 hex>) in prod")
     return problems
 
 

@@ -43,6 +43,8 @@ LIVENESS_STARTS = "/var/lib/spark-vllm-liveness/starts"
 VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)
 GATEWAY_MOUNT = "/etc/spark-vllm/gateway"  # the stack's gateway folder in the gateway container
+MONITORING_MOUNT = "/etc/spark-vllm/monitoring"  # the monitoring folder in Prometheus's container
+PROMETHEUS_DATA = "/prometheus"  # Prometheus's data folder in its container (upstream's path)
 RAY_SESSION_MOUNT = "/tmp/ray"  # Ray's default --temp-dir, in the Ray head and vLLM containers
 RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers read the token
 # Compile and JIT caches, per node and per stack (StackNames.compile_cache_dir), kept across
@@ -173,6 +175,35 @@ class StackNames:
     def gateway_tls_file(self) -> str:
         """The TLS certificate chain and its private key in one PEM file, root only."""
         return f"{self.gateway_dir}/secrets/tls.pem"
+
+    @property
+    def prometheus(self) -> str:
+        """Prometheus's container (spark-vllm:monitoring, on the head)."""
+        return self._container("prometheus")
+
+    @property
+    def node_exporter(self) -> str:
+        """The node exporter's container (spark-vllm:monitoring, on every node)."""
+        return self._container("node-exporter")
+
+    @property
+    def monitoring_dir(self) -> str:
+        """Prometheus's folder on the head (root only), mounted read-only at MONITORING_MOUNT:
+        `conf` (a link to the `conf.<hash>` folder in use: prometheus.yml, the rules) and
+        `secrets` (the API key Prometheus scrapes the gateway with)."""
+        return f"{self.dir}/monitoring"
+
+    @property
+    def monitoring_key_file(self) -> str:
+        """The stack's API key as Prometheus reads it (`credentials_file`), root only."""
+        return f"{self.monitoring_dir}/secrets/api-key"
+
+    @property
+    def prometheus_data_dir(self) -> str:
+        """Prometheus's data (its TSDB) on the head, mounted read-write at PROMETHEUS_DATA: kept
+        by a container replacement and, unless monitoring.keepDataOnDestroy is false, by
+        `pulumi destroy`."""
+        return f"{self.dir}/prometheus-data"
 
     def service_key_file(self, service: str) -> str:
         """Where a service's node keeps its copy of the API key (root only), its own folder:

@@ -342,11 +342,15 @@ def project_dir(work: Path) -> Path:
 
 
 def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e",
-                   stack_name: str = "dev") -> Deployment:
+                   stack_name: str = "dev", monitoring: bool = False) -> Deployment:
     """A fresh stack on the lab (`dev` unless named): the project's Pulumi.dev.yaml copied into
     `work` as the stack's file (the repository's is never touched), a file backend in
     `work/state`, the program run by the CLI through the language host. The copy keeps
-    everything but the committed encryption salt: this stack has its own passphrase and state."""
+    everything but the committed encryption salt: this stack has its own passphrase and state.
+
+    `monitoring` (Pulumi.dev.yaml turns it on for `make demo`): off unless asked, so the tests'
+    change tables measure the stack's own changes and stacks beside each other need no
+    Prometheus ports of their own; tests/e2e/test_monitoring.py turns it on."""
     import pulumi.automation as auto
 
     project_dir(work)
@@ -365,4 +369,7 @@ def new_deployment(work: Path, cfg: dict, passphrase: str = "spark-vllm-e2e",
     stack = auto.create_or_select_stack(
         stack_name=stack_name, work_dir=str(work), opts=auto.LocalWorkspaceOptions(env_vars=env)
     )
-    return Deployment(stack=stack, workdir=work, cfg=cfg)
+    d = Deployment(stack=stack, workdir=work, cfg=cfg)
+    if not monitoring:
+        d.set("monitoring.enabled", False)
+    return d

@@ -5,6 +5,9 @@
 #   netplan.io  the stack's fabric netplan files are validated by the real netplan, in the unit
 #               tier and on the lab's nodes, which share this machine's /usr (lab/hosts.py).
 #   iptables    the lab's bridges and the mp rendezvous guard's tests.
+#   prometheus  promtool checks the stack's Prometheus configuration and alert rules, and runs
+#               their unit tests; its prometheus scrapes a stand-in gateway in the unit tier
+#               (tests/unit/hostscripts/test_monitoring.py). The lab's image is built from it.
 # `make setup` runs this. Missing and root: `apt-get update` once, then `apt-get install -y
 # --no-install-recommends` (no service is started by the install). Missing and not root: it
 # says how to install and exits 0; the tests that need the binary then fail saying the same,
@@ -13,7 +16,7 @@ set -euo pipefail
 
 # Debian package[:its binary, when the names differ] (SPARK_VLLM_HOST_PACKAGES: another list,
 # for its own test)
-read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables}"
+read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables prometheus:promtool}"
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 
@@ -31,7 +34,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "host packages: ${missing[*]} missing and this is not a Debian system (no apt-get):" \
-       "install them (HAProxy 2.6, netplan, iptables) so that their binaries are on PATH" >&2
+       "install them (HAProxy 2.6, netplan, iptables, Prometheus 2.42) so that their binaries are on PATH" >&2
   exit 1
 fi
 

@@ -163,6 +163,13 @@ def node_raw(i: int) -> dict[str, Any]:
     }
 
 
+def monitoring_pinned(raw_monitoring: dict[str, Any]) -> dict[str, Any]:
+    """The dev monitoring section with both images pinned by digest (what prod wants)."""
+    return {**raw_monitoring,
+            "prometheus": {"ref": "registry.example:5000/prometheus@sha256:" + "e" * 64},
+            "nodeExporter": {"ref": "registry.example:5000/node-exporter@sha256:" + "f" * 64}}
+
+
 def config_raw(nodes: int = 2, **overrides: Any) -> dict[str, Any]:
     """The dev config with `nodes` nodes (tp = nodes) and top-level sections patched."""
     raw = dev_config_raw()
@@ -261,6 +268,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 # what hostscripts/gateway.config_write prints last: the configuration's hash
                 else "gateway config " + hashlib.sha256(str(args.inputs.get("create")).encode())
                 .hexdigest()[:16] if args.name.endswith("gateway-config")
+                # and hostscripts/monitoring.config_write: Prometheus's configuration's hash
+                else "monitoring config " + hashlib.sha256(
+                    str(args.inputs.get("create")).encode()).hexdigest()[:16]
+                if args.name.endswith("monitoring-config")
                 else f"{args.name}: ok")
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID

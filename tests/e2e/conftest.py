@@ -58,6 +58,9 @@ MODULE_ORDER = (
     # addresses can demand the gateway and sshd only, and mp's rendezvous port is on the head
     "test_gateway.py",
     "test_promote_round_trip.py",  # dev -> staging, staging from empty beside dev (mp)
+    # Prometheus turned on, its targets, a counter, an alert, a reload; off again (its ports on
+    # the head are then free for any stack beside this one)
+    "test_monitoring.py",
     "test_seed_scenario.py",  # foreign containers stopped and started again; destroys the stack
 )
 

@@ -184,6 +184,10 @@ def settled(h, *outputs):
         leaves += [*svc.containers.values(), *svc.gates.values()]
     g = h.gateway
     leaves += [g.image, g.key, g.config, g.container, g.gate, *([g.tls] if g.tls else [])]
+    if h.monitoring is not None:
+        mon = h.monitoring
+        leaves += [mon.image, mon.key, mon.data, mon.config, mon.container, mon.gate,
+                   *mon.exporter_containers.values()]
     return pulumi.Output.all(*[r.urn for r in leaves], *outputs).apply(
         lambda values: values[len(leaves):]
     )

@@ -23,7 +23,7 @@ from components.model_cache import ModelManifest
 from config import validate_config
 from inspection.facts import ContainerFacts
 from inspection.preflight import Plan
-from tests.conftest import SECRET_SIG
+from tests.conftest import SECRET_SIG, monitoring_pinned
 from tests.unit.conftest import API_KEY, COMMIT, MODEL_FILES, SSH_KEY, secrets
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -54,6 +54,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
             "image": {"ref": DIGEST_REF, "plainHttpRegistry": False},
             "model": {"revision": PINNED},
             "gateway": {"image": {"ref": GATEWAY_DIGEST_REF}},
+            "monitoring": monitoring_pinned({}),
         },
     },
     # the gateway with TLS in front of the main model and two services, one on each node

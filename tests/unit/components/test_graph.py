@@ -28,6 +28,7 @@ COMPONENTS = {
     "spark-vllm:ray_cluster:RayCluster",
     "spark-vllm:vllm_server:VllmServer",
     "spark-vllm:gateway:Gateway",
+    "spark-vllm:monitoring:Monitoring",
 }
 
 
@@ -46,17 +47,22 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:ray_cluster:RayCluster": 1,
             "spark-vllm:vllm_server:VllmServer": 1,
             "spark-vllm:gateway:Gateway": 1,
+            "spark-vllm:monitoring:Monitoring": 1,  # monitoring.enabled (the dev stack's)
             PROVIDER: n,
-            IMAGE: n + 1,  # the serving image on every node, the gateway's on the head
-            # a Ray container per node, the vLLM container and the gateway on the head
-            CONTAINER: n + 2,
+            # the serving image and the node exporter's on every node, the gateway's and
+            # Prometheus's on the head
+            IMAGE: 2 * n + 2,
+            # a Ray container and a node exporter per node, the vLLM container, the gateway and
+            # Prometheus on the head
+            CONTAINER: 2 * n + 3,
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
             # ray ready; vLLM's API key file + health gate + NCCL log + transport check; n
             # fabric checks; n image probes + the image check; n page-cache drops; n
             # compile-cache folders; n serve checks (the serve command in the image's vLLM);
             # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
-            # configuration, one per interface (two twins per node)
-            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n,
+            # configuration, one per interface (two twins per node); Prometheus's key file,
+            # data folder, configuration and gate
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4,
         }
     )
 
@@ -98,6 +104,12 @@ def test_parent_chains(build, mocks, n):
         for child in ("gateway-image", "gateway-key", "gateway-config", "gateway-haproxy",
                       "gateway-health"):
             assert parent_type(child) == "spark-vllm:gateway:Gateway", child
+        assert parent_type("monitoring") == "pulumi:pulumi:Stack"
+        for child in ("monitoring-prometheus-image", "monitoring-key", "monitoring-data",
+                      "monitoring-config", "monitoring-prometheus", "monitoring-health",
+                      *(f"monitoring-node-exporter-{x}" for x in ("spark-1", *workers)),
+                      *(f"monitoring-node-exporter-image-{x}" for x in ("spark-1", *workers))):
+            assert parent_type(child) == "spark-vllm:monitoring:Monitoring", child
         assert parent_type("secrets-ray-token") == "spark-vllm:stack_secrets:StackSecrets"
         for i in range(1, n + 1):
             node = f"spark-{i}"

@@ -10,7 +10,7 @@ import pulumi
 import pytest
 
 from components.vllm_image import ImageMismatchError, pinned_ref, registry_host, repository
-from tests.conftest import fake_image_id, reveal
+from tests.conftest import config_raw, fake_image_id, monitoring_pinned, reveal
 from tests.unit.conftest import settled
 
 TAG = "10.77.0.1:5000/spark-lab/vllm-spark:lab"
@@ -46,7 +46,7 @@ def test_a_tag_is_resolved_once_and_every_node_pulls_the_digest(build, mocks):
     def check(_):
         want = f"10.77.0.1:5000/spark-lab/vllm-spark@{fake_image_id(TAG)}"
         pulls = {r.name: r.inputs["name"] for r in mocks.of_type("docker:index/remoteImage:RemoteImage")
-                 if r.name != "gateway-image"}
+                 if r.name.startswith("image-")}  # the serving image's (not the gateway's, ...)
         assert pulls == {f"image-spark-{i}": want for i in (1, 2, 3)}
         # the lab's registry speaks plain HTTP: every provider knows, with no credentials
         for p in mocks.of_type("pulumi:providers:docker"):
@@ -59,12 +59,14 @@ def test_a_tag_is_resolved_once_and_every_node_pulls_the_digest(build, mocks):
 @pulumi.runtime.test
 def test_a_digest_ref_is_pulled_as_it_is(build, mocks):
     gateway = "registry.example:5000/haproxy@sha256:" + "b" * 64
+    monitoring = monitoring_pinned(config_raw(2)["monitoring"])
     h = build(2, image={"ref": DIGEST_REF, "plainHttpRegistry": False},
-              gateway={"image": {"ref": gateway}})
+              gateway={"image": {"ref": gateway}}, monitoring=monitoring)
 
     def check(_):
         pulls = {r.inputs["name"] for r in mocks.of_type("docker:index/remoteImage:RemoteImage")}
-        assert pulls == {DIGEST_REF, gateway}
+        assert pulls == {DIGEST_REF, gateway, monitoring["prometheus"]["ref"],
+                         monitoring["nodeExporter"]["ref"]}
         assert all("registryAuth" not in p.inputs for p in mocks.of_type("pulumi:providers:docker"))
 
     return settled(h).apply(check)

@@ -58,9 +58,11 @@ def test_main_exports(program):
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
         "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
-        "gateway",
+        "gateway", "monitoring",
     }
     assert exports["models"] == ["tiny-moe"]
+    # Prometheus (monitoring on in the dev stack) where the head reaches it: its loopback
+    assert exports["monitoring"]["url"] == "http://127.0.0.1:9090"
     # the direct address is for diagnosis on the node, never the endpoint
     assert exports["backends"] == {"tiny-moe": ["spark-1 http://127.0.0.1:8000"]}
     assert exports["services"] == {} and calls["services"] == {}

@@ -13,7 +13,7 @@ import yaml
 
 from hostscripts import vllm
 from hostscripts.common import payload
-from tests.conftest import ROOT, config_raw, is_secret, reveal
+from tests.conftest import ROOT, config_raw, is_secret, monitoring_pinned, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
 from tests.unit.inspection.recon_helpers import fixture
 
@@ -756,6 +756,7 @@ def test_fastsafetensors_across_nodes_is_an_error_in_prod_unless_the_loader_hand
                         "plainHttpRegistry": False}
         raw["model"] = {**raw["model"], "revision": COMMIT}
         raw["gateway"] = {"image": {"ref": "registry.example:5000/haproxy@sha256:" + "b" * 64}}
+        raw["monitoring"] = monitoring_pinned(raw["monitoring"])
 
     @pulumi.runtime.test
     def body():

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from config import ConfigError, load_config, load_secrets, validate_config
-from tests.conftest import ROOT, config_raw
+from tests.conftest import ROOT, config_raw, monitoring_pinned
 
 
 def _set(raw, path, value):
@@ -197,6 +197,7 @@ def prod_ready(raw):
     raw["model"]["revision"] = COMMIT
     raw["nccl"]["rdma"] = True
     raw["gateway"] = {**raw["gateway"], "image": {"ref": GATEWAY_DIGEST}}
+    raw["monitoring"] = monitoring_pinned(raw["monitoring"])
     return raw
 
 

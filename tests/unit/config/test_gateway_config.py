@@ -10,7 +10,7 @@ import pytest
 
 from config import ConfigError, load_secrets, validate_config
 from config.listen import LOOPBACK, served_names, service_host, vllm_host
-from tests.conftest import config_raw
+from tests.conftest import config_raw, monitoring_pinned
 
 CERT = "-----BEGIN CERTIFICATE-----\nMIIBkTCB+wIJAKHB\n-----END CERTIFICATE-----\n"
 CHAIN = CERT + "\n" + CERT.replace("MIIB", "MIIC")
@@ -95,6 +95,7 @@ def test_prod_pins_the_gateway_image_by_digest():
                                       "model.revision": "b" * 40, "nccl.rdma": True})
     assert "expected an image pinned by digest" in _problem(raw, "spark-vllm:gateway.image.ref")
     raw["gateway"]["image"]["ref"] = "docker.io/library/haproxy@sha256:" + "c" * 64
+    raw["monitoring"] = monitoring_pinned(raw["monitoring"])
     assert validate_config(raw).gateway.image.by_digest
 
 

@@ -440,18 +440,23 @@ def test_every_name_and_file_of_a_stack_is_its_own():
     assert dev.gateway == "spark-vllm-dev-gateway"
     assert dev.gateway_key_file == "/var/lib/spark-vllm/stacks/dev/gateway/secrets/api-key.map"
     assert dev.gateway_tls_file == "/var/lib/spark-vllm/stacks/dev/gateway/secrets/tls.pem"
-    own = [dev.serve, dev.ray_head, dev.ray_worker, dev.model_seeder, dev.gateway,
-           dev.vllm_key_file, dev.ray_token_file, dev.ray_session_dir, dev.image_seeder_pid,
-           dev.image_seeder_log, dev.compile_cache_dir, dev.gateway_dir, dev.gateway_key_file,
-           dev.gateway_tls_file]
-    theirs = [prod.serve, prod.ray_head, prod.ray_worker, prod.model_seeder, prod.gateway,
-              prod.vllm_key_file, prod.ray_token_file, prod.ray_session_dir,
-              prod.image_seeder_pid, prod.image_seeder_log, prod.compile_cache_dir,
-              prod.gateway_dir, prod.gateway_key_file, prod.gateway_tls_file]
+    assert (dev.prometheus, dev.node_exporter) == ("spark-vllm-dev-prometheus",
+                                                   "spark-vllm-dev-node-exporter")
+    assert dev.monitoring_key_file == "/var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key"
+    assert dev.prometheus_data_dir == "/var/lib/spark-vllm/stacks/dev/prometheus-data"
+
+    def every(s: paths.StackNames) -> list[str]:
+        return [s.serve, s.ray_head, s.ray_worker, s.model_seeder, s.gateway, s.prometheus,
+                s.node_exporter, s.vllm_key_file, s.ray_token_file, s.ray_session_dir,
+                s.image_seeder_pid, s.image_seeder_log, s.compile_cache_dir, s.gateway_dir,
+                s.gateway_key_file, s.gateway_tls_file, s.monitoring_dir, s.monitoring_key_file,
+                s.prometheus_data_dir]
+
+    own, theirs = every(dev), every(prod)
     assert not set(own) & set(theirs) and len(set(own)) == len(own)
     # the stack's own containers' names are exactly the ones no service may take
     from config.forms import STACK_CONTAINERS
-    assert own[:5] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
+    assert own[:7] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
     with pytest.raises(ValueError, match="may not be named 'serve'"):
         dev.service("serve")
     for bad in ("", "a/b", "-x", "a b", "..", "x;rm"):

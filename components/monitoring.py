@@ -1,0 +1,259 @@
+"""Monitoring: Prometheus on the head, a node exporter on every node, the stack's alert rules
+(`monitoring.enabled`; config/monitoring.py; what runs on the nodes: hostscripts/monitoring.py;
+docs/design.md "Metrics and alerts").
+
+Prometheus scrapes every model of the stack through the gateway (`/metrics?model=<served name>`,
+with the stack's API key from a root-only file: no vLLM port is opened for it) and each node's
+exporter, which listens on the head's loopback or another node's first fabric address, never
+the management network. Prometheus itself listens on the head's loopback (or its fabric
+address, `monitoring.listen`): it has no authentication of its own here.
+
+Children:
+* `monitoring-prometheus-image`, `monitoring-node-exporter-image-<node>`: the images, pulled by
+  digest (a tag is resolved at the registry first, like the gateway's);
+* `monitoring-key`: the API key on stdin into a root-only file Prometheus reads
+  (`credentials_file`); nothing derived from it is in any command's text;
+* `monitoring-data`: Prometheus's data folder, which outlives the container; `destroy` keeps it
+  unless `monitoring.keepDataOnDestroy` is false;
+* `monitoring-config`: prometheus.yml and the rules, written into a new folder, checked with the
+  image's own `promtool`, swapped in, and the running Prometheus reloaded (SIGHUP). A new scrape
+  interval, threshold or model is this command's update and nothing else of the stack's;
+* `monitoring-prometheus`: the container (`spark-vllm-<stack>-prometheus`, host network, restart
+  `unless-stopped`); none of the configuration is in its inputs, so it is reloaded, never
+  replaced, by a new configuration;
+* `monitoring-node-exporter-<node>`: the exporter on every node (host network and pid
+  namespace, the node's / read-only at /host);
+* `monitoring-health`: from the head, Prometheus ready, every target up, the stack's rules
+  loaded (payloads/monitoring_health.py), again after every new configuration or container.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pulumi
+import pulumi_docker as docker
+from pulumi_command import remote
+
+from components.spark_node import SparkNode
+from components.vllm_image import pinned_ref
+from config.forms import is_digest_ref
+from config.gateway import GatewayImageConfig
+from config.models import StackConfig
+from config.monitoring import MonitoringConfig
+from hostscripts import monitoring as mon
+from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
+
+ROLE = "prometheus"
+EXPORTER_ROLE = "node-exporter"
+
+
+def exporter_address(node: SparkNode, head: SparkNode) -> str:
+    """Where a node's exporter listens: the head's loopback (Prometheus is there), another
+    node's first fabric address (Prometheus reaches it over the fabric)."""
+    return "127.0.0.1" if node is head else node.node.fabric[0].ip
+
+
+def prometheus_address(m: MonitoringConfig, head: SparkNode) -> str:
+    return "127.0.0.1" if m.listen == "loopback" else head.node.fabric[0].ip
+
+
+def monitoring_spec(cfg: StackConfig, nodes: Sequence[SparkNode], stack: str,
+                    served: Sequence[str]) -> mon.MonitoringSpec:
+    """What Prometheus scrapes and alerts on: `served`, every model's name through the
+    gateway (the main model's first), each node's exporter; the crash-loop rule takes
+    health.liveness's limits and the memory rule preflight.osReserveBytes."""
+    m, head = cfg.monitoring, nodes[0]
+    a, live = m.alerts, cfg.health.liveness
+    return mon.MonitoringSpec(
+        stack=stack,
+        gateway=f"{cfg.gateway.scheme}://127.0.0.1:{cfg.gateway.port}",
+        models=tuple(served),
+        nodes=tuple(mon.NodeTarget(n.name, f"{exporter_address(n, head)}:{m.node_exporter_port}")
+                    for n in nodes),
+        scrape_interval_seconds=m.scrape_interval_seconds,
+        not_serving_seconds=a.not_serving_seconds,
+        kv_cache_usage=a.kv_cache_usage,
+        kv_cache_seconds=a.kv_cache_seconds,
+        waiting_seconds=a.waiting_seconds,
+        memory_seconds=a.memory_seconds,
+        crash_loop_restarts=live.crash_loop_restarts,
+        crash_loop_window_seconds=live.crash_loop_window_seconds,
+        os_reserve_bytes=cfg.preflight.os_reserve_bytes,
+    )
+
+
+@dataclass
+class MonitoringArgs:
+    monitoring: MonitoringConfig
+    nodes: Sequence[SparkNode]  # the head first
+    names: StackNames
+    labels: Mapping[str, str]  # managed + stack
+    environment: str
+    spec: mon.MonitoringSpec
+    api_key: pulumi.Output[str]  # the stack's: secret
+    gate_timeout_seconds: int = 300
+    after: list[pulumi.Resource] = field(default_factory=list)  # the gateway's gate
+
+
+class Monitoring(pulumi.ComponentResource):
+    image: docker.RemoteImage
+    key: remote.Command
+    data: remote.Command
+    config: remote.Command
+    container: docker.Container
+    exporter_containers: dict[str, docker.Container]  # not `exporters`: a prop of that name
+    gate: remote.Command
+    url: str  # Prometheus, as the head reaches it
+    files: dict[str, str]  # the configuration files (what `monitoring-config` writes)
+
+    def __init__(self, name: str, args: MonitoringArgs,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        m, names, head = args.monitoring, args.names, args.nodes[0]
+        if m.prometheus is None or m.node_exporter is None:
+            raise ValueError("monitoring.enabled without its images (config/monitoring.py "
+                             "refuses this)")
+        props = self._props(args)
+        super().__init__("spark-vllm:monitoring:Monitoring", name, props, opts)
+        self.files = mon.render(args.spec)
+        listen = prometheus_address(m, head)
+        self.url = f"http://{listen}:{m.port}"
+        self.image = docker.RemoteImage(
+            f"{name}-prometheus-image",
+            name=self._pull_ref(m.prometheus, head),
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
+        )
+        self.key = head.command(
+            f"{name}-key",
+            self,
+            create=mon.key_write(names),
+            delete=mon.key_remove(names),
+            stdin=pulumi.Output.secret(args.api_key),
+            secret_outputs=["stdin", "stdout"],
+            logging=remote.Logging.STDERR,  # its stdout (the file's hash) only marks a change
+            delete_before_replace=True,
+        )
+        self.data = head.command(
+            f"{name}-data",
+            self,
+            create=mon.data_write(names),
+            delete=mon.data_remove(names, keep=m.keep_data_on_destroy),
+        )
+        files = self.files
+        self.config = head.command(
+            f"{name}-config",
+            self,
+            create=self.image.image_id.apply(
+                lambda i: mon.config_write(names, files, i, args.labels)),
+            delete=mon.config_remove(names),
+            delete_before_replace=True,
+            depends_on=[self.key, self.data, *args.after],
+        )
+        labels = {**args.labels, "spark-vllm.role": ROLE, "spark-vllm.node": head.name,
+                  "spark-vllm.port": str(m.port)}
+        self.container = docker.Container(
+            f"{name}-prometheus",
+            name=names.prometheus,
+            image=self.image.image_id,
+            entrypoints=mon.entrypoint(),
+            command=mon.command(listen, m.port, m.retention_days),
+            # root in the container: it reads the root-only key file and writes the root-only
+            # data folder (upstream's image runs as nobody, which could read neither)
+            user="0",
+            network_mode="host",
+            restart="unless-stopped",
+            mounts=[
+                docker.ContainerMountArgs(target=MONITORING_MOUNT, type="bind",
+                                          source=names.monitoring_dir, read_only=True),
+                docker.ContainerMountArgs(target=PROMETHEUS_DATA, type="bind",
+                                          source=names.prometheus_data_dir),
+            ],
+            labels=_labels(labels),
+            privileged=False,
+            destroy_grace_seconds=30,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=head.provider, delete_before_replace=True,
+                depends_on=[self.config, self.data]),
+        )
+        self.exporter_containers = {}
+        exporter_images = {}
+        for node in args.nodes:
+            exporter_images[node.name] = docker.RemoteImage(
+                f"{name}-node-exporter-image-{node.name}",
+                name=self._pull_ref(m.node_exporter, node),
+                keep_locally=True,
+                opts=pulumi.ResourceOptions(parent=self, provider=node.provider),
+            )
+            elabels = {**args.labels, "spark-vllm.role": EXPORTER_ROLE,
+                       "spark-vllm.node": node.name,
+                       "spark-vllm.port": str(m.node_exporter_port)}
+            self.exporter_containers[node.name] = docker.Container(
+                f"{name}-node-exporter-{node.name}",
+                name=names.node_exporter,
+                image=exporter_images[node.name].image_id,
+                entrypoints=mon.node_exporter_entrypoint(),
+                command=mon.node_exporter_command(exporter_address(node, head),
+                                                  m.node_exporter_port),
+                network_mode="host",
+                pid_mode="host",
+                restart="unless-stopped",
+                mounts=[docker.ContainerMountArgs(target="/host", type="bind", source="/",
+                                                  read_only=True)],
+                labels=_labels(elabels),
+                privileged=False,
+                destroy_grace_seconds=10,
+                opts=pulumi.ResourceOptions(parent=self, provider=node.provider,
+                                            delete_before_replace=True),
+            )
+        self.gate = head.command(
+            f"{name}-health",
+            self,
+            create=pulumi.Output.all(self.container.id, self.config.stdout).apply(
+                lambda v: mon.gate_script(names, mon.gate_marker(v[0], v[1]), self.url,
+                                          args.spec, args.gate_timeout_seconds)),
+            delete_before_replace=True,
+            depends_on=[self.container, self.config, *self.exporter_containers.values(),
+                        *args.after],
+            timeout_seconds=args.gate_timeout_seconds + 120,
+        )
+        self.register_outputs({**props, "url": self.url, "health": self.gate.stdout,
+                               "container": self.container.name})
+
+    def _pull_ref(self, image: GatewayImageConfig, node: SparkNode) -> pulumi.Output[str]:
+        """The image by digest: `ref` itself when pinned, else the digest its tag names now."""
+        ref = image.ref
+        if is_digest_ref(ref):
+            return pulumi.Output.from_input(ref)
+        return docker.get_registry_image_output(
+            name=ref, opts=pulumi.InvokeOutputOptions(parent=self, provider=node.provider),
+        ).apply(lambda r: pinned_ref(ref, r.sha256_digest))
+
+    @staticmethod
+    def _props(args: MonitoringArgs) -> dict[str, Any]:
+        """What the policy pack reviews (policies/rules/monitoring.py)."""
+        m, head = args.monitoring, args.nodes[0]
+        return {
+            "environment": args.environment,
+            "node": head.name,
+            "host": head.node.host,
+            "listen": f"{prometheus_address(m, head)}:{m.port}",
+            "authentication": False,  # Prometheus's own: none (loopback or fabric only)
+            "fabricAddresses": [f.ip for n in args.nodes for f in n.node.fabric],
+            "images": {"prometheus": m.prometheus.ref if m.prometheus else None,
+                       "nodeExporter": m.node_exporter.ref if m.node_exporter else None},
+            "exporters": [{"node": n.name, "host": n.node.host,
+                           "listen": f"{exporter_address(n, head)}:{m.node_exporter_port}"}
+                          for n in args.nodes],
+            "targets": {"models": list(args.spec.models),
+                        "nodes": [t.node for t in args.spec.nodes]},
+            "scrapeIntervalSeconds": m.scrape_interval_seconds,
+            "retentionDays": m.retention_days,
+            "keepDataOnDestroy": m.keep_data_on_destroy,
+        }
+
+
+def _labels(labels: Mapping[str, str]) -> list[docker.ContainerLabelArgs]:
+    return [docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())]

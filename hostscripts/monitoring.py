@@ -1,0 +1,476 @@
+"""Monitoring's pieces (spark-vllm:monitoring, config/monitoring.py): Prometheus's configuration
+and alert rules (`render`, `rules`), the scripts that write them, check them with the Prometheus
+image's own `promtool` and reload the running Prometheus, the file that holds the API key it
+scrapes the gateway with, its data folder, the node exporters' arguments, and the gate that
+proves it all from the head.
+
+What Prometheus scrapes (configuration reference:
+https://prometheus.io/docs/prometheus/latest/configuration/configuration/):
+
+* job `vllm`: every served model through the stack's gateway, `/metrics?model=<served name>`
+  (the gateway routes that to the model's vLLM: hostscripts/gateway.py), one target per model
+  with a `model` label; the stack's API key as `Authorization: Bearer`, read by Prometheus from
+  a root-only file (`credentials_file`), so no vLLM port is opened for it and the key is on no
+  command line and in no configuration text;
+* job `node`: each node's exporter, with a `node` label.
+
+The alert rules (one group, `spark-vllm`; rule syntax:
+https://prometheus.io/docs/prometheus/latest/configuration/alerting_rules/) take their
+thresholds from the stack's config, so the alerts and `spark-vllm status` agree. Everything here
+uses only what both Debian bookworm's Prometheus 2.42 (what the lab's image is built from) and
+upstream's 2.x/3.x accept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from hostscripts.common import (
+    container_ids,
+    image_id,
+    label_flags,
+    payload,
+    plain,
+    q,
+    secret_file_write,
+)
+from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
+
+_GATE_PY = payload("monitoring_health.py")
+
+GROUP = "spark-vllm"  # the rule group
+ALERTS = (
+    "SparkVllmModelNotServing",
+    "SparkVllmCrashLoop",
+    "SparkVllmKvCacheFull",
+    "SparkVllmRequestsWaiting",
+    "SparkNodeMemoryLow",
+    "SparkNodeExporterDown",
+)
+NODE_EXPORTER_DOWN_SECONDS = 120
+CONFIG_FILE = "prometheus.yml"
+RULES_FILE = "rules.yml"
+KEY_FILE = "api-key"  # under <root>/secrets: names.monitoring_key_file on the head
+HOST_ROOT = "/host"  # where the node exporter's container sees the node's / (read-only)
+# Prometheus is a Go program: a SIGHUP that arrives before it asks for that signal (its first
+# milliseconds) kills it (measured with 2.42: one sent 10 ms after exec did, 50 ms after did not)
+RELOAD_MIN_AGE_SECONDS = 5
+_SERVED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")  # config.types.ServedName
+_NODE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")  # config.models NodeConfig.name
+_ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}:([0-9]{1,5})")  # IPv4 or DNS name
+_FILE = re.compile(r"[a-z0-9]+\.yml")
+
+
+@dataclass(frozen=True)
+class NodeTarget:
+    """A node exporter: the node's name (the `node` label of its series) and the `host:port`
+    Prometheus reaches it at."""
+
+    node: str
+    address: str
+
+
+@dataclass(frozen=True)
+class MonitoringSpec:
+    """What Prometheus scrapes and the thresholds of its alert rules. `gateway`: the stack's
+    gateway as the head reaches it (`http://127.0.0.1:8080`, or https); `models`: the served
+    names, the main model first."""
+
+    stack: str
+    gateway: str
+    models: tuple[str, ...]
+    nodes: tuple[NodeTarget, ...]
+    scrape_interval_seconds: int
+    not_serving_seconds: int
+    kv_cache_usage: float
+    kv_cache_seconds: int
+    waiting_seconds: int
+    memory_seconds: int
+    crash_loop_restarts: int
+    crash_loop_window_seconds: int
+    os_reserve_bytes: int
+
+    def __post_init__(self) -> None:
+        StackNames(self.stack)  # a stack name, or ValueError
+        self.gateway_target()  # a gateway URL Prometheus can scrape, or ValueError
+        if not self.models or len(set(self.models)) != len(self.models):
+            raise ValueError(f"monitoring needs the served names, each once: {self.models}")
+        for m in self.models:
+            if not isinstance(m, str) or not _SERVED.fullmatch(m):
+                raise ValueError(f"not a served name: {m!r}")
+        nodes = [n.node for n in self.nodes]
+        if len(set(nodes)) != len(nodes):
+            raise ValueError(f"node names must be unique: {nodes}")
+        for n in self.nodes:
+            if not _NODE.fullmatch(n.node) or not _host_port(n.address):
+                raise ValueError(f"node exporter {n.node!r} at {n.address!r}: not a node name "
+                                 "and a host:port")
+        if self.scrape_interval_seconds < 1 or self.crash_loop_window_seconds < 1:
+            raise ValueError("the scrape interval and the crash-loop window are 1 s or more")
+        for what in ("not_serving_seconds", "kv_cache_seconds", "waiting_seconds",
+                     "memory_seconds", "crash_loop_restarts", "os_reserve_bytes"):
+            value = getattr(self, what)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"{what}: expected an integer >= 0, not {value!r}")
+        if not 0 < self.kv_cache_usage < 1:
+            raise ValueError(f"kv_cache_usage: a share between 0 and 1, not {self.kv_cache_usage}")
+
+    def gateway_target(self) -> tuple[str, str]:
+        """(scheme, host:port) of the gateway, or ValueError."""
+        u = urlsplit(self.gateway)
+        if u.scheme not in ("http", "https") or u.path not in ("", "/") or u.query or \
+                u.fragment or u.username is not None or u.password is not None or \
+                not _host_port(u.netloc):
+            raise ValueError(f"not a gateway URL http(s)://<host>:<port>: {self.gateway!r}")
+        return u.scheme, u.netloc
+
+
+def _host_port(value: object) -> bool:
+    """`value` is `<IPv4 or DNS name>:<port>`."""
+    m = _ADDRESS.fullmatch(value) if isinstance(value, str) else None
+    return m is not None and 0 < int(m.group(1)) < 65536
+
+
+def _s(value: str) -> str:
+    """A YAML scalar: a JSON string is a valid YAML double-quoted one (YAML 1.2 is a superset
+    of JSON), so no value can start a key, a list or a comment of its own."""
+    return json.dumps(value)
+
+
+def _seconds(n: int) -> str:
+    return f"{int(n)}s"
+
+
+def render(spec: MonitoringSpec, *, root: str = MONITORING_MOUNT) -> dict[str, str]:
+    """Prometheus's files, by name under `<root>/conf` (the folder the running Prometheus reads;
+    `root` is MONITORING_MOUNT in the container, another folder in tests): `prometheus.yml` and
+    the alert rules it loads, `rules.yml`. The API key is `<root>/secrets/api-key`, written by
+    its own command (key_write)."""
+    scheme, address = spec.gateway_target()
+    interval = spec.scrape_interval_seconds
+    lines = [
+        "# spark-vllm's Prometheus: written by the stack (hostscripts/monitoring.py). A change is",
+        "# a new folder, checked with this image's promtool, then the running Prometheus reloads",
+        "# (SIGHUP). https://prometheus.io/docs/prometheus/latest/configuration/configuration/",
+        "global:",
+        f"  scrape_interval: {_seconds(interval)}",
+        f"  scrape_timeout: {_seconds(min(interval, 10))}",
+        f"  evaluation_interval: {_seconds(interval)}",
+        "  external_labels:",
+        f"    stack: {_s(spec.stack)}",
+        "rule_files:",
+        f"  - {_s(f'{root}/conf/{RULES_FILE}')}",
+        "scrape_configs:",
+        "  # every served model through the stack's gateway, which routes /metrics?model=<name>",
+        "  # to that model's vLLM, behind the stack's API key (read from its root-only file)",
+        f"  - job_name: {_s('vllm')}",
+        f"    scheme: {_s(scheme)}",
+        f"    metrics_path: {_s('/metrics')}",
+        "    authorization:",
+        f"      type: {_s('Bearer')}",
+        f"      credentials_file: {_s(f'{root}/secrets/{KEY_FILE}')}",
+    ]
+    if scheme == "https":
+        lines += [
+            "    # the certificate is not verified: it names the stack's public address, and",
+            "    # Prometheus reaches the gateway on the head's own loopback (nothing leaves it)",
+            "    tls_config:",
+            "      insecure_skip_verify: true",
+        ]
+    lines.append("    static_configs:")
+    for m in spec.models:
+        lines += [f"      - targets: [{_s(address)}]",
+                  "        labels:",
+                  f"          model: {_s(m)}"]
+    lines += [
+        "    relabel_configs:",
+        "      # a __param_<name> label is the scrape's URL parameter <name>: ?model=<served name>",
+        f"      - source_labels: [{_s('model')}]",
+        f"        target_label: {_s('__param_model')}",
+    ]
+    if spec.nodes:
+        lines += ["  # each node's exporter", f"  - job_name: {_s('node')}",
+                  "    static_configs:"]
+        for n in spec.nodes:
+            lines += [f"      - targets: [{_s(n.address)}]",
+                      "        labels:",
+                      f"          node: {_s(n.node)}"]
+    return {CONFIG_FILE: "\n".join(lines) + "\n", RULES_FILE: rules(spec)}
+
+
+def _lasting(seconds: int) -> str:
+    return f" for {_seconds(seconds)}" if seconds else ""
+
+
+def _alert(name: str, expr: str, seconds: int | None, severity: str, summary: str,
+           description: str) -> list[str]:
+    lines = [f"      - alert: {_s(name)}", f"        expr: {_s(expr)}"]
+    if seconds:  # `for: 0s` is the default: a duration of 0 fires at the first evaluation
+        lines.append(f"        for: {_s(_seconds(seconds))}")
+    return [
+        *lines,
+        "        labels:",
+        f"          severity: {_s(severity)}",
+        "        annotations:",
+        f"          summary: {_s(summary)}",
+        f"          description: {_s(description)}",
+    ]
+
+
+def rules(spec: MonitoringSpec) -> str:
+    """The stack's alert rules, one group (GROUP): see the module's docstring. Every alert
+    carries the labels of its series (`model` for vLLM's, `node` for a node's) and `severity`."""
+    stack = plain(spec.stack)
+    model, node = "{{ $labels.model }}", "{{ $labels.node }}"
+    window = _seconds(spec.crash_loop_window_seconds)
+    kv = repr(float(spec.kv_cache_usage))
+    lines = [
+        "# spark-vllm's alert rules: written by the stack (hostscripts/monitoring.py), loaded by",
+        "# prometheus.yml. https://prometheus.io/docs/prometheus/latest/configuration/"
+        "alerting_rules/",
+        "groups:",
+        f"  - name: {_s(GROUP)}",
+        "    rules:",
+        *_alert(
+            "SparkVllmModelNotServing", 'up{job="vllm"} == 0', spec.not_serving_seconds,
+            "critical", f"Model {model} is not serving (stack {stack})",
+            f"Prometheus could not scrape {model}'s metrics through the gateway"
+            f"{_lasting(spec.not_serving_seconds)}: its vLLM is down, starting or not "
+            "answering, or the gateway is."),
+        *_alert(
+            # vLLM's API server exports the standard process collector through /metrics: a new
+            # process is a new start time
+            "SparkVllmCrashLoop",
+            f'changes(process_start_time_seconds{{job="vllm"}}[{window}]) > '
+            f"{int(spec.crash_loop_restarts)}", None,
+            "critical", f"Model {model} is crash-looping (stack {stack})",
+            f"The vLLM serving {model} started again {{{{ $value }}}} times within {window}, "
+            f"more than {int(spec.crash_loop_restarts)}: see `spark-vllm status` and its "
+            "container's log."),
+        *_alert(
+            "SparkVllmKvCacheFull", f'vllm:kv_cache_usage_perc{{job="vllm"}} > {kv}',
+            spec.kv_cache_seconds, "warning",
+            f"Model {model}'s KV cache is nearly full (stack {stack})",
+            f"vLLM's KV cache for {model} is {{{{ $value | humanizePercentage }}}} used, above "
+            f"{kv}{_lasting(spec.kv_cache_seconds)}: requests queue or are preempted."),
+        *_alert(
+            "SparkVllmRequestsWaiting", 'vllm:num_requests_waiting{job="vllm"} > 0',
+            spec.waiting_seconds, "warning", f"Requests wait for model {model} (stack {stack})",
+            f"Requests to {model} have been waiting{_lasting(spec.waiting_seconds)} "
+            "({{ $value }} now): it gets more requests than it serves at once."),
+        *_alert(
+            "SparkNodeMemoryLow",
+            f'node_memory_MemAvailable_bytes{{job="node"}} < {int(spec.os_reserve_bytes)}',
+            spec.memory_seconds, "critical", f"Node {node} is low on memory (stack {stack})",
+            f"{node} has {{{{ $value | humanize1024 }}}}B available, below the OS reserve "
+            f"({int(spec.os_reserve_bytes)} bytes, preflight.osReserveBytes)"
+            f"{_lasting(spec.memory_seconds)}: the kernel may kill a process."),
+        *_alert(
+            "SparkNodeExporterDown", 'up{job="node"} == 0', NODE_EXPORTER_DOWN_SECONDS,
+            "warning", f"Node {node}'s exporter is down (stack {stack})",
+            f"Prometheus could not scrape {node}'s node exporter"
+            f"{_lasting(NODE_EXPORTER_DOWN_SECONDS)}: the node, its exporter or the fabric "
+            "between it and the head is down."),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def config_hash(files: Mapping[str, str]) -> str:
+    """A short content hash of the configuration files (names the folder they go in)."""
+    text = json.dumps(dict(files), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def key_write(names: StackNames) -> str:
+    """On the head: the stack's API key (stdin, the key itself) into its root-only file, and a
+    running Prometheus reloaded. Prints the file's sha256. (Prometheus reads `credentials_file`
+    again for every scrape; the reload makes a new key take at once whatever the version.)"""
+    return "\n".join([secret_file_write(names.monitoring_key_file, "monitoring key"),
+                      *reload_lines(names)])
+
+
+def key_remove(names: StackNames) -> str:
+    """The key file removed, with its folders as far as they are empty."""
+    return _remove_up(names, names.monitoring_key_file)
+
+
+def reload_lines(names: StackNames) -> list[str]:
+    """Shell lines: Prometheus, if it runs, reloaded (SIGHUP: it reads its configuration and
+    its rule files again; a configuration it refuses leaves the one it runs).
+
+    Prometheus is a Go program: a SIGHUP that arrives before it asks for that signal, in its
+    first milliseconds, kills it, and Go catches SIGHUP from its start, so /proc's SigCgt cannot
+    tell (measured with 2.42). The lines wait until its main process has run
+    RELOAD_MIN_AGE_SECONDS.
+
+    The signal goes from the host to the container's main process (`kill`), never through
+    `docker kill -s`: Docker records any signal sent by its kill API as a manual stop, and a
+    container so marked is not started again by its `unless-stopped` policy when dockerd
+    restarts (hostscripts/gateway.py reload_lines has the whole story)."""
+    c = q(names.prometheus)
+    age = RELOAD_MIN_AGE_SECONDS
+    return [
+        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c} 2>/dev/null)\" = true ]; then",
+        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {c})",
+        "  age=$(ps -o etimes= -p \"$pid\" | tr -d ' ')",
+        f"  [ \"${{age:-0}}\" -ge {age} ] || sleep $(( {age} - ${{age:-0}} ))",
+        '  kill -HUP "$pid"',
+        "  echo 'prometheus reloaded'",
+        "fi",
+    ]
+
+
+def _remove_up(names: StackNames, path: str) -> str:
+    """`path` removed (a file or a folder), with its folders up to the stack's as far as they
+    are empty; ValueError for a path outside the stack's folder."""
+    if not path.startswith(names.dir + "/") or ".." in path.split("/") or \
+            "//" in path or path.endswith("/"):
+        raise ValueError(f"{path} is not in the stack's folder {names.dir}")
+    folders, d = [], path.rsplit("/", 1)[0]
+    while len(d) >= len(names.dir):
+        folders.append(d)
+        d = d.rsplit("/", 1)[0]
+    return f"rm -rf {q(path)}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
+
+
+def config_write(names: StackNames, files: Mapping[str, str], image: str,
+                 labels: Mapping[str, str]) -> str:
+    """On the head: the configuration into a new folder `conf.<hash>`, checked by the Prometheus
+    image's own `promtool check config` (which checks the rule files prometheus.yml loads, and
+    that the key file it names is there), then made the one in use (`conf` is a link, swapped
+    atomically) and the running Prometheus reloaded (reload_lines). A check that fails fails the
+    command and leaves the configuration in use as it was. Nothing secret is in its text.
+    Prints `monitoring config <hash>`."""
+    digest = config_hash(files)
+    image = image_id(image)  # read back from the head: its exact form before a shell sees it
+    d = names.monitoring_dir
+    new = f"{d}/conf.{digest}"
+    check_labels = {**labels, "spark-vllm.role": "prometheus-check"}
+    if set(files) != {CONFIG_FILE, RULES_FILE}:
+        raise ValueError(f"expected the files {CONFIG_FILE} and {RULES_FILE}: {sorted(files)}")
+    lines = [
+        "set -eu",
+        "umask 077",
+        f"rm -rf {q(new)} {q(new + '.tmp')}",
+        f"mkdir -p {q(new + '.tmp')} {q(d + '/secrets')}",
+        f"chmod 700 {q(d)}",
+    ]
+    for path, text in sorted(files.items()):
+        if not _FILE.fullmatch(path):
+            raise ValueError(f"not a monitoring file name: {path!r}")
+        lines.append(f"printf '%s' {q(text)} > {q(new + '.tmp/' + path)}")
+    lines += [
+        f"mv {q(new + '.tmp')} {q(new)}",
+        f"docker run --rm --network none --user 0 {label_flags(check_labels)} "
+        f"-v {q(new + ':' + MONITORING_MOUNT + '/conf:ro')} "
+        f"-v {q(d + '/secrets:' + MONITORING_MOUNT + '/secrets:ro')} "
+        f"--entrypoint promtool {q(image)} check config "
+        f"{q(MONITORING_MOUNT + '/conf/' + CONFIG_FILE)} >&2",
+        f"ln -sfn {q('conf.' + digest)} {q(d + '/conf.link')}",
+        f"mv -T {q(d + '/conf.link')} {q(d + '/conf')}",
+        f"for old in {q(d)}/conf.*; do [ \"$old\" = {q(new)} ] || rm -rf \"$old\"; done",
+        *reload_lines(names),
+        f"echo 'monitoring config {digest}'",
+    ]
+    return "\n".join(lines)
+
+
+def config_remove(names: StackNames) -> str:
+    """Prometheus's configuration folders (its key file goes with its own command)."""
+    d = names.monitoring_dir
+    return (f"rm -rf {q(d + '/conf')} {q(d)}/conf.*; "
+            f"rmdir {q(d + '/secrets')} {q(d)} {q(names.dir)} 2>/dev/null || true")
+
+
+def data_write(names: StackNames) -> str:
+    """On the head: Prometheus's data folder (root only: Prometheus runs as root to read its
+    root-only key file). Prints its path."""
+    p = names.prometheus_data_dir
+    return "\n".join([
+        "set -eu",
+        "umask 077",
+        f"mkdir -p {q(p)}",
+        f"chmod 700 {q(p)}",
+        f"echo {q('prometheus data ' + p)}",
+    ])
+
+
+def data_remove(names: StackNames, keep: bool) -> str:
+    """On `pulumi destroy`: Prometheus's data folder removed, or, with `keep`
+    (monitoring.keepDataOnDestroy), left where it is, saying so."""
+    p = names.prometheus_data_dir
+    if keep:
+        return f"echo {q(f'prometheus data kept (monitoring.keepDataOnDestroy): {p}')}"
+    return _remove_up(names, p)
+
+
+def entrypoint() -> list[str]:
+    """Resolved on the image's PATH: upstream's prom/prometheus has /bin/prometheus, Debian's
+    package /usr/bin/prometheus."""
+    return ["prometheus"]
+
+
+def command(listen: str, port: int, retention_days: int) -> list[str]:
+    """Prometheus reading the configuration in use, its data in PROMETHEUS_DATA (the data
+    folder's mount), its API and UI on `listen`:`port` (an address of the head)."""
+    return [
+        f"--config.file={MONITORING_MOUNT}/conf/{CONFIG_FILE}",
+        f"--storage.tsdb.path={PROMETHEUS_DATA}",
+        f"--storage.tsdb.retention.time={int(retention_days)}d",
+        f"--web.listen-address={plain(listen)}:{int(port)}",
+    ]
+
+
+def node_exporter_entrypoint() -> list[str]:
+    """Upstream's binary name (prom/node-exporter); the lab's image provides it too."""
+    return ["node_exporter"]
+
+
+def node_exporter_command(listen: str, port: int) -> list[str]:
+    """The exporter on `listen`:`port`, reading the node's / that its container sees read-only
+    at HOST_ROOT."""
+    return [f"--web.listen-address={plain(listen)}:{int(port)}", f"--path.rootfs={HOST_ROOT}"]
+
+
+def gate_targets(spec: MonitoringSpec) -> list[dict[str, str]]:
+    """The targets the gate waits for: one per served model, one per node exporter."""
+    return [*({"job": "vllm", "model": m} for m in spec.models),
+            *({"job": "node", "node": n.node} for n in spec.nodes)]
+
+
+def gate_script(names: StackNames, marker: str, url: str, spec: MonitoringSpec,
+                timeout: int) -> str:
+    """On the head, after Prometheus's container and its configuration: Prometheus is started
+    if recon found it stopped, then payloads/monitoring_health.py (the head's python3) proves it
+    from the head: it is ready, every model's and node's target is up (scraped, with the key,
+    through the gateway), and the rule group holds every alert.
+
+    `marker`: Prometheus's container ID and the configuration's hash (gate_marker), so a new
+    container or configuration runs the gate again."""
+    c = q(names.prometheus)
+    # a comment line: quoting does not protect it from a newline, so every word plain
+    for word in marker.split(" "):
+        plain(word)
+    expected = json.dumps({"targets": gate_targets(spec), "group": GROUP,
+                           "rules": list(ALERTS)}, sort_keys=True, separators=(",", ":"))
+    return "\n".join([
+        "set -eu",
+        f"# monitoring: {q(marker)}",
+        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
+        f"  docker start {c} >/dev/null",
+        "fi",
+        f"python3 -c {q(_GATE_PY)} {q(url)} {q(expected)} {int(timeout)}",
+    ])
+
+
+def gate_marker(container_id: str, config_stdout: str) -> str:
+    """The gate's marker: the container's ID (checked) and the configuration's hash."""
+    digest = (config_stdout or "").strip().rsplit(" ", 1)[-1]
+    if not re.fullmatch(r"[0-9a-f]{16}", digest):
+        raise ValueError(f"not a monitoring config hash: {digest!r}")
+    return f"{container_ids(container_id)} {digest}"

@@ -1,0 +1,71 @@
+# Monitoring gate (the head's python3): proves the stack's Prometheus from the head. argv =
+# Prometheus's URL (http://127.0.0.1:<port>), a JSON spec {"targets": [{"job": ..., "model" or
+# "node": ...}], "group": name, "rules": [alert names]}, timeout in seconds. Waits for /-/ready,
+# then until /api/v1/targets shows every expected target with health "up" (each one's state and
+# last error on stderr every 10 s while it waits; on timeout it fails naming those not up and
+# their last error), then checks that /api/v1/rules has the group with every rule. Prints one
+# JSON line. Standard library only. API: https://prometheus.io/docs/prometheus/latest/querying/api/
+# Built by hostscripts/monitoring.py; the lines above are not sent to the node.
+
+import json, sys, time, urllib.error, urllib.request
+url, spec, timeout = sys.argv[1].rstrip("/"), json.loads(sys.argv[2]), int(sys.argv[3])
+end = time.time() + timeout
+def get(path):
+    with urllib.request.urlopen(url + path, timeout=30) as r:
+        return r.status, r.read()
+def name(t):
+    return "/".join([t["job"]] + [v for k, v in sorted(t.items()) if k != "job"])
+last = ""
+while True:
+    try:
+        if get("/-/ready")[0] == 200:
+            break
+        last = "not ready"
+    except urllib.error.HTTPError as e:
+        last = "HTTP %d" % e.code
+    except Exception as e:
+        last = repr(e)
+    if time.time() > end:
+        sys.exit("prometheus at %s not ready within %ds: %s" % (url, timeout, last))
+    time.sleep(1)
+def states():
+    active = json.loads(get("/api/v1/targets?state=active")[1])["data"]["activeTargets"]
+    found = {}
+    for t in spec["targets"]:
+        for a in active:
+            if all(a["labels"].get(k) == v for k, v in t.items()):
+                found[name(t)] = (a.get("health", "unknown"), a.get("lastError", ""))
+                break
+        else:
+            found[name(t)] = ("missing", "not among Prometheus's active targets")
+    return found
+said = 0.0
+while True:
+    try:
+        seen = states()
+    except Exception as e:
+        seen = {name(t): ("unknown", "the targets API: %r" % e) for t in spec["targets"]}
+    down = {n: s for n, s in seen.items() if s[0] != "up"}
+    if not down:
+        break
+    if time.time() > end:
+        sys.exit("targets not up after %ds: %s" % (timeout, "; ".join(
+            "%s %s (%s)" % (n, h, err or "no error yet") for n, (h, err) in sorted(down.items()))))
+    if time.time() - said >= 10:
+        said = time.time()
+        for n, (h, err) in sorted(seen.items()):
+            print("monitoring gate: %s %s%s" % (n, h, " (%s)" % err if err else ""),
+                  file=sys.stderr, flush=True)
+    time.sleep(1)
+groups = json.loads(get("/api/v1/rules")[1])["data"]["groups"]
+group = [g for g in groups if g.get("name") == spec["group"]]
+if not group:
+    sys.exit("prometheus has no rule group %s (its groups: %s)"
+             % (spec["group"], ", ".join(g.get("name", "?") for g in groups) or "none"))
+have = [r.get("name") for r in group[0].get("rules", [])]
+missing = [r for r in spec["rules"] if r not in have]
+if missing:
+    sys.exit("prometheus's rule group %s lacks %s (it has: %s)"
+             % (spec["group"], ", ".join(missing), ", ".join(have) or "none"))
+print(json.dumps({"ready": True, "targets": sorted(seen), "group": spec["group"],
+                  "rules": have}, sort_keys=True))

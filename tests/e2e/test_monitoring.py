@@ -1,0 +1,190 @@
+"""Metrics and alerts on the lab (issue 35): Prometheus the stack deploys, the real vLLM's
+metrics through the gateway, the lab's node exporters, the stack's alert rules.
+
+On the session's shared stack (tests/e2e/conftest.py), which the tests' deployments start with
+monitoring off (lab/deployments.new_deployment: the change tables of the modules before this
+one measure the stack's own changes); `make demo` runs Pulumi.dev.yaml as it is, monitoring on.
+In order:
+
+1. monitoring turned on: the preview creates only the monitoring component's resources; after
+   the up, Prometheus (on the head's loopback, asked over ssh as an operator would) reports
+   every target up: each served model through the gateway, each node's exporter, and the
+   stack's rules loaded;
+2. a completion through the gateway moves vLLM's request counter as Prometheus sees it;
+3. the worker's vLLM stopped: the not-serving alert fires for the main model (the lab's
+   threshold: 15 s); the worker started again and the stack converged, the model serves;
+4. a new scrape interval: only the monitoring configuration (and its gate) change; Prometheus
+   is reloaded with it, its container keeps its ID and start time;
+5. monitoring turned off: its containers go from every node, its data folder stays
+   (monitoring.keepDataOnDestroy), then removed by the test.
+
+Every `up` prints its wall time (`WALL ...`).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from lab.deployments import complete
+
+pytestmark = [pytest.mark.lab, pytest.mark.engine]
+
+HEAD, WORKER = "spark-1", "spark-2"
+PROMETHEUS = "spark-vllm-dev-prometheus"
+EXPORTER = "spark-vllm-dev-node-exporter"
+SERVE = "spark-vllm-dev-serve"
+RAY_WORKER = "spark-vllm-dev-ray-worker"
+DATA = "/var/lib/spark-vllm/stacks/dev/prometheus-data"
+MAIN = "tiny-moe"
+URL = "http://127.0.0.1:9090"
+# what the stack's resources may do when monitoring changes: its own, and the stack's outputs
+OWN = ("monitoring",)
+
+
+def prom(d, path: str) -> dict:
+    """GET Prometheus's API on the head's loopback, from the head (ssh), as JSON."""
+    code = ("import json,sys,urllib.request;"
+            "print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())")
+    out = d.ssh(HEAD, f"python3 -c '{code}' '{URL}{path}'")
+    return json.loads(out)
+
+
+def query(d, expr: str) -> list[dict]:
+    from urllib.parse import quote
+
+    return prom(d, f"/api/v1/query?query={quote(expr, safe='')}")["data"]["result"]
+
+
+def wait(pred, timeout: float, what: str, interval: float = 2.0):
+    end, last = time.monotonic() + timeout, None
+    while time.monotonic() < end:
+        try:
+            last = pred()
+            if last:
+                return last
+        except Exception as e:  # the last error is reported on timeout
+            last = e
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def targets(d) -> dict[tuple[str, str], str]:
+    """(job, model or node) -> health of every active target."""
+    out = {}
+    for t in prom(d, "/api/v1/targets")["data"]["activeTargets"]:
+        lab = t["labels"]
+        out[(lab["job"], lab.get("model") or lab.get("node", "?"))] = t["health"]
+    return out
+
+
+def container(d, node: str, name: str) -> str:
+    return d.ssh(node, f"docker inspect -f '{{{{.Id}}}} {{{{.State.StartedAt}}}}' {name} "
+                       "2>/dev/null || true").strip()
+
+
+def mine(ops: dict[str, str]) -> dict[str, str]:
+    """The ops that are not the monitoring component's own (the stack's outputs aside)."""
+    return {k: v for k, v in ops.items()
+            if not k.startswith(OWN) and not k.startswith("spark-vllm-")}
+
+
+def test_monitoring_on_adds_only_its_resources_and_every_target_is_up(stack):
+    d = stack
+    d.set("monitoring.enabled", True)
+    d.run("preview")
+    assert mine(d.ops()) == {}, d.ops()
+    ops = d.timed_up("monitoring on")
+    assert ops.get("monitoring-prometheus") == "create", ops
+    assert mine(ops) == {}, ops
+    served = [m for m in d.outputs()["models"].value]
+    assert MAIN in served
+    want = {("vllm", m) for m in served} | {("node", HEAD), ("node", WORKER)}
+    def all_up():
+        t = targets(d)
+        return t if set(t) == want and set(t.values()) == {"up"} else None
+
+    health = wait(all_up, 120, "every target up")
+    assert set(health) == want
+    groups = prom(d, "/api/v1/rules")["data"]["groups"]
+    names = {r["name"] for g in groups for r in g["rules"]}
+    assert {"SparkVllmModelNotServing", "SparkVllmKvCacheFull", "SparkVllmRequestsWaiting",
+            "SparkNodeMemoryLow", "SparkVllmCrashLoop"} <= names, names
+    # the exporters listen where the issue wants them: the head's loopback, the worker's fabric
+    assert "127.0.0.1:9100" in d.ssh(HEAD, "ss -ltnH 'sport = :9100'")
+    fabric_ip = d.cfg["nodes"][1]["fabric"][0]["ip"]
+    assert f"{fabric_ip}:9100" in d.ssh(WORKER, "ss -ltnH 'sport = :9100'")
+    assert "127.0.0.1:9090" in d.ssh(HEAD, "ss -ltnH 'sport = :9090'")
+
+
+def test_a_completion_moves_the_request_counter_prometheus_sees(stack):
+    d = stack
+    expr = f'sum(vllm:request_success_total{{job="vllm",model="{MAIN}"}})'
+
+    def value() -> float:
+        r = query(d, expr)
+        return float(r[0]["value"][1]) if r else 0.0
+
+    wait(lambda: query(d, expr), 60, "vLLM's request counter scraped")
+    before = value()
+    complete(d)
+    complete(d)
+    after = wait(lambda: (v := value()) >= before + 2 and v, 60, "the counter to move by 2")
+    assert after >= before + 2
+    # and a node exporter's memory series is there for the memory rule
+    assert {r["metric"]["node"] for r in query(d, "node_memory_MemAvailable_bytes")} == {
+        HEAD, WORKER}
+
+
+def test_the_not_serving_alert_fires_when_the_workers_vllm_stops(stack):
+    d = stack
+    # the worker's rank of the main model: its vLLM container with mp (where MODULE_ORDER runs
+    # this module), its Ray worker with Ray (this module alone)
+    rank = SERVE if container(d, WORKER, SERVE) else RAY_WORKER
+    d.ssh(WORKER, f"docker stop -t 5 {rank}")
+    try:
+        def firing():
+            alerts = prom(d, "/api/v1/alerts")["data"]["alerts"]
+            return [a for a in alerts if a["labels"]["alertname"] == "SparkVllmModelNotServing"
+                    and a["labels"].get("model") == MAIN and a["state"] == "firing"]
+
+        fired = wait(firing, 240, "SparkVllmModelNotServing firing for the main model", 5)
+        assert fired[0]["annotations"]["summary"]
+    finally:
+        d.ssh(WORKER, f"docker start {rank}", check=False)
+    d.timed_up("after the worker's vLLM stopped")
+    assert wait(lambda: complete(d), 300, "the model serving again", 5)
+
+
+def test_a_new_scrape_interval_reloads_prometheus_and_nothing_else(stack):
+    d = stack
+    before = container(d, HEAD, PROMETHEUS)
+    assert before
+    d.set("monitoring.scrapeIntervalSeconds", 10)
+    d.run("preview")
+    ops = d.ops()
+    assert set(ops) - {"monitoring", *(k for k in ops if k.startswith("spark-vllm-"))} == {
+        "monitoring-config", "monitoring-health"}, ops
+    d.timed_up("scrape interval 5 s -> 10 s")
+    assert container(d, HEAD, PROMETHEUS) == before  # reloaded, not restarted
+    cfg = prom(d, "/api/v1/status/config")["data"]["yaml"]
+    assert "scrape_interval: 10s" in cfg, cfg
+
+
+def test_monitoring_off_removes_its_containers_and_keeps_its_data(stack):
+    d = stack
+    assert d.ssh(HEAD, f"ls {DATA}").strip()  # Prometheus wrote its TSDB
+    d.set("monitoring.enabled", False)
+    try:
+        ops = d.timed_up("monitoring off")
+        assert mine(ops) == {}, ops
+        assert ops.get("monitoring-prometheus") == "delete", ops
+        for node in (HEAD, WORKER):
+            assert container(d, node, EXPORTER) == ""
+        assert container(d, HEAD, PROMETHEUS) == ""
+        assert d.ssh(HEAD, f"ls {DATA}").strip(), "monitoring.keepDataOnDestroy kept nothing"
+    finally:
+        d.ssh(HEAD, f"rm -rf {DATA}", check=False)
+    assert complete(d)

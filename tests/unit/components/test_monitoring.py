@@ -1,0 +1,165 @@
+"""The Monitoring component (components/monitoring.py, issue 35) under Pulumi mocks: where the
+API key goes (only on stdin, into a root-only file Prometheus reads), where Prometheus and the
+exporters listen (loopback or the fabric, never the management network), what the
+configuration scrapes, what a change touches (a scrape interval, a threshold or a new service:
+the configuration and its gate, never a container), what `destroy` keeps, and the config
+checks that refuse a monitoring section before any resource exists."""
+
+from __future__ import annotations
+
+import json
+
+import pulumi
+import pytest
+
+from config import ConfigError, validate_config
+from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
+from tests.conftest import config_raw, is_secret, reveal
+from tests.unit.components.test_services import EMBED, with_services
+from tests.unit.components.test_vllm_server import _changed, _registered
+from tests.unit.conftest import API_KEY, settled
+
+NAMES = StackNames("dev")
+CONTAINER = "docker:index/container:Container"
+
+
+def _monitoring(m: dict) -> dict:
+    return {**config_raw(2)["monitoring"], **m}
+
+
+def _mine(registered: dict[str, dict]) -> set[str]:
+    return {n for n in registered if n.startswith("monitoring")}
+
+
+@pulumi.runtime.test
+def test_the_key_reaches_prometheus_only_on_stdin_into_a_root_only_file(build, mocks):
+    h = build(2)
+
+    def check(_):
+        key = mocks.named("monitoring-key").inputs
+        assert is_secret(key["stdin"]) and reveal(key["stdin"]) == API_KEY
+        assert NAMES.monitoring_key_file in key["create"] and "umask 077" in key["create"]
+        for r in mocks.resources:
+            if r.name.startswith("monitoring") and r.name != "monitoring-key":
+                text = json.dumps({k: reveal(v) for k, v in r.inputs.items()}, default=str)
+                assert API_KEY not in text, r.name
+        # Prometheus reads it as its credentials file, from the read-only mounted folder
+        cfg = reveal(mocks.named("monitoring-config").inputs["create"])
+        assert f'credentials_file: "{MONITORING_MOUNT}/secrets/api-key"' in cfg
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_prometheus_and_the_exporters_listen_on_loopback_or_the_fabric_only(build, mocks):
+    h = build(2)
+
+    def check(_):
+        prom = mocks.named("monitoring-prometheus").inputs
+        assert prom["name"] == NAMES.prometheus and prom["networkMode"] == "host"
+        assert "--web.listen-address=127.0.0.1:9090" in prom["command"]
+        assert not prom.get("ports") and prom["privileged"] is False
+        mounts = {m["target"]: m for m in prom["mounts"]}
+        assert mounts[MONITORING_MOUNT]["readOnly"] is True
+        assert mounts[MONITORING_MOUNT]["source"] == NAMES.monitoring_dir
+        assert mounts[PROMETHEUS_DATA]["source"] == NAMES.prometheus_data_dir
+        listens = {n: next(a for a in mocks.named(f"monitoring-node-exporter-{n}")
+                           .inputs["command"] if a.startswith("--web.listen-address="))
+                   for n in ("spark-1", "spark-2")}
+        assert listens == {"spark-1": "--web.listen-address=127.0.0.1:9100",
+                           "spark-2": "--web.listen-address=192.168.177.12:9100"}
+        for n in ("spark-1", "spark-2"):
+            e = mocks.named(f"monitoring-node-exporter-{n}").inputs
+            assert e["networkMode"] == "host" and not e.get("ports")
+            assert e["privileged"] is False
+            assert [(m["source"], m["target"], m["readOnly"]) for m in e["mounts"]] == [
+                ("/", "/host", True)]
+        props = next(r.inputs for r in mocks.resources
+                     if r.typ == "spark-vllm:monitoring:Monitoring")
+        assert props["listen"] == "127.0.0.1:9090" and props["authentication"] is False
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_listen_fabric_puts_prometheus_on_the_heads_fabric_address(build, mocks):
+    h = build(2, monitoring=_monitoring({"listen": "fabric"}))
+
+    def check(_):
+        prom = mocks.named("monitoring-prometheus").inputs
+        assert "--web.listen-address=192.168.177.11:9090" in prom["command"]
+        assert "http://192.168.177.11:9090" in reveal(mocks.named("monitoring-health")
+                                                     .inputs["create"])
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_every_model_is_scraped_through_the_gateway(build, mocks):
+    h = build(raw=with_services(EMBED))
+
+    def check(_):
+        cfg = reveal(mocks.named("monitoring-config").inputs["create"])
+        assert "127.0.0.1:8080" in cfg  # the gateway on the head's loopback
+        for name in ("tiny-moe", "embed"):
+            assert name in cfg, name
+        assert ":8000" not in cfg and ":8100" not in cfg  # no vLLM port scraped directly
+
+    return settled(h).apply(check)
+
+
+def test_a_scrape_interval_a_threshold_or_a_service_changes_the_configuration_only(
+        monkeypatch):
+    """The change table (docs/design.md): Prometheus is reloaded by its configuration command,
+    never replaced; the exporters and every other resource stay."""
+    base = _registered(config_raw(2), monkeypatch)
+    interval = _registered(config_raw(2, monitoring=_monitoring(
+        {"scrapeIntervalSeconds": 30})), monkeypatch)
+    assert _changed(base, interval) == {"monitoring", "monitoring-config", "monitoring-health"}
+    threshold = _registered(config_raw(2, monitoring=_monitoring(
+        {"alerts": {"kvCacheUsage": 0.8}})), monkeypatch)
+    assert _changed(base, threshold) == {"monitoring-config", "monitoring-health"}
+    with_embed = _registered(with_services(EMBED), monkeypatch)
+    assert _changed({n: base[n] for n in _mine(base)}, {n: with_embed[n] for n in _mine(
+        with_embed)}) == {"monitoring", "monitoring-config", "monitoring-health"}
+
+
+def test_disabled_registers_nothing_of_it(monkeypatch):
+    off = _registered(config_raw(2, monitoring={"enabled": False}), monkeypatch)
+    assert _mine(off) == set()
+    on = _registered(config_raw(2), monkeypatch)
+    assert {"monitoring-prometheus", "monitoring-node-exporter-spark-1",
+            "monitoring-node-exporter-spark-2", "monitoring-config", "monitoring-key",
+            "monitoring-data", "monitoring-health"} <= _mine(on)
+
+
+@pytest.mark.parametrize("keep", [True, False])
+@pulumi.runtime.test
+def test_destroy_keeps_the_data_folder_unless_asked(build, mocks, keep):
+    h = build(2, monitoring=_monitoring({"keepDataOnDestroy": keep}))
+
+    def check(_):
+        delete = mocks.named("monitoring-data").inputs["delete"]
+        removes = f"rm -rf {NAMES.prometheus_data_dir}" in delete
+        assert removes is (not keep), delete
+
+    return settled(h).apply(check)
+
+
+@pytest.mark.parametrize("monitoring,env,message", [
+    ({"enabled": True, "prometheus": None}, "dev", "monitoring.enabled needs the image of "
+     "prometheus"),
+    ({"port": 8080}, "dev", "spark-vllm:monitoring.port: got 8080; expected a port other "
+     "than spark-vllm:gateway.port"),
+    ({"nodeExporterPort": 22}, "dev", "spark-vllm:monitoring.nodeExporterPort: got 22"),
+    ({"nodeExporterPort": 9090}, "dev", "the same as monitoring.port"),
+    ({}, "prod", "spark-vllm:monitoring.prometheus.ref: got '10.77.0.1:5000/spark-lab/"
+     "prometheus:lab'; expected an image pinned by digest"),
+    ({"listen": "all"}, "dev", "spark-vllm:monitoring.listen"),
+])
+def test_config_refuses_a_monitoring_section_that_cannot_run(monitoring, env, message):
+    raw = config_raw(2, monitoring=_monitoring(monitoring))
+    raw["environment"] = env
+    with pytest.raises(ConfigError) as err:
+        validate_config(raw)
+    assert message in str(err.value), str(err.value)
