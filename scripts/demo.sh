@@ -38,3 +38,20 @@ say "a completion through the OpenAI API"
 api "$endpoint/completions" -H 'Content-Type: application/json' \
   -d "{\"model\": \"$model\", \"prompt\": \"Say hello from two Sparks\", \"max_tokens\": 16}"
 echo
+
+# Prometheus (monitoring.enabled, on in the lab's dev stack): its targets as it sees them now,
+# asked on the head's loopback over ssh, as an operator would (README "Metrics and alerts")
+mon=$(pulumi stack output -s "$stack" monitoring --json 2>/dev/null || echo null)
+if [ "$mon" != null ]; then
+  url=$(printf '%s' "$mon" | python3 -c 'import json, sys; print(json.load(sys.stdin)["url"])')
+  head=$(pulumi stack output -s "$stack" nodes --json | python3 -c \
+    'import json, sys; print(next(n for n, v in json.load(sys.stdin).items() if v["role"] == "head"))')
+  say "monitoring: Prometheus at $url on $head, its targets"
+  python3 lab/lab.py ssh "$head" python3 - "$url" <<'PY'
+import json, sys, urllib.request
+targets = json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/targets", timeout=10))
+for t in targets["data"]["activeTargets"]:
+    labels = t["labels"]
+    print(f"  {labels['job']:<5} {labels.get('model') or labels.get('node'):<24} {t['health']}")
+PY
+fi
