@@ -15,7 +15,10 @@ level), and writes:
                            goal (GOAL: >= 0.98 of direct, within 1 ms); the community's published
                            figures for the 122B model on two Sparks next to it, as references
   docs/serving-bench.json  the same numbers (and vLLM's raw result per run)
-  docs/serving-bench.png   throughput and latency against concurrency
+  docs/serving-bench.png   throughput and latency against concurrency, and, with the stack's
+                           Prometheus (monitoring.enabled), the server's view of the same run:
+                           requests running and waiting and the KV cache over time, each run's
+                           window marked (Prometheus's query_range, asked on the head)
 
 The API key never leaves the head: the benchmark reads it from the root-only file the stack
 mounts into that container (hostscripts/paths.py VLLM_KEY; the Ray containers do not have it)
@@ -114,6 +117,50 @@ def run_on_head(cfg: StackConfig, key: str, script: str, timeout: float) -> str:
     return done.stdout
 
 
+# the server's view of the run, from the stack's Prometheus (monitoring.enabled): each series
+# for the main model, summed over its ranks (KV cache: the fullest)
+SERVER_SERIES = {
+    "running": 'sum(vllm:num_requests_running{{job="vllm",model="{m}"}})',
+    "waiting": 'sum(vllm:num_requests_waiting{{job="vllm",model="{m}"}})',
+    "kv_cache": 'max(vllm:kv_cache_usage_perc{{job="vllm",model="{m}"}})',
+}
+_SERVER_PY = """import json, sys, urllib.parse, urllib.request
+url, start, end, step = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+out = {}
+for name, expr in json.loads(sys.argv[5]).items():
+    q = urllib.parse.urlencode({"query": expr, "start": start, "end": end, "step": step})
+    body = json.load(urllib.request.urlopen(url + "/api/v1/query_range?" + q, timeout=30))
+    if body.get("status") != "success":
+        raise SystemExit("prometheus: %s: %s" % (name, body.get("error")))
+    res = body["data"]["result"]
+    out[name] = [[float(t), float(v)] for t, v in res[0]["values"]] if res else []
+print(json.dumps(out))
+"""
+
+
+def server_script(url: str, served: str, start: float, end: float, step: int) -> str:
+    """On the head: Prometheus's range queries over the run (python3 of the head, Prometheus on
+    its loopback or fabric address); prints {series: [[t, value], ...]}."""
+    exprs = json.dumps({k: v.format(m=served) for k, v in SERVER_SERIES.items()})
+    args = " ".join(shlex.quote(a) for a in (url, f"{start:.0f}", f"{end:.0f}", str(step),
+                                             exprs))
+    return f"set -eu\npython3 -c {shlex.quote(_SERVER_PY)} {args}\n"
+
+
+def server_summary(series: dict[str, list[list[float]]],
+                   windows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per run (its window): the most requests running and waiting and the fullest KV cache
+    Prometheus saw during it (None: no sample inside the window)."""
+    out = []
+    for w in windows:
+        row: dict[str, Any] = {"target": w["target"], "concurrency": w["concurrency"]}
+        for name in SERVER_SERIES:
+            inside = [v for t, v in series.get(name, []) if w["start"] <= t <= w["end"]]
+            row[f"max_{name}"] = max(inside) if inside else None
+        out.append(row)
+    return out
+
+
 def summarize(raw: dict[str, Any]) -> dict[str, Any]:
     keys = ("completed", "failed", "duration", "output_throughput", "request_throughput",
             "p50_ttft_ms", "p99_ttft_ms", "p50_itl_ms", "p99_itl_ms", "p50_e2el_ms",
@@ -189,6 +236,7 @@ def render(res: dict[str, Any]) -> str:
                      f"{s['output_throughput']:.1f} | {ms(s['p50_ttft_ms'], s['p99_ttft_ms'])} | "
                      f"{ms(s['p50_itl_ms'], s['p99_itl_ms'])} |")
     lines += _gateway_lines(res)
+    lines += _server_lines(res)
     lines += ["", "![throughput and latency against concurrency](serving-bench.png)", "",
               "## References (published, not measured here)", ""]
     lines += ["No public measurement of this exact model at TP 2 on two Sparks was found; the "
@@ -198,6 +246,32 @@ def render(res: dict[str, Any]) -> str:
     lines += ["", "Raw numbers: [serving-bench.json](serving-bench.json). Rerun: "
               f"`make bench-serve STACK={res['stack']}`.", ""]
     return "\n".join(lines)
+
+
+def _server_lines(res: dict[str, Any]) -> list[str]:
+    """The server's side of the run, from the stack's Prometheus."""
+    server = res.get("server")
+    if not server:
+        return []
+    lines = ["", "## The server's view (Prometheus)", ""]
+    if server.get("error"):
+        return [*lines, f"Not read: {server['error']}"]
+    lines += [f"The stack's Prometheus ({server['url']}, scraping vLLM's /metrics through the "
+              f"gateway every {server['step']} s) over the same run: the most requests running "
+              "and waiting, and the fullest KV cache, in each run's window (the plot's right "
+              "panel shows them over time).", "",
+              "| run | concurrency | running (max) | waiting (max) | KV cache (max) |",
+              "|---|---|---|---|---|"]
+
+    def f(v: Any, pct: bool = False) -> str:
+        if not isinstance(v, int | float):
+            return "-"
+        return f"{100 * v:.1f} %" if pct else f"{v:g}"
+
+    for row in server["summary"]:
+        lines.append(f"| {row['target']} | {row['concurrency']} | {f(row['max_running'])} | "
+                     f"{f(row['max_waiting'])} | {f(row['max_kv_cache'], pct=True)} |")
+    return lines
 
 
 def _gateway_lines(res: dict[str, Any]) -> list[str]:
@@ -243,7 +317,10 @@ def plot(res: dict[str, Any], path: Path) -> None:
 
     conc = [r["concurrency"] for r in res["runs"]]
     s = [r["summary"] for r in res["runs"]]
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    server = res.get("server") or {}
+    series = server.get("series") if not server.get("error") else None
+    fig, axes = plt.subplots(1, 3 if series else 2, figsize=(14 if series else 9, 3.5))
+    a, b = axes[0], axes[1]
     a.plot(conc, [x["output_throughput"] for x in s], marker="o", label="direct")
     g = [r["summary"] for r in (res.get("gateway") or {}).get("runs", [])]
     if g:
@@ -259,10 +336,59 @@ def plot(res: dict[str, Any], path: Path) -> None:
                    label=f"{label} (gateway)")
     b.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="ms", title="latency")
     b.legend(fontsize=8)
+    if series:
+        _plot_server(axes[2], series, server["windows"])
     fig.suptitle(f"{res['served']} ({'CPU build' if res.get('cpu_build') else res['stack']})")
     fig.tight_layout()
     fig.savefig(path, dpi=110, metadata={"Software": None})
     plt.close(fig)
+
+
+def _plot_server(ax: Any, series: dict[str, list[list[float]]],
+                 windows: list[dict[str, Any]]) -> None:
+    """Requests running and waiting (left axis) and the KV cache (right axis) over the run, in
+    seconds from its start, each run's window shaded and labelled."""
+    t0 = min(w["start"] for w in windows)
+    for name, style in (("running", "-"), ("waiting", "--")):
+        pts = series.get(name, [])
+        ax.plot([t - t0 for t, _ in pts], [v for _, v in pts], style, label=f"requests {name}")
+    for i, w in enumerate(windows):
+        ax.axvspan(w["start"] - t0, w["end"] - t0, alpha=0.08 if i % 2 else 0.16, color="grey")
+        ax.annotate(f"{w['concurrency']}{'g' if w['target'] == 'gateway' else ''}",
+                    ((w["start"] + w["end"]) / 2 - t0, 0), fontsize=7, ha="center",
+                    va="bottom")
+    ax.set(xlabel="s from the first run (shaded: a run; g: through the gateway)",
+           ylabel="requests", title="server side (Prometheus)")
+    kv = series.get("kv_cache", [])
+    twin = ax.twinx()
+    twin.plot([t - t0 for t, _ in kv], [100 * v for _, v in kv], ":", color="tab:red",
+              label="KV cache %")
+    twin.set(ylabel="KV cache %", ylim=(0, 100))
+    lines = ax.get_legend_handles_labels()
+    more = twin.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=7, loc="upper left")
+
+
+def read_server(cfg: StackConfig, key: str, outputs: dict[str, Any],
+                windows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The server's view from the stack's Prometheus, or None without monitoring. A Prometheus
+    that cannot be read gives `error` (the page says why; the client's figures stand)."""
+    mon = outputs.get("monitoring")
+    if not cfg.monitoring.enabled or not isinstance(mon, dict) or not windows:
+        return None
+    url, step = str(mon.get("url")), cfg.monitoring.scrape_interval_seconds
+    start = min(w["start"] for w in windows) - step
+    end = max(w["end"] for w in windows) + 2 * step
+    # the last samples of the run are scraped up to one interval after it
+    time.sleep(max(0.0, end - time.time()))
+    try:
+        out = run_on_head(cfg, key, server_script(url, cfg.vllm.served_model_name, start, end,
+                                                  step), 120)
+        series = json.loads(out.strip().splitlines()[-1])
+    except (RuntimeError, ValueError, IndexError, subprocess.TimeoutExpired) as exc:
+        return {"url": url, "step": step, "error": str(exc)[-500:]}
+    return {"url": url, "step": step, "windows": windows, "series": series,
+            "summary": server_summary(series, windows)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -309,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
             targets["gateway"] = url
             res["gateway"] = {"url": url, "runs": []}
     names = StackNames(args.stack)
+    windows: list[dict[str, Any]] = []  # each run's span, for the server's view
     for i, c in enumerate(sorted(set(args.concurrency))):
         prompts = args.prompts or max(16, 8 * c)
         # alternate which goes first, so a level's warm-up does not favour one of them
@@ -320,7 +447,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 script = bench_script(names, cfg.vllm.served_model_name, tokenizer,
                                       targets[target], c, prompts, SEEDS[target])
+                start = time.time()
                 out = run_on_head(cfg, key, script, args.timeout)
+                windows.append({"target": target, "concurrency": c, "start": start,
+                                "end": time.time()})
                 raw = json.loads(out.strip().splitlines()[-1] if out.strip() else "{}")
             except (RuntimeError, ValueError, subprocess.TimeoutExpired) as exc:
                 print(f"bench-serve: {exc}", file=sys.stderr)
@@ -344,6 +474,12 @@ def main(argv: list[str] | None = None) -> int:
                                                             summaries["gateway"])
             print(json.dumps({"concurrency": c, **res["gateway"]["runs"][-1]["compare"]}),
                   flush=True)
+    server = read_server(cfg, key, outputs, windows)
+    if server is not None:
+        res["server"] = server
+        if server.get("error"):
+            print(f"bench-serve: the server's view was not read: {server['error']}",
+                  file=sys.stderr)
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "serving-bench.json").write_text(json.dumps(res, indent=1, sort_keys=True) + "\n")

@@ -102,3 +102,72 @@ def test_the_page_shows_the_gateway_against_direct_per_level():
     assert "| missed: throughput |" in render(res)
     del res["gateway"]
     assert "Not measured in this run (`--no-gateway`)." in render(res)
+
+
+def test_the_servers_view_is_asked_of_prometheus_and_summed_per_run():
+    """server_script run for real against a stand-in Prometheus (its query_range API on this
+    machine's loopback): each series asked for the main model over the run's span at the scrape
+    step; then each run's window summarized (the most running and waiting, the fullest KV
+    cache), and the page's section."""
+    import json
+    import subprocess
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from urllib.parse import parse_qs, urlparse
+
+    from bench.serve import SERVER_SERIES, server_script, server_summary
+
+    asked: list[dict[str, list[str]]] = []
+    values = {"running": "3", "waiting": "2", "kv_cache": "0.25"}
+
+    class Prom(BaseHTTPRequestHandler):
+        def do_GET(self):
+            u = urlparse(self.path)
+            q = parse_qs(u.query)
+            asked.append({"path": [u.path], **q})
+            name = next(k for k, v in SERVER_SERIES.items()
+                        if v.format(m="tiny-moe") == q["query"][0])
+            body = {"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": {}, "values": [[100, "0"], [105, values[name]], [130, "1"]]}]}}
+            data = json.dumps(body).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Prom)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{srv.server_address[1]}"
+        script = server_script(url, "tiny-moe", 99.6, 131.2, 5)
+        out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    finally:
+        srv.shutdown()
+    assert out.returncode == 0, out.stderr
+    series = json.loads(out.stdout)
+    assert series["waiting"] == [[100.0, 0.0], [105.0, 2.0], [130.0, 1.0]]
+    assert {a["path"][0] for a in asked} == {"/api/v1/query_range"}
+    assert [(a["start"], a["end"], a["step"]) for a in asked] == [(["100"], ["131"], ["5"])] * 3
+    assert {a["query"][0] for a in asked} == {
+        'sum(vllm:num_requests_running{job="vllm",model="tiny-moe"})',
+        'sum(vllm:num_requests_waiting{job="vllm",model="tiny-moe"})',
+        'max(vllm:kv_cache_usage_perc{job="vllm",model="tiny-moe"})'}
+    windows = [{"target": "direct", "concurrency": 4, "start": 101, "end": 110},
+               {"target": "gateway", "concurrency": 4, "start": 111, "end": 120}]
+    summary = server_summary(series, windows)
+    assert summary[0] == {"target": "direct", "concurrency": 4, "max_running": 3.0,
+                          "max_waiting": 2.0, "max_kv_cache": 0.25}
+    assert summary[1]["max_waiting"] is None  # no sample inside that window
+    res = {"stack": "dev", "model": "m", "commit": "c", "served": "tiny-moe", "image": "i",
+           "date": "d", "runs": [{"concurrency": 4, "summary": summarize(RAW)}],
+           "server": {"url": url, "step": 5, "windows": windows, "series": series,
+                      "summary": summary}}
+    page = render(res)
+    assert "## The server's view (Prometheus)" in page
+    assert "| direct | 4 | 3 | 2 | 25.0 % |" in page and "| gateway | 4 | - | - | - |" in page
+    # a Prometheus that could not be read: the page says why
+    res["server"] = {"url": url, "step": 5, "error": "connection refused"}
+    assert "Not read: connection refused" in render(res)
