@@ -99,7 +99,7 @@ def test_monitoring_on_adds_only_its_resources_and_every_target_is_up(stack):
     ops = d.timed_up("monitoring on")
     assert ops.get("monitoring-prometheus") == "create", ops
     assert mine(ops) == {}, ops
-    served = [m for m in d.outputs()["models"].value]
+    served = list(d.stack.outputs()["models"].value)
     assert MAIN in served
     want = {("vllm", m) for m in served} | {("node", HEAD), ("node", WORKER)}
     def all_up():
