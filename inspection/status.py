@@ -14,7 +14,10 @@ fresh nonce, every command under `timeout`), with these sections:
 - `probe:<container>`: the same containers' vLLM as they see it
   (hostscripts/payloads/vllm_probe.py, run in the container, the API key on stdin from the
   node's root-only key file): /health, /v1/models, and vLLM's metrics sampled twice a second
-  apart (requests running and waiting, KV cache use, tokens/s).
+  apart (requests running and waiting, KV cache use, tokens/s);
+- `alerts` (the head, only with `monitoring.enabled`): the alerts the stack's Prometheus has
+  pending or firing (its /api/v1/alerts, asked with the head's own python3 at
+  `prometheus_url`); an answer that cannot be read is a problem, never "no alerts".
 
 `node_script` builds a node's script (pure), `parse_node` reads its output into NodeStatus
 (pure), `model_states` turns the nodes' NodeStatus into one ModelStatus per model. A section
@@ -30,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from config import NodeConfig, StackConfig
-from config.listen import service_host, vllm_host
+from config.listen import LOOPBACK, service_host, vllm_host
 from hostscripts.common import payload, plain
 from hostscripts.paths import LIVENESS_STARTS, StackNames
 from inspection import parsers as p
@@ -40,11 +43,39 @@ from inspection.recon import recent_restarts
 
 STATE_TIMEOUT = 15
 PROBE_TIMEOUT = 25  # the probe's calls are 5 s each, and it sleeps 1 s between the samples
+ALERTS_TIMEOUT = 15  # the request itself gives up after 10 s
+ALERTS_MAX_BYTES = 1 << 20  # a longer answer is refused (a problem), not cut
+ALERTS_KEPT = 100  # at most this many alerts are kept (and shown); the rest are counted
 State = Literal["serving", "starting", "crash-looping", "stopped", "missing", "unknown"]
 
 
 def _probe_py() -> str:
     return payload("vllm_probe.py")
+
+
+# The head's python3 (standard library only, no proxy from the environment): Prometheus's
+# alerts API, printed as it answered. argv: the URL. An error is one line on stderr, exit 1.
+_ALERTS_PY = f"""import sys, urllib.request
+url = sys.argv[1]
+try:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))
+    with opener.open(url, timeout=10) as r:
+        body = r.read({ALERTS_MAX_BYTES} + 1)
+except Exception as e:
+    sys.exit("%s: %r" % (url, e))
+if len(body) > {ALERTS_MAX_BYTES}:
+    sys.exit("%s: the answer is longer than {ALERTS_MAX_BYTES} bytes" % url)
+sys.stdout.write(body.decode("utf-8", "replace"))
+"""
+
+
+def prometheus_url(cfg: StackConfig) -> str:
+    """Prometheus's API as the head reaches it (components/monitoring.py listens there): the
+    head's loopback with `monitoring.listen: loopback`, its first fabric address with
+    `fabric`."""
+    m = cfg.monitoring
+    host = LOOPBACK if m.listen == "loopback" else cfg.head.fabric[0].ip
+    return f"http://{host}:{m.port}"
 
 
 @dataclass(frozen=True)
@@ -132,6 +163,9 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
                          f"{q(recon.READ_STARTS)} _ {c} {q(LIVENESS_STARTS)}")
             probe = f"docker exec -i {c} python3 -c {q(_probe_py())} {q(w.url)} < {q(w.key_file)}"
             lines.append(f"sv_bg probe:{w.container} {PROBE_TIMEOUT} bash -c {q(probe)}")
+    if cfg.monitoring.enabled and node.name == cfg.head.name:
+        lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
+                     f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
     lines += ["wait", 'cat "$SV_DIR"/out.*', 'rm -rf "$SV_DIR"', "}", "main", "exit 0", ""]
     return "\n".join(lines)
 
@@ -159,6 +193,22 @@ class ContainerStatus:
     probe_problem: str = ""
 
 
+@dataclass(frozen=True)
+class Alert:
+    """An alert the stack's Prometheus has pending or firing (hostscripts/monitoring.py `rules`
+    names them), each text printable and capped."""
+
+    name: str  # the alertname label
+    state: Literal["firing", "pending"]
+    model: str = ""  # the `model` label (vLLM's alerts)
+    node: str = ""  # the `node` label (a node's alerts)
+    active_at: str = ""  # RFC 3339, Prometheus's: since when it is pending (then firing)
+    summary: str = ""  # the `summary` annotation
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
 @dataclass
 class NodeStatus:
     node: str
@@ -170,6 +220,10 @@ class NodeStatus:
     memory: dict[str, int | None] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     error: str = ""  # the node could not be reached (then nothing else is known)
+    # the head with monitoring.enabled: Prometheus's pending and firing alerts, firing first
+    # (at most ALERTS_KEPT); None when not asked, or when they could not be read (a problem)
+    alerts: list[Alert] | None = None
+    alerts_omitted: int = 0  # alerts beyond ALERTS_KEPT, counted, not kept
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -200,6 +254,59 @@ def parse_starts(text: str, now: float, window: float) -> tuple[int, float | Non
         unready += 1
     return (recent_restarts(starts, now, window), starts[-1] if starts else None,
             serving[-1] if serving else None, unready)
+
+
+class AlertsError(ValueError):
+    """Prometheus's alerts answer is not what its API documents."""
+
+
+def _label(d: dict[str, Any], key: str, what: str, limit: int) -> str:
+    v = d.get(key, "")
+    if not isinstance(v, str):
+        raise AlertsError(f"{what} {key} is {type(v).__name__}, not a string")
+    return recon.printable(v, limit)
+
+
+def parse_alerts(text: str) -> list[Alert]:
+    """Prometheus's /api/v1/alerts answer -> its alerts, firing first, then by name, model and
+    node (pure). Every field is checked for its type; anything else than the API documents
+    (https://prometheus.io/docs/prometheus/latest/querying/api/#alerts) is an AlertsError."""
+    try:
+        body = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise AlertsError(f"Prometheus's answer is not JSON ({exc})") from None
+    if not isinstance(body, dict):
+        raise AlertsError("Prometheus's answer is not a JSON object")
+    if body.get("status") != "success":
+        status, error = body.get("status"), body.get("error", "")
+        raise AlertsError(f"Prometheus answered status {recon.printable(repr(status), 40)}"
+                         + (f": {recon.printable(str(error), 200)}" if error else ""))
+    data = body.get("data")
+    alerts = data.get("alerts") if isinstance(data, dict) else None
+    if not isinstance(alerts, list):
+        raise AlertsError("Prometheus's answer has no data.alerts list")
+    out: list[Alert] = []
+    for i, a in enumerate(alerts):
+        what = f"alert {i}"
+        if not isinstance(a, dict):
+            raise AlertsError(f"{what} is not an object")
+        labels, annotations = a.get("labels"), a.get("annotations", {})
+        if not isinstance(labels, dict) or not isinstance(annotations, dict):
+            raise AlertsError(f"{what}: its labels or annotations are not an object")
+        name = _label(labels, "alertname", f"{what}'s label", 100)
+        if not name:
+            raise AlertsError(f"{what} has no alertname")
+        state = a.get("state")
+        if state not in ("firing", "pending"):
+            raise AlertsError(f"{what} ({name}) is {recon.printable(repr(state), 40)}, "
+                             "neither firing nor pending")
+        out.append(Alert(name, "firing" if state == "firing" else "pending",
+                         model=_label(labels, "model", f"{what}'s label", 128),
+                         node=_label(labels, "node", f"{what}'s label", 64),
+                         active_at=_label(a, "activeAt", what, 40),
+                         summary=_label(annotations, "summary", f"{what}'s annotation", 200)))
+    out.sort(key=lambda x: (x.state != "firing", x.name, x.model, x.node))
+    return out
 
 
 def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
@@ -282,6 +389,16 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             cs.probe = data
         except (ValueError, IndexError) as exc:
             cs.probe_problem = f"the probe printed no JSON ({exc})"
+    if cfg.monitoring.enabled and node.name == cfg.head.name:
+        alerts_text, why = _section_text(sections, "alerts")
+        try:
+            if alerts_text is not None:
+                alerts = parse_alerts(alerts_text)
+                out.alerts, out.alerts_omitted = alerts[:ALERTS_KEPT], len(alerts[ALERTS_KEPT:])
+        except AlertsError as exc:
+            why = str(exc)
+        if out.alerts is None:  # never an empty list for alerts that could not be read
+            out.problems.append(f"alerts: {recon.printable(why)}")
     return out
 
 

@@ -1,11 +1,12 @@
 """`spark-vllm status -s STACK [--json] [--watch [SECONDS]] [--key PATH]`: per model (the main
 one and each service) serving / starting / crash-looping / stopped / missing / unknown, since
 when, restarts, requests running and waiting, KV cache use and tokens/s; per node the memory
-each container holds and what is available. Read-only: one ssh round trip per node, all in
-parallel (inspection/status.py says what each reads).
+each container holds and what is available; with `monitoring.enabled`, the alerts the stack's
+Prometheus has pending or firing (asked on the head). Read-only: one ssh round trip per node,
+all in parallel (inspection/status.py says what each reads).
 
 Exit codes: 0 every model serves, 1 at least one does not (or a node could not be reached),
-2 a config or usage problem.
+2 a config or usage problem. An alert, firing or not, does not change the exit code.
 """
 
 from __future__ import annotations
@@ -76,6 +77,7 @@ def collect(cfg: StackConfig, stack: str, key: str | None,
 
 STYLE = {"serving": "green", "starting": "yellow", "crash-looping": "bold red",
          "stopped": "red", "missing": "red", "unknown": "magenta"}
+ALERT_STYLE = {"firing": "bold red", "pending": "yellow"}
 
 
 def _gib(n: int | None) -> str:
@@ -96,7 +98,39 @@ def _num(v: float | None, fmt: str) -> str:
     return "-" if v is None else format(v, fmt)
 
 
-def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus]) -> Group:
+def _alerts_of(nodes: dict[str, st.NodeStatus]) -> st.NodeStatus | None:
+    """The node whose status holds Prometheus's alerts (the head, with monitoring on)."""
+    return next((n for n in nodes.values() if n.alerts is not None), None)
+
+
+def render_alerts(head: str, nodes: dict[str, st.NodeStatus]) -> Table | Text:
+    """Prometheus's pending and firing alerts (monitoring on): a table, a line when there is
+    none, or a line saying they could not be read (never nothing: that is monitoring off)."""
+    held = _alerts_of(nodes)
+    if held is None or held.alerts is None:
+        ns = nodes.get(head)
+        why = ("not surveyed" if ns is None else ns.error or next(
+            (pr.removeprefix("alerts: ") for pr in ns.problems if pr.startswith("alerts: ")),
+            "no answer"))
+        return Text(f"alerts: unknown, could not be read on {head} ({recon.printable(why)})",
+                    style="magenta")
+    if not held.alerts:
+        return Text("alerts: none pending or firing")
+    at = Table(title=f"alerts (Prometheus on {held.node})", title_justify="left")
+    for col in ("alert", "state", "model", "node", "since", "summary"):
+        at.add_column(col)
+    for a in held.alerts:
+        at.add_row(Text(a.name), Text(a.state, style=ALERT_STYLE[a.state]), Text(a.model or "-"),
+                   Text(a.node or "-"), Text(_since(a.active_at)), Text(a.summary))
+    if held.alerts_omitted:
+        at.caption = f"{held.alerts_omitted} more not shown (Prometheus's UI lists them all)"
+    return at
+
+
+def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus],
+           monitoring_on: str = "") -> Group:
+    """The tables; `monitoring_on`: the head's name when the stack has monitoring on (then its
+    alerts follow the models), "" when off."""
     mt = Table(title=f"stack {stack}: models", title_justify="left")
     for col in ("model", "kind", "state", "since", "restarts", "running", "waiting",
                 "KV cache", "tokens/s", "why"):
@@ -126,19 +160,31 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         for problem in ns.problems:
             nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
                                         style="magenta"), "")
-    return Group(mt, nt)
+    if not monitoring_on:
+        return Group(mt, nt)
+    return Group(mt, render_alerts(monitoring_on, nodes), nt)
 
 
 def as_json(stack: str, models: list[st.ModelStatus],
             nodes: dict[str, st.NodeStatus]) -> dict[str, Any]:
+    """`alerts`: Prometheus's pending and firing alerts; null with monitoring off, or when they
+    could not be read (then the head's `problems` says why)."""
+    held = _alerts_of(nodes)
     return {
         "stack": stack,
         "serving": all(m.state == "serving" for m in models),
         "models": [m.as_json() for m in models],
+        "alerts": None if held is None or held.alerts is None else
+        [a.as_json() for a in held.alerts],
+        "alertsOmitted": held.alerts_omitted if held is not None else 0,
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
                            "problems": n.problems} for n in nodes.values()},
     }
+
+
+def _monitoring_on(cfg: StackConfig) -> str:
+    return cfg.head.name if cfg.monitoring.enabled else ""
 
 
 def _code(models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus]) -> int:
@@ -156,8 +202,8 @@ def _code(models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus]) -> int:
 @click.pass_context
 def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
             watch: float | None) -> None:
-    """Every model's state and figures, and every node's memory (exit 0 only when every model
-    serves)."""
+    """Every model's state and figures, every node's memory and, with monitoring, the alerts
+    Prometheus has pending or firing (exit 0 only when every model serves)."""
     if as_json_ and watch is not None:
         raise click.UsageError("--json prints once; leave out --watch (or loop in the script)")
     try:
@@ -172,7 +218,7 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
         if as_json_:
             click.echo(json.dumps(as_json(stack, models, nodes), indent=2, sort_keys=True))
         else:
-            console.print(render(stack, models, nodes))
+            console.print(render(stack, models, nodes, _monitoring_on(cfg)))
         ctx.exit(_code(models, nodes))
     code = 1
     try:
@@ -180,7 +226,7 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
             while True:
                 models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
                 code = _code(models, nodes)
-                live.update(Group(render(stack, models, nodes),
+                live.update(Group(render(stack, models, nodes, _monitoring_on(cfg)),
                                   Text(f"refreshed {time.strftime('%H:%M:%S')}, every "
                                        f"{watch:g} s; Ctrl-C ends")), refresh=True)
                 time.sleep(watch)

@@ -3,15 +3,22 @@ state, on outputs recorded on the lab (tests/fixtures/status) and assembled ones
 
 from __future__ import annotations
 
+import http.server
 import json
+import os
 import re
+import socket
 import subprocess
+import threading
+
+import pytest
 
 from config import validate_config
 from hostscripts.paths import LIVENESS_STARTS, StackNames
+from inspection import recon
 from inspection import status as st
 from tests.conftest import ROOT, config_raw
-from tests.unit.inspection.recon_helpers import NONCE, assemble
+from tests.unit.inspection.recon_helpers import NONCE, assemble, fixture
 
 NAMES = StackNames("dev")
 FIXTURES = ROOT / "tests" / "fixtures" / "status"
@@ -49,9 +56,11 @@ def test_the_script_is_valid_bash_and_reads_only():
 
 
 def test_the_recorded_lab_outputs_read_as_serving_with_figures():
-    cfg = config()
+    # recorded before the dev stack turned monitoring on: read as the stack they came from
+    cfg = config(monitoring={"enabled": False})
     nodes = _nodes(cfg, _recorded())
     assert all(not n.problems and not n.error for n in nodes.values()), nodes
+    assert all(n.alerts is None for n in nodes.values())  # not asked: no alerts, no problem
     head = nodes["spark-1"]
     assert head.memory_total and head.memory_available and head.memory_total > head.memory_available
     assert set(head.memory) == {NAMES.serve, NAMES.ray_head, NAMES.gateway}
@@ -216,3 +225,190 @@ def test_the_next_up_warns_of_a_crash_loop_from_recons_record():
         in warning.fact
     # two restarts are within the limit; and restarts older than the window do not count
     assert preflight.check_crash_loops(cfg, facts, now=now_node + 190) == []
+
+
+# --------------------------------------------------------------------------- alerts (issue 35)
+
+ALERTS = fixture("prometheus/alerts-firing-pending.txt")  # Prometheus's /api/v1/alerts answer
+
+
+def test_the_alerts_section_only_on_the_head_of_a_stack_with_monitoring():
+    """The head asks its Prometheus with its own python3 (no curl), where Prometheus listens:
+    the loopback (monitoring.listen: loopback) or the head's first fabric address (fabric)."""
+    cfg = config()  # the lab's dev stack: monitoring on, loopback, 9090
+    head = st.node_script(cfg, NAMES, cfg.head, NONCE)
+    assert "sv_bg alerts 15 python3 -c " in head and "curl" not in head
+    assert "' http://127.0.0.1:9090/api/v1/alerts\nwait\n" in head  # the section's argument
+    assert "sv_bg alerts" not in st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
+    fabric = config(monitoring={"listen": "fabric", "port": 9191})
+    assert st.prometheus_url(fabric) == "http://192.168.177.11:9191"
+    assert "' http://192.168.177.11:9191/api/v1/alerts\nwait\n" in st.node_script(
+        fabric, NAMES, fabric.head, NONCE)
+    # nothing changes for a stack without monitoring
+    off = config(monitoring={"enabled": False})
+    for node in off.nodes:
+        script = st.node_script(off, NAMES, node, NONCE)
+        assert "alerts" not in script and "9090" not in script
+        assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+
+
+class _Prometheus(http.server.BaseHTTPRequestHandler):
+    """A FAKE Prometheus API: /api/v1/alerts answers `body`."""
+
+    body = ALERTS
+
+    def do_GET(self) -> None:
+        code, body = (200, self.body) if self.path == "/api/v1/alerts" else (404, "not found")
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body.encode())))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _run_alerts_section(port: int, env: dict[str, str]) -> st.NodeStatus:
+    """The head script's `alerts` section, run for real by bash in recon's frame (everything
+    else of the script is left out: it would ask Docker), and read back by parse_node."""
+    cfg = config(monitoring={"port": port})
+    script = st.node_script(cfg, NAMES, cfg.head, NONCE)
+    section = script[script.index("sv_bg alerts "):script.index("\nwait\n")]
+    run = "\n".join([f"SV_NONCE={NONCE}", recon.snippet("survey.sh"), section, "wait",
+                     'cat "$SV_DIR"/out.*', 'rm -rf "$SV_DIR"', ""])
+    done = subprocess.run(["bash"], input=run, text=True, capture_output=True, env=env,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    return st.parse_node(cfg, NAMES, cfg.head, done.stdout, NONCE)
+
+
+def test_the_alerts_section_asks_prometheus_with_python3_and_no_proxy():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        # a proxy in the environment is not used: Prometheus is the head's own address
+        env = {k: v for k, v in os.environ.items() if k.lower() != "no_proxy"}
+        env.update(http_proxy="http://127.0.0.1:9", HTTP_PROXY="http://127.0.0.1:9")
+        ns = _run_alerts_section(server.server_address[1], env)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert [(a.name, a.state) for a in ns.alerts or []] == [
+        ("SparkVllmModelNotServing", "firing"), ("SparkNodeMemoryLow", "pending")]
+    assert not [pr for pr in ns.problems if pr.startswith("alerts")], ns.problems
+    # Prometheus down: the section fails with the reason, a problem, never "no alerts"
+    port = _closed_port()
+    ns = _run_alerts_section(port, dict(os.environ))
+    assert ns.alerts is None
+    (problem,) = [pr for pr in ns.problems if pr.startswith("alerts")]
+    assert problem.startswith(f"alerts: http://127.0.0.1:{port}/api/v1/alerts: URLError("), problem
+    assert "refused" in problem
+
+
+def _closed_port() -> int:
+    """A local port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_firing_and_pending_alerts_with_their_model_and_node():
+    cfg = config()
+    ns = st.parse_node(cfg, NAMES, cfg.head, _head(alerts=ALERTS), NONCE)
+    assert ns.problems == [], ns.problems
+    assert ns.alerts == [
+        st.Alert("SparkVllmModelNotServing", "firing", model="tiny-moe",
+                 active_at="2026-12-03T04:31:12.60602144Z",
+                 summary="Model tiny-moe is not serving (stack dev)"),
+        st.Alert("SparkNodeMemoryLow", "pending", node="spark-2",
+                 active_at="2026-12-03T04:30:55.123456789Z",
+                 summary="Node spark-2 is low on memory (stack dev)"),
+    ]  # firing first
+    # only the head asks; and an alert is Prometheus's view: the model's state is status's own
+    assert st.parse_node(cfg, NAMES, cfg.nodes[1], _worker(), NONCE).alerts is None
+    nodes = {"spark-1": ns, "spark-2": st.parse_node(cfg, NAMES, cfg.nodes[1], _worker(), NONCE)}
+    assert st.model_states(cfg, NAMES, nodes)[0].state == "serving"
+    # none pending or firing: an empty list, and no problem
+    empty = st.parse_node(cfg, NAMES, cfg.head,
+                          _head(alerts='{"status":"success","data":{"alerts":[]}}'), NONCE)
+    assert empty.alerts == [] and empty.problems == []
+
+
+def _alerts_problem(section) -> str:
+    cfg = config()
+    ns = st.parse_node(cfg, NAMES, cfg.head, _head(alerts=section), NONCE)
+    assert ns.alerts is None, ns.alerts  # never an empty list
+    (problem,) = ns.problems
+    return problem
+
+
+def test_alerts_that_cannot_be_read_are_a_problem_never_an_empty_list():
+    refused = ("http://127.0.0.1:9090/api/v1/alerts: URLError(ConnectionRefusedError(111, "
+               "'Connection refused'))")
+    assert _alerts_problem(("", 1, refused + "\n")) == f"alerts: {refused}"
+    assert _alerts_problem(("", 124, "")) == "alerts: exit code 124"  # timed out
+    assert _alerts_problem(("", 127, "python3: command not found")) == \
+        "alerts: python3: command not found"
+    assert _alerts_problem(None) == "alerts: no answer"  # the section is missing
+
+
+@pytest.mark.parametrize("text, why", [
+    ("<html>502 Bad Gateway</html>", "Prometheus's answer is not JSON"),
+    (ALERTS[:200], "Prometheus's answer is not JSON"),  # cut short
+    ("", "Prometheus's answer is not JSON"),
+    ("[" * 100000, "Prometheus's answer is not JSON"),  # too deep for the parser
+    ("[]", "Prometheus's answer is not a JSON object"),
+])
+def test_malformed_json_is_a_problem(text, why):
+    assert _alerts_problem(text).startswith(f"alerts: {why}")
+
+
+def test_a_status_other_than_success_is_a_problem():
+    error = json.dumps({"status": "error", "errorType": "internal",
+                        "error": "rule manager not ready\u001b[2J"})
+    assert _alerts_problem(error) == ("alerts: Prometheus answered status 'error': rule manager "
+                                      "not ready\\x1b[2J")
+    assert _alerts_problem('{"data": {"alerts": []}}') == "alerts: Prometheus answered status None"
+
+
+def _one(**alert) -> str:
+    base = {"labels": {"alertname": "SparkVllmCrashLoop", "model": "tiny-moe"},
+            "annotations": {"summary": "s"}, "state": "firing",
+            "activeAt": "2026-12-03T04:31:12Z", "value": "3e+00"}
+    return json.dumps({"status": "success", "data": {"alerts": [{**base, **alert}]}})
+
+
+@pytest.mark.parametrize("text, why", [
+    ('{"status": "success", "data": {"alerts": {}}}', "Prometheus's answer has no data.alerts"),
+    ('{"status": "success", "data": []}', "Prometheus's answer has no data.alerts"),
+    ('{"status": "success", "data": {"alerts": ["SparkVllmCrashLoop"]}}', "alert 0 is not an"),
+    (_one(labels=["alertname"]), "alert 0: its labels or annotations are not an object"),
+    (_one(annotations="s"), "alert 0: its labels or annotations are not an object"),
+    (_one(labels={"alertname": 7}), "alert 0's label alertname is int, not a string"),
+    (_one(labels={"model": "tiny-moe"}), "alert 0 has no alertname"),
+    (_one(labels={"alertname": "A", "model": ["tiny-moe"]}), "alert 0's label model is list"),
+    (_one(labels={"alertname": "A", "node": None}), "alert 0's label node is NoneType"),
+    (_one(state="inactive"), "alert 0 (SparkVllmCrashLoop) is 'inactive', neither firing nor"),
+    (_one(state=None), "alert 0 (SparkVllmCrashLoop) is None, neither firing nor pending"),
+    (_one(activeAt=1764735072), "alert 0 activeAt is int, not a string"),
+    (_one(annotations={"summary": {"text": "s"}}), "alert 0's annotation summary is dict"),
+])
+def test_what_prometheus_answers_is_checked_for_its_types(text, why):
+    assert _alerts_problem(text).startswith(f"alerts: {why}")
+
+
+def test_alerts_are_printable_and_capped():
+    evil = "\u001b]0;owned\u0007[red]x" + "y" * 1000
+    ns = st.parse_node(config(), NAMES, config().head, _head(alerts=_one(
+        labels={"alertname": evil, "model": evil, "node": evil},
+        annotations={"summary": evil}, activeAt=evil)), NONCE)
+    (a,) = ns.alerts or []
+    for text, limit in ((a.name, 100), (a.model, 128), (a.node, 64), (a.active_at, 40),
+                        (a.summary, 200)):
+        assert len(text) <= limit and "\x1b" not in text and "\x07" not in text, text
+        assert text.startswith("\\x1b]0;owned\\x07[red]x"), text
+    many = json.dumps({"status": "success", "data": {"alerts": [
+        {"labels": {"alertname": f"A{i:03d}"}, "state": "pending"} for i in range(150)]}})
+    ns = st.parse_node(config(), NAMES, config().head, _head(alerts=many), NONCE)
+    assert len(ns.alerts or []) == st.ALERTS_KEPT == 100 and ns.alerts_omitted == 50
+    assert ns.problems == []

@@ -1,5 +1,6 @@
 """`spark-vllm status` end to end with the ssh round trip replaced by the outputs the lab's nodes
-recorded (tests/fixtures/status): the tables, --json, the exit codes."""
+recorded (tests/fixtures/status): the tables, --json, the exit codes; and the alerts of the
+stack's Prometheus (tests/fixtures/prometheus) in the head's output."""
 
 from __future__ import annotations
 
@@ -7,9 +8,11 @@ import json
 import re
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from tests.conftest import ROOT
+from tests.unit.inspection.recon_helpers import assemble, fixture
 from tools import cli
 from tools import status as tool
 
@@ -107,3 +110,105 @@ def test_watch_refreshes_until_interrupted(in_repo, monkeypatch):
     assert result.exit_code == 0, result.output
     assert sleeps == [2.0, 2.0, 2.0] and len(seen) == 6
     assert "every 2 s; Ctrl-C ends" in result.output
+
+
+# --------------------------------------------------------------------------- alerts (issue 35)
+
+
+def _head_with_alerts(section) -> tuple[int, str, str]:
+    """The head's recorded output (recorded before the dev stack turned monitoring on) with an
+    `alerts` section in the same frame, as the head prints it after the other sections."""
+    rc, out, err = _recorded("spark-1")
+    return rc, out + assemble({"alerts": section}, nonce=RECORDED_NONCE), err
+
+
+ALERTS = fixture("prometheus/alerts-firing-pending.txt")
+
+
+def test_the_alerts_prometheus_has_pending_or_firing_table_and_json(in_repo, monkeypatch):
+    """Pulumi.dev.yaml has monitoring on: the head's alerts follow the models; a firing alert
+    does not change the exit code (every model serves: 0)."""
+    run, _ = _runner({"10.77.0.11": _head_with_alerts(ALERTS), "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "alerts (Prometheus on spark-1)" in result.output
+    firing = next(i for i, ln in enumerate(lines) if "SparkVllmModelNotServing" in ln)
+    pending = next(i for i, ln in enumerate(lines) if "SparkNodeMemoryLow" in ln)
+    assert firing < pending  # firing first
+    for text in ("firing", "tiny-moe", "2026-12-03 04:31:12",
+                 "Model tiny-moe is not serving (stack dev)"):
+        assert text in lines[firing], lines[firing]
+    for text in ("pending", "spark-2", "2026-12-03 04:30:55", "Node spark-2 is low on memory"):
+        assert text in lines[pending], lines[pending]
+    assert "could not read" not in result.output
+
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["serving"] is True and data["nodes"]["spark-1"]["problems"] == []
+    assert data["alerts"] == [
+        {"name": "SparkVllmModelNotServing", "state": "firing", "model": "tiny-moe", "node": "",
+         "active_at": "2026-12-03T04:31:12.60602144Z",
+         "summary": "Model tiny-moe is not serving (stack dev)"},
+        {"name": "SparkNodeMemoryLow", "state": "pending", "model": "", "node": "spark-2",
+         "active_at": "2026-12-03T04:30:55.123456789Z",
+         "summary": "Node spark-2 is low on memory (stack dev)"}]
+    assert data["alertsOmitted"] == 0
+
+
+def test_no_alerts_is_one_line(in_repo, monkeypatch):
+    none = '{"status":"success","data":{"alerts":[]}}'
+    run, _ = _runner({"10.77.0.11": _head_with_alerts(none), "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "alerts: none pending or firing" in result.output
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"])
+    assert json.loads(result.output)["alerts"] == []
+
+
+def test_alerts_that_cannot_be_read_are_said_so_not_taken_for_none(in_repo, monkeypatch):
+    """Prometheus down (and, below, the recorded output with no alerts section at all): the
+    alerts are unknown, the head's problem says why; JSON has null, not []."""
+    down = ("", 1, "http://127.0.0.1:9090/api/v1/alerts: URLError(ConnectionRefusedError(111, "
+            "'Connection refused'))\n")
+    for head, why in ((_head_with_alerts(down), "Connection refused"),
+                      (_recorded("spark-1"), "no answer")):
+        run, _ = _runner({"10.77.0.11": head, "10.77.0.12": _recorded("spark-2")})
+        monkeypatch.setattr(tool, "RUNNER", [run])
+        result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+        assert result.exit_code == 0, result.output  # the exit code is the models'
+        assert "alerts: unknown, could not be read on spark-1 (" in result.output
+        assert "none pending or firing" not in result.output
+        assert "could not read alerts: " in result.output and why in result.output
+        result = CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"])
+        data = json.loads(result.output)
+        assert data["alerts"] is None
+        (problem,) = data["nodes"]["spark-1"]["problems"]
+        assert problem.startswith("alerts: ") and why in problem
+
+
+def test_a_stack_without_monitoring_shows_no_alerts(tmp_path, monkeypatch):
+    """The recorded outputs, of the dev stack before it turned monitoring on: no alerts section
+    asked, none shown, no problem; JSON "alerts": null."""
+    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    data["config"]["spark-vllm:monitoring"]["enabled"] = False
+    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    scripts: list[str] = []
+    run, _ = _runner({"10.77.0.11": _recorded("spark-1"), "10.77.0.12": _recorded("spark-2")})
+
+    def recording(argv, script, timeout):
+        scripts.append(script)
+        return run(argv, script, timeout)
+
+    monkeypatch.setattr(tool, "RUNNER", [recording])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "alerts" not in result.output and "could not read" not in result.output
+    assert len(scripts) == 2 and not any("alerts" in s for s in scripts)
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"])
+    data = json.loads(result.output)
+    assert data["alerts"] is None and data["nodes"]["spark-1"]["problems"] == []
