@@ -75,6 +75,10 @@ class GatewayArgs:
     gate_timeout_seconds: int = 300
     after: list[pulumi.Resource] = field(default_factory=list)  # the vLLM gates
     restart_reason: str | None = None
+    # the IDs of what serves the routes (vLLM containers, their gates): a new one runs the
+    # gate again, so an up ends when the gateway itself routes to it (HAProxy's own checks
+    # see a replaced server up only seconds after vLLM answers: a 503 meanwhile)
+    backends: Sequence[pulumi.Input[str]] = ()
 
 
 class Gateway(pulumi.ComponentResource):
@@ -193,8 +197,9 @@ class Gateway(pulumi.ComponentResource):
         self.gate = head.command(
             f"{name}-health",
             self,
-            create=pulumi.Output.all(self.container.id, self.config.stdout).apply(
-                lambda v: gw.gate_script(names, gw.gate_marker(v[0], v[1]), local,
+            create=pulumi.Output.all(self.container.id, self.config.stdout,
+                                     *args.backends).apply(
+                lambda v: gw.gate_script(names, gw.gate_marker(v[0], v[1], v[2:]), local,
                                          args.routes, args.gate_timeout_seconds)),
             triggers=[marker],
             ignore_changes=ignore,

@@ -259,6 +259,9 @@ def build_stack(
             tls_key=secrets.gateway_tls_key,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[vllm.health, *(g for s in services.values() for g in s.gates.values())],
+            backends=[vllm.serve.id, vllm.health.id,
+                      *(r.id for s in services.values()
+                        for r in (*s.containers.values(), *s.gates.values()))],
             restart_reason=gateway_component.restart_reason(
                 _containers(facts[head.name]), labels["spark-vllm.stack"]),
         ),

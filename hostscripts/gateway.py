@@ -389,8 +389,8 @@ def gate_script(names: StackNames, ids_marker: str, url: str, routes: Sequence[R
     every served name, 404 for a name not served, and one request per model through it on the
     endpoint its task uses. The key comes on stdin from the main vLLM's root-only key file.
 
-    `ids_marker`: the gateway container's ID and the configuration's hash, so a new container or
-    configuration runs the gate again."""
+    `ids_marker`: the gateway container's ID, the configuration's hash and the backends' IDs
+    (gate_marker), so a new container, configuration or vLLM behind it runs the gate again."""
     c = q(names.gateway)
     # a comment line: quoting does not protect it from a newline, so every word plain
     for word in ids_marker.split(" "):
@@ -407,9 +407,10 @@ def gate_script(names: StackNames, ids_marker: str, url: str, routes: Sequence[R
     ])
 
 
-def gate_marker(container_id: str, config_stdout: str) -> str:
-    """The gate's marker: the container's ID (checked) and the configuration's hash."""
+def gate_marker(container_id: str, config_stdout: str, backends: Sequence[str] = ()) -> str:
+    """The gate's marker: the container's ID (checked), the configuration's hash and the IDs of
+    what serves the routes (Pulumi's: container IDs, commands' IDs), in that order."""
     digest = (config_stdout or "").strip().rsplit(" ", 1)[-1]
     if not re.fullmatch(r"[0-9a-f]{16}", digest):
         raise ValueError(f"not a gateway config hash: {digest!r}")
-    return f"{container_ids(container_id)} {digest}"
+    return " ".join([container_ids(container_id), digest, *(plain(b) for b in backends)])

@@ -27,7 +27,9 @@ START_MARKER = "=== spark-vllm: vllm serve starts ==="  # the first line of each
 # the NCCL transport read from its log (and the VllmServer component's own props)
 # with the serve command checked in the image on each lab node (issue 32) before vLLM changes
 VLLM_STEPS = {"vllm", "vllm-serve", "vllm-health", "vllm-nccl-log", "vllm-transport",
-              "vllm-serve-check-spark-1", "vllm-serve-check-spark-2"}
+              "vllm-serve-check-spark-1", "vllm-serve-check-spark-2",
+              # the gateway's gate runs again for a new vLLM behind it (and nothing else of it)
+              "gateway-health"}
 
 
 def _models(d) -> list[str]:
@@ -203,6 +205,7 @@ def test_vllm_flag_restarts_only_vllm(stack):
     # the flags are the vLLM container's command: it is replaced, its gate runs again
     assert ops.get("vllm-serve") == "replace" and "vllm-health" in ops, ops
     assert set(ops) <= VLLM_STEPS, f"a flag change touched more than vLLM: {ops}"
+    assert ops.get("gateway-health") == "update", ops  # the up ends when the gateway routes
     assert not any(k.startswith(("ray-", "image-", "model-")) for k in ops), ops
     assert _ray(d.snapshot()) == before, "Ray containers must keep running"
     assert _vllm(d)[0] != vllm[0], "the vLLM container was not replaced"

@@ -5,7 +5,7 @@ normalized) served as an `embed` service beside the TP=2 main model, from one st
 Ordered on purpose, on the session's shared stack (tests/e2e/conftest.py: converged, the main
 model serving); the service added at the hub's first revision (only the service's resources are
 created and the gateway's routing is updated; the main model's containers and the gateway's keep
-running, same IDs and start times); one of its flags changed (only its container and gate are replaced);
+running, same IDs and start times); one of its flags changed (only its container and gate are replaced, and the gateway's gate runs again);
 its revision moved to `main` (only its files move: the one file that differs). The service stays:
 test_gateway, next on this stack, serves it through the gateway and then removes it while a
 stream runs (only its resources and key folder go), which leaves the stack as this module found
@@ -59,6 +59,11 @@ def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
 # gateway's container or image (components/gateway.py).
 ROUTING = {"vllm": "update", "gateway": "update", "gateway-config": "update",
            "gateway-health": "update"}
+
+
+# A new container behind a route runs the gateway's gate again (an update: its script names
+# the backends' IDs), so the up ends when the gateway itself routes to it
+REGATE = {"gateway-health": "update"}
 
 
 def _untouched(before: dict, after: dict) -> None:
@@ -129,7 +134,7 @@ def test_a_flag_of_the_service_restarts_only_it(svc):
     vec = _embed(d)
     d.set("services", [embed_service(d.commits["first"], maxNumSeqs=4)])
     mine, other = _split(d.timed_up("services change a flag of the service"))
-    assert other == {}, other
+    assert other == REGATE, other
     assert "replace" in mine.values() and not any(k.startswith("svc-embed-model") for k in mine)
     after = d.snapshot()
     assert after[HEAD][NAME] != before[HEAD][NAME]
@@ -150,7 +155,8 @@ def test_a_new_revision_of_the_service_moves_only_its_changed_files(svc):
     served = hf_file_bytes()
     d.set("services", [embed_service(main, maxNumSeqs=4)])
     mine, other = _split(d.timed_up("services move the service to another revision"))
-    assert other == {}, other  # the main model's cache, containers and gates: untouched
+    # the main model's cache, containers and gates: untouched
+    assert set(other.items()) <= set(REGATE.items()), other
     assert any(k.startswith("svc-embed-model") for k in mine)
     assert hf_file_bytes() - served == changed
     _untouched(before, d.snapshot())

@@ -249,3 +249,31 @@ def test_what_the_program_registers_passes_vllm_behind_gateway(build, mocks, cas
         assert kit.run(rules.vllm_behind_gateway, kit.sargs(opened))
 
     return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_the_gate_runs_again_when_a_server_behind_a_route_is_new(build, mocks):
+    """HAProxy's own checks see a replaced vLLM up only seconds after it answers (503 until
+    then): the gate's script names the IDs of what serves every route, so a replaced container
+    or a gate run again is a new script (an update that runs it): the up ends when the gateway
+    itself routes to every model."""
+    h = build(raw=with_services(EMBED, RERANK))
+
+    def check(ids):
+        marker = mocks.named("gateway-health").inputs["create"].split("\n")[1]
+        assert marker.startswith("# gateway: '"), marker
+        for i in ids:
+            assert i in marker.split("'")[1].split(" "), (i, marker)
+
+    return settled(h).apply(lambda _: pulumi.Output.all(
+        h.vllm.serve.id, h.vllm.health.id,
+        *(r.id for s in h.services.values()
+          for r in (*s.containers.values(), *s.gates.values())))).apply(check)
+
+
+def test_the_gate_marker_refuses_a_backend_id_that_is_not_plain():
+    from hostscripts.gateway import gate_marker
+    with pytest.raises(ValueError, match="plain"):
+        gate_marker("ab" * 32, "gateway config 0123456789abcdef", ["x\nrm -rf /"])
+    assert gate_marker("ab" * 32, "gateway config 0123456789abcdef", ["c1", "g1"]) == \
+        f"{'ab' * 32} 0123456789abcdef c1 g1"
