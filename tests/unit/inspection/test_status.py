@@ -293,8 +293,9 @@ def test_the_alerts_section_asks_prometheus_with_python3_and_no_proxy():
     finally:
         server.shutdown()
         server.server_close()
-    assert [(a.name, a.state) for a in ns.alerts or []] == [
-        ("SparkVllmModelNotServing", "firing"), ("SparkNodeMemoryLow", "pending")]
+    assert [(a.name, a.state, a.node) for a in ns.alerts or []] == [
+        ("SparkVllmModelNotServing", "firing", ""), ("SparkNodeMemoryLow", "pending", "spark-1"),
+        ("SparkNodeMemoryLow", "pending", "spark-2")]
     assert not [pr for pr in ns.problems if pr.startswith("alerts")], ns.problems
     # Prometheus down: the section fails with the reason, a problem, never "no alerts"
     port = _closed_port()
@@ -318,11 +319,12 @@ def test_firing_and_pending_alerts_with_their_model_and_node():
     assert ns.problems == [], ns.problems
     assert ns.alerts == [
         st.Alert("SparkVllmModelNotServing", "firing", model="tiny-moe",
-                 active_at="2026-12-03T04:31:12.60602144Z",
+                 active_at="2026-12-03T07:45:16.039866763Z",
                  summary="Model tiny-moe is not serving (stack dev)"),
-        st.Alert("SparkNodeMemoryLow", "pending", node="spark-2",
-                 active_at="2026-12-03T04:30:55.123456789Z",
-                 summary="Node spark-2 is low on memory (stack dev)"),
+        *(st.Alert("SparkNodeMemoryLow", "pending", node=n,
+                   active_at="2026-12-03T07:45:41.039866763Z",
+                   summary=f"Node {n} is low on memory (stack dev)")
+          for n in ("spark-1", "spark-2")),
     ]  # firing first
     # only the head asks; and an alert is Prometheus's view: the model's state is status's own
     assert st.parse_node(cfg, NAMES, cfg.nodes[1], _worker(), NONCE).alerts is None
