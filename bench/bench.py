@@ -150,7 +150,8 @@ class Observation:
 # ------------------------------------------------------------------ stacks
 def new_stack(cfg: dict, nodes: list[dict], work: Path) -> Deployment:
     work.mkdir(parents=True)
-    d = labkit.new_deployment(work, {**cfg, "nodes": nodes})
+    # monitoring on, as Pulumi.dev.yaml has it: the change table's rows count its steps too
+    d = labkit.new_deployment(work, {**cfg, "nodes": nodes}, monitoring=True)
     set_nodes(d, nodes)
     return d
 
@@ -316,14 +317,21 @@ def _findings(ops: dict, cost: dict, extra: dict) -> dict[str, bool]:
         # the gateway's routing changes (its configuration reloaded, its gate, its props; never
         # its container: a change of the gateway's container counts as touching the stack)
         "main model touched": bool(cost["ray_restarted"] or cost["vllm_restarted"]
-                                   or any(not k.startswith("svc-") and k not in ROUTING_STEPS
-                                          for k in ops)),
+                                   or any(not k.startswith(("svc-", "monitoring"))
+                                          and k not in ROUTING_STEPS for k in ops)),
         "service files moved": bool(cost["hub_bytes"]) or any(
             k.startswith("svc-") and "-model-" in k for k in ops),
+        # issue 35: Prometheus is reloaded by its configuration's command, never replaced; the
+        # exporters, its image, key and data folder have nothing to do with a model or interval
+        "monitoring touched beyond its configuration": any(
+            k.startswith("monitoring-") and k not in MONITORING_CONFIG_STEPS for k in ops),
     }
 
 
-# What a service added or removed changes beside its own steps (components/gateway.py)
+# What a service added or removed changes beside its own steps (components/gateway.py); with
+# monitoring on also its target in Prometheus's configuration (components/monitoring.py), which
+# is judged by its own finding
+MONITORING_CONFIG_STEPS = ("monitoring-config", "monitoring-health")
 ROUTING_STEPS = ("vllm", "gateway", "gateway-config", "gateway-health")
 
 
@@ -337,13 +345,40 @@ MUST_NOT = {
     "add a node": ("re-download from the hub",),
     "executor ray -> mp": ("image pull", "model transfer"),
     "executor mp -> ray": ("image pull", "model transfer"),
-    "add a service": ("main model touched", "image pull"),
+    "add a service": ("main model touched", "image pull",
+                      "monitoring touched beyond its configuration"),
     "service flag": ("main model touched", "image pull", "service files moved"),
     "service revision": ("main model touched", "image pull", "hub moved more than changed"),
-    "remove a service": ("main model touched", "bytes were pulled"),
+    "remove a service": ("main model touched", "bytes were pulled",
+                         "monitoring touched beyond its configuration"),
+    # issue 35: a new scrape interval rewrites Prometheus's configuration and reloads it
+    "monitoring scrape interval": ("main model touched", "bytes were pulled",
+                                   "monitoring touched beyond its configuration"),
     # issue 33: the worker's second twin moves to another address (the stack configures it);
     # expected to restart Ray and vLLM on the affected nodes only, never to move bytes
     "fabric address": ("image pull", "model transfer"),
+}
+
+
+# The design's "what happens" column, per change (the report's "allowed")
+ALLOWED = {
+    "nothing": "nothing",
+    "vLLM serve flag": "vLLM restarts",
+    "NCCL env": "Ray containers and vLLM restart",
+    "model revision": "changed files move, vLLM restarts",
+    "image": "pull/copy, all containers restart",
+    "add a node": "new node prepared; serving restarts at the new size",
+    "executor ray -> mp": "Ray containers go, vLLM containers replaced or made",
+    "executor mp -> ray": "Ray containers come, vLLM containers replaced or removed",
+    "add a service": "its model fetched, its container made, the gateway's routing and "
+                     "Prometheus's targets reloaded; the main model serves on",
+    "service flag": "only the service's container restarts",
+    "service revision": "only its changed files move; only it restarts",
+    "remove a service": "only its container and key file go, the gateway's routing "
+                        "reloaded",
+    "fabric address": "that interface reconfigured, the fabric check; Ray and vLLM on the "
+                      "nodes that use it",
+    "monitoring scrape interval": "Prometheus's configuration rewritten and reloaded",
 }
 
 
@@ -417,6 +452,9 @@ def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict]
                   lambda: d.set("services", [embed_service(svc["main"], maxNumSeqs=4)]),
                   extra={"changed_bytes": changed, "model_bytes": size}))
     append(change(d, "remove a service", two, lambda: d.set("services", [])))
+    # the changes stack runs with monitoring on (new_stack), as Pulumi.dev.yaml does
+    append(change(d, "monitoring scrape interval", two,
+                  lambda: d.set("monitoring.scrapeIntervalSeconds", 10)))
     # the worker's second twin to another address of its subnet (set_nodes below puts it back)
     append(change(d, "fabric address", two,
                   lambda: d.set("nodes[1].fabric[1].ip", "192.168.178.22")))
@@ -778,25 +816,9 @@ def report(res: dict, path: Path) -> None:
         "| change | allowed | steps | Ray restarted | vLLM restarted | new image IDs | hub | fabric | mgmt | wall | verdict |",
         "|---|---|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
-    allowed = {
-        "nothing": "nothing",
-        "vLLM serve flag": "vLLM restarts",
-        "NCCL env": "Ray containers and vLLM restart",
-        "model revision": "changed files move, vLLM restarts",
-        "image": "pull/copy, all containers restart",
-        "add a node": "new node prepared; serving restarts at the new size",
-        "executor ray -> mp": "Ray containers go, vLLM containers replaced or made",
-        "executor mp -> ray": "Ray containers come, vLLM containers replaced or removed",
-        "add a service": "its model fetched, its container made, the gateway's routing "
-                         "reloaded; the main model serves on",
-        "service flag": "only the service's container restarts",
-        "service revision": "only its changed files move; only it restarts",
-        "remove a service": "only its container and key file go, the gateway's routing "
-                            "reloaded",
-    }
     for r in rows:
         L.append(
-            f"| {r['change']} | {allowed[r['change']]} | {len(r['ops'])} | {len(r['ray_restarted'])} | "
+            f"| {r['change']} | {ALLOWED[r['change']]} | {len(r['ops'])} | {len(r['ray_restarted'])} | "
             f"{'yes' if r['vllm_restarted'] else 'no'} | {r['new_image_ids']} | {fmt_bytes(r['hub_bytes'])} | "
             f"{fmt_bytes(r['fabric_rx_bytes'])} | {fmt_bytes(r['mgmt_rx_bytes'])} | {r['wall_s']} s | "
             f"{'within' if not r['violations'] else '; '.join(r['violations'])} |")

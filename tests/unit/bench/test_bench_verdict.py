@@ -162,3 +162,28 @@ def test_a_fabric_address_change_may_restart_ray_and_vllm_but_moves_no_bytes():
         ["image pull"]
     assert verdict("fabric address", {**ops, "model-sync-spark-2": "update"}, restarted, {}) == \
         ["model transfer"]
+
+
+def test_every_row_of_the_change_table_has_its_allowed_text_and_its_limits():
+    """The report prints ALLOWED[change] for every measured row: a row without it would end a
+    one-hour `make bench` with a KeyError (the fabric row had none)."""
+    from bench.bench import ALLOWED, MUST_NOT
+    assert set(ALLOWED) == set(MUST_NOT)
+
+
+def test_monitoring_may_reload_its_configuration_never_replace_prometheus_or_an_exporter():
+    reload = {"monitoring": "update", "monitoring-config": "update",
+              "monitoring-health": "update"}
+    assert verdict("monitoring scrape interval", reload, cost(), {}) == []
+    assert verdict("monitoring scrape interval",
+                   {**reload, "monitoring-prometheus": "replace",
+                    "monitoring-node-exporter-spark-2": "replace"}, cost(), {}) == [
+        "monitoring touched beyond its configuration"]
+    assert verdict("monitoring scrape interval", {**reload, "vllm-serve": "replace"},
+                   cost(vllm_restarted=True), {}) == ["main model touched"]
+    # a service added: its own steps, the gateway's routing and its Prometheus target
+    added = {"svc-embed-serve-spark-1": "create", "gateway-config": "update",
+             "gateway-health": "update", **reload}
+    assert verdict("add a service", added, cost(), {}) == []
+    assert verdict("add a service", {**added, "monitoring-prometheus": "replace"}, cost(),
+                   {}) == ["monitoring touched beyond its configuration"]
