@@ -15,7 +15,9 @@ In order:
    threshold: 15 s); the worker started again and the stack converged, the model serves;
 4. a new scrape interval: only the monitoring configuration (and its gate) change; Prometheus
    is reloaded with it, its container keeps its ID and start time;
-5. monitoring turned off: its containers go from every node, its data folder stays
+5. a service added: its target is up when the up ends, and of monitoring only the configuration
+   and its gate changed (Prometheus and the exporters keep running); the service removed again;
+6. monitoring turned off: its containers go from every node, its data folder stays
    (monitoring.keepDataOnDestroy), then removed by the test.
 
 Every `up` prints its wall time (`WALL ...`).
@@ -28,7 +30,7 @@ import time
 
 import pytest
 
-from lab.deployments import complete
+from lab.deployments import EMBED_REPO, complete, embed_service
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -171,6 +173,36 @@ def test_a_new_scrape_interval_reloads_prometheus_and_nothing_else(stack):
     assert container(d, HEAD, PROMETHEUS) == before  # reloaded, not restarted
     cfg = prom(d, "/api/v1/status/config")["data"]["yaml"]
     assert "scrape_interval: 10s" in cfg, cfg
+
+
+# What a service added or removed may change beside its own steps: the VllmServer component's
+# props, the gateway's routing (tests/e2e/test_services.py) and, with monitoring, its target in
+# Prometheus's configuration (a reload: the command and its gate). Never Prometheus's container,
+# image, key or data folder, never an exporter.
+ROUTING = {"vllm", "gateway", "gateway-config", "gateway-health",
+           "monitoring", "monitoring-config", "monitoring-health"}
+
+
+def test_a_service_added_is_scraped_with_nothing_else_of_monitoring_touched(stack, lab_cfg):
+    d = stack
+    commits = lab_cfg.get("models", {}).get(EMBED_REPO, {}).get("commits")
+    assert commits, f"the lab's stack.json lists no {EMBED_REPO} (a lab made before it: lab.py up)"
+    prometheus = container(d, HEAD, PROMETHEUS)
+    exporters = {n: container(d, n, EXPORTER) for n in (HEAD, WORKER)}
+    d.set("services", [embed_service(commits["first"])])
+    try:
+        ops = d.timed_up("a service added, monitoring on")
+        other = {k: v for k, v in ops.items()
+                 if not k.startswith(("svc-embed", "spark-vllm-"))}
+        assert set(other) <= ROUTING and other.get("monitoring-config") == "update", ops
+        assert container(d, HEAD, PROMETHEUS) == prometheus  # reloaded, not restarted
+        assert {n: container(d, n, EXPORTER) for n in (HEAD, WORKER)} == exporters
+        # the gate waited for it: the service's target is up as soon as the up ends
+        assert targets(d).get(("vllm", "tiny-embed")) == "up", targets(d)
+    finally:
+        d.set("services", [])
+        d.timed_up("the service removed, monitoring on")
+    assert ("vllm", "tiny-embed") not in targets(d)
 
 
 def test_monitoring_off_removes_its_containers_and_keeps_its_data(stack):
