@@ -53,11 +53,12 @@ from hostscripts.paths import GATEWAY_MOUNT, StackNames
 ROLE = "gateway"
 
 
-def restart_reason(containers: Sequence[Any], stack_label: str) -> str | None:
-    """Why the gateway's gate must start it again (recon found its container not running)."""
+def restart_reason(containers: Sequence[Any], stack_label: str, role: str = ROLE) -> str | None:
+    """Why the gate of the stack's `role` container (the gateway's; Prometheus's too) must
+    start it again: recon found it not running."""
     bad = [f"{c.name} is {c.state or 'not running'}" for c in containers
            if c.labels.get("spark-vllm.stack") == stack_label
-           and c.labels.get("spark-vllm.role") == ROLE and c.state != "running"]
+           and c.labels.get("spark-vllm.role") == role and c.state != "running"]
     return "; ".join(bad) or None
 
 

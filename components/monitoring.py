@@ -25,10 +25,15 @@ Children:
   namespace, the node's / read-only at /host);
 * `monitoring-health`: from the head, Prometheus ready, every target up, the stack's rules
   loaded (payloads/monitoring_health.py), again after every new configuration or container.
+
+Recon looks at the head first: where Prometheus's configuration, key file or data folder is gone
+(the stack's folder wiped behind it), the commands that made them run again and Prometheus's
+container is replaced with them (its bind mounts held the folders that went).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +42,8 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
+from components import rerun
+from components.rerun import Again
 from components.spark_node import SparkNode
 from components.vllm_image import pinned_ref
 from config.forms import is_digest_ref
@@ -96,6 +103,8 @@ class MonitoringArgs:
     api_key: pulumi.Output[str]  # the stack's: secret
     gate_timeout_seconds: int = 300
     after: list[pulumi.Resource] = field(default_factory=list)  # the gateway's gate
+    # recon found Prometheus's container not running (stopped by hand): its gate starts it
+    restart_reason: str | None = None
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -126,6 +135,14 @@ class Monitoring(pulumi.ComponentResource):
             keep_locally=True,
             opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
         )
+        # what recon found gone from the head (the stack's folder wiped behind it: another
+        # stack's destroy on the same nodes, a reinstall): the commands that made it run again
+        # (a fresh trigger: delete first, then create), and Prometheus's container, whose bind
+        # mounts held the folders that went, is replaced with them (its label below)
+        again_files = Again.when_wiped([rerun.fresh_trigger()]
+                                 if head.facts.monitoring_files_present is False else [])
+        again_data = Again.when_wiped([rerun.fresh_trigger()]
+                                if head.facts.prometheus_data_present is False else [])
         self.key = head.command(
             f"{name}-key",
             self,
@@ -134,6 +151,8 @@ class Monitoring(pulumi.ComponentResource):
             stdin=pulumi.Output.secret(args.api_key),
             secret_outputs=["stdin", "stdout"],
             logging=remote.Logging.STDERR,  # its stdout (the file's hash) only marks a change
+            triggers=again_files.triggers,
+            ignore_changes=again_files.ignore_changes,
             delete_before_replace=True,
         )
         self.data = head.command(
@@ -141,6 +160,9 @@ class Monitoring(pulumi.ComponentResource):
             self,
             create=mon.data_write(names),
             delete=mon.data_remove(names, keep=m.keep_data_on_destroy),
+            triggers=again_data.triggers,
+            ignore_changes=again_data.ignore_changes,
+            delete_before_replace=True,
         )
         files = self.files
         self.config = head.command(
@@ -149,11 +171,18 @@ class Monitoring(pulumi.ComponentResource):
             create=self.image.image_id.apply(
                 lambda i: mon.config_write(names, files, i, args.labels)),
             delete=mon.config_remove(names),
+            triggers=again_files.triggers,
+            ignore_changes=again_files.ignore_changes,
             delete_before_replace=True,
             depends_on=[self.key, self.data, *args.after],
         )
         labels = {**args.labels, "spark-vllm.role": ROLE, "spark-vllm.node": head.name,
                   "spark-vllm.port": str(m.port)}
+        # the commands that make its bind mounts' sources: made again (a new ID) after recon
+        # found them gone, they replace the container, which still held the folders that went
+        # (a configuration change is an update of the same command: a reload, no replacement)
+        mounts = pulumi.Output.all(self.key.id, self.config.id, self.data.id).apply(
+            lambda ids: " ".join(ids))
         self.container = docker.Container(
             f"{name}-prometheus",
             name=names.prometheus,
@@ -171,7 +200,7 @@ class Monitoring(pulumi.ComponentResource):
                 docker.ContainerMountArgs(target=PROMETHEUS_DATA, type="bind",
                                           source=names.prometheus_data_dir),
             ],
-            labels=_labels(labels),
+            labels=_labels(labels, mounts),
             privileged=False,
             destroy_grace_seconds=30,
             opts=pulumi.ResourceOptions(
@@ -208,12 +237,20 @@ class Monitoring(pulumi.ComponentResource):
                 opts=pulumi.ResourceOptions(parent=self, provider=node.provider,
                                             delete_before_replace=True),
             )
+        # recon's reason to start Prometheus again travels in `triggers` (a new marker replaces
+        # the gate, whose script starts it); none: the state's marker is kept, nothing diffs
+        if args.restart_reason is None:
+            marker, ignore = "none", ["triggers"]
+        else:
+            marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
         self.gate = head.command(
             f"{name}-health",
             self,
             create=pulumi.Output.all(self.container.id, self.config.stdout).apply(
                 lambda v: mon.gate_script(names, mon.gate_marker(v[0], v[1]), self.url,
                                           args.spec, args.gate_timeout_seconds)),
+            triggers=[marker],
+            ignore_changes=ignore,
             delete_before_replace=True,
             depends_on=[self.container, self.config, *self.exporter_containers.values(),
                         *args.after],
@@ -255,5 +292,12 @@ class Monitoring(pulumi.ComponentResource):
         }
 
 
-def _labels(labels: Mapping[str, str]) -> list[docker.ContainerLabelArgs]:
-    return [docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())]
+MOUNTS_LABEL = "spark-vllm.mounts-made-by"  # the IDs of the commands that made its mounts
+
+
+def _labels(labels: Mapping[str, str],
+            mounts: pulumi.Output[str] | None = None) -> list[docker.ContainerLabelArgs]:
+    out = [docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())]
+    if mounts is not None:
+        out.append(docker.ContainerLabelArgs(label=MOUNTS_LABEL, value=mounts))
+    return out

@@ -21,6 +21,7 @@ from typing import Any
 import pulumi
 
 from components import gateway as gateway_component
+from components import monitoring as monitoring_component
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
@@ -278,6 +279,9 @@ def build_stack(
             api_key=made.api_key,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[gateway.gate],
+            restart_reason=gateway_component.restart_reason(
+                _containers(facts[head.name]), labels["spark-vllm.stack"],
+                role=monitoring_component.ROLE),
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,

@@ -174,6 +174,10 @@ class NodeFacts(_Facts):
     # the head only: the gateway's configuration, key digest and TLS file all there
     # (StackNames.gateway_dir)
     gateway_files_present: bool | None = None
+    # the head only, with monitoring: Prometheus's configuration and key file
+    # (StackNames.monitoring_dir), and its data folder (StackNames.prometheus_data_dir)
+    monitoring_files_present: bool | None = None
+    prometheus_data_present: bool | None = None
     # the head's firewall rule that keeps vLLM's mp rendezvous port on the fabric
     # (hostscripts/firewall.py); None: not surveyed (Ray, one node, not the head)
     master_guard_present: bool | None = None

@@ -47,6 +47,7 @@ from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.common import plain, repo_dir
 from hostscripts.firewall import master_port_guard_check
+from hostscripts.monitoring import CONFIG_FILE as PROMETHEUS_CONFIG
 from hostscripts.paths import LIVENESS_STARTS, STOPPED_DIR, StackNames
 from inspection import parsers as p
 from inspection.facts import DockerFacts, NodeFacts, OsFacts
@@ -210,6 +211,15 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
                 files.append(names.gateway_tls_file)
             lines.append(f"sv_bg gateway_files {COMMAND_TIMEOUT} bash -c {q(ALL_PRESENT)} _ "
                          + " ".join(q(f) for f in files))
+            if cfg.monitoring.enabled:
+                # Prometheus's configuration and key file, and its data folder (bind mounts'
+                # sources: a stack folder wiped behind the stack would fail the container)
+                lines.append(
+                    f"sv_bg monitoring_files {COMMAND_TIMEOUT} bash -c {q(ALL_PRESENT)} _ "
+                    f"{q(names.monitoring_dir + '/conf/' + PROMETHEUS_CONFIG)} "
+                    f"{q(names.monitoring_key_file)}")
+                lines.append(f"sv_bg prometheus_data {COMMAND_TIMEOUT} bash -c "
+                             f"{q(DIR_PRESENCE)} _ {q(names.prometheus_data_dir)}")
             if cfg.vllm.executor == "mp" and len(cfg.nodes) > 1:
                 # whether the rule that keeps vLLM's rendezvous port on the fabric is in place
                 lines.append(f"sv_bg master_guard {COMMAND_TIMEOUT} bash -c "
@@ -463,6 +473,10 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
                      else None)
     gateway_files = (r.parse("gateway_files", p.parse_presence) if "gateway_files" in sections
                      else None)
+    monitoring_files = (r.parse("monitoring_files", p.parse_presence)
+                        if "monitoring_files" in sections else None)
+    prometheus_data = (r.parse("prometheus_data", p.parse_presence)
+                       if "prometheus_data" in sections else None)
     guard = (r.parse("master_guard", p.parse_presence) if "master_guard" in sections
              else None)
     # looked at but unreadable: every file counts as missing (the apply runs again, which is
@@ -508,6 +522,8 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         vllm_key_present=vllm_key,
         compile_cache_present=compile_cache,
         gateway_files_present=gateway_files,
+        monitoring_files_present=monitoring_files,
+        prometheus_data_present=prometheus_data,
         master_guard_present=guard,
         clock_offset_seconds=clock_offset,
         liveness_starts=starts,

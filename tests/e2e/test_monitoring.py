@@ -15,9 +15,11 @@ In order:
    threshold: 15 s); the worker started again and the stack converged, the model serves;
 4. a new scrape interval: only the monitoring configuration (and its gate) change; Prometheus
    is reloaded with it, its container keeps its ID and start time;
-5. a service added: its target is up when the up ends, and of monitoring only the configuration
+5. the monitoring folders wiped on the head behind the stack: made again, Prometheus replaced;
+   Prometheus stopped behind the stack: its gate starts it again;
+6. a service added: its target is up when the up ends, and of monitoring only the configuration
    and its gate changed (Prometheus and the exporters keep running); the service removed again;
-6. monitoring turned off: its containers go from every node, its data folder stays
+7. monitoring turned off: its containers go from every node, its data folder stays
    (monitoring.keepDataOnDestroy), then removed by the test.
 
 Every `up` prints its wall time (`WALL ...`).
@@ -40,6 +42,7 @@ EXPORTER = "spark-vllm-dev-node-exporter"
 SERVE = "spark-vllm-dev-serve"
 RAY_WORKER = "spark-vllm-dev-ray-worker"
 DATA = "/var/lib/spark-vllm/stacks/dev/prometheus-data"
+MONITORING_DIR = "/var/lib/spark-vllm/stacks/dev/monitoring"
 MAIN = "tiny-moe"
 URL = "http://127.0.0.1:9090"
 # what the stack's resources may do when monitoring changes: its own, and the stack's outputs
@@ -173,6 +176,46 @@ def test_a_new_scrape_interval_reloads_prometheus_and_nothing_else(stack):
     assert container(d, HEAD, PROMETHEUS) == before  # reloaded, not restarted
     cfg = prom(d, "/api/v1/status/config")["data"]["yaml"]
     assert "scrape_interval: 10s" in cfg, cfg
+
+
+def test_a_monitoring_folder_wiped_behind_the_stack_is_made_again(stack):
+    """The stack's monitoring and data folders removed on the head behind the stack (as a
+    same-named stack's destroy from another backend does): recon sees them gone, the commands
+    that made them run again and Prometheus's container, whose mounts held them, is replaced;
+    nothing else of the stack changes."""
+    d = stack
+    before = container(d, HEAD, PROMETHEUS)
+    d.ssh(HEAD, f"rm -rf {MONITORING_DIR} {DATA}")
+    d.run("preview")
+    planned = {k: v for k, v in d.ops().items() if k.startswith("monitoring-")}
+    assert planned == {"monitoring-key": "replace", "monitoring-config": "replace",
+                       "monitoring-data": "replace", "monitoring-prometheus": "replace",
+                       "monitoring-health": "update"}, d.ops()
+    ops = d.timed_up("the monitoring folders wiped behind the stack")
+    assert mine(ops) == {}, ops
+    assert container(d, HEAD, PROMETHEUS) not in ("", before)
+    assert d.ssh(HEAD, f"ls {MONITORING_DIR}/conf/ {MONITORING_DIR}/secrets/").split() == [
+        f"{MONITORING_DIR}/conf/:", "prometheus.yml", "rules.yml",
+        f"{MONITORING_DIR}/secrets/:", "api-key"]
+    # the gate saw every target up again; the configuration is the stack's (10 s, from above)
+    assert set(targets(d).values()) == {"up"}, targets(d)
+    assert "scrape_interval: 10s" in prom(d, "/api/v1/status/config")["data"]["yaml"]
+    d.run("preview", expect_no_changes=True)
+
+
+def test_prometheus_stopped_behind_the_stack_is_started_by_the_up(stack):
+    """`docker stop` is a manual stop: Docker's restart policy leaves it stopped. Recon sees it
+    and the gate starts the same container again; nothing else runs."""
+    d = stack
+    cid = container(d, HEAD, PROMETHEUS).split()[0]
+    d.ssh(HEAD, f"docker stop -t 5 {PROMETHEUS}")
+    ops = d.timed_up("Prometheus stopped behind the stack")
+    assert {k: v for k, v in ops.items() if not k.startswith("spark-vllm-")} == {
+        "monitoring-health": "replace"}, ops
+    running = d.ssh(HEAD, f"docker inspect -f '{{{{.Id}}}} {{{{.State.Running}}}}' {PROMETHEUS}")
+    assert running.split() == [cid, "true"], running
+    assert set(targets(d).values()) == {"up"}, targets(d)
+    d.run("preview", expect_no_changes=True)
 
 
 # What a service added or removed may change beside its own steps: the VllmServer component's

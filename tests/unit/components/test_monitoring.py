@@ -14,7 +14,8 @@ import pytest
 
 from config import ConfigError, validate_config
 from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
-from tests.conftest import config_raw, is_secret, reveal
+from inspection.facts import ContainerFacts
+from tests.conftest import config_raw, gb10_facts, is_secret, reveal
 from tests.unit.components.test_services import EMBED, with_services
 from tests.unit.components.test_vllm_server import _changed, _registered
 from tests.unit.conftest import API_KEY, settled
@@ -163,3 +164,75 @@ def test_config_refuses_a_monitoring_section_that_cannot_run(monitoring, env, me
     with pytest.raises(ConfigError) as err:
         validate_config(raw)
     assert message in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize("gone, again", [
+    ({"monitoring_files_present": False}, {"monitoring-key", "monitoring-config"}),
+    ({"prometheus_data_present": False}, {"monitoring-data"}),
+    ({"monitoring_files_present": False, "prometheus_data_present": False},
+     {"monitoring-key", "monitoring-config", "monitoring-data"}),
+    ({"monitoring_files_present": True, "prometheus_data_present": True}, set()),
+    ({}, set()),  # not surveyed (an older recon): nothing is run again
+])
+@pulumi.runtime.test
+def test_what_recon_found_gone_is_made_again_and_prometheus_replaced_with_it(
+        build, mocks, gone, again):
+    """The stack's folder wiped behind it (another stack's destroy on the same nodes): the
+    commands that made what is gone run again (a fresh trigger), the others keep the state's
+    value; the container's label names the IDs of the commands that made its mounts, so a
+    command made again (a new ID) replaces it, while a new configuration (an update, the same
+    ID) only reloads it."""
+    facts = {f"spark-{i}": gb10_facts(f"spark-{i}", index=i) for i in (1, 2)}
+    facts["spark-1"] = facts["spark-1"].model_copy(update=gone)
+    h = build(2, facts=facts)
+
+    def check(ids):
+        for name in ("monitoring-key", "monitoring-config", "monitoring-data"):
+            cmd = mocks.named(name).inputs
+            if name in again:
+                assert cmd["triggers"][0].startswith("repair-"), (name, cmd["triggers"])
+            else:
+                assert cmd["triggers"] == ["intact"], (name, cmd["triggers"])
+        labels = {x["label"]: x["value"]
+                  for x in mocks.named("monitoring-prometheus").inputs["labels"]}
+        assert labels["spark-vllm.mounts-made-by"] == " ".join(ids)
+        # the exporters have no mount of the stack's: untouched
+        for node in ("spark-1", "spark-2"):
+            exporter = mocks.named(f"monitoring-node-exporter-{node}").inputs["labels"]
+            assert "spark-vllm.mounts-made-by" not in {x["label"] for x in exporter}
+
+    return settled(h).apply(lambda _: pulumi.Output.all(
+        h.monitoring.key.id, h.monitoring.config.id, h.monitoring.data.id)).apply(check)
+
+
+@pulumi.runtime.test
+def test_prometheus_recon_found_stopped_is_started_by_its_gate(build, mocks):
+    stopped = ContainerFacts(id="c1", name="spark-vllm-dev-prometheus", image="x",
+                             state="exited",
+                             labels={"spark-vllm.managed": "true",
+                                     "spark-vllm.stack": "spark-vllm/dev",
+                                     "spark-vllm.role": "prometheus"})
+    facts = {"spark-1": gb10_facts("spark-1", index=1, containers=[stopped]),
+             "spark-2": gb10_facts("spark-2", index=2)}
+    h = build(2, facts=facts)
+
+    def check(_):
+        gate = mocks.named("monitoring-health").inputs
+        assert gate["triggers"][0].startswith("spark-vllm-dev-prometheus is exited @")
+        assert "docker start spark-vllm-dev-prometheus" in gate["create"]
+        # nothing else runs again: not the gateway's gate, not the configuration
+        assert mocks.named("gateway-health").inputs["triggers"] == ["none"]
+        assert mocks.named("monitoring-config").inputs["triggers"] == ["intact"]
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_prometheus_running_keeps_the_gates_marker(build, mocks):
+    h = build(2)
+
+    def check(_):
+        gate = mocks.named("monitoring-health").inputs
+        assert gate["triggers"] == ["none"], gate["triggers"]  # ignore_changes keeps the state's
+
+    return settled(h).apply(check)

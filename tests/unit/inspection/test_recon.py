@@ -70,13 +70,30 @@ def test_recon_looks_for_the_gateways_files_on_the_head_only():
 
 
 @pytest.mark.parametrize(("section", "field"), [("gateway_files", "gateway_files_present"),
-                                               ("compile_cache", "compile_cache_present")])
+                                               ("compile_cache", "compile_cache_present"),
+                                               ("monitoring_files", "monitoring_files_present"),
+                                               ("prometheus_data", "prometheus_data_present")])
 def test_the_gateways_files_are_read_as_presence(section, field):
     for text, want in (("present", True), ("absent", False)):
         facts = parse(spark_output(1, **{section: text}))
         assert getattr(facts, field) is want
     assert getattr(parse(spark_output(1)), field) is None  # not surveyed
     assert section in parse(spark_output(1, **{section: "maybe"})).unreadable
+
+
+def test_the_head_looks_for_prometheus_files_only_with_monitoring():
+    image = {"ref": "registry.example:5000/prometheus@sha256:" + "3" * 64}
+    cfg = config(monitoring={"enabled": True, "prometheus": image, "nodeExporter": image})
+    head = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
+    assert ("sv_bg monitoring_files 10 bash -c " in head
+            and " _ /var/lib/spark-vllm/stacks/dev/monitoring/conf/prometheus.yml "
+                "/var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key\n" in head)
+    assert "sv_bg prometheus_data 10 bash -c " in head
+    assert " _ /var/lib/spark-vllm/stacks/dev/prometheus-data\n" in head
+    assert "monitoring" not in recon.recon_script(cfg, cfg.nodes[1], NONCE, NAMES)
+    off = config()  # the reference config: monitoring off (its default)
+    assert not off.monitoring.enabled
+    assert "monitoring" not in recon.recon_script(off, off.nodes[0], NONCE, NAMES)
 
 
 def test_recon_without_a_stack_does_not_look_for_stack_files():
