@@ -1,9 +1,10 @@
 # Monitoring gate (the head's python3): proves the stack's Prometheus from the head. argv =
 # Prometheus's URL (http://127.0.0.1:<port>), a JSON spec {"targets": [{"job": ..., "model" or
 # "node": ...}], "group": name, "rules": [alert names]}, timeout in seconds. Waits for /-/ready,
-# then until /api/v1/targets shows every expected target with health "up" (each one's state and
-# last error on stderr every 10 s while it waits; on timeout it fails naming those not up and
-# their last error), then checks that /api/v1/rules has the group with every rule. Prints one
+# then until /api/v1/targets shows every expected target with health "up" and no other target
+# of their jobs (a reload applies a removed target seconds later: Prometheus's discovery sends
+# updates at most every 5 s) (each one's state and last error on stderr every 10 s while it
+# waits; on timeout it fails naming those not up or not declared), then checks that /api/v1/rules has the group with every rule. Prints one
 # JSON line. Standard library only. API: https://prometheus.io/docs/prometheus/latest/querying/api/
 # Built by hostscripts/monitoring.py; the lines above are not sent to the node.
 
@@ -38,6 +39,17 @@ def states():
                 break
         else:
             found[name(t)] = ("missing", "not among Prometheus's active targets")
+    jobs = set(t["job"] for t in spec["targets"])
+    for a in active:
+        labels = a["labels"]
+        if labels.get("job") in jobs and not any(
+                all(labels.get(k) == v for k, v in t.items()) for t in spec["targets"]):
+            extra = {"job": labels["job"]}
+            for k in ("model", "node"):
+                if k in labels:
+                    extra[k] = labels[k]
+            found[name(extra)] = ("undeclared", "still scraped: the configuration that drops "
+                                  "it is not applied yet")
     return found
 said = 0.0
 while True:

@@ -768,6 +768,10 @@ class _FakeApi(http.server.BaseHTTPRequestHandler):
     ready = True
     targets: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
+    # targets listed only for the first `stale_answers` answers (a reload not applied yet)
+    stale: list[dict[str, Any]] = []
+    stale_answers = 0
+    answers = [0]
 
     def do_GET(self) -> None:
         path = urllib.parse.urlsplit(self.path).path
@@ -775,7 +779,9 @@ class _FakeApi(http.server.BaseHTTPRequestHandler):
             return self._send(200 if self.ready else 503, "ready\n")
         data: dict[str, Any]
         if path == "/api/v1/targets":
-            data = {"activeTargets": self.targets, "droppedTargets": []}
+            self.answers[0] += 1
+            stale = self.stale if self.answers[0] <= self.stale_answers else []
+            data = {"activeTargets": self.targets + stale, "droppedTargets": []}
         elif path == "/api/v1/rules":
             data = {"groups": self.groups}
         else:
@@ -816,8 +822,9 @@ def _gate(api: type[_FakeApi], timeout: int = 30) -> subprocess.CompletedProcess
 
 def _api(**attrs: Any) -> type[_FakeApi]:
     targets = [_target("vllm", "tiny-moe"), _target("vllm", "org/tiny-embed"),
-               _target("node", "spark-1"), _target("node", "spark-9")]
-    return type("Api", (_FakeApi,), {"targets": targets, "groups": ALL_RULES, **attrs})
+               _target("node", "spark-1"), _target("other", "spark-9")]
+    return type("Api", (_FakeApi,), {"targets": targets, "groups": ALL_RULES, "answers": [0],
+                                     **attrs})
 
 
 def test_the_gate_passes_when_every_target_is_up_and_the_rules_are_loaded():
@@ -826,6 +833,23 @@ def test_the_gate_passes_when_every_target_is_up_and_the_rules_are_loaded():
     assert json.loads(done.stdout) == {
         "ready": True, "group": GROUP, "rules": list(ALERTS),
         "targets": ["node/spark-1", "vllm/org/tiny-embed", "vllm/tiny-moe"]}
+
+
+def test_the_gate_waits_until_a_removed_target_is_gone():
+    """A service removed: Prometheus applies the reload's target list seconds later (its
+    discovery sends updates at most every 5 s). The gate waits for exactly the declared targets
+    of its jobs (a job not the stack's is not its business); one that stays fails it."""
+    stale = [_target("vllm", "old-embed", "down"), _target("node", "spark-9")]
+    done = _gate(_api(stale=stale, stale_answers=3))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["targets"] == [
+        "node/spark-1", "vllm/org/tiny-embed", "vllm/tiny-moe"]
+    assert "monitoring gate: vllm/old-embed undeclared" in done.stderr
+    done = _gate(_api(stale=stale, stale_answers=10 ** 6), timeout=3)
+    assert done.returncode != 0 and done.stdout == ""
+    last = done.stderr.strip().splitlines()[-1]
+    assert "vllm/old-embed undeclared (still scraped" in last
+    assert "node/spark-9 undeclared" in last and "tiny-moe" not in last
 
 
 def test_the_gate_fails_naming_a_target_never_up_and_its_error():
