@@ -54,6 +54,7 @@ from hostscripts.monitoring import (
     rules,
 )
 from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
+from tests.stand_in import python_stand_in
 
 NAMES = StackNames("t")
 IMAGE = "sha256:" + "a" * 64
@@ -541,8 +542,7 @@ class Head:
         self.d = tmp / "node" / NAMES.monitoring_dir.lstrip("/")
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
-        (bin_dir / "docker").write_text(f"#!{sys.executable}\n{STAND_IN}")
-        (bin_dir / "docker").chmod(0o755)
+        python_stand_in(bin_dir / "docker", STAND_IN)
         self.docker_log = tmp / "docker.log"
         self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
                     "FAKE_DOCKER_LOG": str(self.docker_log), "FAKE_MOUNT": MONITORING_MOUNT,

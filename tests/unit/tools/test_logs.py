@@ -10,7 +10,6 @@ import json
 import os
 import shlex
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +24,7 @@ from click.testing import CliRunner
 from config import NodeConfig, StackConfig, validate_config
 from hostscripts.paths import StackNames
 from tests.conftest import config_raw
+from tests.stand_in import python_stand_in
 from tools import logs
 
 NAMES = StackNames("dev")
@@ -241,8 +241,7 @@ def fake_node(tmp_path: Path, node: str, containers: dict[str, dict[str, Any]]) 
     home = tmp_path / node
     (home / "bin").mkdir(parents=True)
     docker = home / "bin" / "docker"
-    docker.write_text(f"#!{sys.executable}\n{FAKE_DOCKER}")
-    docker.chmod(0o755)
+    python_stand_in(docker, FAKE_DOCKER)
     for name, c in containers.items():
         if "state" in c:
             (home / f"{name}.state").write_text(c["state"])
