@@ -1,7 +1,8 @@
 """`make recon` / `spark-vllm-recon`: survey every node of a stack, print the side-by-side
 table, run preflight.
 
-    spark-vllm-recon [--stack dev] [--key PATH] [--model-bytes N] [--json] [--no-last-up]
+    spark-vllm-recon [--stack dev] [--key PATH] [--model-bytes N | --no-hub] [--json]
+                     [--no-last-up]
 
 Reads Pulumi.<stack>.yaml in the current folder directly (no Pulumi CLI, no engine): the
 `spark-vllm:*` keys are validated by the config package like the program does. Secrets are not
@@ -10,6 +11,12 @@ with --key.
 Below the table, what the last `pulumi up` of the stack proved (`pulumi stack output --json`,
 no secrets): the fabric pairs pinged at the MTU, each node's image probe, NCCL's transport;
 skipped with a note when the CLI or the stack is not there.
+Preflight runs the checks `pulumi preview` runs, with the same inputs where this tool can get
+them: the stack's label (`<project>/<stack>`, from Pulumi.yaml here), so another stack's
+containers, ports and Ray on the same nodes are found; the model's and each service's size and
+shape from the hub (asked while the nodes are surveyed, as the program does; the token from
+HF_TOKEN only, since secrets are not decrypted here), for the memory fit and the disk. What it
+could not check is named after the verdict ("skipped: ..."), never passed in silence.
 Exit codes: 0 preflight passed, 1 preflight failed (findings printed), 2 config/usage problem.
 """
 
@@ -18,8 +25,10 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +36,7 @@ import yaml
 
 from config import NAMESPACE, SECRET_KEYS, ConfigError, StackConfig, pin_host_keys, validate_config
 from hostscripts.paths import StackNames
-from inspection import preflight, recon, report
+from inspection import hub, preflight, recon, report
 
 
 def load_stack_config(stack: str, root: Path | None = None) -> StackConfig:
@@ -74,12 +83,50 @@ def last_up_outputs(stack: str) -> tuple[dict[str, Any] | None, str]:
     return (data, "") if isinstance(data, dict) else (None, "unexpected stack output")
 
 
+def stack_label(stack: str, root: Path | None = None) -> str:
+    """`<project>/<stack>`, the label the program's containers carry: the project's name from
+    Pulumi.yaml in `root` (the folder the stack files are in)."""
+    path = (root or Path.cwd()) / "Pulumi.yaml"
+    try:
+        name = (yaml.safe_load(path.read_text()) or {}).get("name")
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigError([f"{path}: cannot read the project's name ({exc})"]) from None
+    if not isinstance(name, str) or not name:
+        raise ConfigError([f"{path}: no project name"])
+    return f"{name}/{stack}"
+
+
+def ask_hub(cfg: StackConfig) -> tuple[dict[str, Any], list[str]]:
+    """The model's and each service's manifest at the hub, as __main__ asks for them. -> (the
+    keyword arguments of preflight.check, what could not be asked: one line each)."""
+    token = os.environ.get("HF_TOKEN") or None
+    skipped: list[str] = []
+    kwargs: dict[str, Any] = {}
+    try:
+        m = hub.resolve_model(cfg.model.repo, cfg.model.revision, cfg.model.endpoint, token)
+        kwargs.update(model_bytes=m.total_bytes, shape=m.shape)
+    except hub.ModelResolutionError as exc:
+        skipped.append(f"the memory fit and the disk ({exc})")
+    services: dict[str, tuple[int | None, Any]] = {}
+    for s in cfg.services:
+        try:
+            sm = hub.resolve_model(s.repo, s.revision, cfg.model.endpoint, token)
+            services[s.name] = (sm.total_bytes, sm.shape)
+        except hub.ModelResolutionError as exc:
+            skipped.append(f"service {s.name}'s memory share ({exc})")
+    kwargs["services"] = services
+    return kwargs, skipped
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--stack", "-s", default="dev", help="stack name: reads Pulumi.<stack>.yaml")
     ap.add_argument("--key", help="ssh private key file (overrides spark-vllm:ssh.privateKeyPath)")
     ap.add_argument("--model-bytes", type=int, default=None,
-                    help="model size in bytes, for the memory and disk checks")
+                    help="model size in bytes, for the memory and disk checks (instead of "
+                         "asking the hub)")
+    ap.add_argument("--no-hub", action="store_true",
+                    help="do not ask the hub: the memory fit and disk checks are skipped")
     ap.add_argument("--json", action="store_true", help="print the JSON summary, not the table")
     ap.add_argument("--color", choices=("auto", "always", "never"), default="auto")
     ap.add_argument("--no-last-up", action="store_true",
@@ -92,16 +139,35 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 2
 
-    results = recon.survey_all(cfg, names=StackNames(args.stack), key_path=args.key)
+    try:
+        label = stack_label(args.stack)
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 2
+    skipped: list[str] = []
+    hub_args: dict[str, Any] = {}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hub") as pool:
+        lookup = None if args.no_hub or args.model_bytes else pool.submit(ask_hub, cfg)
+        results = recon.survey_all(cfg, names=StackNames(args.stack), key_path=args.key)
+        if lookup is not None:
+            hub_args, skipped = lookup.result()
+    if args.model_bytes:
+        hub_args = {"model_bytes": args.model_bytes}
+        if cfg.services:
+            skipped.append("the services' memory shares (--model-bytes names the main model's "
+                           "size only)")
+    elif args.no_hub:
+        skipped.append("the memory fit and the disk (--no-hub)")
     plan = None
     failure: preflight.PreflightError | None = None
     try:
-        plan = preflight.check(cfg, results, model_bytes=args.model_bytes)
+        plan = preflight.check(cfg, results, stack_label=label, **hub_args)
     except preflight.PreflightError as exc:
         failure = exc
 
     if args.json:
         out = report.summary(results, plan)
+        out["skipped"] = skipped
         if failure is not None:
             out["preflight"] = {"failed": [str(f) for f in failure.findings],
                                 "warnings": [str(w) for w in failure.warnings]}
@@ -125,9 +191,13 @@ def main(argv: list[str] | None = None) -> int:
                           f"{c.memory_bytes / 1024**3:.1f} GiB); destroy starts it again")
     if failure is not None:
         print(failure, file=sys.stderr)
+        for line in skipped:
+            print(f"skipped: {line}", file=sys.stderr)
         return 1
     if not args.json:
-        print("preflight passed")
+        print("preflight passed" + ("" if skipped else " (every check `pulumi preview` runs)"))
+        for line in skipped:
+            print(f"skipped: {line}")
     return 0
 
 
