@@ -277,6 +277,27 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
     write(os.path.join(up, "resolv.conf"),
           "# spark-vllm lab: no DNS in the lab; lookups fail at once (lab/hosts.py)\n"
           "nameserver 127.0.0.1\n")
+    # the node's own ssh host key where a Spark keeps it, so the README's out-of-band check on the
+    # host (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub`) shows the key its sshd presents,
+    # not this machine's (the /etc overlay's lower folder); recon reads the same file
+    install_host_key(name, up)
+
+
+def install_host_key(name: str, etc_upper: str) -> None:
+    """The node's ed25519 host key (generated once per machine and node and kept in the cache,
+    so the pins the lab writes stay valid across down/up; delete the cache dir to rotate) as
+    /etc/ssh/ssh_host_ed25519_key{,.pub} of the node."""
+    key = host_key_path(name)
+    os.makedirs(os.path.dirname(key), mode=0o700, exist_ok=True)
+    if not os.path.exists(key):
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", key])
+    sd = os.path.join(etc_upper, "ssh")
+    os.makedirs(sd, mode=0o755, exist_ok=True)
+    node_key = os.path.join(sd, "ssh_host_ed25519_key")
+    for src, dst, mode in ((key, node_key, 0o600), (key + ".pub", node_key + ".pub", 0o644)):
+        if not os.path.exists(dst) or _read(dst) != _read(src):
+            shutil.copyfile(src, dst)
+        os.chmod(dst, mode)
 
 
 # --------------------------------------------------------------------------- dockerd
@@ -392,24 +413,17 @@ def ssh_setup(name: str, i: int) -> bool:
     """Write host key, authorized_keys and sshd_config; True when an existing config changed."""
     sd = os.path.join(node_dir(name), "ssh")
     os.makedirs(sd, mode=0o700, exist_ok=True)
-    # host keys are generated once per machine and node and kept in the cache, so the pins written
-    # into Pulumi.dev.yaml stay valid across down/up (delete the cache dir to get new ones)
-    key = host_key_path(name)
-    os.makedirs(os.path.dirname(key), mode=0o700, exist_ok=True)
-    if not os.path.exists(key):
-        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"root@{name}", "-f", key])
     ensure_lab_key()
-    # sshd reads its key from the node's state folder: the cache sits under the host's /root,
-    # which the node's own /root covers
-    node_key = os.path.join(sd, "ssh_host_ed25519_key")
-    for src, dst, mode in ((key, node_key, 0o600), (key + ".pub", node_key + ".pub", 0o644)):
-        shutil.copyfile(src, dst)
-        os.chmod(dst, mode)
+    for stale in ("ssh_host_ed25519_key", "ssh_host_ed25519_key.pub"):  # where it was kept before
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(sd, stale))
     shutil.copyfile(LAB_KEY + ".pub", os.path.join(sd, "authorized_keys"))
     os.chmod(os.path.join(sd, "authorized_keys"), 0o600)
     cfg_path = os.path.join(sd, "sshd_config")
     before = _read(cfg_path) if os.path.exists(cfg_path) else None
-    text = SSHD_CONFIG.format(name=name, addr=mgmt_ip(i), key=node_key, sd=sd)
+    # the node's own /etc/ssh (install_host_key): the key the README's check reads on the host
+    text = SSHD_CONFIG.format(name=name, addr=mgmt_ip(i), key="/etc/ssh/ssh_host_ed25519_key",
+                              sd=sd)
     write(cfg_path, text)
     return before is not None and before != text
 
@@ -447,7 +461,7 @@ def etc_stale(name: str, hpid: int) -> list[str]:
     such a node is rebuilt."""
     up = os.path.join(node_dir(name), "etc-upper")
     stale = []
-    for f in sorted(os.listdir(up)):
+    for f in [*sorted(os.listdir(up)), *LAB_ETC_FILES]:
         src = os.path.join(up, f)
         if os.path.isfile(src):
             try:
@@ -457,6 +471,10 @@ def etc_stale(name: str, hpid: int) -> list[str]:
             if not same:
                 stale.append(f"/etc/{f}")
     return stale
+
+
+# what the lab writes below the top of a node's /etc (the top level is compared whole)
+LAB_ETC_FILES = ("ssh/ssh_host_ed25519_key.pub",)
 
 
 def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True,

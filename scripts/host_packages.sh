@@ -8,6 +8,7 @@
 #   prometheus  promtool checks the stack's Prometheus configuration and alert rules, and runs
 #               their unit tests; its prometheus scrapes a stand-in gateway in the unit tier
 #               (tests/unit/hostscripts/test_monitoring.py). The lab's image is built from it.
+#   wrk         the load generator of `make bench`'s gateway section (bench/gateway.py).
 # `make setup` runs this. Missing and root: `apt-get update` once, then `apt-get install -y
 # --no-install-recommends` (no service is started by the install). Missing and not root: it
 # says how to install and exits 0; the tests that need the binary then fail saying the same,
@@ -16,7 +17,7 @@ set -euo pipefail
 
 # Debian package[:its binary, when the names differ] (SPARK_VLLM_HOST_PACKAGES: another list,
 # for its own test)
-read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables prometheus:promtool}"
+read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables prometheus:promtool wrk}"
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 

@@ -2,6 +2,7 @@
 import concurrent.futures
 import os
 import shlex
+import subprocess
 
 import pytest
 
@@ -15,6 +16,25 @@ def test_ssh_pinned_host_keys_and_hostname(lab):
     # StrictHostKeyChecking=yes against the hostKey the lab exports: the pinning the stack uses
     for name in lab.nodes:
         assert lab.ssh(name, "hostname").stdout.strip() == name
+
+
+def test_the_readmes_host_key_check_on_the_node_shows_the_key_its_sshd_presents(lab):
+    """README, day zero: compare the fingerprint init shows with `ssh-keygen -lf
+    /etc/ssh/ssh_host_ed25519_key.pub` on the host. On a node that file is the key its sshd
+    presents (ssh-keyscan from the machine), not the machine's own, and no two nodes share it."""
+    seen = {}
+    for name, node in lab.nodes.items():
+        on_node = lab.ssh(name, "ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub").stdout.split()
+        scanned = subprocess.run(["ssh-keyscan", "-t", "ed25519", node["host"]],
+                                 capture_output=True, text=True, timeout=30).stdout
+        presented = subprocess.run(["ssh-keygen", "-lf", "-"], input=scanned,
+                                   capture_output=True, text=True, timeout=30).stdout.split()
+        assert on_node[1] == presented[1], (name, on_node, presented)
+        seen[name] = on_node[1]
+    assert len(set(seen.values())) == len(seen)
+    own = subprocess.run(["ssh-keygen", "-lf", "/etc/ssh/ssh_host_ed25519_key.pub"],
+                         capture_output=True, text=True).stdout.split()
+    assert not own or own[1] not in seen.values()
 
 
 def test_docker_run_gpus_all_lab_image_by_digest_real_vllm_and_ray(lab):
