@@ -272,7 +272,7 @@ def vllm_health_gate(
             "    *) fail=\"vllm serve exited while the gate waited (now: $s)\"; "
             "kill $probe 2>/dev/null || true; break ;;",
             "  esac",
-            "  sleep 2",
+            "  sleep 1",
             "done",
             "if [ -z \"$fail\" ] && wait $probe; then cat \"$out\"; exit 0; fi",
             "cat \"$out\" >&2",

@@ -27,7 +27,7 @@ while True:
         last = repr(e)
     if time.time() > end:
         sys.exit("vllm serve not healthy after %ds: %s" % (timeout, last))
-    time.sleep(3)
+    time.sleep(1)
 ids = [m["id"] for m in json.loads(call("/v1/models")[1])["data"]]
 if name not in ids:
     sys.exit("/v1/models lists %s, not %s" % (ids, name))
