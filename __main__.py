@@ -5,6 +5,8 @@ the model resolved at the hub (its commit and size) while recon looks at every n
 touching any (recon + preflight, which stops here on a failed check), then the components, then
 the outputs.
 recon, preflight and the hub lookup are reached through their modules so tests can replace them.
+The components' modules are imported while recon surveys the nodes (about half a second of
+imports no preview waits for on top of the survey's SSH round trips).
 """
 
 from concurrent.futures import ThreadPoolExecutor
@@ -12,22 +14,24 @@ from concurrent.futures import ThreadPoolExecutor
 import pulumi
 
 import config
-from components import stack
 from inspection import hub, preflight
 
 cfg = config.load_config()
 secrets = config.load_secrets(cfg)
 key_path = config.ssh_key_path(cfg)
-# the hub is asked while recon surveys the nodes: a preview waits for the slower, not for both
+# the hub is asked while recon surveys the nodes, and the components' modules load meanwhile:
+# a preview waits for the slowest of the three, not for all of them in turn
 token = config.secret_plaintext("hfToken")
-with ThreadPoolExecutor(max_workers=1 + len(cfg.services), thread_name_prefix="hub") as pool:
+with ThreadPoolExecutor(max_workers=2 + len(cfg.services), thread_name_prefix="look") as pool:
     lookup = pool.submit(hub.resolve_model, cfg.model.repo, cfg.model.revision,
                          cfg.model.endpoint, token)
     services = {s.name: pool.submit(hub.resolve_model, s.repo, s.revision, cfg.model.endpoint,
                                     token) for s in cfg.services}
-    facts, plan = preflight.run(
-        cfg, key_path=key_path, model=lookup.result,
-        services=lambda: {n: f.result() for n, f in services.items()})
+    survey = pool.submit(preflight.run, cfg, key_path=key_path, model=lookup.result,
+                         services=lambda: {n: f.result() for n, f in services.items()})
+    from components import stack  # while the nodes are surveyed
+
+    facts, plan = survey.result()
 for warning in plan.warnings:  # never fatal: shown by every preview and up (a crash loop, ...)
     pulumi.log.warn(f"preflight: {warning}")
 manifest = lookup.result()
