@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 from bench import gateway as gateway_bench  # noqa: E402
+from bench import preview_profile  # noqa: E402
 from hostscripts import common, models  # noqa: E402
 from hostscripts.models import ModelFile  # noqa: E402
 from hostscripts.paths import StackNames  # noqa: E402
@@ -273,6 +274,26 @@ def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
             f"ssh {[ssh[n][-1] for n in nodes]}")
     for e in empties.values():
         e.workspace.remove_stack("bench-empty")
+    # where the program's own part goes: one more preview, its process profiled
+    prof = work / "preview-profile"
+    extra = preview_profile.env(prof)
+    saved_env = dict(d.stack.workspace.env_vars)
+    d.stack.workspace.env_vars.update(extra)
+    try:
+        t0 = time.monotonic()
+        run_op(d, "preview")
+        profiled_s = time.monotonic() - t0
+    finally:
+        d.stack.workspace.env_vars.clear()
+        d.stack.workspace.env_vars.update(saved_env)
+    profile = {**preview_profile.phases(prof), "preview_s": round(profiled_s, 2)}
+    say(f"no-op preview profiled: {profile}")
+    # the policy pack's share: the same preview with the pack, as a review runs it
+    pack_s = []
+    for _ in range(reps):
+        t0 = time.monotonic()
+        run_op(d, "preview", policy_packs=[str(ROOT / "policies")])
+        pack_s.append(time.monotonic() - t0)
     # where the stack's preview goes: its two pre-engine phases, timed alone on the same nodes
     recon_s, hub_s = [], []
     cfg = stack_config(d)
@@ -297,6 +318,9 @@ def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
         "ratio_inline": round(statistics.median(t_stack) / statistics.median(t_empty["inline"]),
                               2),
         "ssh_per_node": {n: sorted(set(v)) for n, v in ssh.items()},
+        "profile": profile,
+        "with_pack_s": [round(x, 2) for x in pack_s],
+        "with_pack_median_s": round(statistics.median(pack_s), 2),
     }
 
 
@@ -813,6 +837,7 @@ def report(res: dict, path: Path) -> None:
         "its cost (container memory comes from the cgroups' counters, not `docker stats` "
         "sampling).",
         "",
+        *profile_lines(noop),
         "SSH connections each node's sshd accepted during one stack preview (its log): "
         + ", ".join(f"{n}: {'/'.join(map(str, v))}" for n, v in noop["ssh_per_node"].items())
         + " (the reconnaissance; a preview runs no command and reads no container over SSH).",
@@ -940,6 +965,44 @@ def report(res: dict, path: Path) -> None:
         "",
     ]
     path.write_text("\n".join(L))
+
+
+PROFILE_ROWS = (
+    ("imports_s", "module imports of the program's main thread (the program, the Pulumi SDK and "
+                  "the providers' SDKs)"),
+    ("config_s", "reading and validating the stack's config (`config.load_config`)"),
+    ("waiting_for_look_s", "waiting for recon and the hub beyond the imports they overlap with"),
+    ("graph_s", "building the graph (`build_stack`: every resource registered)"),
+    ("sdk_debug_logs_s", "the SDK's debug log calls (one blocking RPC each; the engine drops "
+                         "them unless run with -v)"),
+    ("after_program_s", "after the program: the SDK waiting for the engine's registrations and "
+                        "outputs"),
+)
+
+
+def profile_lines(noop: dict) -> list[str]:
+    """Section 1's profile of one no-op preview (bench/preview_profile.py), when measured."""
+    prof = noop.get("profile")
+    if not prof:
+        return []
+    lines = [
+        "One more no-op preview with the program's process profiled (cProfile, "
+        "bench/preview_profile.py; the profiler slows Python down, so the parts add up to more "
+        f"than an unprofiled run): {prof['preview_s']} s in all, of which the program's process "
+        f"{prof['process_s']} s and the rest the CLI, the language host, the plugins and the "
+        "engine's diff.",
+        "",
+        "| part of the program's process | seconds |",
+        "|---|---:|",
+        *(f"| {text} | {prof.get(key, '-')} |" for key, text in PROFILE_ROWS),
+        "",
+    ]
+    if noop.get("with_pack_median_s"):
+        lines += [f"With the policy pack (`--policy-pack policies`, as a review runs it) the same "
+                  f"preview takes {noop['with_pack_median_s']} s (median of "
+                  f"{', '.join(map(str, noop['with_pack_s']))}) against "
+                  f"{noop['stack_median_s']} s without.", ""]
+    return lines
 
 
 def gateway_section(gw: dict | None) -> list[str]:

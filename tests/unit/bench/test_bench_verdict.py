@@ -194,7 +194,7 @@ def _gateway_runs(gw_p50: float, gw_rps: float):
 
     runs = []
     for rep in range(3):
-        runs.append(Run("direct", "plain", 16, int(700 * 10), 10.0, 21.5 + rep * 0.01, 26.0, 0))
+        runs.append(Run("direct", "plain", 16, 700 * 10, 10.0, 21.5 + rep * 0.01, 26.0, 0))
         runs.append(Run("gateway", "plain", 16, int(gw_rps * 10), 10.0, gw_p50 + rep * 0.01,
                         27.0, 0))
         runs.append(Run("gateway-tls", "plain", 16, int(gw_rps * 10), 10.0, gw_p50, 27.5, 1))
