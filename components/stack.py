@@ -209,6 +209,7 @@ def build_stack(
             labels=labels,
             hf_token=secrets.hf_token,
             fabric_subnets=cfg.nccl.fabric_subnets,
+            after=gate.done,
         ),
         opts=pulumi.ResourceOptions(depends_on=[image, *gate.done]),
     )

@@ -282,11 +282,11 @@ def judge(reports: Mapping[str, RankReport | str], *, threshold: float, enforce:
         "enforced": enforce,
         "stopped": bool(problems),
         "thresholdGBps": threshold,
-        "allGatherBusGBps": round(judged.busbw, 4) if judged else None,
-        "allReduceBusGBps": round(other.busbw, 4) if other else None,
+        "allGatherBusGBps": round(judged.busbw, 6) if judged else None,
+        "allReduceBusGBps": round(other.busbw, 6) if other else None,
         "backend": head.backend if head else None,
         "ranks": head.world if head else len(reports),
-        "busbw": {op: {str(f.bytes): round(f.busbw, 4) for f in figs if f.op == op}
+        "busbw": {op: {str(f.bytes): round(f.busbw, 6) for f in figs if f.op == op}
                   for op in OPS},
         "transport": {n: t.line() for n, t in transports.items()},
         "why": next(iter(problems or warnings), None),

@@ -172,12 +172,12 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
                          f"{q(recon.READ_STARTS)} _ {c} {q(LIVENESS_STARTS)}")
             probe = f"docker exec -i {c} python3 -c {q(_probe_py())} {q(w.url)} < {q(w.key_file)}"
             lines.append(f"sv_bg probe:{w.container} {PROBE_TIMEOUT} bash -c {q(probe)}")
-    if cfg.monitoring.enabled and node.name == cfg.head.name:
-        lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
-                     f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
     if node.name == cfg.head.name:
         lines.append(f"sv_bg collective {STATE_TIMEOUT} bash -c {q(GATE_RECORD)} _ "
                      f"{q(names.collective_record)}")
+    if cfg.monitoring.enabled and node.name == cfg.head.name:
+        lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
+                     f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
     lines += ["wait", 'cat "$SV_DIR"/out.*', 'rm -rf "$SV_DIR"', "}", "main", "exit 0", ""]
     return "\n".join(lines)
 

@@ -141,9 +141,9 @@ def test_every_policy_survives_an_all_unknown_resource():
     sentinel_props = {k: UNKNOWN_STRING_VALUE for k in (
         "environment", "tensorParallelSize", "nodes", "apiKey", "rdma", "command", "envs",
         "labels", "ports", "capabilities", "privileged", "image", "ref", "imageIds", "host",
-        "hostKey", "revision", "create")}
+        "hostKey", "revision", "create", "ncclBuilds")}
     for t in (VLLM_SERVER, NCCL_ENV, CONTAINER, VLLM_IMAGE, "command:remote:Command",
-              rules.SPARK_NODE, rules.MODEL_CACHE):
+              rules.SPARK_NODE, rules.MODEL_CACHE, rules.COLLECTIVE_GATE):
         diags = analyze(t, sentinel_props) + analyze_stack([(t, "x", sentinel_props)])
         assert not any("can't run policy" in d.message for d in diags), (t, diags)
 

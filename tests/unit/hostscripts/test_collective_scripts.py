@@ -101,7 +101,7 @@ def test_a_rank_that_cannot_run_says_why_and_leaves_the_verdict_to_the_check(tmp
     # the payload's own answer and then a failure (a collective that raised): not trusted
     done, _ = run(tmp_path, rank_script(), FAKE_DOCKER_RC="1",
                   FAKE_DOCKER_OUT=json.dumps(ANSWER) + "\n", FAKE_DOCKER_ERR="boom\n")
-    with pytest.raises(CollectiveError, match="exit 1 | stderr: boom"):
+    with pytest.raises(CollectiveError, match=r"exit 1 \| stderr: boom"):
         parse_rank("spark-2", done.stdout)
 
 

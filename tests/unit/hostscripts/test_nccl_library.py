@@ -45,7 +45,7 @@ def build_id_by_sections(path: str) -> str:
         return name, offset, size
     _n, str_off, _s = section(shstrndx)
     for i in range(shnum):
-        name, offset, size = section(i)
+        name, offset, _size = section(i)
         end = data.index(b"\0", str_off + name)
         if data[str_off + name:end] == b".note.gnu.build-id":
             namesz, descsz, _kind = struct.unpack_from("<III", data, offset)
@@ -131,3 +131,41 @@ def test_loaded_mode_says_why_it_knows_no_library(tmp_path):
     answer = json.loads(done.stdout)
     assert answer["soPath"] == LIBC and answer["vllm"] is None
     assert answer["reason"].startswith(f"{LIBC} cannot be loaded as vLLM loads it"), answer
+
+
+def test_the_probe_leaves_its_answer_where_recon_reads_it(tmp_path):
+    """hostscripts/images.image_probe with the stack's names: the image's answer (here the lab's
+    real one, from a stand-in docker) is printed and left as the record recon's image_nccl
+    section reads back (inspection/recon.IMAGE_RECORDS, parsers.parse_image_nccl)."""
+    from hostscripts.images import image_probe, image_probe_remove
+    from hostscripts.paths import StackNames
+    from inspection import parsers, recon
+
+    answer = (ROOT / "tests" / "fixtures" / "collective" / "image-probe-lab-spark-1.txt") \
+        .read_text().split("\n", 1)[1]
+    image = "sha256:" + "14638ee059096d69deb74203c6810104f71c1606f8f3201ffde99461b14009cb"
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    python_stand_in(bin_ / "docker", "import os, sys\n"
+                    "assert 'nvidia_nccl' not in sys.argv[-1] and '\"nccl\": ' in sys.argv[-1]\n"
+                    "sys.stdout.write(open(os.environ['ANSWER']).read())\n")
+    (tmp_path / "answer").write_text("a warning first\n" + answer)
+    names = StackNames("dev")
+    script = image_probe(image, {"spark-vllm.role": "image-probe"}, record=names)
+    sandbox = str(tmp_path)
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "ANSWER": str(tmp_path / "answer")}
+    done = subprocess.run(["/bin/sh", "-c", script.replace("/var/lib/spark-vllm",
+                                                           f"{sandbox}/var/lib/spark-vllm")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "a warning first\n" + answer
+    folder = f"{sandbox}{names.image_probe_dir}"
+    listed = subprocess.run(["bash", "-c", recon.IMAGE_RECORDS, "_", folder],
+                            capture_output=True, text=True, check=True).stdout
+    found = parsers.parse_image_nccl(listed)
+    assert list(found) == [image]
+    assert found[image].vllm is not None and found[image].vllm.package == "nvidia-nccl-cu13"
+    subprocess.run(["/bin/sh", "-c", image_probe_remove(names, image).replace(
+        "/var/lib/spark-vllm", f"{sandbox}/var/lib/spark-vllm")], check=True)
+    assert subprocess.run(["bash", "-c", recon.IMAGE_RECORDS, "_", folder], capture_output=True,
+                          text=True, check=True).stdout == ""
