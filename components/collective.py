@@ -166,6 +166,9 @@ class CollectiveGate(pulumi.ComponentResource):
                 f"{name}-rank-{n.name}",
                 self,
                 create=texts[n.name],
+                # its answer is one long JSON line for the check, which prints the verdict;
+                # only a docker or torch complaint (stderr) shows in the `up`
+                logging=remote.Logging.STDERR,
                 triggers=triggers,
                 depends_on=args.after,
                 # the deadline is the payload's own; this only bounds a wedged docker

@@ -64,7 +64,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, ServiceConfig, StackConfig
 from config.errors import key_path
-from config.forms import GIB, MODEL_SEED_PORT
+from config.forms import GIB, MODEL_SEED_PORT, is_image_id
 from hostscripts.paths import StackNames
 from inspection import memory_fit
 from inspection.facts import ContainerFacts, ImageNccl, MemoryFacts, NodeFacts
@@ -332,11 +332,20 @@ SERVING_ROLES = ("ray-head", "ray-worker", "vllm-serve")
 
 
 def serving_image(f: NodeFacts, stack_label: str | None) -> str | None:
-    """The image ID the stack's serving containers on this node run (None: none of them)."""
+    """The image ID the stack's serving containers on this node run (None: none of them). The
+    stack creates them by image ID, which is what `docker ps` reports as their image
+    (tests/fixtures/status); a tag is looked up in the node's images."""
     for c in f.docker.containers if f.docker else []:
-        if (c.labels.get("spark-vllm.stack") == stack_label
-                and c.labels.get("spark-vllm.role") in SERVING_ROLES and c.image_id):
-            return c.image_id
+        if (c.labels.get("spark-vllm.stack") != stack_label
+                or c.labels.get("spark-vllm.role") not in SERVING_ROLES):
+            continue
+        for ref in (c.image_id, c.image):
+            if is_image_id(ref):
+                return ref
+        found = next((i.id for i in (f.docker.images if f.docker else [])
+                      if c.image in (*i.repo_tags, *i.repo_digests)), None)
+        if found is not None:
+            return found
     return None
 
 

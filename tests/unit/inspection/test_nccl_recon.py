@@ -78,7 +78,7 @@ def _facts(n: int, image_nccl: str | None = None, host: str = HOST_NONE, serving
         sections["image_nccl"] = image_nccl
     f = parse(spark_output(n, **sections), node=f"spark-{n}")
     if serving:
-        c = ContainerFacts(id="c" * 64, name="spark-vllm-dev-ray-head", image="x", image_id=IMAGE,
+        c = ContainerFacts(id="c" * 64, name="spark-vllm-dev-ray-head", image=IMAGE,
                            state="running", labels={"spark-vllm.stack": LABEL,
                                                     "spark-vllm.role": "ray-head"})
         assert f.docker is not None
@@ -128,3 +128,20 @@ def test_recons_report_shows_the_nccl_of_every_node():
     summary = report.summary(facts, stack_label=LABEL)
     assert summary["nodes"]["spark-2"]["nccl"]["vllm"]["package"] == "nvidia-nccl-cu13"
     assert summary["nodes"]["spark-2"]["nccl"]["host"][0]["package"] == "libnccl2"
+
+
+def test_the_serving_image_is_what_docker_ps_reports_or_a_tag_found_among_the_images():
+    """The stack creates its containers by image ID, which `docker ps` reports as their Image
+    (tests/fixtures/status); a container created from a tag is found through the node's images."""
+    from inspection.facts import ImageFacts
+
+    f = _facts(1)
+    assert preflight.serving_image(f, LABEL) == IMAGE
+    assert preflight.serving_image(f, "spark-vllm/other") is None
+    assert f.docker is not None
+    tagged = f.docker.containers[0].model_copy(update={"image": "registry:5000/vllm:lab"})
+    docker = f.docker.model_copy(update={"containers": [tagged], "images": [
+        ImageFacts(id=IMAGE, repo_tags=["registry:5000/vllm:lab"])]})
+    assert preflight.serving_image(f.model_copy(update={"docker": docker}), LABEL) == IMAGE
+    docker = docker.model_copy(update={"images": []})
+    assert preflight.serving_image(f.model_copy(update={"docker": docker}), LABEL) is None

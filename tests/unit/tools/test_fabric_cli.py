@@ -25,8 +25,8 @@ def lab(name: str) -> str:
 
 def facts(serving: bool = True):
     def one(name: str, index: int):
-        c = ContainerFacts(id=f"{index}" * 64, name="spark-vllm-dev-ray-head", image="x",
-                           image_id=IMAGE, state="running",
+        c = ContainerFacts(id=f"{index}" * 64, name="spark-vllm-dev-ray-head", image=IMAGE,
+                           state="running",
                            labels={"spark-vllm.stack": "spark-vllm/dev",
                                    "spark-vllm.role": "ray-head" if index == 1 else "ray-worker"})
         return gb10_facts(name, index=index, containers=[c] if serving else [])
