@@ -49,7 +49,7 @@ def test_a_fabric_changed_behind_the_stack_is_repaired_touching_only_that_interf
     assert set(ops) - set(fabric) <= {f"nccl-fabric-{HEAD}", f"nccl-fabric-{WORKER}",
                                       f"collective-rank-{HEAD}", f"collective-rank-{WORKER}",
                                       "collective-check"}, ops
-    assert ops.get(f"collective-rank-{WORKER}") == "replace", ops
+    assert f"collective-rank-{WORKER}" in ops, ops  # the fabric changed: it measures again
     d.run("up")
     assert port(d, WORKER) == ("192.168.178.12/24", "9000")
     assert d.ssh(WORKER, f"stat -c %a {FILE}").strip() == "600"
