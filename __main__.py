@@ -34,6 +34,8 @@ with ThreadPoolExecutor(max_workers=2 + len(cfg.services), thread_name_prefix="l
     facts, plan = survey.result()
 for warning in plan.warnings:  # never fatal: shown by every preview and up (a crash loop, ...)
     pulumi.log.warn(f"preflight: {warning}")
+for node, line in plan.nccl.items():  # which NCCL runs where (the image probe's last record)
+    pulumi.log.info(f"preflight: {node}: NCCL: {line}")
 manifest = lookup.result()
 handles = stack.build_stack(cfg, facts, plan, secrets, manifest=manifest,
                             service_manifests={n: f.result() for n, f in services.items()},

@@ -46,10 +46,11 @@ sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 from bench import gateway as gateway_bench  # noqa: E402
 from bench import preview_profile  # noqa: E402
+from hostscripts import collective as collective_scripts  # noqa: E402
 from hostscripts import common, models  # noqa: E402
 from hostscripts.models import ModelFile  # noqa: E402
 from hostscripts.paths import StackNames  # noqa: E402
-from inspection import hub, recon  # noqa: E402
+from inspection import collective, hub, recon  # noqa: E402
 from lab import deployments as labkit  # noqa: E402  (puts the toolchain on PATH)
 from lab.deployments import (  # noqa: E402
     EMBED_REPO,
@@ -682,12 +683,54 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
                 "raw_gbit": round(size * 8 / mr / 1e9, 2),
                 "ratio": round(mr / mp, 2),
             }
+        # the collective gate's ranks (the very scripts the stack's gate runs) on the same twin
+        out["collective"] = bench_collective(image, pairs[0][0], reps)
     finally:
         lab("ssh", HEAD, "sh", "-c", stop, check=False)
         for n in (HEAD, WORKER):
             lab("ssh", n, "sh", "-c", f"rm -rf {root} /root/.cache/bench-raw-*.bin", check=False)
     # the headline figures are the two-twin run's (the product's normal path)
     return {**out, **{k: out["both"][k] for k in out["both"]}}
+
+
+COLLECTIVE_SIZES = [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26]
+COLLECTIVE_PORT = 29519
+
+
+def bench_collective(image: str, head_ip: str, reps: int) -> dict:
+    """The collective gate (components/collective.py) between the head and the worker: the
+    rank scripts the stack runs (hostscripts/collective.py, Gloo on the lab's CPUs over the
+    primary twin), `reps` runs; per size the median bus bandwidth of all_gather and all_reduce
+    (inspection/collective.py, nccl-tests' formula) and the wall time of a run."""
+    bench = StackNames("bench")
+    labels = {"spark-vllm.managed": "true", "spark-vllm.stack": "bench",
+              "spark-vllm.role": "collective-gate"}
+    env = {"GLOO_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
+           "NCCL_IB_DISABLE": "1"}
+    figs: dict[str, dict[int, list[float]]] = {op: {} for op in collective.OPS}
+    walls = []
+    for _ in range(reps):
+        scripts = {node: collective_scripts.collective_rank(
+            bench, image, env, collective_scripts.rank_request(
+                rank=i, world=2, master=head_ip, port=COLLECTIVE_PORT, sizes=COLLECTIVE_SIZES,
+                deadline=300), labels, nofile=16384) for i, node in enumerate((HEAD, WORKER))}
+        t0 = time.monotonic()
+        procs = {n: subprocess.Popen([*labkit.LAB, "ssh", n, "sh", "-c", s],
+                                     stdout=subprocess.PIPE, text=True)
+                 for n, s in scripts.items()}
+        outs = {n: p.communicate(timeout=900)[0] for n, p in procs.items()}
+        walls.append(time.monotonic() - t0)
+        report = collective.parse_rank(HEAD, outs[HEAD])  # CollectiveError: the run fails
+        collective.parse_rank(WORKER, outs[WORKER])
+        for f in collective.figures(report):
+            figs[f.op].setdefault(f.bytes, []).append(f.busbw)
+    busbw = {op: {str(size): round(statistics.median(v), 4) for size, v in sorted(d.items())}
+             for op, d in figs.items()}
+    best = max(busbw["all_gather"].values(), default=None)
+    say(f"collective gate: all_gather best {best} GB/s, runs {[round(w, 1) for w in walls]} s")
+    return {"busbw": busbw, "wall_s": [round(w, 1) for w in walls], "reps": reps,
+            "all_gather_best": best,
+            "all_reduce_best": max(busbw["all_reduce"].values(), default=None)}
 
 
 # ------------------------------------------------------------------ 4. scaling
@@ -715,6 +758,41 @@ def converge_from_empty(cfg: dict, nodes: list[dict], work: Path, keep_images: b
 
 
 # ------------------------------------------------------------------ report
+def collective_section(fan: dict) -> list[str]:
+    """The collective gate's row: its figures on the lab's primary twin beside the raw TCP
+    stream on the same twin (the fan-out's `one` run)."""
+    col = fan.get("collective")
+    if not col:
+        return []
+    raw = fan.get("one", {}).get("raw_gbit")
+    sizes = list(col["busbw"]["all_gather"])
+    L = [
+        "### The collective gate over the fabric",
+        "",
+        f"The stack's collective gate (components/collective.py): its own rank scripts on "
+        f"{HEAD} and {WORKER}, Gloo over the primary twin (the lab has no GPU, so no NCCL), "
+        f"{col['reps']} runs, median bus bandwidth per size in GB/s as nccl-tests defines it "
+        "(inspection/collective.py). A run's wall time includes starting the serving image's "
+        "python and torch on each node.",
+        "",
+        "| collective | " + " | ".join(collective.size_text(int(s)) for s in sizes) + " |",
+        "|---|" + "---:|" * len(sizes),
+    ]
+    for op in collective.OPS:
+        L.append(f"| {op} busbw | " + " | ".join(
+            str(col["busbw"][op].get(s, "-")) for s in sizes) + " |")
+    L += [
+        "",
+        f"Best all_gather bus bandwidth {col['all_gather_best']} GB/s"
+        + (f", {round(col['all_gather_best'] * 8 / raw, 2)} of the raw TCP stream on the same "
+           f"twin ({raw} Gb/s)" if raw and col["all_gather_best"] else "")
+        + f"; the runs took {', '.join(map(str, col['wall_s']))} s. The lab's dev stack asks for "
+        "fabric.collective.minBusGBps (Pulumi.dev.yaml), a fraction of that raw figure.",
+        "",
+    ]
+    return L
+
+
 def fmt_bytes(n: int | None) -> str:
     if n is None:
         return "-"
@@ -915,6 +993,7 @@ def report(res: dict, path: Path) -> None:
         "machine's memory copies and 2 cores, not by a wire: two twins cannot beat one here, "
         "which is why the ratio to the raw figure on the same twins is the measure.",
         "",
+        *collective_section(fan),
         *compile_cache_section(res.get("compile_cache")),
         "## 4. N-node scaling",
         "",

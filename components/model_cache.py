@@ -103,6 +103,9 @@ class ModelCacheArgs:
     hf_token: pulumi.Output[str] | None = None
     # nccl.fabricSubnets: which twins of a worker and of the head share a subnet (seeds_for)
     fabric_subnets: Sequence[str] = ()
+    # what the fetch (and so every step after it) waits for: the collective gate's verdict,
+    # which must not share the fabric with the model's copy, nor pass a change it stopped
+    after: Sequence[pulumi.Resource] = ()
 
 
 class ModelCache(pulumi.ComponentResource):
@@ -186,6 +189,7 @@ class ModelCache(pulumi.ComponentResource):
             stdin=token,
             # its progress lines (stderr: sizes and rates, never the token) show in the `up`
             logging=remote.Logging.STDERR,
+            depends_on=list(a.after),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,
             retain_on_delete=True,

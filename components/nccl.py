@@ -122,9 +122,14 @@ def docker_extras(nccl: NcclConfig) -> DockerExtras:
 
 def carrier_up(node: SparkNode) -> list[tuple[str, str]]:
     """(interface, address) of the node's fabric twins whose link recon saw up."""
+    return twins_up(node.node, node.facts)
+
+
+def twins_up(node: NodeConfig, facts: NodeFacts) -> list[tuple[str, str]]:
+    """carrier_up from a node's config and recon facts (no SparkNode needed)."""
     out = []
-    for f in node.node.fabric:
-        iface = node.facts.interface(f.interface)
+    for f in node.fabric:
+        iface = facts.interface(f.interface)
         if iface is not None and iface.carrier:
             out.append((f.interface, f.ip))
     return out

@@ -2,7 +2,8 @@
 
 Order of things on the hosts (each arrow a dependency the engine enforces):
 fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
-every node -> model fetched on the head -> fanned
+every node -> the collective bandwidth gate (components/collective.py) -> model fetched on the
+head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
 the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
 vllm.executor mp there is no Ray: a vLLM container on every node follows the model. Each of
@@ -20,8 +21,10 @@ from typing import Any
 
 import pulumi
 
+from components import collective as collective_component
 from components import gateway as gateway_component
 from components import monitoring as monitoring_component
+from components.collective import CollectiveGate, CollectiveGateArgs
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
@@ -77,6 +80,7 @@ class StackHandles:
     services: dict[str, VllmService]
     gateway: Gateway
     monitoring: Monitoring | None  # monitoring.enabled
+    gate: CollectiveGate
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -94,6 +98,8 @@ class StackHandles:
             "imageIds": self.image.image_ids,
             "imageProbe": self.image.probe_summary,  # per node: python, torch/CUDA, vllm, ray
             "fabricCheck": self.nccl.fabric_check,  # per node: each pair it pinged at the MTU
+            # the collective bandwidth gate: verdict, threshold, bus bandwidth per size (GB/s)
+            "collectiveGate": self.gate.summary,
             "nodes": {
                 name: {
                     "role": n.role,
@@ -179,6 +185,19 @@ def build_stack(
             load_format=cfg.vllm.load_format, environment=cfg.environment, after=fabric,
         ),
     )
+    # the fabric proven at speed (issue 51): before the model crosses it and before Ray and vLLM
+    gate = CollectiveGate("collective", CollectiveGateArgs(
+        gate=cfg.fabric.collective, environment=cfg.environment, cluster=cluster, nccl=nccl,
+        rdma=cfg.nccl.rdma, mtu=_fabric_mtu(cfg, facts), image_ids=image.image_ids,
+        names=names, labels=labels, nofile=cfg.ray.nofile,
+        nccl_builds=image.nccl.apply(lambda loaded: {
+            n.name: {"vllm": (loaded.get(n.name) or {}).get("vllm"),
+                     "host": [lib.model_dump(by_alias=True) for lib in n.facts.nccl_host or []]}
+            for n in cluster.nodes}),
+        after=[*fabric, image.check],
+        configured=[c for f in fabrics for c in f.commands.values()],
+        rerun=collective_component.rerun_reason(facts[cluster.head.name].collective_record_present,
+                                                facts[cluster.head.name].collective_stopped)))
     model = ModelCache(
         "model",
         ModelCacheArgs(
@@ -190,8 +209,9 @@ def build_stack(
             labels=labels,
             hf_token=secrets.hf_token,
             fabric_subnets=cfg.nccl.fabric_subnets,
+            after=gate.done,
         ),
-        opts=pulumi.ResourceOptions(depends_on=[image]),
+        opts=pulumi.ResourceOptions(depends_on=[image, *gate.done]),
     )
     stopped = [c for n in cluster.nodes for c in n.stopped]
     with_ray = cfg.vllm.executor == "ray"
@@ -285,7 +305,17 @@ def build_stack(
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,
-                        monitoring)
+                        monitoring, gate)
+
+
+def _fabric_mtu(cfg: StackConfig, facts: Mapping[str, NodeFacts]) -> int | None:
+    """The fabric's MTU: the stack's when it configures the fabric, else the smallest recon saw
+    on a declared interface (None: none seen)."""
+    if cfg.fabric.manage:
+        return cfg.fabric.mtu
+    seen = [i.mtu for n in cfg.nodes for fi in n.fabric
+            if n.name in facts and (i := facts[n.name].interface(fi.interface)) is not None]
+    return min(seen) if seen else None
 
 
 def _containers(f: NodeFacts) -> list[ContainerFacts]:

@@ -21,7 +21,10 @@ Once per image ID on every node, `image-probe-<node>` asks the image's own pytho
 carries (Python, torch and its CUDA, vLLM, Ray, libibverbs; hostscripts/payloads/image_probe.py),
 and `image-check` on the head reports them and fails, before Ray starts, on an image without
 Ray or vLLM, a Ray too old for token authentication, versions that differ between nodes, or
-no libibverbs with RDMA on (inspection/image_probe.judge); when loadFormat fastsafetensors
+no libibverbs with RDMA on (inspection/image_probe.judge), and on nodes whose vLLM loads
+different NCCL builds (nccl_findings: the probe also reports the libnccl vLLM loads, its
+version, GNU build ID and whether pip or the system ships it, payloads/nccl_library.py, and
+leaves its answer in the stack's folder for recon); when loadFormat fastsafetensors
 meets an image whose loader the probe does not show handling several nodes (or no
 fastsafetensors at all) it fails in prod and warns elsewhere (image_probe.loader_findings).
 The probes are stack outputs. The serve command itself is checked with the same payload by
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_docker as docker
@@ -43,12 +47,20 @@ from config.forms import is_digest_ref, is_image_id
 from hostscripts.images import (
     image_check,
     image_probe,
+    image_probe_remove,
     image_pull_from_head,
     image_seeder_start,
     image_seeder_stop,
 )
 from hostscripts.paths import StackNames
-from inspection.image_probe import ImageProbe, ImageProbeError, judge, loader_findings, parse_probe
+from inspection.image_probe import (
+    ImageProbe,
+    ImageProbeError,
+    judge,
+    loader_findings,
+    nccl_findings,
+    parse_probe,
+)
 
 
 class ImageMismatchError(pulumi.RunError):
@@ -114,6 +126,7 @@ class VllmImage(pulumi.ComponentResource):
     probes: dict[str, remote.Command]
     check: remote.Command
     probe_summary: pulumi.Output[dict[str, str]]
+    nccl: pulumi.Output[dict[str, Any]]
 
     def __init__(
         self, name: str, args: VllmImageArgs, opts: pulumi.ResourceOptions | None = None
@@ -167,13 +180,17 @@ class VllmImage(pulumi.ComponentResource):
             node.name: node.command(
                 f"{name}-probe-{node.name}",
                 self,
-                create=self.image_ids[node.name].apply(lambda i: image_probe(i or "", labels)),
+                create=self.image_ids[node.name].apply(
+                    lambda i: image_probe(i or "", labels, record=self.names)),
+                delete=self.image_ids[node.name].apply(
+                    lambda i: image_probe_remove(self.names, i or "")),
             )
             for node in args.cluster.nodes
         }
         outs = pulumi.Output.all(**{n: c.stdout for n, c in self.probes.items()})
 
-        def verdict(stdouts: dict[str, str]) -> tuple[dict[str, str], list[str], list[str]]:
+        def verdict(stdouts: dict[str, str]) -> tuple[dict[str, str], list[str], list[str],
+                                                      dict[str, Any]]:
             probes: dict[str, ImageProbe] = {}
             problems = []
             for node, text in sorted(stdouts.items()):
@@ -185,10 +202,17 @@ class VllmImage(pulumi.ComponentResource):
             stop, warned = loader_findings(probes, load_format=args.load_format,
                                            nodes=len(args.cluster.nodes),
                                            prod=args.environment == "prod")
-            return lines, problems + judge(probes, rdma=args.rdma) + stop, warned
+            bad, unsure = nccl_findings(probes, strict=args.environment != "dev")
+            nccl = {n: p.nccl.model_dump(by_alias=True) if p.nccl else None
+                    for n, p in probes.items()}
+            return (lines, problems + judge(probes, rdma=args.rdma) + stop + bad,
+                    warned + unsure, nccl)
 
         judged = outs.apply(verdict)
         self.probe_summary = judged.apply(lambda v: v[0])
+        # per node, the NCCL its serving vLLM loads (payloads/nccl_library.py): the collective
+        # gate's props, which the policy pack's nccl-build-advisory reads
+        self.nccl = judged.apply(lambda v: v[3])
         self.check = args.cluster.head.command(
             f"{name}-check",
             self,

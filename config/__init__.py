@@ -19,6 +19,7 @@ from config.forms import NAMESPACE, PLACEHOLDER, SECRET_KEYS
 from config.known_hosts import known_host_keys, pin_host_keys
 from config.load import Secrets, load_config, load_secrets, secret_plaintext, ssh_key_path
 from config.models import (
+    CollectiveConfig,
     FabricConfig,
     FabricInterface,
     HealthConfig,
@@ -39,9 +40,9 @@ from config.serve import ServeSettings
 from config.validate import validate_config
 
 __all__ = [
-    "NAMESPACE", "PLACEHOLDER", "SECRET_KEYS", "ConfigError", "FabricConfig", "FabricInterface",
-    "HealthConfig", "ImageConfig", "ModelConfig", "NcclConfig", "NodeConfig", "PreflightConfig",
-    "RayConfig",
+    "NAMESPACE", "PLACEHOLDER", "SECRET_KEYS", "CollectiveConfig", "ConfigError", "FabricConfig",
+    "FabricInterface", "HealthConfig", "ImageConfig", "ModelConfig", "NcclConfig", "NodeConfig",
+    "PreflightConfig", "RayConfig",
     "Recipe", "RecipeError", "Secrets", "ServeSettings", "ServiceConfig", "SshConfig",
     "StackConfig", "VllmConfig",
     "chat_template_text", "key_path", "known_host_keys", "load_config", "load_recipe",

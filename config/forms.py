@@ -112,7 +112,7 @@ SEEDER_PORTS = (IMAGE_SEED_PORT, MODEL_SEED_PORT)
 # (hostscripts/paths.StackNames): a service's container is `spark-vllm-<stack>-<service>`, so no
 # service may be named one of these.
 STACK_CONTAINERS = ("serve", "ray-head", "ray-worker", "model-seeder", "gateway", "prometheus",
-                    "node-exporter")
+                    "node-exporter", "collective")
 
 
 def check_ref_name(name: str) -> str | None:

@@ -311,6 +311,52 @@ class NcclConfig(ConfigModel):
         return [ipaddress.IPv4Network(s) for s in self.fabric_subnets]
 
 
+# NVIDIA's pass marks for all_gather's bus bandwidth between Sparks, from its multi-Spark setup:
+# 175 Gb/s for two Sparks (back to back or through a switch), 10 GB/s in a ring of more
+NVIDIA_TWO_NODES_GBPS = 21.875
+NVIDIA_RING_GBPS = 10.0
+MIB = 1024 * 1024
+
+
+class CollectiveConfig(ConfigModel):
+    """The collective bandwidth gate (components/collective.py): after the fabric check and
+    before vLLM, the serving image's torch.distributed measures all_gather and all_reduce
+    between the nodes (one rank per node, the stack's NCCL environment; Gloo where no GPU).
+
+    `minBusGBps`: the all_gather bus bandwidth (GB/s, nccl-tests' busbw) the gate asks for;
+    null: NVIDIA's, 21.875 for two nodes and 10 for more. `enforce`: below it (or unmeasured)
+    the up stops before vLLM changes; null: in staging and prod, a warning in dev. The sweep
+    runs from `minBytes` to `maxBytes` by factors of 4, each size bounded by the memory the
+    nodes have free (recon's MemAvailable / 8). `port`: the ranks' rendezvous on the head's
+    fabric address.
+    """
+
+    enabled: bool = True
+    min_bus_gbps: float | None = Field(default=None, gt=0, le=1000, alias="minBusGBps")
+    enforce: bool | None = None
+    min_bytes: int = Field(default=1 * MIB, ge=4096, le=GIB)
+    max_bytes: int = Field(default=GIB, ge=4096, le=GIB)
+    port: Port = 29517
+    timeout_seconds: int = Field(default=300, ge=30, le=3600)
+
+    @model_validator(mode="after")
+    def _sizes(self) -> CollectiveConfig:
+        if self.min_bytes > self.max_bytes:
+            raise ValueError(f"minBytes ({self.min_bytes}) is larger than maxBytes "
+                             f"({self.max_bytes})")
+        return self
+
+    def threshold(self, nodes: int) -> float:
+        """The all_gather bus bandwidth the gate asks for (GB/s)."""
+        if self.min_bus_gbps is not None:
+            return self.min_bus_gbps
+        return NVIDIA_TWO_NODES_GBPS if nodes <= 2 else NVIDIA_RING_GBPS
+
+    def enforced(self, environment: str) -> bool:
+        """Whether a figure below the threshold (or none at all) stops the up."""
+        return self.enforce if self.enforce is not None else environment != "dev"
+
+
 class FabricConfig(ConfigModel):
     """The ConnectX-7 interfaces' configuration on the nodes (components/fabric.py).
 
@@ -318,10 +364,12 @@ class FabricConfig(ConfigModel):
     and a netplan file of its own per interface (the address in nodes[].fabric[].ip with its
     fabricSubnets prefix, `mtu`), and converges them on every `up`. False: today's check-only
     behaviour, for hosts whose network team owns them (preflight then wants them configured).
+    `collective`: the collective bandwidth gate (CollectiveConfig).
     """
 
     manage: bool = True
     mtu: int = Field(default=9000, ge=1280, le=9978)
+    collective: CollectiveConfig = Field(default_factory=CollectiveConfig)
 
 
 class RayConfig(ConfigModel):

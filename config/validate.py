@@ -132,6 +132,19 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                 f"{SEEDER_PORTS} (they listen on the head's fabric address)"
             )
 
+    gate = cfg.fabric.collective.port
+    held = {cfg.vllm.port: "spark-vllm:vllm.port", cfg.ray.port: "spark-vllm:ray.port",
+            **({cfg.vllm.master_port: "spark-vllm:vllm.masterPort"}
+               if cfg.vllm.executor == "mp" else {}),
+            **{p: "the stack's seeders" for p in SEEDER_PORTS},
+            **{s.port: f"spark-vllm:services ({s.name})" for s in cfg.services}}
+    if cfg.fabric.collective.enabled and gate in held:
+        problems.append(
+            f"{key_path(('fabric', 'collective', 'port'))}: got {gate}; expected a port other "
+            f"than {held[gate]}'s (the gate's rendezvous binds it on the head's fabric address "
+            "while the stack serves)"
+        )
+
     problems += _service_checks(cfg)
     problems += _gateway_checks(cfg)
     problems += _monitoring_checks(cfg)

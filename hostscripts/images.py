@@ -27,6 +27,7 @@ from hostscripts.paths import HF_MOUNT, IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, S
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
 _FETCH_PY = payload("fetch_url.py")
 _PROBE_PY = payload("image_probe.py")
+NCCL_PY = payload("nccl_library.py")  # which libnccl runs: the probe's child, recon's section
 # The copy prints its progress (bytes, the image's size, rate, time left) into the `up` this
 # often, and once at the end.
 COPY_PROGRESS_SECONDS = 10
@@ -106,25 +107,43 @@ def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
 
 
 def image_probe(image: str, labels: Mapping[str, str],
-                request: Mapping[str, Any] | None = None, hf_cache: str | None = None) -> str:
+                request: Mapping[str, Any] | None = None, hf_cache: str | None = None,
+                record: StackNames | None = None) -> str:
     """On every node, once per image ID: the image's own python reports what it carries
     (payloads/image_probe.py), in a throw-away container without network or GPU. With a
     `request` (the serve check: argv, VLLM_* env, chat template, strict) it also checks the
     serve command with the image's vLLM and exits 1 on what must stop the `up`; the request is
     in the text, so the check runs again whenever what it checks changes. `hf_cache` (the
     node's model cache, read-only, offline as vLLM serves it): vLLM's engine arguments resolve
-    the served snapshot, which must be there."""
+    the served snapshot, which must be there. `record` (the stack's names): the probe also
+    reports the NCCL vLLM loads (payloads/nccl_library.py), and its answer is left in the
+    stack's folder (StackNames.image_probe_record, root only) for recon; image_probe_remove
+    removes it."""
     image = image_id(image)  # the daemon's answer: its exact form before any shell
+    if record is not None:
+        request = {**(request or {}), "nccl": NCCL_PY}
     tail = f" {q(json.dumps(request, sort_keys=True))}" if request is not None else ""
     cache = (f"-v {q(hf_cache + ':' + HF_MOUNT + ':ro')} -e HF_HOME={HF_MOUNT} "
              "-e HF_HUB_OFFLINE=1 " if hf_cache is not None else "")
-    return "\n".join(
-        [
-            "set -eu",
-            f"docker run --rm --network none {label_flags(labels)} {cache}--entrypoint python3 "
-            f"{q(image)} -c {q(_PROBE_PY)}{tail}",
-        ]
-    )
+    run = (f"docker run --rm --network none {label_flags(labels)} {cache}--entrypoint python3 "
+           f"{q(image)} -c {q(_PROBE_PY)}{tail}")
+    if record is None:
+        return "\n".join(["set -eu", run])
+    path = record.image_probe_record(image)
+    return "\n".join([
+        "set -eu",
+        f"out=$({run})",
+        "umask 077",
+        f"mkdir -p {q(record.image_probe_dir)}",
+        f"printf '%s\\n' \"$out\" | tail -n 1 > {q(path + '.new')}",
+        f"mv {q(path + '.new')} {q(path)}",
+        "printf '%s\\n' \"$out\"",
+    ])
+
+
+def image_probe_remove(record: StackNames, image: str) -> str:
+    """The probe's record of `image` goes (destroy, or the probe of another image ID)."""
+    return f"rm -f {q(record.image_probe_record(image_id(image)))}"
 
 
 def image_check(lines: Sequence[str], problems: Sequence[str],

@@ -108,6 +108,28 @@ class StackNames:
         return self._container(service)
 
     @property
+    def collective(self) -> str:
+        """The collective bandwidth gate's short-lived container, one rank on every node
+        (components/collective.py)."""
+        return self._container("collective")
+
+    @property
+    def collective_record(self) -> str:
+        """What the collective gate last measured and decided, on the head (root only): the
+        figures `spark-vllm status` shows, and whether the gate stopped an up (recon reads it:
+        the next up measures again)."""
+        return f"{self.dir}/collective-gate.json"
+
+    def image_probe_record(self, image_id: str) -> str:
+        """What the image probe found in one image on this node (its NCCL among it), root only;
+        recon reads it (`spark-vllm recon`, preflight: which NCCL the serving vLLM loads)."""
+        return f"{self.image_probe_dir}/{image_id.removeprefix('sha256:')}.json"
+
+    @property
+    def image_probe_dir(self) -> str:
+        return f"{self.dir}/image-probe"
+
+    @property
     def dir(self) -> str:
         """The stack's folder of files that outlive a reboot (root only)."""
         return f"{STACK_DIR}/{self.stack}"

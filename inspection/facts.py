@@ -150,6 +150,57 @@ class IbPort(_Facts):
         return self.state == "Active" and self.physical_state == "LinkUp"
 
 
+class NcclLibrary(_Facts):
+    """One libnccl as payloads/nccl_library.py describes it: the build is the ELF GNU build ID
+    (two builds of one version differ there), the source where it comes from."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    path: str
+    real_path: str = Field(default="", alias="realPath")
+    size: int | None = None
+    build: str | None = None  # GNU build ID, hex
+    version: str | None = None  # 2.28.9
+    source: str = "other"  # pip (a wheel's), system (a Debian package's), other
+    package: str | None = None  # nvidia-nccl-cu13, libnccl2
+    package_version: str | None = Field(default=None, alias="packageVersion")
+
+    def line(self) -> str:
+        where = {"pip": "pip's", "system": "the system's"}.get(self.source, "a")
+        text = f"NCCL {self.version or '?'} ({where} {self.package or self.real_path or self.path}"
+        if self.build:
+            text += f", build {self.build[:12]}"
+        return text + ")"
+
+    @property
+    def identity(self) -> tuple[str | None, str | None, str]:
+        """What makes two libraries the same build: the build ID, else version and file size."""
+        return (self.build, self.version, "" if self.build else str(self.size))
+
+
+class ImageNccl(_Facts):
+    """The NCCL the serving vLLM of one image loads, as the image probe found it (its record on
+    the node, StackNames.image_probe_record)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, populate_by_name=True)
+
+    vllm: NcclLibrary | None = None  # what vLLM's collectives load
+    torch: list[NcclLibrary] = Field(default_factory=list)  # what torch's import mapped
+    so_path: str | None = Field(default=None, alias="soPath")  # VLLM_NCCL_SO_PATH
+    reason: str | None = None  # why `vllm` is not known
+
+    def line(self) -> str:
+        if self.vllm is None:
+            return f"unknown ({self.reason or 'no answer'})"
+        text = f"vLLM loads {self.vllm.line()}"
+        if self.so_path:
+            text += f" through VLLM_NCCL_SO_PATH={self.so_path}"
+        others = [t for t in self.torch if t.identity != self.vllm.identity]
+        if others:
+            text += "; torch's own: " + ", ".join(t.line() for t in others)
+        return text
+
+
 class NodeFacts(_Facts):
     node: str  # the config name of the node
     hostname: str = ""
@@ -189,6 +240,15 @@ class NodeFacts(_Facts):
     # file is absent; {} when the survey could not read them (each counts as missing); None when
     # not surveyed
     fabric_files: dict[str, str | None] | None = None
+    # every libnccl the node's dynamic linker knows (payloads/nccl_library.py `host`); None:
+    # not surveyed (no python3 on the node, an older survey)
+    nccl_host: list[NcclLibrary] | None = None
+    # the image probe's records in the stack's folder: {image ID: the NCCL its vLLM loads}
+    image_nccl: dict[str, ImageNccl] = Field(default_factory=dict)
+    # the head only: the collective gate's last record (StackNames.collective_record) is there,
+    # and whether it stopped an up; None: not surveyed
+    collective_record_present: bool | None = None
+    collective_stopped: bool | None = None
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output
     # could not be read or timed out: {section: readable reason}. Preflight reports these.

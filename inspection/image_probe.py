@@ -16,6 +16,8 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from inspection.facts import ImageNccl
+
 RAY_TOKEN_AUTH = (2, 52)  # the first Ray release with RAY_AUTH_MODE=token
 
 
@@ -71,6 +73,7 @@ class ImageProbe(BaseModel):
     # default WORLD group (stock: fails or hangs across nodes), or was not found (None)
     fastsafetensors_cluster: bool | None = None
     serve: ServeCheck | None = None  # only when the probe was given a serve check request
+    nccl: ImageNccl | None = None  # the NCCL vLLM loads (only when the probe was asked)
 
     def line(self) -> str:
         cuda = f"CUDA {self.torch_cuda}" if self.torch_cuda else "no CUDA"
@@ -80,6 +83,8 @@ class ImageProbe(BaseModel):
         if self.fastsafetensors:
             patch = {True: "yes", False: "no", None: "?"}[self.fastsafetensors_cluster]
             text += f", fastsafetensors {self.fastsafetensors} (multi-node patch: {patch})"
+        if self.nccl is not None:
+            text += f"; {self.nccl.line()}"
         return text
 
 
@@ -146,6 +151,34 @@ def warnings(probes: Mapping[str, ImageProbe], *, load_format: str, nodes: int) 
     """What may go wrong and is worth saying outside prod, without stopping the `up`
     (loader_findings)."""
     return loader_findings(probes, load_format=load_format, nodes=nodes, prod=False)[1]
+
+
+NO_CUDA = "a torch without CUDA"  # payloads/nccl_library.py: no NCCL to load, nothing wrong
+
+
+def nccl_findings(probes: Mapping[str, ImageProbe], *, strict: bool) -> tuple[list[str], list[str]]:
+    """(problems, warnings) of the NCCL each node's vLLM loads: two nodes that load different
+    builds (by GNU build ID; version and size without one) are refused everywhere (ranks of
+    different NCCL builds are what vLLM issues 42354 and 41725 traced hangs to); a node whose
+    NCCL the probe could not establish is a problem outside dev (strict) and a warning in dev,
+    since the builds cannot be compared. Probes not asked for NCCL are left out."""
+    asked = {n: p.nccl for n, p in probes.items() if p.nccl is not None}
+    known = {n: x.vllm for n, x in asked.items() if x.vllm is not None}
+    problems: list[str] = []
+    warnings: list[str] = []
+    builds = {lib.identity for lib in known.values()}
+    if len(builds) > 1:
+        detail = "; ".join(f"{n}: {lib.line()} at {lib.real_path or lib.path}"
+                           for n, lib in sorted(known.items()))
+        problems.append(f"the nodes' vLLM load different NCCL builds ({detail}); every rank "
+                        "must run the same build: serve one image (by digest) with the same "
+                        "VLLM_NCCL_SO_PATH everywhere")
+    for n, x in sorted(asked.items()):
+        if x.vllm is None and not (x.reason or "").startswith(NO_CUDA):
+            text = (f"{n}: the NCCL the image's vLLM loads is unknown ({x.reason or 'no answer'}),"
+                    " so the nodes' NCCL builds cannot be compared")
+            (problems if strict else warnings).append(text)
+    return problems, warnings
 
 
 def judge(probes: Mapping[str, ImageProbe], *, rdma: bool) -> list[str]:

@@ -20,6 +20,8 @@ import json
 import re
 from typing import Any
 
+from pydantic import ValidationError
+
 from config.forms import CONTAINER_NAME
 from inspection.facts import (
     ContainerFacts,
@@ -28,8 +30,10 @@ from inspection.facts import (
     HfRepoFacts,
     IbPort,
     ImageFacts,
+    ImageNccl,
     InterfaceFacts,
     MemoryFacts,
+    NcclLibrary,
     RoceFacts,
 )
 
@@ -917,3 +921,63 @@ def parse_liveness_starts(text: str) -> list[tuple[float, str]]:
             except ValueError:
                 continue
     return out
+
+
+def _json_object(kind: str, line: str) -> dict[str, Any]:
+    try:
+        raw = json.loads(line)
+    except ValueError:
+        raise ParseError(kind, "not JSON", line) from None
+    if not isinstance(raw, dict):
+        raise ParseError(kind, "not a JSON object", line)
+    return raw
+
+
+def parse_nccl_host(text: str) -> list[NcclLibrary]:
+    """payloads/nccl_library.py `host`: {"libraries": [...]} -> each libnccl the node's dynamic
+    linker knows."""
+    lines = _nonblank(text)
+    if not lines:
+        raise ParseError("the host's NCCL", "no output", text)
+    raw = _json_object("the host's NCCL", lines[-1])
+    libs = raw.get("libraries")
+    if not isinstance(libs, list):
+        raise ParseError("the host's NCCL", "no libraries list", lines[-1])
+    try:
+        return [NcclLibrary.model_validate(x) for x in libs]
+    except ValidationError as exc:
+        raise ParseError("the host's NCCL", f"a library is not readable ({exc.error_count()} "
+                         "errors)", lines[-1]) from None
+
+
+def parse_image_nccl(text: str) -> dict[str, ImageNccl]:
+    """`<64 hex>\t<the image probe's JSON>` per record (recon's image_nccl section) -> {image
+    ID: the NCCL that image's vLLM loads}; a record without an NCCL answer is left out."""
+    out: dict[str, ImageNccl] = {}
+    for line in _nonblank(text):
+        name, _, body = line.partition("\t")
+        if not re.fullmatch(r"[0-9a-f]{64}", name):
+            raise ParseError("image probe records", "a record's name is not an image ID", line)
+        raw = _json_object("image probe records", body)
+        if not isinstance(raw.get("nccl"), dict):
+            continue
+        try:
+            out[f"sha256:{name}"] = ImageNccl.model_validate(raw["nccl"])
+        except ValidationError:
+            raise ParseError("image probe records", "its nccl answer is not readable",
+                             body) from None
+    return out
+
+
+def parse_collective_record(text: str) -> tuple[bool, bool | None]:
+    """`absent`, or the collective gate's record (JSON) -> (present, whether it stopped an up)."""
+    lines = _nonblank(text)
+    if lines == ["absent"]:
+        return False, None
+    if len(lines) != 1:
+        raise ParseError("the collective gate's record", "expected one line", text)
+    raw = _json_object("the collective gate's record", lines[0])
+    stopped = raw.get("stopped")
+    if not isinstance(stopped, bool):
+        raise ParseError("the collective gate's record", "no stopped: true|false", lines[0])
+    return True, stopped

@@ -20,6 +20,9 @@ Checks (each a function below, each with a passing and a failing test in tests/u
   disk          free bytes at model.cacheDir >= model bytes not yet in that node's HF cache
   other_stack   another stack's container on the node holding a name or a port this stack
                 needs, or its Ray where this stack runs Ray (check_other_stacks)
+  nccl          which NCCL each node's serving vLLM loads (the image probe's record of the
+                image the stack runs there) and the host's, in Plan.nccl; nodes running the
+                same image whose records show different NCCL builds are refused (check_nccl)
 
 MEMORY BUDGET (per node; GB10 has one unified memory, so "GPU memory" is MemTotal):
     claim   = vllm.gpuMemoryUtilization x MemTotal     vLLM takes this much up front and refuses
@@ -61,10 +64,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from config import NodeConfig, ServiceConfig, StackConfig
 from config.errors import key_path
-from config.forms import GIB, MODEL_SEED_PORT
+from config.forms import GIB, MODEL_SEED_PORT, is_image_id
 from hostscripts.paths import StackNames
 from inspection import memory_fit
-from inspection.facts import ContainerFacts, MemoryFacts, NodeFacts
+from inspection.facts import ContainerFacts, ImageNccl, MemoryFacts, NodeFacts
 from inspection.hub import ModelManifest
 from inspection.memory_fit import Estimate, ModelShape
 from inspection.recon import UNMATCHED_LABELS, ReconError, Runner, recent_restarts
@@ -108,6 +111,8 @@ class Plan(BaseModel):
     memory_estimate: Estimate | None = None  # per rank, the same on every node
     model_bytes_missing: dict[str, int] = Field(default_factory=dict)
     hcas_up: dict[str, list[str]] = Field(default_factory=dict)
+    # per node: the NCCL its serving vLLM loads (the image probe's record) and the host's
+    nccl: dict[str, str] = Field(default_factory=dict)
 
 
 class PreflightError(_UserError):
@@ -321,6 +326,80 @@ def check_transport_visible(cfg: StackConfig) -> list[Finding]:
              "serving",
         fix="set spark-vllm:nccl.debug INFO (the stack reads only NCCL's init and network "
             "lines: NCCL_DEBUG_SUBSYS=INIT,NET)")]
+
+
+SERVING_ROLES = ("ray-head", "ray-worker", "vllm-serve")
+
+
+def serving_image(f: NodeFacts, stack_label: str | None) -> str | None:
+    """The image ID the stack's serving containers on this node run (None: none of them). The
+    stack creates them by image ID, which is what `docker ps` reports as their image
+    (tests/fixtures/status); a tag is looked up in the node's images."""
+    for c in f.docker.containers if f.docker else []:
+        if (c.labels.get("spark-vllm.stack") != stack_label
+                or c.labels.get("spark-vllm.role") not in SERVING_ROLES):
+            continue
+        for ref in (c.image_id, c.image):
+            if is_image_id(ref):
+                return ref
+        found = next((i.id for i in (f.docker.images if f.docker else [])
+                      if c.image in (*i.repo_tags, *i.repo_digests)), None)
+        if found is not None:
+            return found
+    return None
+
+
+def nccl_running(f: NodeFacts, stack_label: str | None) -> tuple[str | None, ImageNccl | None]:
+    """(image ID, the NCCL its vLLM loads) on this node, from the image probe's record of the
+    image the stack serves there; with no serving container, the node's only record."""
+    image = serving_image(f, stack_label)
+    if image is None and len(f.image_nccl) == 1:
+        image = next(iter(f.image_nccl))
+    return image, f.image_nccl.get(image) if image else None
+
+
+def nccl_line(f: NodeFacts, stack_label: str | None) -> str:
+    """Which NCCL runs on the node, and the host's: what preflight says and recon shows."""
+    image, found = nccl_running(f, stack_label)
+    if found is not None:
+        text = found.line()
+    elif image is not None:
+        text = f"not probed yet in {image[:19]} (the up's image probe reports it)"
+    else:
+        text = "not probed yet (the up's image probe reports it)"
+    if f.nccl_host is None:
+        host = "unknown (not surveyed)"
+    else:
+        host = ", ".join(lib.line() for lib in f.nccl_host) or "none"
+    return f"{text}; the host's: {host} (not what the containers load)"
+
+
+def check_nccl(facts: Mapping[str, NodeFacts], stack_label: str | None
+               ) -> tuple[list[Finding], dict[str, str]]:
+    """(errors, a line per node): nodes that run the same image ID but whose records show
+    different NCCL builds are refused (ranks of different builds: vLLM issues 42354, 41725);
+    nodes that run different images are the image check's to compare once the up pulled them."""
+    lines = {n: nccl_line(f, stack_label) for n, f in facts.items()}
+    seen: dict[str, tuple[str, ImageNccl]] = {}
+    for n, f in sorted(facts.items()):
+        image, found = nccl_running(f, stack_label)
+        if image and found is not None and found.vllm is not None:
+            seen[n] = (image, found)
+    errors = []
+    first = next(iter(seen.items()), None)
+    for n, (image, found) in seen.items():
+        if first is None or n == first[0] or image != first[1][0]:
+            continue
+        other = first[1][1]
+        assert found.vllm is not None and other.vllm is not None
+        if found.vllm.identity != other.vllm.identity:
+            errors.append(Finding(
+                node=n, check="nccl",
+                fact=f"vLLM here loads {found.vllm.line()}, on {first[0]} {other.vllm.line()}, "
+                     f"from the same image {image[:19]}",
+                fix="every rank must run the same NCCL build: the same VLLM_NCCL_SO_PATH (or "
+                    "none) on every node, then `spark-vllm recon` again"))
+    return errors, lines
 
 
 def check_roce(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]:
@@ -774,6 +853,8 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
 
     errors += check_driver_consistency(cfg, surveyed)
     errors += check_transport_visible(cfg)
+    e, nccl = check_nccl(surveyed, stack_label)
+    errors += e
 
     for node_cfg in cfg.nodes:
         f = surveyed.get(node_cfg.name)
@@ -815,7 +896,7 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         raise PreflightError(errors, warnings)
     return Plan(stop_containers=stops, warnings=warnings, memory_budget_bytes=budgets,
                 usable_memory_bytes=usable, memory_estimate=estimate,
-                model_bytes_missing=missing, hcas_up=hcas)
+                model_bytes_missing=missing, hcas_up=hcas, nccl=nccl)
 
 
 def _stack_label() -> str | None:

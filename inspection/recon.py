@@ -47,6 +47,7 @@ from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.common import plain, repo_dir
 from hostscripts.firewall import master_port_guard_check
+from hostscripts.images import NCCL_PY
 from hostscripts.monitoring import CONFIG_FILE as PROMETHEUS_CONFIG
 from hostscripts.paths import LIVENESS_STARTS, STOPPED_DIR, StackNames
 from inspection import parsers as p
@@ -75,6 +76,11 @@ DIGESTS = ('for f in "$@"; do if [ -e "$f" ]; then sha256sum -- "$f"; else echo 
 CGROUP_ROOT = "/sys/fs/cgroup"  # where the container_memory snippet reads the cgroup counters
 # the liveness watchdog's starts file out of a container, running or not ($1 container, $2 path)
 READ_STARTS = 'docker cp "$1:$2" - | tar -xO'
+# the image probe's records in the stack's folder: `<name>\t<its first line>` per record
+IMAGE_RECORDS = ('for f in "$1"/*.json; do [ -f "$f" ] || continue; n=${f##*/}; '
+                 'printf \'%s\\t\' "${n%.json}"; head -c 65536 "$f" | head -n 1; done')
+# the collective gate's record (its first line), or absent
+FIRST_LINE = 'if [ -s "$1" ]; then head -c 65536 "$1" | head -n 1; else echo absent; fi'
 
 
 class ReconError(Exception):
@@ -168,6 +174,8 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
     lines += [
         f"sv_bg ibdev2netdev {COMMAND_TIMEOUT} ibdev2netdev",
         f"sv_bg rdma_link {COMMAND_TIMEOUT} rdma link",
+        # every libnccl the node's dynamic linker knows, with its build (nothing is loaded)
+        f"sv_bg nccl_host {COMMAND_TIMEOUT} python3 -c {q(NCCL_PY)} host",
         f"sv_bg docker_info {DOCKER_TIMEOUT} docker info --format '{{{{json .}}}}'",
         f"sv_bg docker_ps {DOCKER_TIMEOUT} docker ps -a --no-trunc --format '{{{{json .}}}}'",
         # the containers' labels, as JSON (docker ps's Labels column cannot be split safely)
@@ -200,11 +208,17 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             f"sv_bg compile_cache {COMMAND_TIMEOUT} bash -c {q(DIR_PRESENCE)} _ "
             f"{q(names.compile_cache_dir)}",
         ]
+        # what the image probe found in each image of the stack on this node (its NCCL)
+        lines.append(f"sv_bg image_nccl {COMMAND_TIMEOUT} bash -c {q(IMAGE_RECORDS)} _ "
+                     f"{q(names.image_probe_dir)}")
         if cfg.fabric.manage:
             # the stack's netplan file of each fabric interface (a drift repaired by the up)
             lines.append(f"sv_bg fabric_files {COMMAND_TIMEOUT} bash -c {q(DIGESTS)} _ "
                          + " ".join(q(names.fabric_netplan(f.interface)) for f in node.fabric))
         if node.name == cfg.head.name:
+            # the collective gate's last record: a gate that stopped an up measures again
+            lines.append(f"sv_bg collective_record {COMMAND_TIMEOUT} bash -c {q(FIRST_LINE)} _ "
+                         f"{q(names.collective_record)}")
             # the gateway's files on the head: its configuration, the key's digest, the TLS file
             files = [f"{names.gateway_dir}/conf/haproxy.cfg", names.gateway_key_file]
             if cfg.gateway.tls:
@@ -357,7 +371,7 @@ _TOOL = {"nvidia_smi": "nvidia-smi", "nvidia_smi_query": "nvidia-smi",
          "nvidia_smi_list": "nvidia-smi", "ibdev2netdev": "ibdev2netdev", "rdma_link": "rdma",
          "docker_info": "docker", "docker_ps": "docker", "docker_labels": "docker",
          "container_memory": "docker",
-         "docker_images": "docker", "ip_addr": "ip"}
+         "docker_images": "docker", "ip_addr": "ip", "nccl_host": "python3"}
 
 
 class _Reader:
@@ -483,6 +497,12 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     # harmless); not looked at (an older survey): None
     fabric_files = ((r.parse("fabric_files", p.parse_fabric_files) or {})
                     if "fabric_files" in sections else None)
+    nccl_host = r.parse("nccl_host", p.parse_nccl_host) if "nccl_host" in sections else None
+    image_nccl = (r.parse("image_nccl", p.parse_image_nccl) or {}) if "image_nccl" in sections \
+        else {}
+    record_present, record_stopped = (
+        r.parse("collective_record", p.parse_collective_record) or (None, None)
+        if "collective_record" in sections else (None, None))
     host_keys = r.parse("host_keys", p.parse_host_keys) or []
     for name in SKIP_SECTIONS:  # names the snippets refused to print: say so, never drop quietly
         s = sections.get(name)
@@ -528,6 +548,10 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         clock_offset_seconds=clock_offset,
         liveness_starts=starts,
         fabric_files=fabric_files,
+        nccl_host=nccl_host,
+        image_nccl=image_nccl,
+        collective_record_present=record_present,
+        collective_stopped=record_stopped,
         missing_tools=r.missing_tools,
         unreadable=r.unreadable,
     )

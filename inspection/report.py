@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from config.forms import GIB
-from inspection.facts import NodeFacts
-from inspection.preflight import Plan
+from inspection.facts import NcclLibrary, NodeFacts
+from inspection.preflight import Plan, nccl_running
 from inspection.recon import ReconError
 
 RED, BOLD, DIM, RESET = "\033[31m", "\033[1m", "\033[2m", "\033[0m"
@@ -25,7 +25,8 @@ def _fabric_like(name: str) -> bool:
 
 # --------------------------------------------------------------------------- summary
 
-def summary(facts: Mapping[str, Result], plan: Plan | None = None) -> dict[str, Any]:
+def summary(facts: Mapping[str, Result], plan: Plan | None = None,
+            stack_label: str | None = None) -> dict[str, Any]:
     """Plain dict (str/int/float/bool/list/dict only) for a stack output."""
     nodes: dict[str, Any] = {}
     for name, f in facts.items():
@@ -62,6 +63,7 @@ def summary(facts: Mapping[str, Result], plan: Plan | None = None) -> dict[str, 
                            for i in f.interfaces if _fabric_like(i.name)],
             "roce": [{"device": r.device, "port": r.port, "netdev": r.netdev, "state": r.state}
                      for r in f.roce],
+            "nccl": _nccl_summary(f, stack_label),
             "diskFreeBytes": f.disk_free_bytes,
             "clockOffsetSeconds": f.clock_offset_seconds,
             "missingTools": list(f.missing_tools),
@@ -75,8 +77,32 @@ def summary(facts: Mapping[str, Result], plan: Plan | None = None) -> dict[str, 
             "warnings": [str(w) for w in plan.warnings],
             "memoryBudgetBytes": dict(plan.memory_budget_bytes),
             "hcasUp": {n: list(v) for n, v in plan.hcas_up.items()},
+            "nccl": dict(plan.nccl),
         }
     return out
+
+
+def _nccl_summary(f: NodeFacts, stack_label: str | None) -> dict[str, Any]:
+    image, found = nccl_running(f, stack_label)
+    return {
+        "image": image,
+        "vllm": None if found is None or found.vllm is None else found.vllm.model_dump(),
+        "reason": None if found is None else found.reason,
+        "host": None if f.nccl_host is None else [lib.model_dump() for lib in f.nccl_host],
+    }
+
+
+def _nccl_cell(lib: NcclLibrary) -> str:
+    """A library in a table cell: version, source, package, the build ID's start."""
+    return " ".join(filter(None, (lib.version or "?", lib.source, lib.package,
+                                  (lib.build or "no-build-id")[:8])))
+
+
+def _nccl_image(f: NodeFacts, stack_label: str | None) -> str:
+    _image, found = nccl_running(f, stack_label)
+    if found is None:
+        return "not probed yet"
+    return _nccl_cell(found.vllm) if found.vllm is not None else "unknown"
 
 
 # --------------------------------------------------------------------------- table
@@ -98,7 +124,7 @@ def _gpu(f: NodeFacts, attr: str) -> str:
     return ", ".join(getattr(g, attr) or "?" for g in f.gpus) or "-"
 
 
-def _rows(facts: list[NodeFacts]) -> list[Row]:
+def _rows(facts: list[NodeFacts], stack_label: str | None = None) -> list[Row]:
     rows = [
         Row("hostname", lambda f: f.hostname or "?", compare=False),
         Row("os", lambda f: f.os.pretty_name or "?"),
@@ -125,6 +151,11 @@ def _rows(facts: list[NodeFacts]) -> list[Row]:
             f"{c.name} {_gib(c.memory_bytes)}" for c in f.foreign_containers()) or "-",
             compare=False),
         Row("images", lambda f: str(len(f.docker.images)) if f.docker else "-", compare=False),
+        # which NCCL the stack's vLLM loads (the image probe's record; by build, so two nodes
+        # loading different builds of one version are marked) and the host's
+        Row("nccl (vLLM)", lambda f: _nccl_image(f, stack_label)),
+        Row("nccl (host)", lambda f: "not surveyed" if f.nccl_host is None else ", ".join(
+            _nccl_cell(lib) for lib in f.nccl_host) or "none"),
     ]
     repos = sorted({r.repo_id for f in facts for r in f.hf_cache})
     for repo in repos:
@@ -176,12 +207,13 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
-def render_table(facts: Mapping[str, Result], *, color: bool = False) -> str:
+def render_table(facts: Mapping[str, Result], *, color: bool = False,
+                 stack_label: str | None = None) -> str:
     """Side by side, one column per node. Rows whose values should match but differ start with
     `!` (and are red when color=True). Nodes that could not be surveyed show why."""
     names = list(facts)
     ok = [f for f in facts.values() if isinstance(f, NodeFacts)]
-    rows = _rows(ok) if ok else [Row("status", lambda f: "")]
+    rows = _rows(ok, stack_label) if ok else [Row("status", lambda f: "")]
     table: list[tuple[str, list[str], bool]] = []
     for row in rows:
         cells = []
@@ -224,6 +256,15 @@ def render_table(facts: Mapping[str, Result], *, color: bool = False) -> str:
     return "\n".join(out) + "\n"
 
 
+def _gate_cell(gate: Mapping[str, Any]) -> str:
+    """The collective gate's verdict and all_gather figure (the stack output collectiveGate)."""
+    verdict = gate.get("verdict")
+    if not isinstance(verdict, str):
+        return "-"
+    figure = gate.get("allGatherBusGBps")
+    return verdict + (f", {figure:.3f} GB/s" if isinstance(figure, (int, float)) else "")
+
+
 def render_last_up(names: list[str], outputs: Mapping[str, Any]) -> str:
     """What the last `pulumi up` proved, side by side like the recon table: the fabric pairs
     each node pinged at the MTU, what each node's image carries, the transport NCCL chose.
@@ -234,6 +275,7 @@ def render_last_up(names: list[str], outputs: Mapping[str, Any]) -> str:
 
     fabric, probe, transport = (mapping(k) for k in ("fabricCheck", "imageProbe",
                                                      "ncclTransport"))
+    gate = mapping("collectiveGate")
 
     def fabric_cell(node: str) -> str:
         lines = fabric.get(node)
@@ -249,6 +291,7 @@ def render_last_up(names: list[str], outputs: Mapping[str, Any]) -> str:
         ("fabric check", [fabric_cell(n) for n in names]),
         ("image", [text(probe.get(n)) for n in names]),
         ("nccl transport", [text(transport.get(n, transport.get("all"))) for n in names]),
+        ("collective gate", [_gate_cell(gate)] * len(names)),
     ]
     label_w = max(len(label) for label, _ in rows) + 2
     widths = [max([len(n)] + [len(_clip(r[1][j])) for r in rows]) for j, n in enumerate(names)]

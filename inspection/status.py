@@ -17,7 +17,10 @@ fresh nonce, every command under `timeout`), with these sections:
   apart (requests running and waiting, KV cache use, tokens/s);
 - `alerts` (the head, only with `monitoring.enabled`): the alerts the stack's Prometheus has
   pending or firing (its /api/v1/alerts, asked with the head's own python3 at
-  `prometheus_url`); an answer that cannot be read is a problem, never "no alerts".
+  `prometheus_url`); an answer that cannot be read is a problem, never "no alerts";
+- `collective` (the head): the collective bandwidth gate's last record
+  (StackNames.collective_record, components/collective.py) and when it was written: the
+  fabric's measured bus bandwidth against the threshold.
 
 `node_script` builds a node's script (pure), `parse_node` reads its output into NodeStatus
 (pure), `model_states` turns the nodes' NodeStatus into one ModelStatus per model. A section
@@ -38,6 +41,7 @@ from hostscripts.common import payload, plain
 from hostscripts.paths import LIVENESS_STARTS, StackNames
 from inspection import parsers as p
 from inspection import recon
+from inspection.collective import GateRecord, parse_record
 from inspection.parsers import ParseError
 from inspection.recon import recent_restarts
 
@@ -67,6 +71,11 @@ if len(body) > {ALERTS_MAX_BYTES}:
     sys.exit("%s: the answer is longer than {ALERTS_MAX_BYTES} bytes" % url)
 sys.stdout.write(body.decode("utf-8", "replace"))
 """
+
+
+# the collective gate's record with its time (the file's mtime, the node's clock), or absent
+GATE_RECORD = ('if [ -s "$1" ]; then stat -c %Y "$1"; head -c 65536 "$1" | head -n 1; '
+               'else echo absent; fi')
 
 
 def prometheus_url(cfg: StackConfig) -> str:
@@ -163,6 +172,9 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
                          f"{q(recon.READ_STARTS)} _ {c} {q(LIVENESS_STARTS)}")
             probe = f"docker exec -i {c} python3 -c {q(_probe_py())} {q(w.url)} < {q(w.key_file)}"
             lines.append(f"sv_bg probe:{w.container} {PROBE_TIMEOUT} bash -c {q(probe)}")
+    if node.name == cfg.head.name:
+        lines.append(f"sv_bg collective {STATE_TIMEOUT} bash -c {q(GATE_RECORD)} _ "
+                     f"{q(names.collective_record)}")
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
                      f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
@@ -224,6 +236,11 @@ class NodeStatus:
     # (at most ALERTS_KEPT); None when not asked, or when they could not be read (a problem)
     alerts: list[Alert] | None = None
     alerts_omitted: int = 0  # alerts beyond ALERTS_KEPT, counted, not kept
+    # the head: the collective gate's last record and when it was written (node clock); None
+    # when there is none (collective_problem says so, or why it could not be read)
+    collective: GateRecord | None = None
+    collective_at: float | None = None
+    collective_problem: str = ""
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -389,6 +406,8 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             cs.probe = data
         except (ValueError, IndexError) as exc:
             cs.probe_problem = f"the probe printed no JSON ({exc})"
+    if node.name == cfg.head.name:
+        out.collective, out.collective_at, out.collective_problem = _gate_record(sections)
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         alerts_text, why = _section_text(sections, "alerts")
         try:
@@ -400,6 +419,21 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
         if out.alerts is None:  # never an empty list for alerts that could not be read
             out.problems.append(f"alerts: {recon.printable(why)}")
     return out
+
+
+def _gate_record(sections: dict[str, recon.Section]
+                 ) -> tuple[GateRecord | None, float | None, str]:
+    """(the collective gate's record, its time, why there is none)."""
+    text, why = _section_text(sections, "collective")
+    if text is None:
+        return None, None, f"could not read the collective gate's record: {why}"
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    if lines == ["absent"]:
+        return None, None, "no record: the gate has not run (disabled, or one node)"
+    try:
+        return parse_record(lines[1]), float(lines[0]), ""
+    except (ValueError, IndexError) as exc:
+        return None, None, recon.printable(f"the collective gate's record: {exc}")
 
 
 # --------------------------------------------------------------------------- per model

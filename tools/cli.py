@@ -6,10 +6,12 @@
     spark-vllm status -s STACK          every model's state and figures, every node's memory
     spark-vllm logs -s STACK [MODEL]    every rank's vLLM log, merged in time order (-f follows)
     spark-vllm recipes list|show|import the typed recipes; import a community recipe file
+    spark-vllm fabric test -s STACK     the collective bandwidth gate on demand (fabric_cli.py)
 
 Every subcommand reads the stack file Pulumi.<stack>.yaml of the current folder (like the Pulumi
 CLI) and reaches the nodes over SSH with the stack's pinned host keys; none of them changes a
-node (init reads them too; it writes the stack file). Built on click
+node (init reads them too; it writes the stack file; fabric test runs its short-lived rank
+containers, removed when done). Built on click
 (https://click.palletsprojects.com) and rich (https://rich.readthedocs.io).
 """
 
@@ -19,7 +21,7 @@ import sys
 
 import click
 
-from tools import init_cli, logs, recipes_cli, status
+from tools import fabric_cli, init_cli, logs, recipes_cli, status
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
@@ -29,7 +31,8 @@ PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="spark-vllm", prog_name="spark-vllm")
 def main() -> None:
-    """Deploy-side tools for a spark-vllm stack: init, recon, promote, status, logs, recipes."""
+    """Deploy-side tools for a spark-vllm stack: init, recon, promote, status, logs, recipes,
+    fabric."""
 
 
 @main.command(context_settings=PASS_THROUGH, add_help_option=False)
@@ -54,6 +57,7 @@ main.add_command(init_cli.command)
 main.add_command(status.command)
 main.add_command(logs.command)
 main.add_command(recipes_cli.group)
+main.add_command(fabric_cli.group)
 
 
 def cli() -> None:

@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         failure = exc
 
     if args.json:
-        out = report.summary(results, plan)
+        out = report.summary(results, plan, stack_label=label)
         out["skipped"] = skipped
         if failure is not None:
             out["preflight"] = {"failed": [str(f) for f in failure.findings],
@@ -174,7 +174,10 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(out, indent=2, sort_keys=True))
     else:
         color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
-        print(report.render_table(results, color=color), end="")
+        print(report.render_table(results, color=color, stack_label=label), end="")
+        if plan is not None:  # which NCCL runs on each node, in full (the table clips it)
+            for node, line in plan.nccl.items():
+                print(f"nccl {node}: {line}")
         if not args.no_last_up:
             outputs, why = last_up_outputs(args.stack)
             if outputs is None:

@@ -2,7 +2,8 @@
 one and each service) serving / starting / crash-looping / stopped / missing / unknown, since
 when, restarts, requests running and waiting, KV cache use and tokens/s; per node the memory
 each container holds and what is available; with `monitoring.enabled`, the alerts the stack's
-Prometheus has pending or firing (asked on the head). Read-only: one ssh round trip per node,
+Prometheus has pending or firing (asked on the head); the fabric's collective bandwidth as the
+stack's collective gate last measured it (its record on the head, components/collective.py). Read-only: one ssh round trip per node,
 all in parallel (inspection/status.py says what each reads).
 
 Exit codes: 0 every model serves, 1 at least one does not (or a node could not be reached),
@@ -160,9 +161,29 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         for problem in ns.problems:
             nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
                                         style="magenta"), "")
+    gate = render_gate(nodes)
     if not monitoring_on:
-        return Group(mt, nt)
-    return Group(mt, render_alerts(monitoring_on, nodes), nt)
+        return Group(mt, gate, nt)
+    return Group(mt, render_alerts(monitoring_on, nodes), gate, nt)
+
+
+def _gate_of(nodes: dict[str, st.NodeStatus]) -> st.NodeStatus | None:
+    """The node whose status holds the collective gate's record (the head)."""
+    return next((n for n in nodes.values() if n.collective is not None or n.collective_problem),
+                None)
+
+
+def render_gate(nodes: dict[str, st.NodeStatus]) -> Text:
+    """The fabric's collective bandwidth, as the stack's gate last measured it."""
+    held = _gate_of(nodes)
+    if held is None or held.collective is None:
+        why = held.collective_problem if held is not None else "the head was not surveyed"
+        return Text(f"fabric: {recon.printable(why)}", style="magenta")
+    at = (datetime.fromtimestamp(held.collective_at).strftime("%Y-%m-%d %H:%M:%S")
+          if held.collective_at else "?")
+    bad = held.collective.verdict != "passed"
+    return Text(f"fabric: collective gate {held.collective.line()}, measured {at}",
+                style="bold red" if bad else "")
 
 
 def as_json(stack: str, models: list[st.ModelStatus],
@@ -177,10 +198,20 @@ def as_json(stack: str, models: list[st.ModelStatus],
         "alerts": None if held is None or held.alerts is None else
         [a.as_json() for a in held.alerts],
         "alertsOmitted": held.alerts_omitted if held is not None else 0,
+        "collectiveGate": _gate_json(nodes),
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
                            "problems": n.problems} for n in nodes.values()},
     }
+
+
+def _gate_json(nodes: dict[str, st.NodeStatus]) -> dict[str, Any] | None:
+    """The gate's record (with `measuredAt`, the node's epoch seconds), or None with `why`."""
+    held = _gate_of(nodes)
+    if held is None or held.collective is None:
+        return {"record": None, "why": held.collective_problem if held else "not surveyed"}
+    return {"record": held.collective.model_dump(by_alias=True),
+            "measuredAt": held.collective_at, "why": None}
 
 
 def _monitoring_on(cfg: StackConfig) -> str:

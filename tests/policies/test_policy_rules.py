@@ -489,7 +489,8 @@ def test_levels_names_and_metadata():
         "fabric-mtu", "no-privileged-containers", "ray-not-exposed", "vllm-api-key",
         "hf-token-secret", "prod-pinned", "gpu-memory-utilization-advisory",
         "enforce-eager-advisory", "mp-rendezvous-fabric-only", "vllm-behind-gateway",
-        "fabric-config", "fabric-addresses-unique", "monitoring-not-exposed"]
+        "fabric-config", "fabric-addresses-unique", "monitoring-not-exposed",
+        "nccl-build-advisory"]
     for p in rules.POLICIES:
         assert p.description and p.remediation_steps, p.name
         advisory = p.name.endswith("-advisory")

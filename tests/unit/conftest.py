@@ -177,6 +177,7 @@ def settled(h, *outputs):
     leaves += [h.vllm.serve, *h.vllm.headless.values(), *h.vllm.caches.values()]
     leaves += [h.vllm.master_guard] if h.vllm.master_guard is not None else []
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
+    leaves += [*h.gate.ranks.values(), *h.gate.done]
     leaves += [h.vllm.api_key_file, h.vllm.health, h.vllm.nccl_log, h.vllm.transport_check]
     for svc in h.services.values():
         m = svc.model

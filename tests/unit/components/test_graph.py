@@ -29,6 +29,7 @@ COMPONENTS = {
     "spark-vllm:vllm_server:VllmServer",
     "spark-vllm:gateway:Gateway",
     "spark-vllm:monitoring:Monitoring",
+    "spark-vllm:collective:CollectiveGate",
 }
 
 
@@ -48,6 +49,7 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:vllm_server:VllmServer": 1,
             "spark-vllm:gateway:Gateway": 1,
             "spark-vllm:monitoring:Monitoring": 1,  # monitoring.enabled (the dev stack's)
+            "spark-vllm:collective:CollectiveGate": 1,
             PROVIDER: n,
             # the serving image and the node exporter's on every node, the gateway's and
             # Prometheus's on the head
@@ -61,8 +63,10 @@ def expected_counts(n: int) -> Counter:
             # compile-cache folders; n serve checks (the serve command in the image's vLLM);
             # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
             # configuration, one per interface (two twins per node); Prometheus's key file,
-            # data folder, configuration and gate
-            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4,
+            # data folder, configuration and gate; the collective gate's rank per node and its
+            # check
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4
+            + n + 1,
         }
     )
 
@@ -97,8 +101,9 @@ def test_parent_chains(build, mocks, n):
             return qualified.split("$")[0]
 
         for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1", "gateway",
-                     "fabric-spark-1"]:
+                     "fabric-spark-1", "collective"]:
             assert parent_type(comp) == "pulumi:pulumi:Stack"
+        assert parent_type("collective-check") == "spark-vllm:collective:CollectiveGate"
         for iface in ("enp1s0f1np1", "enP2p1s0f1np1"):
             assert parent_type(f"fabric-spark-2-{iface}") == "spark-vllm:fabric:NodeFabric"
         for child in ("gateway-image", "gateway-key", "gateway-config", "gateway-haproxy",
@@ -117,6 +122,7 @@ def test_parent_chains(build, mocks, n):
             assert parent_type(f"image-{node}") == "spark-vllm:vllm_image:VllmImage"
             assert parent_type(f"model-verify-{node}") == "spark-vllm:model_cache:ModelCache"
             assert parent_type(f"ray-token-{node}") == "spark-vllm:ray_cluster:RayCluster"
+            assert parent_type(f"collective-rank-{node}") == "spark-vllm:collective:CollectiveGate"
         for w in workers:
             assert parent_type(f"ray-worker-{w}") == "spark-vllm:ray_cluster:RayCluster"
             assert parent_type(f"model-sync-{w}") == "spark-vllm:model_cache:ModelCache"

@@ -16,6 +16,7 @@ from tests.unit.conftest import COMMIT, MODEL_FILES
 class _Plan:
     stop_containers: dict = {}
     warnings: list = []
+    nccl: dict = {}
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ def test_main_exports(program):
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
         "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
-        "gateway", "monitoring",
+        "gateway", "monitoring", "collectiveGate",
     }
     assert exports["models"] == ["tiny-moe"]
     # Prometheus (monitoring on in the dev stack) where the head reaches it: its loopback

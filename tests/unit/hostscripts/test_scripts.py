@@ -444,19 +444,24 @@ def test_every_name_and_file_of_a_stack_is_its_own():
                                                    "spark-vllm-dev-node-exporter")
     assert dev.monitoring_key_file == "/var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key"
     assert dev.prometheus_data_dir == "/var/lib/spark-vllm/stacks/dev/prometheus-data"
+    assert dev.collective == "spark-vllm-dev-collective"
+    assert dev.collective_record == "/var/lib/spark-vllm/stacks/dev/collective-gate.json"
+    assert dev.image_probe_record("sha256:" + "ab" * 32) == \
+        "/var/lib/spark-vllm/stacks/dev/image-probe/" + "ab" * 32 + ".json"
 
     def every(s: paths.StackNames) -> list[str]:
         return [s.serve, s.ray_head, s.ray_worker, s.model_seeder, s.gateway, s.prometheus,
-                s.node_exporter, s.vllm_key_file, s.ray_token_file, s.ray_session_dir,
+                s.node_exporter, s.collective, s.vllm_key_file, s.ray_token_file, s.ray_session_dir,
                 s.image_seeder_pid, s.image_seeder_log, s.compile_cache_dir, s.gateway_dir,
                 s.gateway_key_file, s.gateway_tls_file, s.monitoring_dir, s.monitoring_key_file,
-                s.prometheus_data_dir]
+                s.prometheus_data_dir, s.collective_record, s.image_probe_dir,
+                s.image_probe_record("sha256:" + "ab" * 32)]
 
     own, theirs = every(dev), every(prod)
     assert not set(own) & set(theirs) and len(set(own)) == len(own)
     # the stack's own containers' names are exactly the ones no service may take
     from config.forms import STACK_CONTAINERS
-    assert own[:7] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
+    assert own[:8] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
     with pytest.raises(ValueError, match="may not be named 'serve'"):
         dev.service("serve")
     for bad in ("", "a/b", "-x", "a b", "..", "x;rm"):

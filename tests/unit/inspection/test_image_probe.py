@@ -10,7 +10,15 @@ import pytest
 
 from hostscripts.common import payload
 from hostscripts.images import image_check
-from inspection.image_probe import ImageProbe, ImageProbeError, judge, parse_probe, version_tuple
+from inspection.image_probe import (
+    ImageProbe,
+    ImageProbeError,
+    judge,
+    nccl_findings,
+    parse_probe,
+    version_tuple,
+)
+from tests.conftest import ROOT
 
 GOOD = ImageProbe(python="3.12.3", torch="2.13.0", torch_cuda="13.0", vllm="0.32.0",
                   ray="2.60.0", libibverbs=True)
@@ -115,3 +123,58 @@ def test_the_probe_tells_a_stock_loader_from_a_patched_one(tmp_path):
                              capture_output=True, text=True, timeout=60, check=True,
                              env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})
         assert json.loads(out.stdout)["fastsafetensorsCluster"] is expected, text
+
+
+# ---------------------------------------------------------------- issue 51: the NCCL vLLM loads
+LAB_PROBE = (ROOT / "tests" / "fixtures" / "collective" / "image-probe-lab-spark-1.txt")
+
+
+def _lab_probe() -> ImageProbe:
+    return parse_probe("spark-1", LAB_PROBE.read_text().split("\n", 1)[1])
+
+
+def test_the_labs_probe_names_the_nccl_its_vllm_loads():
+    """The lab image's probe (tests/fixtures/collective/INDEX.md): pip's nvidia-nccl-cu13."""
+    p = _lab_probe()
+    assert p.nccl is not None and p.nccl.vllm is not None
+    lib = p.nccl.vllm
+    assert (lib.source, lib.package, lib.version) == ("pip", "nvidia-nccl-cu13", "2.29.7")
+    assert lib.real_path.endswith("/site-packages/nvidia/nccl/lib/libnccl.so.2")
+    assert len(lib.build or "") == 40 and lib.size and lib.size > 100_000_000
+    assert [t.identity for t in p.nccl.torch] == [lib.identity]  # torch's is the same file
+    assert p.line().endswith(f"; vLLM loads NCCL 2.29.7 (pip's nvidia-nccl-cu13, build "
+                             f"{lib.build[:12]})")
+    assert nccl_findings({"spark-1": p, "spark-2": p}, strict=True) == ([], [])
+
+
+def test_nodes_loading_different_nccl_builds_are_refused():
+    p = _lab_probe()
+    assert p.nccl is not None and p.nccl.vllm is not None
+    other = p.nccl.vllm.model_copy(update={"build": "c0db9360" + "0" * 32, "source": "system",
+                                          "package": "libnccl2", "real_path":
+                                          "/usr/lib/aarch64-linux-gnu/libnccl.so.2.29.7"})
+    q = p.model_copy(update={"nccl": p.nccl.model_copy(update={"vllm": other})})
+    problems, warnings = nccl_findings({"spark-1": p, "spark-2": q}, strict=False)
+    assert warnings == [] and len(problems) == 1
+    assert problems[0].startswith("the nodes' vLLM load different NCCL builds (spark-1: NCCL "
+                                  "2.29.7 (pip's nvidia-nccl-cu13, build ")
+    assert "spark-2: NCCL 2.29.7 (the system's libnccl2, build c0db93600000)" in problems[0]
+
+
+def test_an_nccl_the_probe_could_not_establish_fails_closed_outside_dev():
+    p = _lab_probe()
+    assert p.nccl is not None
+    unknown = p.model_copy(update={"nccl": p.nccl.model_copy(update={
+        "vllm": None, "reason": "the NCCL check did not answer within 120 s"})})
+    probes = {"spark-1": p, "spark-2": unknown}
+    problems, warnings = nccl_findings(probes, strict=True)
+    assert warnings == []
+    assert problems == ["spark-2: the NCCL the image's vLLM loads is unknown (the NCCL check did "
+                        "not answer within 120 s), so the nodes' NCCL builds cannot be compared"]
+    assert nccl_findings(probes, strict=False) == ([], problems)
+    # a CPU build of torch loads no NCCL: nothing to compare, nothing wrong
+    cpu = p.model_copy(update={"nccl": p.nccl.model_copy(update={
+        "vllm": None, "reason": "a torch without CUDA: vLLM loads no NCCL"})})
+    assert nccl_findings({"a": cpu, "b": cpu}, strict=True) == ([], [])
+    # probes not asked for NCCL (the serve check's) are left out
+    assert nccl_findings({"a": GOOD, "b": p}, strict=True) == ([], [])

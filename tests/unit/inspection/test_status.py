@@ -414,3 +414,47 @@ def test_alerts_are_printable_and_capped():
     ns = st.parse_node(config(), NAMES, config().head, _head(alerts=many), NONCE)
     assert len(ns.alerts or []) == st.ALERTS_KEPT == 100 and ns.alerts_omitted == 50
     assert ns.problems == []
+
+
+# ------------------------------------------------------------- issue 51: the collective gate
+def _gate_summary() -> str:
+    """The record the gate's check leaves on the head: the summary of the lab's real run."""
+    from inspection.collective import judge, parse_rank
+
+    lab = ROOT / "tests" / "fixtures" / "collective"
+    reports = {n: parse_rank(n, (lab / f"gloo-lab-rank-{n}.txt").read_text().split("\n", 1)[1])
+               for n in ("spark-1", "spark-2")}
+    return json.dumps(judge(reports, threshold=0.05, enforce=True, rdma=False).summary)
+
+
+def test_the_head_reads_the_collective_gates_record_with_its_time():
+    cfg = config()
+    head = st.node_script(cfg, NAMES, cfg.head, NONCE)
+    assert "sv_bg collective 15 bash -c " in head and head.rstrip().endswith("exit 0")
+    assert f" _ {NAMES.collective_record}\n" in head
+    assert "collective" not in st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
+    node = _nodes(cfg, {"spark-1": _head(collective=f"1765000000\n{_gate_summary()}"),
+                        "spark-2": _worker()})["spark-1"]
+    assert node.collective is not None and node.collective_at == 1765000000.0
+    assert node.collective.line() == ("passed: all_gather 0.410 GB/s against 0.05 GB/s, "
+                                      "all_reduce 0.512 GB/s (2 ranks, gloo)")
+    # no record (a gate that never ran), and one that cannot be read: said, never "passed"
+    node = _nodes(cfg, {"spark-1": _head(collective="absent"), "spark-2": _worker()})["spark-1"]
+    assert node.collective is None and node.collective_problem.startswith("no record")
+    node = _nodes(cfg, {"spark-1": _head(collective="x\n{}"), "spark-2": _worker()})["spark-1"]
+    assert node.collective is None
+    assert node.collective_problem.startswith("the collective gate's record: ")
+    node = _nodes(cfg, {"spark-1": _head(), "spark-2": _worker()})["spark-1"]
+    assert node.collective_problem == "could not read the collective gate's record: no answer"
+
+
+def test_the_gate_record_section_runs_in_bash(tmp_path):
+    record = tmp_path / "collective-gate.json"
+    out = subprocess.run(["bash", "-c", st.GATE_RECORD, "_", str(record)], capture_output=True,
+                         text=True, check=True).stdout
+    assert out == "absent\n"
+    record.write_text(_gate_summary() + "\n")
+    first, second = subprocess.run(["bash", "-c", st.GATE_RECORD, "_", str(record)],
+                                   capture_output=True, text=True, check=True).stdout.splitlines()
+    assert abs(float(first) - record.stat().st_mtime) < 2 and json.loads(second)["verdict"] == \
+        "passed"
