@@ -169,8 +169,13 @@ def main():
         torch.cuda.set_device(device)
     ranks, rank = int(req["world"]), int(req["rank"])
     timeout = int(req["connectTimeout"])
-    dist.init_process_group(backend, store=store(dist, req, timeout), rank=rank,
-                            world_size=ranks, timeout=timedelta(seconds=timeout))
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        # under torchrun: its agent already listens on MASTER_PORT; join its store (env://)
+        dist.init_process_group(backend, rank=rank, world_size=ranks,
+                                timeout=timedelta(seconds=timeout))
+    else:
+        dist.init_process_group(backend, store=store(dist, req, timeout), rank=rank,
+                                world_size=ranks, timeout=timedelta(seconds=timeout))
     answer = {"rank": rank, "world": ranks, "backend": backend, "device": str(device),
               "host": socket.gethostname(), "torch": torch.__version__, "ncclVersion": None,
               "results": [], "skipped": [], "stopped": None, "ncclLog": []}
