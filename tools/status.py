@@ -3,8 +3,9 @@ one and each service) serving / starting / crash-looping / stopped / missing / u
 when, restarts, requests running and waiting, KV cache use and tokens/s; per node the memory
 each container holds and what is available; with `monitoring.enabled`, the alerts the stack's
 Prometheus has pending or firing (asked on the head); the fabric's collective bandwidth as the
-stack's collective gate last measured it (its record on the head, components/collective.py). Read-only: one ssh round trip per node,
-all in parallel (inspection/status.py says what each reads).
+stack's collective gate last measured it (its record on the head, components/collective.py).
+Read-only: one ssh round trip per node, all in parallel (inspection/status.py says what each
+reads).
 
 Exit codes: 0 every model serves, 1 at least one does not (or a node could not be reached),
 2 a config or usage problem. An alert, firing or not, does not change the exit code.
