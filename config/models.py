@@ -80,6 +80,14 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def home_cache_user(path: str) -> str | None:
+    """The user whose home holds the cache folder `path` (`/home/<user>/.cache/huggingface...`),
+    or None. Such a cache is accepted only when that user is every node's ssh user
+    (config/validate.py; payloads/cache_fs.py checks it again on the node, issue 46)."""
+    m = _HOME_HF_CACHE.fullmatch(path)
+    return path.split("/")[2] if m else None
+
+
 def cache_dir_problem(path: str) -> str | None:
     """Why a normalised absolute path may not be the model cache, or None.
 

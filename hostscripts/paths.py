@@ -128,6 +128,14 @@ class StackNames:
         return f"{self.dir}/compile-cache"
 
     @property
+    def model_record_dir(self) -> str:
+        """Where the model verify records the blobs it hashed (`verified-<repo dir>`, root
+        only): the stack's own folder, never the HF cache, which containers and other stacks
+        write (issue 46: a record there could be planted to pass a changed blob unhashed, and
+        root wrote it through a planted link)."""
+        return f"{self.dir}/models"
+
+    @property
     def vllm_key_file(self) -> str:
         """The main vLLM's API key on the head, root only (0600)."""
         return f"{self.dir}/vllm/api-key"

@@ -46,9 +46,10 @@ def test_every_serving_container_mounts_the_stacks_own_compile_cache_and_the_hf_
             assert mounts["/var/cache/spark-vllm"]["source"] == \
                 "/var/lib/spark-vllm/stacks/dev/compile-cache", name
             assert mounts[HF]["source"] == HF and mounts[HF].get("readOnly") is True, name
-        # the model commands, which must write, keep a writable mount of their own
+        # the model commands, which must write, keep a writable mount of their own: the
+        # cache's hub/ only, never HF_HOME with a node's `token` (issue 46)
         fetch = reveal(mocks.named("model-fetch").inputs["create"])
-        assert f"-v {HF}:{HF} " in fetch
+        assert f"-v {HF}/hub:{HF}/hub " in fetch and f"-v {HF}:" not in fetch
         for node in ("spark-1", "spark-2"):
             cache = reveal(mocks.named(f"ray-compile-cache-{node}").inputs["create"])
             assert "mkdir -p /var/lib/spark-vllm/stacks/dev/compile-cache" in cache

@@ -287,7 +287,8 @@ def test_the_model_sync_runs_the_payload_with_the_interval_and_the_node(tmp_path
     _fake_bin(tmp_path, "docker", f"printf '%s\\0' \"$@\" > {tmp_path}/argv\n"
                                   f"cat > {tmp_path}/stdin\n")
     cache = tmp_path / "cache"
-    script = models.model_sync("sha256:" + "a" * 64, str(cache), {"spark-vllm.stack": "t"})
+    script = models.model_sync("sha256:" + "a" * 64, str(cache), {"spark-vllm.stack": "t"},
+                               str(tmp_path / "records"))
     manifest = models.model_manifest_json(
         REPO, COMMIT, "main", [ModelFile("config.json", 8, "b" * 40)],
         [models.Seed("192.168.177.11")], token=TOKEN)

@@ -66,7 +66,7 @@ def test_hf_cache_lists_the_files_each_snapshot_of_the_stacks_repos_holds(tmp_pa
     unlisted = tmp_path / "hub" / "models--org--other" / "snapshots" / other
     unlisted.mkdir(parents=True)
     (unlisted / "f").write_text("x")
-    out = run("hf_cache.sh", str(tmp_path), "models--org--tiny")
+    out = run("hf_cache.sh", str(tmp_path), "", "models--org--tiny")
     assert out.returncode == 0, out.stderr
     _printable_lines(out.stdout)
     repos = {r.repo_id: r for r in p.parse_hf_cache(out.stdout)}
