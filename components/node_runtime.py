@@ -5,7 +5,7 @@ containers) both build their containers from, so a Ray container and the vLLM co
 to it run the same image with the same runtime. Runtime settings: host network (Ray, NCCL and
 vLLM bind the fabric address), every GPU, host IPC (and so the host's /dev/shm, NCCL's and
 vLLM's shared memory between processes; Docker's shm_size does not apply to it, so none is
-set), nofile raised, memlock unlimited with the RDMA device when RDMA is on, the HF cache
+set), nofile raised, memlock unlimited with the RDMA device when RDMA is on, the HF cache's hub/
 mounted with HF_HUB_OFFLINE=1 (the model is already on every node; a container must never
 download it), restarted by Docker (`unless-stopped`), never privileged.
 
@@ -116,12 +116,13 @@ class NodeRuntime:
         }
 
     def mounts(self) -> list[docker.ContainerMountArgs]:
-        """The HF cache (read-only: a serving container never writes it; the model commands
-        do, in containers of their own), the stack's own compile caches and, with Ray, the Ray
-        token (read-only)."""
+        """The HF cache's hub/ (read-only: a serving container never writes it; the model
+        commands do, in containers of their own), the stack's own compile caches and, with Ray,
+        the Ray token (read-only). Only hub/, what vLLM reads offline: the cache folder is
+        HF_HOME, where `hf auth login` on a node leaves its `token` (issue 46)."""
         mounts = [
-            docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=self.cache_dir,
-                                      read_only=True),
+            docker.ContainerMountArgs(target=f"{HF_MOUNT}/hub", type="bind",
+                                      source=f"{self.cache_dir}/hub", read_only=True),
             docker.ContainerMountArgs(
                 target=COMPILE_CACHE_MOUNT, type="bind", source=self.names.compile_cache_dir
             ),

@@ -113,10 +113,11 @@ def image_probe(image: str, labels: Mapping[str, str],
     serve command with the image's vLLM and exits 1 on what must stop the `up`; the request is
     in the text, so the check runs again whenever what it checks changes. `hf_cache` (the
     node's model cache, read-only, offline as vLLM serves it): vLLM's engine arguments resolve
-    the served snapshot, which must be there."""
+    the served snapshot, which must be there. Only the cache's hub/ is mounted, never the
+    folder with a node's `token` (issue 46)."""
     image = image_id(image)  # the daemon's answer: its exact form before any shell
     tail = f" {q(json.dumps(request, sort_keys=True))}" if request is not None else ""
-    cache = (f"-v {q(hf_cache + ':' + HF_MOUNT + ':ro')} -e HF_HOME={HF_MOUNT} "
+    cache = (f"-v {q(hf_cache + '/hub:' + HF_MOUNT + '/hub:ro')} -e HF_HOME={HF_MOUNT} "
              "-e HF_HUB_OFFLINE=1 " if hf_cache is not None else "")
     return "\n".join(
         [

@@ -46,9 +46,10 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
             assert labels(c) == {**LABELS, "spark-vllm.role": role, "spark-vllm.node": node,
                                  "spark-vllm.ray-token": "ok"}  # the token file's sha256
             assert c["mounts"] == [
-                # read-only: only the model commands write it (issue 31)
-                {"target": "/root/.cache/huggingface", "type": "bind", "readOnly": True,
-                 "source": "/root/.cache/huggingface"},
+                # read-only: only the model commands write it (issue 31); its hub/ only, never
+                # HF_HOME with a node's token (issue 46)
+                {"target": "/root/.cache/huggingface/hub", "type": "bind", "readOnly": True,
+                 "source": "/root/.cache/huggingface/hub"},
                 # Ray's token authentication: the token only as a root-only file, read-only
                 {"target": "/run/spark-vllm/ray-auth-token", "type": "bind", "readOnly": True,
                  "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token"},

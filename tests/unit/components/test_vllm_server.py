@@ -696,8 +696,8 @@ def test_the_serve_command_is_checked_in_the_image_on_every_node_before_vllm(
             assert mocks.named(f"vllm-serve-check-{node}").inputs["create"].count(
                 "--label spark-vllm.role=serve-check") == 1
             # vLLM's engine arguments resolve the served snapshot offline: the node's model
-            # cache, read-only, after the model is in place
-            assert ("-v /root/.cache/huggingface:/root/.cache/huggingface:ro -e "
+            # cache's hub/ (never its token), read-only, after the model is in place
+            assert ("-v /root/.cache/huggingface/hub:/root/.cache/huggingface/hub:ro -e "
                     "HF_HOME=/root/.cache/huggingface -e HF_HUB_OFFLINE=1 --entrypoint"
                     in mocks.named(f"vllm-serve-check-{node}").inputs["create"])
             assert {"model-verify-spark-1", "model-verify-spark-2"} <= dependencies[
