@@ -393,7 +393,8 @@ case "$1 $2" in
   "info --format") echo '{"ServerVersion":"29.2.1","Runtimes":{"runc":{}},"CgroupDriver":"systemd"}' ;;
   "ps -a") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Names":"vllm_node","Image":"vllm:1","State":"running","Labels":""}' ;;
   "ps -aq") echo c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff ;;
-  "inspect --type") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Labels":null}' ;;
+  "inspect --type") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Image":"sha256:1111111111111111111111111111111111111111111111111111111111111111","Labels":null}' ;;
+  "image inspect") echo '{"ImageID":"sha256:1111111111111111111111111111111111111111111111111111111111111111","Labels":null}' ;;
   "stats --no-stream") echo '{"Name":"vllm_node","ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","MemUsage":"1GiB / 2GiB"}' ;;
 esac
 exit 0
