@@ -48,6 +48,7 @@ from pydantic import ValidationError
 from config import NAMESPACE, SECRET_KEYS, ConfigError, NodeConfig, validate_config
 from config.models import PINNABLE
 from inspection import day_zero, recon
+from tools.terminal import sanitize_lines
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-122B-A10B-FP8"
 SURVEY_IMAGE = "spark-vllm/survey:none"  # the survey's config needs one; never used
@@ -87,7 +88,7 @@ class InitError(click.ClickException):
     exit_code = 1
 
     def format_message(self) -> str:
-        return self.message
+        return sanitize_lines(self.message)  # it may name what a node answered
 
 
 @dataclass(frozen=True)
@@ -222,29 +223,35 @@ def survey(targets: Sequence[Target], keys: Sequence[str], key_file: str, model:
     return out
 
 
+def echo(text: str = "") -> None:
+    """A line of what the nodes said: nothing in it a terminal would act on (issue 46:
+    os-release fields, `ibdev2netdev` names and Docker's names come from the node)."""
+    click.echo(sanitize_lines(text))
+
+
 def print_survey(p: day_zero.Proposal, surveys: Sequence[day_zero.Survey]) -> None:
     gib = day_zero.GIB
     for i, s in enumerate(surveys):
         role = "head" if i == 0 else "worker"
         f = s.facts
-        click.echo(f"\n{s.name} ({role}, {s.user}@{s.host}:{s.port}): "
+        echo(f"\n{s.name} ({role}, {s.user}@{s.host}:{s.port}): "
                    f"{f.os.pretty_name or f.os.id or '?'}, {len(f.gpus)} GPU(s) "
                    f"{', '.join(sorted({g.name for g in f.gpus}))}, "
                    f"{f.memory.total_bytes / gib:.0f} GiB memory")
         for port in p.ports.get(s.name, []):
             state = "configured" if port.configured else "to configure"
-            click.echo(f"  fabric {port.interface} ({port.hca}) {port.ip} [{state}], "
+            echo(f"  fabric {port.interface} ({port.hca}) {port.ip} [{state}], "
                        f"MTU {port.mtu}")
         for image in p.images.get(s.name, []):
-            click.echo(f"  image {image}")
+            echo(f"  image {image}")
         for repo, size in p.caches.get(s.name, []):
-            click.echo(f"  HF cache {repo} {size / gib:.1f} GiB")
+            echo(f"  HF cache {repo} {size / gib:.1f} GiB")
         for name, image, memory in p.foreign.get(s.name, []):
-            click.echo(f"  container {name} ({image}) {memory / gib:.1f} GiB, not the stack's")
+            echo(f"  container {name} ({image}) {memory / gib:.1f} GiB, not the stack's")
     if p.findings:
-        click.echo("")
+        echo("")
     for finding in p.findings:
-        click.echo(f"{finding.level}: {finding}")
+        echo(f"{finding.level}: {finding}")
 
 
 def read_stack_values(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -472,7 +479,7 @@ def command(stack: str, hosts: tuple[str, ...], user: str, port: int, key: str, 
     diff = "".join(difflib.unified_diff(before.splitlines(keepends=True),
                                         text.splitlines(keepends=True),
                                         f"{path.name} (now)", f"{path.name} (proposed)"))
-    click.echo(f"\n{diff}")
+    echo(f"\n{diff}")
     if not yes and not (interactive and click.confirm(f"write {path.name}", default=True)):
         if created:
             PULUMI(["stack", "rm", "--yes", "--preserve-config", stack])

@@ -46,8 +46,8 @@ KEY_TEXT = "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nZHVtbXkgdGVzdCBrZXk=\n" \
 class Fakes:
     """The outside world of one init run, and what init asked of it."""
 
-    def __init__(self, outputs: dict[str, str], keys: dict[str, str] | None = None):
-        self.outputs = outputs  # host -> recorded fixture name
+    def __init__(self, outputs: dict[str, str | Path], keys: dict[str, str] | None = None):
+        self.outputs = outputs  # host -> recorded fixture name (or a file of the test's)
         self.keys = keys or HOST_KEYS
         self.scanned: list[tuple[str, int]] = []
         self.surveyed: list[str] = []
@@ -71,7 +71,8 @@ class Fakes:
         known = next(a.split("=", 1)[1] for a in argv if a.startswith("UserKnownHostsFile="))
         self.pinned[host] = Path(known).read_text()
         nonce = re.search(r"^SV_NONCE=([0-9a-f]+)$", script, re.M).group(1)
-        text = (INIT / f"{self.outputs[host]}.txt").read_text()
+        name = self.outputs[host]
+        text = name.read_text() if isinstance(name, Path) else (INIT / f"{name}.txt").read_text()
         return recon.SshResult(0, text.replace(RECORDED_NONCE, nonce), "", 1000.0, 1000.2)
 
     def pulumi_cli(self, args, *, stdin=None) -> subprocess.CompletedProcess[str]:
@@ -118,7 +119,7 @@ def folder(tmp_path, monkeypatch):
     return tmp_path
 
 
-def install(monkeypatch, outputs: dict[str, str] | None = None) -> Fakes:
+def install(monkeypatch, outputs: dict[str, str | Path] | None = None) -> Fakes:
     fakes = Fakes(outputs or FRESH)
     monkeypatch.setattr(init_cli, "KEYSCAN", fakes.keyscan)
     monkeypatch.setattr(init_cli, "RUNNER", fakes.runner)
@@ -355,3 +356,64 @@ def test_a_failing_preflight_keeps_the_file_and_exits_with_its_code(folder, monk
     assert result.exit_code == 3, result.output
     assert (folder / "Pulumi.trial.yaml").exists()
     assert "fix what preflight says" in result.output and "next:" not in result.output
+
+
+# --------------------------------------------------------------------------- terminal escapes
+
+# What a node's answers may carry to the operator's terminal (issue 46, item 8): OSC 0 retitles
+# the window, OSC 8 plants a hyperlink, CSI 2J clears the screen, a bidirectional override
+# makes text read backwards.
+ESCAPES = ["\x1b]0;pwned\x07", "\x1b]8;;http://evil/\x1b\\", "\x1b[2J", "\u202e"]
+
+
+def _forged(tmp_path: Path) -> Path:
+    """spark-1's recorded seeded survey with escapes in what the node says: its os-release
+    name, a foreign container's name and image (docker ps JSON escapes them, json decodes
+    them back), as a forged or odd node could answer."""
+    text = (INIT / "lab-spark-1-seeded.txt").read_text()
+    text = text.replace('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"',
+                        'PRETTY_NAME="Debian' + "".join(ESCAPES) + '-tail 12"')
+    esc = json.dumps("".join(ESCAPES) + "-tail")[1:-1]
+    text = text.replace('"Image":"vllm-node"', f'"Image":"vllm-node{esc}"', 1)
+    out = tmp_path / "forged.txt"
+    out.write_text(text)
+    return out
+
+
+def test_init_prints_nothing_a_terminal_acts_on(folder, monkeypatch, tmp_path):
+    install(monkeypatch, {HOST_1: _forged(tmp_path), HOST_2: "lab-spark-2-fresh"})
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--yes")
+    # what the node said is shown, without the sequences
+    assert "Debian-tail 12" in result.output and "(vllm-node-tail)" in result.output, \
+        result.output
+    assert not any(c in result.output for c in "\x1b\x07\u202e"), repr(result.output)
+
+
+def test_recon_prints_nothing_a_terminal_acts_on(tmp_path, monkeypatch, capsys):
+    """`spark-vllm recon`: the table (its cells and row names escaped as status escapes them)
+    and preflight's findings and plan (sanitized as `logs` prints log lines)."""
+    from tools import recon_report
+
+    forged = _forged(tmp_path).read_text()
+    nonce_of: dict[str, str] = {}
+
+    def survey_all(cfg, names=None, key_path=None):
+        out = {}
+        for node in cfg.nodes:
+            nonce = "5eed5eed5eed5eed"
+            nonce_of[node.name] = nonce
+            text = forged if node.name == "spark-1" else \
+                (INIT / "lab-spark-2-fresh.txt").read_text()
+            out[node.name] = recon.parse_recon_output(node.name, text, nonce=nonce)
+        return out
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(recon, "survey_all", survey_all)
+    rc = recon_report.main(["-s", "dev", "--no-last-up", "--color", "always"])
+    out, err = capsys.readouterr()
+    assert rc == 1  # the seeded node's foreign containers fail preflight
+    assert "Debian\\x1b]0;pwned\\x07" in out  # the table shows the node's value escaped
+    assert "vllm-node-tail" in err  # preflight's finding, the sequences removed
+    for text in (out, err):
+        assert "\x07" not in text and "\u202e" not in text and "\x1b]" not in text, repr(text)
+        assert "\x1b[2J" not in text, repr(text)
