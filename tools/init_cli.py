@@ -32,6 +32,7 @@ import contextlib
 import difflib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -337,18 +338,28 @@ def _check(done: subprocess.CompletedProcess[str], what: str) -> None:
 def render(stack: str, path: Path, raw: dict[str, Any], *, key_secret: str | None,
            force: bool) -> tuple[str, bool]:
     """The stack file Pulumi's CLI writes for `raw`, written into a scratch copy (the stack file
-    itself untouched): (its text, whether the stack had to be created in the backend)."""
+    itself untouched until the operator confirms): (its text, whether the stack had to be
+    created in the backend)."""
     created = False
+    doc = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
     if not stack_exists(stack):
-        if force and path.exists():
+        if force:
             # a file whose stack is gone: its salt belongs to a passphrase we may not have
-            keep = {k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items()
-                    if k not in ("config", "encryptionsalt", "encryptedkey", "secretsprovider")}
-            path.write_text(yaml.safe_dump(keep, sort_keys=False) if keep else "")
-        _check(PULUMI(["stack", "init", stack, "--no-select"]), f"pulumi stack init {stack}")
+            doc = {k: v for k, v in doc.items()
+                   if k not in ("config", "encryptionsalt", "encryptedkey", "secretsprovider")}
+        # `pulumi stack init` writes the new stack's salt into the project's stack file: it
+        # runs in a scratch project (Pulumi.yaml and that file, copied), so the real file is
+        # not edited before the operator confirms, nor left edited when the init fails
+        # (issue 46: --force removed its config and salt first)
+        with tempfile.TemporaryDirectory(prefix="spark-vllm-init-") as project:
+            shutil.copy(path.parent / "Pulumi.yaml", Path(project) / "Pulumi.yaml")
+            initial = Path(project) / path.name
+            initial.write_text(yaml.safe_dump(doc, sort_keys=False) if doc else "")
+            _check(PULUMI(["--cwd", project, "stack", "init", stack, "--no-select"]),
+                   f"pulumi stack init {stack}")
+            doc = yaml.safe_load(initial.read_text()) or {}
         created = True
-    doc = yaml.safe_load(path.read_text()) if path.exists() else {}
-    doc = {k: v for k, v in (doc or {}).items() if k != "config"}
+    doc = {k: v for k, v in doc.items() if k != "config"}
     values = {f"{NAMESPACE}:{k}": ({"value": v, "secret": False} if isinstance(v, str) else
                                    {"value": json.dumps(v), "objectValue": v, "secret": False})
               for k, v in raw.items()}
@@ -481,12 +492,8 @@ def command(stack: str, hosts: tuple[str, ...], user: str, port: int, key: str, 
                                         f"{path.name} (now)", f"{path.name} (proposed)"))
     echo(f"\n{diff}")
     if not yes and not (interactive and click.confirm(f"write {path.name}", default=True)):
-        if created:
+        if created:  # the stack file was never touched: nothing to restore
             PULUMI(["stack", "rm", "--yes", "--preserve-config", stack])
-        if before:
-            write_stack_file(path, before)
-        else:
-            path.unlink(missing_ok=True)
         raise InitError(f"{path.name} not written" + ("" if interactive else
                                                        " (no terminal to ask: pass --yes)"))
     write_stack_file(path, text)

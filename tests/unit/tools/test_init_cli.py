@@ -54,6 +54,8 @@ class Fakes:
         self.pinned: dict[str, str] = {}  # host -> the known_hosts the survey's ssh was given
         self.pulumi: list[tuple[list[str], str | None]] = []
         self.preflight: list[list[str]] = []
+        self.stack_init_fails = False
+        self.init_saw: dict[str, str] = {}  # the real folder's stack files when `stack init` ran
 
     def keyscan(self, host: str, port: int, timeout: float) -> str:
         """FAKE ssh-keyscan: the lab node's ed25519 key line (and an ssh-rsa one init must
@@ -81,9 +83,23 @@ class Fakes:
         args = list(args)
         self.pulumi.append((args, stdin))
         out = ""
+        cwd = Path.cwd()
+        if args[:1] == ["--cwd"]:
+            cwd, args = Path(args[1]), args[2:]
         if args == ["stack", "ls", "--json"]:
             out = "[]"
         elif args[:2] == ["stack", "init"]:
+            if self.stack_init_fails:
+                return subprocess.CompletedProcess(["pulumi", *args], 255, "",
+                                                   "error: the backend said no")
+            # as Pulumi's passphrase provider does: the new stack's salt into the stack file
+            # of the project it runs in
+            self.init_saw = {p.name: p.read_text() for p in Path.cwd().glob("Pulumi.*.yaml")}
+            f = cwd / f"Pulumi.{args[2]}.yaml"
+            doc = (yaml.safe_load(f.read_text()) if f.exists() else None) or {}
+            doc["encryptionsalt"] = "v1:ZmFrZSBzYWx0:v1:fake"
+            f.write_text(yaml.safe_dump(doc, sort_keys=False))
+        elif args[:2] == ["stack", "rm"]:
             pass
         elif args[:2] == ["config", "set-all"]:
             path = Path(args[args.index("--config-file") + 1])
@@ -292,7 +308,11 @@ def test_the_fresh_pair_like_dev_writes_the_stack_through_pulumi(folder, monkeyp
     assert result.exit_code == 0, (result.output, result.exception)
     assert sorted(fakes.surveyed) == [HOST_1, HOST_2]
     commands = [args for args, _ in fakes.pulumi]
-    assert commands[:2] == [["stack", "ls", "--json"], ["stack", "init", "trial", "--no-select"]]
+    assert commands[0] == ["stack", "ls", "--json"]
+    # in a scratch project (its salt into a scratch stack file), never in the real folder
+    assert commands[1][0] == "--cwd" and Path(commands[1][1]).parent != folder
+    assert commands[1][2:] == ["stack", "init", "trial", "--no-select"]
+    assert not Path(commands[1][1]).exists()  # gone after
     assert len(commands) == 3
     scratch = commands[2][commands[2].index("--config-file") + 1]
     assert commands[2][:6] == ["config", "set-all", "--stack", "trial", "--config-file", scratch]
@@ -417,3 +437,46 @@ def test_recon_prints_nothing_a_terminal_acts_on(tmp_path, monkeypatch, capsys):
     for text in (out, err):
         assert "\x07" not in text and "\u202e" not in text and "\x1b]" not in text, repr(text)
         assert "\x1b[2J" not in text, repr(text)
+
+
+# --------------------------------------------------------------------------- --force
+
+OLD_FILE = ("encryptionsalt: v1:qRwEk2gHmms=:v1:AAAAAAAAAAAAAAAA:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==\n"
+            "config:\n  spark-vllm:environment: prod\n  spark-vllm:leftover: 1\n")
+
+
+def test_force_on_a_stack_gone_from_the_backend_leaves_the_file_if_stack_init_fails(
+        folder, monkeypatch):
+    """Issue 46, item 9: init --force removed `config` and `encryptionsalt` from the real stack
+    file before `pulumi stack init`, and nothing put them back when it failed. It edits a
+    scratch copy only now."""
+    (folder / "Pulumi.trial.yaml").write_text(OLD_FILE)
+    fakes = install(monkeypatch)
+    fakes.stack_init_fails = True
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--yes",
+                  "--force")
+    assert result.exit_code == 1 and "pulumi stack init trial failed" in result.output
+    assert (folder / "Pulumi.trial.yaml").read_text() == OLD_FILE
+    assert stack_files(folder) == ["Pulumi.dev.yaml", "Pulumi.trial.yaml", "Pulumi.yaml"]
+
+
+def test_force_edits_nothing_before_the_answer_and_nothing_when_declined(folder, monkeypatch):
+    (folder / "Pulumi.trial.yaml").write_text(OLD_FILE)
+    fakes = install(monkeypatch)
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--force")
+    assert result.exit_code == 1 and "Pulumi.trial.yaml not written" in result.output
+    assert fakes.init_saw["Pulumi.trial.yaml"] == OLD_FILE  # as `stack init` ran
+    assert (folder / "Pulumi.trial.yaml").read_text() == OLD_FILE
+    assert [a for a, _ in fakes.calls("stack", "rm")] == [
+        ["stack", "rm", "--yes", "--preserve-config", "trial"]]
+    # the diff showed the old file against the new salt and config, from the scratch copy
+    assert "-encryptionsalt: v1:qRwEk2gHmms=" in result.output
+    assert "+encryptionsalt: v1:ZmFrZSBzYWx0:v1:fake" in result.output
+    assert "-  spark-vllm:leftover: 1" in result.output
+    # confirmed, the file is what the scratch copy held
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--force",
+                  "--yes")
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((folder / "Pulumi.trial.yaml").read_text())
+    assert written["encryptionsalt"] == "v1:ZmFrZSBzYWx0:v1:fake"
+    assert "spark-vllm:leftover" not in written["config"]
