@@ -315,6 +315,20 @@ class NcclConfig(ConfigModel):
             out.append(str(net))
         return out
 
+    @field_validator("extra_env")
+    @classmethod
+    def _not_the_stacks(cls, v: dict[str, str]) -> dict[str, str]:
+        """The stack's own variables (config.recipes.STACK_ENV) stay the stack's: extraEnv came
+        last and overrode them (issue 46: NCCL_SOCKET_IFNAME could move NCCL off the fabric)."""
+        owned = sorted(k for k in v if k in recipes.STACK_ENV)
+        if owned:
+            raise ValueError(
+                f"expected variables the stack does not set itself ({', '.join(owned)}): the "
+                "stack derives them per node from the fabric it configures (components/nccl."
+                "node_env) or from its own keys (nccl.debug, nccl.rdma), or sets them in the "
+                "containers")
+        return v
+
     def networks(self) -> list[ipaddress.IPv4Network]:
         return [ipaddress.IPv4Network(s) for s in self.fabric_subnets]
 
