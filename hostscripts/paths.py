@@ -159,6 +159,12 @@ class StackNames:
         return f"/run/spark-vllm-{self.stack}-image-seeder.pid"
 
     @property
+    def image_copy_dir(self) -> str:
+        """Where another node keeps the head's image archive while it is checked, before
+        `docker load` (hostscripts/images.image_pull_from_head; root only, emptied after)."""
+        return f"{self.dir}/image-copy"
+
+    @property
     def image_seeder_log(self) -> str:
         return f"/var/log/spark-vllm-{self.stack}-image-seeder.log"
 

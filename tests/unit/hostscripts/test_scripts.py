@@ -330,7 +330,7 @@ def test_foreign_container_stop_and_start_are_inverse():
 def test_an_image_id_read_from_a_host_must_be_of_its_exact_form(bad):
     """The head's image ID is pasted into the workers' scripts: only sha256:<64 hex> may pass."""
     with pytest.raises(common.RemoteValueError, match="not an image ID"):
-        images.image_pull_from_head("repo:tag", "192.168.177.11", bad)
+        images.image_pull_from_head(NAMES, "repo:tag", "192.168.177.11", bad)
     with pytest.raises(common.RemoteValueError):
         models.model_seeder_stop(NAMES, ["spark-2"], "c" * 40, bad, ["192.168.177.11"])
 
@@ -351,7 +351,8 @@ def test_foreign_container_names_from_recon_are_checked(bad):
 
 
 def test_the_image_pull_quotes_every_value_in_its_message():
-    script = images.image_pull_from_head("repo:tag", "192.168.177.11", "sha256:" + "c" * 64)
+    script = images.image_pull_from_head(NAMES, "repo:tag", "192.168.177.11",
+                                         "sha256:" + "c" * 64)
     assert "printf 'image %s has ID %s after load, head has %s\\n' repo:tag" in script
 
 
