@@ -36,8 +36,11 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
             assert c["image"] == ids[node] and c["image"].startswith("sha256:")  # ID, not name
             assert c["networkMode"] == "host"
             assert c["gpus"] == "all"
-            assert c["ipcMode"] == "host"
-            assert "shmSize" not in c  # ignored under ipc_mode=host, so never claimed
+            # an IPC namespace of the stack's own, never the host's (issue 46): the head's is
+            # the one the vLLM driver joins; /dev/shm holds Ray's object store (1 GiB in the
+            # dev stack file) and 8 GiB for vLLM, in MB
+            assert c["ipcMode"] == ("shareable" if i == 1 else "private")
+            assert c["shmSize"] == (8 << 10) + 1024
             assert c["restart"] == "unless-stopped"
             assert c["privileged"] is False
             assert c["entrypoints"] == ["/usr/bin/env"]

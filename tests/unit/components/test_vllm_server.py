@@ -125,8 +125,11 @@ def test_vllm_command_line_exactly(build, mocks):
         assert vllm.LAUNCHER.endswith('exec "$@"')
         # a container of its own on the head, joined to the stack's Ray cluster
         assert serve["name"] == "spark-vllm-dev-serve" and serve["restart"] == "unless-stopped"
-        assert serve["networkMode"] == "host" and serve["ipcMode"] == "host"
-        assert serve["pidMode"] == "container:" + hashlib.sha256(b"ray-head").hexdigest()
+        # the Ray head's PID and IPC namespaces (its /dev/shm: Ray's object store), the
+        # stack's own, never the host's (issue 46)
+        head_id = hashlib.sha256(b"ray-head").hexdigest()
+        assert serve["networkMode"] == "host" and serve["ipcMode"] == "container:" + head_id
+        assert serve["pidMode"] == "container:" + head_id
         assert "RAY_ADDRESS=192.168.177.11:6379" in serve["envs"]
         assert {"hostPath": "/run/spark-vllm/stacks/dev/ray-session",
                 "containerPath": "/tmp/ray"} in [
