@@ -644,7 +644,7 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
                                       labels, [WORKER], BENCH_COMMIT)
     stop = models.model_seeder_stop(bench, [WORKER], BENCH_COMMIT, image, [h for h, _ in pairs],
                                     start=start)
-    sync = models.model_sync(image, cache, labels)
+    sync = models.model_sync(image, cache, labels, bench.model_record_dir)
     out: dict = {"size_bytes": size, "reps": reps, "twins": len(pairs)}
     try:
         token = lab("ssh", HEAD, "sh", "-c", start).stdout.strip()  # the run's (issue 31)

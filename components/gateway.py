@@ -24,8 +24,9 @@ Children, all on the head:
   reloaded (SIGUSR2: no connection dropped). Its text is the configuration: a preview shows a
   routing change as this command's update, and nothing else of the stack changes with it;
 * `gateway-haproxy`: the container (`spark-vllm-<stack>-gateway`, host network, restart
-  `unless-stopped`, the gateway folder mounted read-only; none of the configuration is in its
-  inputs, so a new configuration reloads it and never replaces it);
+  `unless-stopped`, the gateway folder mounted read-only, its run folder for the stats socket;
+  none of the configuration is in its inputs, so a new configuration reloads it and never
+  replaces it);
 * `gateway-health`: from the head, the gateway answers as it must (payloads/gateway_health.py),
   again after every new configuration or container; a container recon found stopped is started.
 """
@@ -48,7 +49,7 @@ from components.vllm_image import pinned_ref
 from config.forms import is_digest_ref
 from config.gateway import GatewayConfig
 from hostscripts import gateway as gw
-from hostscripts.paths import GATEWAY_MOUNT, StackNames
+from hostscripts.paths import GATEWAY_MOUNT, GATEWAY_RUN_MOUNT, StackNames
 
 ROLE = "gateway"
 
@@ -97,7 +98,10 @@ class Gateway(pulumi.ComponentResource):
     ) -> None:
         g, head, names = args.gateway, args.head, args.names
         spec = gw.GatewaySpec(port=g.port, tls=g.tls, max_body_bytes=g.max_body_bytes,
-                              routes=tuple(args.routes))
+                              routes=tuple(args.routes),
+                              max_connections_per_source=g.max_connections_per_source,
+                              unauthorized_per_minute=g.unauthorized_per_minute,
+                              header_timeout_seconds=g.header_timeout_seconds)
         props = self._props(args, spec)
         super().__init__("spark-vllm:gateway:Gateway", name, props, opts)
         # the main model's first (not a class annotation: the SDK reads those as output types)
@@ -177,6 +181,10 @@ class Gateway(pulumi.ComponentResource):
             restart="unless-stopped",
             mounts=[docker.ContainerMountArgs(
                 target=GATEWAY_MOUNT, type="bind", source=names.gateway_dir, read_only=True)],
+            # the stats socket `spark-vllm status` reads (a `volumes` bind: Docker makes the
+            # folder again after a reboot empties /run)
+            volumes=[docker.ContainerVolumeArgs(host_path=names.gateway_run_dir,
+                                                container_path=GATEWAY_RUN_MOUNT)],
             labels=[docker.ContainerLabelArgs(label=k, value=v)
                     for k, v in sorted(labels.items())],
             privileged=False,

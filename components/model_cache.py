@@ -184,6 +184,7 @@ class ModelCache(pulumi.ComponentResource):
                 lambda image: model_fetch(
                     image, a.model.cache_dir, a.model.repo, a.manifest.commit, a.model.revision,
                     a.model.endpoint, self._labels("model-fetch"), a.manifest.files,
+                    a.names.model_record_dir,
                 )
             ),
             stdin=token,
@@ -232,7 +233,8 @@ class ModelCache(pulumi.ComponentResource):
                 f"{name}-sync-{node.name}",
                 self,
                 create=self._image(node).apply(
-                    lambda image: model_sync(image, a.model.cache_dir, self._labels("model-sync"))
+                    lambda image: model_sync(image, a.model.cache_dir, self._labels("model-sync"),
+                                             a.names.model_record_dir)
                 ),
                 stdin=manifest,
                 triggers=node_again.triggers,
@@ -262,7 +264,7 @@ class ModelCache(pulumi.ComponentResource):
             f"{name}-verify-{node.name}",
             self,
             create=model_verify(a.model.cache_dir, a.model.repo, a.manifest.commit,
-                                a.manifest.files),
+                                a.manifest.files, a.names.model_record_dir),
             triggers=again.triggers,
             ignore_changes=again.ignore_changes,
             depends_on=[landed],

@@ -3,11 +3,10 @@
 Not a component: a description that RayCluster (the Ray containers) and VllmServer (the vLLM
 containers) both build their containers from, so a Ray container and the vLLM container next
 to it run the same image with the same runtime. Runtime settings: host network (Ray, NCCL and
-vLLM bind the fabric address), every GPU, host IPC (and so the host's /dev/shm, NCCL's and
-vLLM's shared memory between processes; Docker's shm_size does not apply to it, so none is
-set), nofile raised, memlock unlimited with the RDMA device when RDMA is on, the HF cache
-mounted with HF_HUB_OFFLINE=1 (the model is already on every node; a container must never
-download it), restarted by Docker (`unless-stopped`), never privileged.
+vLLM bind the fabric address), every GPU, an IPC namespace of the stack's own with a /dev/shm of
+`shm_bytes` (below), nofile raised, memlock unlimited with the RDMA device when RDMA is on, the
+HF cache's hub/ mounted with HF_HUB_OFFLINE=1 (the model is already on every node; a container
+must never download it), restarted by Docker (`unless-stopped`), never privileged.
 
 Compile and JIT caches (vLLM's torch.compile artifacts, torch inductor, Triton, FlashInfer, CUDA's
 PTX cache) live in a folder per node and per stack (StackNames.compile_cache_dir), mounted into
@@ -17,6 +16,16 @@ stack's containers see them (issue 31). The HF cache is mounted read-only: only 
 commands write it. Everything a container mounts from the host is the stack's own
 (hostscripts/paths.StackNames) but the HF cache, which stacks naming the same model.cacheDir
 share (docs/design.md says why that is safe).
+
+IPC (issue 46): the containers ran with `ipc_mode: host`, so every stack's containers on a node
+(and any other container with host IPC) shared the node's /dev/shm, where vLLM's shared-memory
+broadcast (`psm_*` segments, which its readers unpickle), NCCL's and Ray's object store live.
+Now each container has its own IPC namespace and /dev/shm (`private`), but for those that must
+share it: on a Ray node the vLLM driver joins the Ray head's (`shareable` there, `container:<id>`
+in vLLM's, as its PID namespace already does): Ray's object store and compiled graphs, which the
+driver and its workers share, live in that /dev/shm. With mp every rank of a node is in one
+container. No recipe needs the host's IPC: nothing of the stack shares memory with a process
+outside its containers.
 """
 
 from __future__ import annotations
@@ -56,11 +65,25 @@ COMPILE_CACHE_ENV = {
 }
 
 
+# /dev/shm of each container (tmpfs: a cap, taken as used): what vLLM's broadcast queues, NCCL's
+# shared-memory transport and PyTorch's workers use, and with Ray its object store on top
+# (ray.objectStoreBytes; Ray puts it in /dev/shm when it fits). The host's /dev/shm, which the
+# containers shared before, is half the node's memory by default; 8 GiB holds vLLM's queues many
+# times over.
+SHM_BYTES = 8 << 30
+
+
+def shm_bytes(object_store_bytes: int | None) -> int:
+    """The /dev/shm of the stack's containers: SHM_BYTES, and Ray's object store with Ray."""
+    return SHM_BYTES + (object_store_bytes or 0)
+
+
 class ContainerRuntime(TypedDict):
     image: pulumi.Input[str]
     network_mode: str
     gpus: str
-    ipc_mode: str
+    ipc_mode: pulumi.Input[str]
+    shm_size: int
     ulimits: list[docker.ContainerUlimitArgs]
     devices: list[docker.ContainerDeviceArgs] | None
     capabilities: docker.ContainerCapabilitiesArgs | None
@@ -76,6 +99,7 @@ class NodeRuntime:
     image_ids: Mapping[str, pulumi.Input[str]]
     nofile: int
     ray: bool  # Ray runs (vllm.executor ray): its token auth in the env, its token mounted
+    shm_bytes: int = SHM_BYTES  # each container's /dev/shm (shm_bytes(ray.objectStoreBytes))
 
     def env(self, node: SparkNode) -> dict[str, str]:
         """The environment of the stack's containers on `node`: its NCCL/launcher values, the
@@ -91,8 +115,13 @@ class NodeRuntime:
             })
         return {**env, **COMPILE_CACHE_ENV}
 
-    def runtime(self, node: SparkNode) -> ContainerRuntime:
-        """The docker.Container arguments every GPU container of the stack on `node` shares."""
+    def runtime(self, node: SparkNode,
+                ipc_mode: pulumi.Input[str] = "private") -> ContainerRuntime:
+        """The docker.Container arguments every GPU container of the stack on `node` shares.
+        `ipc_mode`: `private` (its own IPC namespace and /dev/shm), `shareable` for the one a
+        container of the stack joins on that node (`container:<its id>`), never `host`."""
+        if ipc_mode == "host":
+            raise ValueError("a container of the stack never shares the host's IPC namespace")
         extras = self.nccl.extras
         ulimits = [docker.ContainerUlimitArgs(name="nofile", soft=self.nofile, hard=self.nofile)]
         if extras.memlock_unlimited:
@@ -101,7 +130,10 @@ class NodeRuntime:
             "image": self.image_ids[node.name],
             "network_mode": "host",
             "gpus": "all",
-            "ipc_mode": "host",
+            # its own IPC namespace and /dev/shm, never the host's (issue 46); RayCluster makes
+            # the head's shareable, and the vLLM driver joins it (VllmServer)
+            "ipc_mode": ipc_mode,
+            "shm_size": self.shm_bytes >> 20,  # MB, as Docker's API counts it
             "ulimits": ulimits,
             "devices": [
                 docker.ContainerDeviceArgs(host_path=d, container_path=d, permissions="rwm")
@@ -116,12 +148,13 @@ class NodeRuntime:
         }
 
     def mounts(self) -> list[docker.ContainerMountArgs]:
-        """The HF cache (read-only: a serving container never writes it; the model commands
-        do, in containers of their own), the stack's own compile caches and, with Ray, the Ray
-        token (read-only)."""
+        """The HF cache's hub/ (read-only: a serving container never writes it; the model
+        commands do, in containers of their own), the stack's own compile caches and, with Ray,
+        the Ray token (read-only). Only hub/, what vLLM reads offline: the cache folder is
+        HF_HOME, where `hf auth login` on a node leaves its `token` (issue 46)."""
         mounts = [
-            docker.ContainerMountArgs(target=HF_MOUNT, type="bind", source=self.cache_dir,
-                                      read_only=True),
+            docker.ContainerMountArgs(target=f"{HF_MOUNT}/hub", type="bind",
+                                      source=f"{self.cache_dir}/hub", read_only=True),
             docker.ContainerMountArgs(
                 target=COMPILE_CACHE_MOUNT, type="bind", source=self.names.compile_cache_dir
             ),

@@ -196,7 +196,10 @@ class RayCluster(pulumi.ComponentResource):
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
                 self.token_label(node),
             ],
-            **args.runtime.runtime(node),
+            # the head's IPC namespace is the one the vLLM driver joins (its /dev/shm holds
+            # Ray's object store, which the driver and the workers share)
+            **args.runtime.runtime(
+                node, ipc_mode="shareable" if node is args.cluster.head else "private"),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=node.provider,

@@ -30,7 +30,7 @@ from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
-from components.node_runtime import NodeRuntime
+from components.node_runtime import NodeRuntime, shm_bytes
 from components.ray_cluster import RayCluster, RayClusterArgs
 from components.spark_node import Cluster, SparkNode, SparkNodeArgs, write_known_hosts
 from components.stack_secrets import StackSecrets, StackSecretsArgs
@@ -216,7 +216,8 @@ def build_stack(
     stopped = [c for n in cluster.nodes for c in n.stopped]
     with_ray = cfg.vllm.executor == "ray"
     runtime = NodeRuntime(names=names, nccl=nccl, cache_dir=cfg.model.cache_dir,
-                          image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray)
+                          image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray,
+                          shm_bytes=shm_bytes(cfg.ray.object_store_bytes if with_ray else None))
     ray = RayCluster(
         "ray",
         RayClusterArgs(

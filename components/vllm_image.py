@@ -267,7 +267,7 @@ class VllmImage(pulumi.ComponentResource):
                 f"{name}-copy-{node.name}",
                 self,
                 create=self.images[head.name].image_id.apply(
-                    lambda i: image_pull_from_head(ref, head.fabric_ip, i or "")
+                    lambda i: image_pull_from_head(self.names, ref, head.fabric_ip, i or "")
                 ),
                 stdin=token,
                 depends_on=[*self.after, start],

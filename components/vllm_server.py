@@ -338,6 +338,7 @@ class VllmServer(pulumi.ComponentResource):
         if self.master_guard is not None:  # mp: the rendezvous port on the fabric first
             depends.append(self.master_guard)
         ray_opts: dict[str, Any] = {}
+        ipc: pulumi.Input[str] = "private"  # its own IPC namespace (mp: every rank of the node)
         if is_head:
             labels.update(port_labels(v, args.cluster))
             mounts.append(docker.ContainerMountArgs(
@@ -373,6 +374,9 @@ class VllmServer(pulumi.ComponentResource):
                 # a Ray driver finds its raylet among the processes it sees: the Ray head's
                 "pid_mode": ray.head.id.apply(lambda i: f"container:{i}"),
             }
+            # and shares its /dev/shm (Ray's object store, compiled graphs' channels): the Ray
+            # head's IPC namespace, the stack's own on this node, never the host's
+            ipc = ray.head.id.apply(lambda i: f"container:{i}")
             depends += [ray.ready, ray.head, *ray.workers.values()]
         return docker.Container(
             res_name,
@@ -394,7 +398,7 @@ class VllmServer(pulumi.ComponentResource):
             # vLLM's own shutdown (SIGTERM) frees the GPU memory; give it time before SIGKILL
             destroy_grace_seconds=60,
             **ray_opts,
-            **runtime.runtime(node),
+            **runtime.runtime(node, ipc_mode=ipc),
             opts=pulumi.ResourceOptions(
                 parent=self,
                 provider=node.provider,

@@ -17,6 +17,15 @@ Keys (camelCase in the file):
                   tune.bufsize); a larger body whose `model` comes after it is refused (413).
                   It also sizes every connection's buffers, so the connections HAProxy takes at
                   once are 1 GiB / maxBodyBytes (16..4096; 512 at the default)
+    maxConnectionsPerSource  connections one client address may hold at once (64); more are
+                  closed as they arrive, before they take one of those slots
+    unauthorizedPerMinute   requests without the key (401) one client address may make in a
+                  minute (30); past that its new connections are closed until its rate falls
+    headerTimeoutSeconds    how long a connection may take to send a request's headers (5):
+                  until then nobody is authenticated, so a slow client holds a slot no longer
+These three are HAProxy's per-source stick table and its `timeout http-request` (issue 46: a 401
+kept its connection alive 60 s, a slow header held a slot 30 s); a 401 also closes its
+connection. `spark-vllm status` shows the gateway's counters.
 """
 
 from __future__ import annotations
@@ -49,6 +58,9 @@ class GatewayConfig(ConfigModel):
     image: GatewayImageConfig
     certificate: PemCertificates | None = None
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY, ge=64 * KIB, le=64 * MIB)
+    max_connections_per_source: int = Field(default=64, ge=1, le=4096)
+    unauthorized_per_minute: int = Field(default=30, ge=1, le=100_000)
+    header_timeout_seconds: int = Field(default=5, ge=1, le=60)
 
     @property
     def tls(self) -> bool:

@@ -80,6 +80,14 @@ def _within(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
+def home_cache_user(path: str) -> str | None:
+    """The user whose home holds the cache folder `path` (`/home/<user>/.cache/huggingface...`),
+    or None. Such a cache is accepted only when that user is every node's ssh user
+    (config/validate.py; payloads/cache_fs.py checks it again on the node, issue 46)."""
+    m = _HOME_HF_CACHE.fullmatch(path)
+    return path.split("/")[2] if m else None
+
+
 def cache_dir_problem(path: str) -> str | None:
     """Why a normalised absolute path may not be the model cache, or None.
 
@@ -306,6 +314,20 @@ class NcclConfig(ConfigModel):
                                  "Ray and NCCL would accept peers from all of it")
             out.append(str(net))
         return out
+
+    @field_validator("extra_env")
+    @classmethod
+    def _not_the_stacks(cls, v: dict[str, str]) -> dict[str, str]:
+        """The stack's own variables (config.recipes.STACK_ENV) stay the stack's: extraEnv came
+        last and overrode them (issue 46: NCCL_SOCKET_IFNAME could move NCCL off the fabric)."""
+        owned = sorted(k for k in v if k in recipes.STACK_ENV)
+        if owned:
+            raise ValueError(
+                f"expected variables the stack does not set itself ({', '.join(owned)}): the "
+                "stack derives them per node from the fabric it configures (components/nccl."
+                "node_env) or from its own keys (nccl.debug, nccl.rdma), or sets them in the "
+                "containers")
+        return v
 
     def networks(self) -> list[ipaddress.IPv4Network]:
         return [ipaddress.IPv4Network(s) for s in self.fabric_subnets]

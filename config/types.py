@@ -177,10 +177,36 @@ EXTRA_ENV_NAMES: dict[str, str] = {
 }
 
 
+# Names of the allowed families that run a command, write a file or choose a listener, each with
+# what it does (issue 46, item 10; read in UCX's src/ucs/config/global_opts.c and
+# src/ucs/debug/debug.c, and NCCL's src/ras/client_support.cc and src/bootstrap.cc, at
+# https://github.com/openucx/ucx and https://github.com/NVIDIA/nccl). The stack's own
+# variables (config.recipes.STACK_ENV: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, UCX_NET_DEVICES, ...)
+# are refused in nccl.extraEnv on their own (config.models.NcclConfig).
+EXTRA_ENV_REFUSED: dict[str, str] = {
+    "UCX_GDB_COMMAND": "a command UCX runs (execvp, with the process's pid) when it handles an "
+                       "error in debug mode",
+    "UCX_HANDLE_ERRORS": "'debug' runs UCX_GDB_COMMAND (default `gdb -quiet`) on an error, "
+                         "'freeze' stops the rank until a debugger attaches",
+    "UCX_ERROR_MAIL_TO": "UCX pipes an error report to /usr/lib/sendmail for this address",
+    "UCX_ERROR_MAIL_FOOTER": "text UCX adds to the error report it mails",
+    "UCX_STATS_DEST": "file:<path> writes a file, udp:<host>:<port> sends to any host",
+    "UCX_MEMTRACK_DEST": "file:<path> writes a file",
+    "NCCL_RAS_ADDR": "the address NCCL's RAS listens on for clients (loopback by default): "
+                     "any other opens an unauthenticated listener beyond the node",
+    "NCCL_COMM_ID": "the address NCCL's bootstrap root listens on and every rank connects "
+                    "to, outside the stack's rendezvous",
+    "NCCL_OOB_NET_IFNAME": "the interface NCCL's bootstrap listens on with its out-of-band "
+                           "network: the stack's NCCL_SOCKET_IFNAME (the fabric) decides that",
+}
+
+
 def extra_env_problem(name: str) -> str | None:
     """Why `name` may not be set through nccl.extraEnv or a recipe's env, or None."""
     if name in EXTRA_ENV_NAMES:
         return None
+    if name in EXTRA_ENV_REFUSED:
+        return EXTRA_ENV_REFUSED[name]
     if name.startswith(EXTRA_ENV_FAMILIES):
         if _LOADS_OR_NAMES_A_FILE.search(name):
             return "names a library, plugin or file the library would load, read or write"
@@ -191,11 +217,13 @@ def extra_env_problem(name: str) -> str | None:
 def _allowed_env(v: dict[str, str]) -> dict[str, str]:
     bad = sorted(k for k in v if extra_env_problem(k) is not None)
     if bad:
+        why = "".join(f"; {k}: {EXTRA_ENV_REFUSED[k]}" for k in bad if k in EXTRA_ENV_REFUSED)
         raise ValueError(
             f"expected only NCCL_*, UCX_*, GLOO_* variables (none that names a library, plugin or "
-            f"file) and {', '.join(EXTRA_ENV_NAMES)} ({', '.join(bad)}): the values reach every "
-            "container of the stack, where others could open vLLM's development routes or load "
-            "code from the model cache (docs/design.md \"What extraEnv may set\")"
+            f"file, runs a command or chooses a listener) and {', '.join(EXTRA_ENV_NAMES)} "
+            f"({', '.join(bad)}): the values reach every container of the stack, where others "
+            "could open vLLM's development routes or load code from the model cache "
+            f"(docs/design.md \"What extraEnv may set\"){why}"
         )
     return v
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from config.errors import ConfigError, describe, key_path
 from config.forms import SEEDER_PORTS, clip
-from config.models import StackConfig
+from config.models import StackConfig, home_cache_user
 from config.recipes import with_recipe_env
 
 
@@ -199,6 +199,15 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                 f"{key_path(('nccl', 'rdma'))}: got False; expected true in prod (NCCL over RoCE; "
                 "TCP sockets cost most of the interconnect bandwidth)"
             )
+    owner = home_cache_user(cfg.model.cache_dir)
+    others = sorted({n.user for n in cfg.nodes if n.user != owner})
+    if owner is not None and others:
+        problems.append(
+            f"{key_path(('model', 'cacheDir'))}: got {cfg.model.cache_dir!r}; expected a cache "
+            f"in the home of the nodes' ssh user only ({owner} is not the user of every node: "
+            f"{', '.join(others)}): the model commands write it as that user, and another user "
+            "could plant links in it for them to follow (the nodes check it again)"
+        )
     return problems
 
 

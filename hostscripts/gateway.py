@@ -16,7 +16,8 @@ What the rendered configuration does, in this order, for every request:
 2. every other request needs the stack's API key as `Authorization: Bearer <key>`: HAProxy
    hashes the presented token with SHA-256 and compares it in constant time with the key's
    digest, read from a root-only map file the stack writes from stdin; the key itself never
-   reaches the gateway's node, its files or any command line. Without it: 401 (JSON);
+   reaches the gateway's node, its files or any command line. Without it: 401 (JSON), and the
+   connection is closed (issue 46: it stayed open 60 s for the next guess);
 3. `GET /v1/models`: the served models, a static answer the stack generates;
 4. `/metrics`: the main model's vLLM metrics, `/metrics?model=<served name>` another's;
 5. a POST's `model` (the JSON body's) picks the backend through a map; a name the stack does not
@@ -26,6 +27,13 @@ What the rendered configuration does, in this order, for every request:
 Responses are forwarded as they arrive (no response buffering, no compression): server-sent
 events stream through. A client that goes away closes the connection to vLLM, which then aborts
 the request.
+
+Before any of that, per client address (a stick table, issue 46): a connection beyond
+`gateway.maxConnectionsPerSource` at once, or from an address past
+`gateway.unauthorizedPerMinute` answers 401 in the last minute, is closed as it arrives, before
+it takes one of the `maxconn` slots; a request's headers must arrive within
+`gateway.headerTimeoutSeconds` (until then nobody is authenticated). The counters are read
+through HAProxy's stats socket (`stats_script`) by `spark-vllm status`.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from hostscripts.common import (
     q,
     secret_file_write,
 )
-from hostscripts.paths import GATEWAY_MOUNT, StackNames
+from hostscripts.paths import GATEWAY_MOUNT, GATEWAY_RUN_MOUNT, GATEWAY_STATS_SOCKET, StackNames
 
 _GATE_PY = payload("gateway_health.py")
 
@@ -54,6 +62,11 @@ KEY_MAP_KEY = "api-key"  # the map entry holding the key's digest
 # Inactivity limits: a non-streamed completion of a long answer sends nothing until it is done
 TIMEOUT_SECONDS = 3600
 BODY_WAIT_SECONDS = 30  # how long the gateway waits for a request body to find its `model`
+# The per-source stick table: addresses seen in the last SOURCE_MEMORY_SECONDS (up to
+# SOURCE_TABLE_SIZE of them), their connections now and their 401s (count and rate per minute)
+SOURCE_TABLE = "api"
+SOURCE_TABLE_SIZE = 100_000
+SOURCE_MEMORY_SECONDS = 600
 # HAProxy's buffers are tune.bufsize each (maxBodyBytes), held by every connection with data in
 # flight, before the key is checked too: the connections at once are bounded so that their
 # request buffers never take more than BUFFER_BUDGET (1 GiB; as much again for responses)
@@ -89,6 +102,9 @@ class GatewaySpec:
     tls: bool
     max_body_bytes: int
     routes: tuple[Route, ...]
+    max_connections_per_source: int = 64  # config.gateway's defaults
+    unauthorized_per_minute: int = 30
+    header_timeout_seconds: int = 5
 
     def __post_init__(self) -> None:
         if not self.routes:
@@ -129,13 +145,13 @@ def _error(code: int, kind: str, message: str, **more: object) -> str:
                             "code": code, **more}})
 
 
-def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
+def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT, run: str = GATEWAY_RUN_MOUNT,
            user: str | None = "haproxy") -> dict[str, str]:
     """The gateway's configuration files, by path under `<root>/conf` (the folder the running
     HAProxy reads; `root` is GATEWAY_MOUNT in the container, another folder in tests). The
-    key's digest and the TLS file are under `<root>/secrets`, written by their own commands.
-    `user`: whom HAProxy's workers run as (the master stays root to read the root-only files
-    on every reload); None to run as the caller."""
+    key's digest and the TLS file are under `<root>/secrets`, written by their own commands;
+    the stats socket (root only) in `run`. `user`: whom HAProxy's workers run as (the master
+    stays root to read the root-only files on every reload); None to run as the caller."""
     conf, secrets = f"{root}/conf", f"{root}/secrets"
     errors = f"{conf}/errors"
     served = ", ".join(spec.names)
@@ -175,6 +191,8 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
         # workers of an older configuration finish their streams at most this long after a
         # reload; no connection is dropped before
         f"    hard-stop-after {TIMEOUT_SECONDS}s",
+        # the counters `spark-vllm status` shows (stats_script): root only, on the head
+        f"    stats socket {run}/{GATEWAY_STATS_SOCKET} mode 600 level operator",
     ]
     if user is not None:
         lines += [f"    user {user}", f"    group {user}"]
@@ -195,7 +213,9 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
         # writes hoping for more (measured: every server-sent event ~200 ms late)
         "    option http-no-delay",
         "    timeout connect 5s",
-        "    timeout http-request 30s",
+        # the headers of a request: until they are in, nobody is authenticated (issue 46: a
+        # slow header held a slot 30 s); the body of an authenticated one: wait-for-body
+        f"    timeout http-request {spec.header_timeout_seconds}s",
         "    timeout http-keep-alive 60s",
         "    timeout queue 30s",
         f"    timeout client {TIMEOUT_SECONDS}s",
@@ -206,6 +226,15 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
         "",
         "frontend api",
         f"    {bind}",
+        "    # per client address: its connections now and its 401s; one past either limit is",
+        "    # closed as it arrives, before it takes a slot (issue 46)",
+        f"    stick-table type ip size {SOURCE_TABLE_SIZE} expire {SOURCE_MEMORY_SECONDS}s "
+        "store conn_cur,gpc0,gpc0_rate(60s)",
+        "    tcp-request connection track-sc0 src",
+        f"    tcp-request connection reject if {{ sc0_conn_cur gt "
+        f"{spec.max_connections_per_source} }}",
+        f"    tcp-request connection reject if {{ sc0_gpc0_rate gt "
+        f"{spec.unauthorized_per_minute} }}",
         "    # liveness only: nothing about the models",
         f"    http-request return status 200 content-type text/plain string ok "
         f"if {{ path {LIVE_PATH} }}",
@@ -214,9 +243,11 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT,
         f"    http-request set-var(txn.want) str({KEY_MAP_KEY}),map({secrets}/api-key.map)",
         "    http-request set-var(txn.got) http_auth_bearer,sha2(256),hex,lower",
         "    acl authorized var(txn.got),secure_memcmp(txn.want)",
+        "    # counted against the source, answered, and the connection closed",
+        "    http-request sc-inc-gpc0(0) unless authorized",
         f"    http-request return status 401 content-type application/json "
         f"file {errors}/401.json hdr WWW-Authenticate 'Bearer realm=\"spark-vllm\"' "
-        "unless authorized",
+        "hdr Connection close unless authorized",
         "    # the served models, as the stack knows them",
         f"    http-request return status 200 content-type application/json "
         f"file {conf}/models.json if {{ path /v1/models }} METH_GET",

@@ -1,9 +1,11 @@
 """Copying the serving image from the head to the other nodes (image.source = head).
 
 Nodes do not trust each other over SSH: the head runs a short-lived HTTP seeder on its fabric
-address that streams `docker save` (payloads/image_seeder.py), each other node pipes it into
-`docker load` (payloads/fetch_url.py), and a last command on the head stops the seeder. The
-seeder also stops on its own after SEED_TIMEOUT_SECONDS.
+address that streams `docker save` (payloads/image_seeder.py), each other node fetches it into a
+root-only scratch file (payloads/fetch_url.py), checks that the archive is exactly the head's
+image named only as the ref (payloads/image_verify.py) and only then `docker load`s it, and a
+last command on the head stops the seeder. The seeder also stops on its own after
+SEED_TIMEOUT_SECONDS.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hostscripts.paths import HF_MOUNT, IMAGE_SEED_PORT, SEED_TIMEOUT_SECONDS, S
 
 _IMAGE_SEEDER_PY = payload("image_seeder.py")
 _FETCH_PY = payload("fetch_url.py")
+_VERIFY_PY = payload("image_verify.py")
 _PROBE_PY = payload("image_probe.py")
 NCCL_PY = payload("nccl_library.py")  # which libnccl runs: the probe's child, recon's section
 # The copy prints its progress (bytes, the image's size, rate, time left) into the `up` this
@@ -79,23 +82,37 @@ def image_seeder_stop(names: StackNames, targets: Sequence[str], ref: str,
     )
 
 
-def image_pull_from_head(ref: str, seed_ip: str, expect_id: str) -> str:
+def image_pull_from_head(names: StackNames, ref: str, seed_ip: str, expect_id: str) -> str:
     """On another node: load the head's image from its seeder unless the same ID is present.
     The run's token (image_seeder_start's stdout) arrives on stdin and goes to the fetch's
     stdin: it is in no command line. The fetch prints its progress to stderr every
     COPY_PROGRESS_SECONDS, named by the node's `uname -n` (`image copy <host>: <done> of
     ~<image size> (<percent>), <rate>, ETA <left>`; the total is the size the head's docker gives
     the image, announced by the seeder; payloads/fetch_url.py), which the command's logging
-    (both streams) shows in the `up`; its stdout goes to `docker load` byte for byte."""
+    (both streams) shows in the `up`.
+
+    Its stdout goes into a scratch file in the stack's root-only folder (StackNames.
+    image_copy_dir: the archive needs the image's size on disk once more, until the load), which
+    payloads/image_verify.py checks before `docker load` reads it: one image, whose config is
+    the head's image ID, named only `ref` (issue 46: piped straight into `docker load`, a forged
+    stream retagged other images before the ID was compared). The file goes whatever happens.
+    The ID is compared after the load too."""
     expect_id = image_id(expect_id)  # read back from the head's daemon: its exact form only
     url = f"http://{seed_ip}:{IMAGE_SEED_PORT}/image.tar"
+    scratch = q(names.image_copy_dir)
     return "\n".join(
         [
             "set -eu",
             f"have=$(docker image inspect --format '{{{{.Id}}}}' {q(ref)} 2>/dev/null || true)",
             f"if [ \"$have\" = {q(expect_id)} ]; then echo image present; exit 0; fi",
+            "umask 077",
+            f"mkdir -p {scratch}",
+            f"f=$(mktemp {scratch}/image.XXXXXX)",
+            "trap 'rm -f \"$f\"' EXIT",
             f"python3 -c {q(_FETCH_PY)} {q(url)} {COPY_PROGRESS_SECONDS} 'image copy' "
-            "\"$(uname -n)\" | docker load",
+            "\"$(uname -n)\" > \"$f\"",
+            f"python3 -c {q(_VERIFY_PY)} \"$f\" {q(ref)} {q(expect_id)}",
+            "docker load -i \"$f\"",
             f"have=$(docker image inspect --format '{{{{.Id}}}}' {q(ref)})",
             f"if [ \"$have\" != {q(expect_id)} ]; then",
             f"  printf 'image %s has ID %s after load, head has %s\\n' {q(ref)} \"$have\" "
@@ -115,7 +132,8 @@ def image_probe(image: str, labels: Mapping[str, str],
     serve command with the image's vLLM and exits 1 on what must stop the `up`; the request is
     in the text, so the check runs again whenever what it checks changes. `hf_cache` (the
     node's model cache, read-only, offline as vLLM serves it): vLLM's engine arguments resolve
-    the served snapshot, which must be there. `record` (the stack's names): the probe also
+    the served snapshot, which must be there. Only the cache's hub/ is mounted, never the
+    folder with a node's `token` (issue 46). `record` (the stack's names): the probe also
     reports the NCCL vLLM loads (payloads/nccl_library.py), and its answer is left in the
     stack's folder (StackNames.image_probe_record, root only) for recon; image_probe_remove
     removes it."""
@@ -123,7 +141,7 @@ def image_probe(image: str, labels: Mapping[str, str],
     if record is not None:
         request = {**(request or {}), "nccl": NCCL_PY}
     tail = f" {q(json.dumps(request, sort_keys=True))}" if request is not None else ""
-    cache = (f"-v {q(hf_cache + ':' + HF_MOUNT + ':ro')} -e HF_HOME={HF_MOUNT} "
+    cache = (f"-v {q(hf_cache + '/hub:' + HF_MOUNT + '/hub:ro')} -e HF_HOME={HF_MOUNT} "
              "-e HF_HUB_OFFLINE=1 " if hf_cache is not None else "")
     run = (f"docker run --rm --network none {label_flags(labels)} {cache}--entrypoint python3 "
            f"{q(image)} -c {q(_PROBE_PY)}{tail}")

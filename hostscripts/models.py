@@ -23,13 +23,17 @@ from config.forms import check_model_file, clip
 from hostscripts.common import MAKE_TOKEN, image_id, label_flags, payload, plain, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
+# Every root write, remove and rename under a cache goes through cache_fs.py's Tree (issue 46):
+# the payloads that make them carry its text in front of their own.
+_CACHE_FS_PY = payload("cache_fs.py")
 _SNAPSHOT_PY = payload("snapshot_download.py")
 # The hub download prints its progress (bytes, rate, time left) into the `up` this often: the
 # 122B's 119 GB take minutes even on a fast uplink.
 FETCH_PROGRESS_SECONDS = 10
 _MODEL_SEEDER_PY = payload("model_seeder.py")
-_SYNC_PY = payload("model_sync.py")
-_VERIFY_PY = payload("model_verify.py")
+_SYNC_PY = _CACHE_FS_PY + payload("model_sync.py")
+_VERIFY_PY = _CACHE_FS_PY + payload("model_verify.py")
+_REF_PY = _CACHE_FS_PY + payload("model_ref.py")
 
 # The sync's pieces: files above this size are fetched as byte ranges of it, spread over the
 # twins; the rest whole. Two streams per twin: one TCP stream does not fill a 100G twin.
@@ -121,10 +125,18 @@ def verify_manifest_json(repo: str, commit: str, files: Iterable[ModelFile]) -> 
     )
 
 
-def _prune(cache_dir: str, manifest: str) -> str:
+def _prune(cache_dir: str, record_dir: str, manifest: str) -> str:
     """Delete the blobs whose content is not what the hub lists, so the copy that follows
-    fetches them again (a corrupted file is repaired by the same command)."""
-    return f"printf '%s' {q(manifest)} | python3 -c {q(_VERIFY_PY)} {q(cache_dir)} --prune"
+    fetches them again (a corrupted file is repaired by the same command); make the cache and
+    its hub/ when they are missing (what the containers mount). Through cache_fs.py's Tree."""
+    return (f"printf '%s' {q(manifest)} | python3 -c {q(_VERIFY_PY)} {q(cache_dir)} "
+            f"{q(record_dir)} --prune")
+
+
+def hub_mount(cache_dir: str, read_only: bool = False) -> str:
+    """The `-v` of a container of the model commands: the cache's hub/ only, never the cache
+    folder (HF_HOME) itself, where `hf auth login` leaves the node's token (issue 46)."""
+    return q(f"{cache_dir}/hub:{HF_MOUNT}/hub" + (":ro" if read_only else ""))
 
 
 def model_fetch(
@@ -136,36 +148,35 @@ def model_fetch(
     endpoint: str | None,
     labels: Mapping[str, str],
     files: Iterable[ModelFile],
+    record_dir: str,
 ) -> str:
     """On the head: download the snapshot at `commit` from the hub (or mirror) once.
 
     Runs the serving image's python (it ships huggingface_hub); the token is read from stdin by
     that python, never from the command line or an environment variable on the host.
     Incremental: files already in the cache are not downloaded again, so blobs whose content
-    is not what the hub lists are deleted first (payloads/model_verify.py --prune). Its progress
-    goes to stderr every FETCH_PROGRESS_SECONDS (sizes and rates only: payloads/
-    snapshot_download.py), which the component shows in the `up`.
+    is not what the hub lists are deleted first (payloads/model_verify.py --prune, which records
+    what it hashed in `record_dir`, the stack's own folder). Its progress goes to stderr every
+    FETCH_PROGRESS_SECONDS (sizes and rates only: payloads/snapshot_download.py), which the
+    component shows in the `up`. The container mounts the cache's hub/ only (hub_mount); the ref
+    of a revision that is not the commit is written by payloads/model_ref.py through
+    cache_fs.py's Tree, never with a shell `>` that would follow a link planted there.
     """
     files = list(files)
     image = image_id(image)  # the daemon's answer: its exact form before any shell
     env = f"-e HF_ENDPOINT={q(endpoint)} " if endpoint else ""
-    refs = f"{cache_dir}/hub/{repo_dir(repo)}/refs"
     lines = [
         "set -eu",
-        f"mkdir -p {q(cache_dir)}",
-        _prune(cache_dir, verify_manifest_json(repo, commit, files)),
+        _prune(cache_dir, record_dir, verify_manifest_json(repo, commit, files)),
         f"docker run -i --rm --network host {label_flags(labels)} "
-        f"-v {q(cache_dir)}:{HF_MOUNT} -e HF_HOME={HF_MOUNT} -e HF_HUB_DISABLE_TELEMETRY=1 "
+        f"-v {hub_mount(cache_dir)} -e HF_HOME={HF_MOUNT} -e HF_HUB_DISABLE_TELEMETRY=1 "
         f"-e HF_HUB_DISABLE_PROGRESS_BARS=1 {env}"
         f"--entrypoint python3 {q(image)} -c {q(_SNAPSHOT_PY)} {q(repo)} {q(commit)} "
         f"{FETCH_PROGRESS_SECONDS} {q(json.dumps([[f.etag, f.size] for f in files]))}",
     ]
     if revision != commit:
-        ref_file = f"{refs}/{revision}"
-        lines += [
-            f"mkdir -p \"$(dirname {q(ref_file)})\"",
-            f"printf %s {q(commit)} > {q(ref_file)}",
-        ]
+        lines.append(f"python3 -c {q(_REF_PY)} {q(cache_dir)} {q(repo_dir(repo))} "
+                     f"{q(revision)} {q(commit)}")
     return "\n".join(lines)
 
 
@@ -204,7 +215,7 @@ def model_seeder_start(
             f"docker rm -f {seeder} >/dev/null 2>&1 || true",
             *MAKE_TOKEN,
             f"docker run -d --rm --name {seeder} --network host {label_flags(labels)} "
-            f"-v {q(cache_dir)}:{HF_MOUNT}:ro --entrypoint timeout {q(image)} "
+            f"-v {hub_mount(cache_dir, read_only=True)} --entrypoint timeout {q(image)} "
             f"{SEED_TIMEOUT_SECONDS} python3 -c {q(_MODEL_SEEDER_PY)} "
             f"{q(binds)} {MODEL_SEED_PORT} {q(root)} {q(plain(commit))} \"$sum\" >/dev/null",
             f"echo model seeder on "
@@ -265,13 +276,14 @@ def model_manifest_json(
     )
 
 
-def model_sync(image: str, cache_dir: str, labels: Mapping[str, str]) -> str:
+def model_sync(image: str, cache_dir: str, labels: Mapping[str, str], record_dir: str) -> str:
     """On another node: pull missing/changed files from the head's seeder (manifest on stdin),
     over every twin the manifest lists at once (payloads/model_sync.py says how).
 
     Files land in the Hugging Face cache layout (blobs named by etag, snapshot symlinks, refs), so
     a later revision moves only the files whose content changed. Blobs whose content is not
-    what the hub lists are deleted first (payloads/model_verify.py --prune), so they move too.
+    what the hub lists are deleted first (payloads/model_verify.py --prune, its record in
+    `record_dir`), so they move too. The container mounts the cache's hub/ only (hub_mount).
     Its progress goes to stderr every SYNC_PROGRESS_SECONDS, named by the node's `uname -n`
     (`model fan-out <host>: <done> of <total> (<percent>), <rate>, ETA <left>`; sizes and rates
     only), which the command's logging (both streams) shows in the `up`.
@@ -280,27 +292,29 @@ def model_sync(image: str, cache_dir: str, labels: Mapping[str, str]) -> str:
     return "\n".join(
         [
             "set -eu",
-            f"mkdir -p {q(cache_dir)}",
             'm=$(mktemp)',
             'trap \'rm -f "$m"\' EXIT',
             'cat > "$m"',
-            f'python3 -c {q(_VERIFY_PY)} {q(cache_dir)} --prune < "$m" >/dev/null',
+            f'python3 -c {q(_VERIFY_PY)} {q(cache_dir)} {q(record_dir)} --prune < "$m" >/dev/null',
             f"docker run -i --rm --network host {label_flags(labels)} "
-            f"-v {q(cache_dir)}:{HF_MOUNT} --entrypoint python3 {q(image)} -c {q(_SYNC_PY)} "
+            f"-v {hub_mount(cache_dir)} --entrypoint python3 {q(image)} -c {q(_SYNC_PY)} "
             f'{SYNC_PROGRESS_SECONDS} "$(uname -n)" < "$m"',
         ]
     )
 
 
-def model_verify(cache_dir: str, repo: str, commit: str, files: Iterable[ModelFile]) -> str:
+def model_verify(cache_dir: str, repo: str, commit: str, files: Iterable[ModelFile],
+                 record_dir: str) -> str:
     """On every node: every file of the commit present with the size and the content (sha256
     of LFS files, git blob id of the others) the hub lists; a wrong blob is removed and the
-    command fails naming it (payloads/model_verify.py)."""
+    command fails naming it (payloads/model_verify.py). What it hashed is recorded in
+    `record_dir` (StackNames.model_record_dir: the stack's root-only folder, not the cache)."""
     manifest = verify_manifest_json(repo, commit, files)
     return "\n".join(
         [
             "set -eu",
-            f"printf '%s' {q(manifest)} | python3 -c {q(_VERIFY_PY)} {q(cache_dir)}",
+            f"printf '%s' {q(manifest)} | python3 -c {q(_VERIFY_PY)} {q(cache_dir)} "
+            f"{q(record_dir)}",
         ]
     )
 

@@ -11,6 +11,8 @@ from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, RUN_DIR, STACK_CONTAI
 __all__ = [
            "COMPILE_CACHE_MOUNT",
            "GATEWAY_MOUNT",
+           "GATEWAY_RUN_MOUNT",
+           "GATEWAY_STATS_SOCKET",
            "HF_MOUNT",
            "IMAGE_SEED_PORT",
            "LEGACY_COMPILE_CACHE_DIR",
@@ -43,6 +45,8 @@ LIVENESS_STARTS = "/var/lib/spark-vllm-liveness/starts"
 VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)
 GATEWAY_MOUNT = "/etc/spark-vllm/gateway"  # the stack's gateway folder in the gateway container
+GATEWAY_RUN_MOUNT = "/run/spark-vllm-gateway"  # its run folder there (the stats socket)
+GATEWAY_STATS_SOCKET = "stats.sock"  # HAProxy's stats socket in that folder (root only)
 MONITORING_MOUNT = "/etc/spark-vllm/monitoring"  # the monitoring folder in Prometheus's container
 PROMETHEUS_DATA = "/prometheus"  # Prometheus's data folder in its container (upstream's path)
 RAY_SESSION_MOUNT = "/tmp/ray"  # Ray's default --temp-dir, in the Ray head and vLLM containers
@@ -150,6 +154,14 @@ class StackNames:
         return f"{self.dir}/compile-cache"
 
     @property
+    def model_record_dir(self) -> str:
+        """Where the model verify records the blobs it hashed (`verified-<repo dir>`, root
+        only): the stack's own folder, never the HF cache, which containers and other stacks
+        write (issue 46: a record there could be planted to pass a changed blob unhashed, and
+        root wrote it through a planted link)."""
+        return f"{self.dir}/models"
+
+    @property
     def vllm_key_file(self) -> str:
         """The main vLLM's API key on the head, root only (0600)."""
         return f"{self.dir}/vllm/api-key"
@@ -173,6 +185,12 @@ class StackNames:
         return f"/run/spark-vllm-{self.stack}-image-seeder.pid"
 
     @property
+    def image_copy_dir(self) -> str:
+        """Where another node keeps the head's image archive while it is checked, before
+        `docker load` (hostscripts/images.image_pull_from_head; root only, emptied after)."""
+        return f"{self.dir}/image-copy"
+
+    @property
     def image_seeder_log(self) -> str:
         return f"/var/log/spark-vllm-{self.stack}-image-seeder.log"
 
@@ -187,6 +205,13 @@ class StackNames:
         `conf` (a link to the `conf.<hash>` folder in use: haproxy.cfg, the model map, the
         answers it gives itself) and `secrets` (the key's digest, the TLS key and chain)."""
         return f"{self.dir}/gateway"
+
+    @property
+    def gateway_run_dir(self) -> str:
+        """The gateway's run folder on the head (under /run: a reboot empties it; Docker makes
+        it again, a `volumes` bind), mounted at GATEWAY_RUN_MOUNT: HAProxy's stats socket,
+        which `spark-vllm status` reads."""
+        return f"{self.run_dir}/gateway"
 
     @property
     def gateway_key_file(self) -> str:

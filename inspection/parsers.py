@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from config.forms import CONTAINER_NAME
+from config.forms import CONTAINER_NAME, IMAGE_ID
 from inspection.facts import (
     ContainerFacts,
     DockerFacts,
@@ -613,26 +613,62 @@ def parse_docker_info_json(text: str) -> DockerFacts:
 
 
 
+def _labels_of(row: dict[str, Any], kind: str) -> dict[str, str]:
+    labels = row.get("Labels")
+    if labels is None:
+        return {}
+    if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
+        raise ParseError(kind, "a Labels is not a mapping of strings", json.dumps(row)[:160])
+    return dict(labels)
+
+
+STACK_LABEL_PREFIX = "spark-vllm."
+
+
 def parse_docker_labels_json(text: str) -> dict[str, dict[str, str]]:
-    """The docker_labels snippet (`docker inspect --format '{"ID":..,"Labels":..}'` of every
-    container): labels by full container ID, read as JSON. docker ps's Labels column is never
-    read for them: it joins the labels with ',' and a value may hold one, so an image label
-    `description=fast,spark-vllm.managed=true` would pose as the stack's own label."""
+    """The docker_labels snippet: every container's labels (`docker inspect`, as JSON) and its
+    image's, by full container ID. docker ps's Labels column is never read for them: it joins
+    the labels with ',' and a value may hold one, so an image label
+    `description=fast,spark-vllm.managed=true` would pose as the stack's own label.
+
+    A container inherits its image's labels: an image built with `LABEL spark-vllm.managed=true`
+    (or committed from a stack's container) would make its containers the stack's. So a
+    container's `spark-vllm.*` label is kept only when the container carries it with a value its
+    image does not (the stack sets them with `--label`, issue 46); a container row that names no
+    image (an older snippet's output) keeps none. An image named by a container but not listed
+    is a ParseError (its labels unknown: preflight cannot judge, fail closed)."""
     kind = "docker labels"
-    out: dict[str, dict[str, str]] = {}
+    rows: dict[str, tuple[str | None, dict[str, str]]] = {}
+    images: dict[str, dict[str, str]] = {}
     for row in _json_lines(text, kind):
-        ident, labels = row.get("ID"), row.get("Labels")
+        if "ImageID" in row:
+            image = row["ImageID"]
+            if not isinstance(image, str) or IMAGE_ID.fullmatch(image) is None:
+                raise ParseError(kind, "an image's ID is not sha256:<64 hex>",
+                                 json.dumps(row)[:160])
+            if image in images:
+                raise ParseError(kind, "an image is listed twice", json.dumps(row)[:160])
+            images[image] = _labels_of(row, kind)
+            continue
+        ident, image = row.get("ID"), row.get("Image")
         if not isinstance(ident, str) or _CONTAINER_FULL_ID.fullmatch(ident) is None:
             raise ParseError(kind, "a container's ID is not 64 hex digits", json.dumps(row)[:160])
-        if labels is None:
-            labels = {}
-        if not isinstance(labels, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in labels.items()):
-            raise ParseError(kind, "a container's Labels is not a mapping of strings",
+        if image is not None and (not isinstance(image, str) or IMAGE_ID.fullmatch(image) is None):
+            raise ParseError(kind, "a container's Image is not sha256:<64 hex>",
                              json.dumps(row)[:160])
-        if ident in out:
+        if ident in rows:
             raise ParseError(kind, "a container is listed twice", json.dumps(row)[:160])
-        out[ident] = dict(labels)
+        rows[ident] = (image, _labels_of(row, kind))
+    out: dict[str, dict[str, str]] = {}
+    for ident, (image, labels) in rows.items():
+        if image is not None and image not in images:
+            raise ParseError(kind, f"the labels of image {image} (of container {ident[:12]}) "
+                                   "were not read", "")
+        inherited = images.get(image, {}) if image is not None else None
+        out[ident] = {k: v for k, v in labels.items()
+                      if not k.startswith(STACK_LABEL_PREFIX)
+                      or (inherited is not None and inherited.get(k) != v)}
     return out
 
 

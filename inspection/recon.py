@@ -186,7 +186,9 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
         f"sv_bg gpu_runtime {COMMAND_TIMEOUT} bash -c {q(snippet('gpu_runtime.sh'))}",
         f"sv_bg stopped {COMMAND_TIMEOUT} bash -c {q(snippet('stopped.sh'))} _ {q(STOPPED_DIR)}",
         # the stack's repos (the main model's, each service's): their snapshots' files too
+        # and the stack's record of what its verify hashed (its own folder; none without a stack)
         f"sv_bg hf_cache {DOCKER_TIMEOUT} bash -c {q(snippet('hf_cache.sh'))} _ {q(cache_dir)} "
+        f"{q(names.model_record_dir if names is not None else '')} "
         + " ".join(q(repo_dir(r)) for r in stack_repos(cfg)),
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
     ]

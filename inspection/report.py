@@ -11,7 +11,7 @@ from typing import Any
 from config.forms import GIB
 from inspection.facts import NcclLibrary, NodeFacts
 from inspection.preflight import Plan, nccl_running
-from inspection.recon import ReconError
+from inspection.recon import ReconError, printable
 
 RED, BOLD, DIM, RESET = "\033[31m", "\033[1m", "\033[2m", "\033[0m"
 MAX_CELL = 44
@@ -204,6 +204,9 @@ def _rows(facts: list[NodeFacts], stack_label: str | None = None) -> list[Row]:
 
 
 def _clip(text: str) -> str:
+    """A cell: what the node said escaped where it is not printable ASCII (a name or field from
+    the node may hold a terminal escape, issue 46; status escapes them so too), then cut."""
+    text = printable(text, 10 * MAX_CELL)
     return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
 
 
@@ -222,7 +225,8 @@ def render_table(facts: Mapping[str, Result], *, color: bool = False,
             cells.append(_clip(row.cell(f)) if isinstance(f, NodeFacts) else "")
         values = {c for c, name in zip(cells, names, strict=True)
                   if isinstance(facts[name], NodeFacts)}
-        table.append((row.label, cells, row.compare and len(values) > 1))
+        table.append((printable(row.label, 10 * MAX_CELL), cells,
+                      row.compare and len(values) > 1))
     errors = [(n, e) for n, e in facts.items() if isinstance(e, ReconError)]
     if errors:
         for i, (_, cells, _) in enumerate(table):
@@ -252,7 +256,8 @@ def render_table(facts: Mapping[str, Result], *, color: bool = False,
     if mismatches:
         out.append(f"rows marked ! differ between nodes: {mismatches}")
     for name, err in errors:
-        out.append(f"{name}: {getattr(err, 'reason', err)} — {getattr(err, 'fix', '')}")
+        out.append(f"{name}: {printable(str(getattr(err, 'reason', err)), 1000)} — "
+                   f"{printable(str(getattr(err, 'fix', '')), 1000)}")
     return "\n".join(out) + "\n"
 
 

@@ -21,6 +21,10 @@ fresh nonce, every command under `timeout`), with these sections:
 - `collective` (the head): the collective bandwidth gate's last record
   (StackNames.collective_record, components/collective.py) and when it was written: the
   fabric's measured bus bandwidth against the threshold.
+- `gateway` (the head): the gateway's counters from HAProxy's stats socket
+  (hostscripts/payloads/gateway_stats.py with the head's python3): connections now and its
+  limit, connections refused as they arrived by the per-source limits, and per client address
+  seen in the last 10 minutes its connections and 401s (issue 46).
 
 `node_script` builds a node's script (pure), `parse_node` reads its output into NodeStatus
 (pure), `model_states` turns the nodes' NodeStatus into one ModelStatus per model. A section
@@ -30,7 +34,10 @@ reason, and only `serving` counts as serving.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import re
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -38,7 +45,8 @@ from typing import Any, Literal
 from config import NodeConfig, StackConfig
 from config.listen import LOOPBACK, service_host, vllm_host
 from hostscripts.common import payload, plain
-from hostscripts.paths import LIVENESS_STARTS, StackNames
+from hostscripts.gateway import SOURCE_TABLE
+from hostscripts.paths import GATEWAY_STATS_SOCKET, LIVENESS_STARTS, StackNames
 from inspection import parsers as p
 from inspection import recon
 from inspection.collective import GateRecord, parse_record
@@ -178,6 +186,9 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
                      f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
+    if node.name == cfg.head.name:
+        lines.append(f"sv_bg gateway {STATE_TIMEOUT} python3 -c {q(payload('gateway_stats.py'))} "
+                     f"{q(names.gateway_run_dir + '/' + GATEWAY_STATS_SOCKET)}")
     lines += ["wait", 'cat "$SV_DIR"/out.*', 'rm -rf "$SV_DIR"', "}", "main", "exit 0", ""]
     return "\n".join(lines)
 
@@ -221,6 +232,82 @@ class Alert:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class GatewayCounters:
+    """What the gateway's HAProxy counts (its stats socket, read on the head): connections now
+    and its limit (`maxconn`), connections since it started and those refused as they arrived
+    by the per-source limits (`dcon`: gateway.maxConnectionsPerSource,
+    gateway.unauthorizedPerMinute), and the client addresses seen in the last
+    hostscripts.gateway.SOURCE_MEMORY_SECONDS: how many, the 401s they got, and those past a
+    limit now."""
+
+    connections: int
+    connection_limit: int
+    connections_total: int
+    refused: int
+    sources: int
+    unauthorized: int
+    over_limit: tuple[str, ...]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"connections": self.connections, "connectionLimit": self.connection_limit,
+                "connectionsTotal": self.connections_total, "refused": self.refused,
+                "sources": self.sources, "unauthorized": self.unauthorized,
+                "overLimit": list(self.over_limit)}
+
+
+class GatewayError(ValueError):
+    """The gateway's stats are not what HAProxy's management guide documents."""
+
+
+_TABLE_ROW = re.compile(r"0x[0-9a-f]+: key=(\S+) use=\d+ exp=\d+ gpc0=(\d+) "
+                        r"gpc0_rate\(\d+\)=(\d+) conn_cur=(\d+)")
+
+
+def parse_gateway(text: str, max_connections: int, unauthorized_per_minute: int
+                  ) -> GatewayCounters:
+    """payloads/gateway_stats.py's output -> GatewayCounters (pure): `show stat` as CSV (the
+    frontend `api`'s row), `show table api` one line per address
+    (https://docs.haproxy.org/2.6/management.html, "show stat", "show table"). Anything else is
+    a GatewayError: unknown is never taken for "nothing refused"."""
+    parts: dict[str, list[str]] = {}
+    current = None
+    for line in text.splitlines():
+        if line.startswith("== "):
+            current = parts.setdefault(line[3:].strip(), [])
+        elif current is not None:
+            current.append(line)
+    stat, table = parts.get("show stat"), parts.get(f"show table {SOURCE_TABLE}")
+    if stat is None or table is None:
+        raise GatewayError("the stats socket's answer lacks `show stat` or `show table`")
+    rows = list(csv.DictReader(io.StringIO("\n".join(stat).lstrip("# "))))
+    front = next((r for r in rows if r.get("pxname") == SOURCE_TABLE
+                  and r.get("svname") == "FRONTEND"), None)
+    if front is None:
+        raise GatewayError(f"`show stat` has no row for the frontend {SOURCE_TABLE}")
+    try:
+        numbers = {k: int(front[k]) for k in ("scur", "slim", "conn_tot", "dcon")}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise GatewayError(f"`show stat` lacks a count of the frontend ({exc})") from None
+    if not table or not table[0].startswith(f"# table: {SOURCE_TABLE},"):
+        raise GatewayError(f"`show table {SOURCE_TABLE}` answered "
+                           f"{recon.printable(table[0] if table else '', 120)!r}")
+    sources, unauthorized, over = 0, 0, []
+    for line in table[1:]:
+        if not line.strip():
+            continue
+        m = _TABLE_ROW.fullmatch(line.strip())
+        if m is None:
+            raise GatewayError(f"`show table {SOURCE_TABLE}` has a line "
+                               f"{recon.printable(line, 120)!r}")
+        sources += 1
+        unauthorized += int(m.group(2))
+        if int(m.group(3)) > unauthorized_per_minute or int(m.group(4)) > max_connections:
+            over.append(recon.printable(m.group(1), 64))
+    return GatewayCounters(numbers["scur"], numbers["slim"], numbers["conn_tot"],
+                           numbers["dcon"], sources, unauthorized, tuple(sorted(over)))
+
+
 @dataclass
 class NodeStatus:
     node: str
@@ -241,6 +328,9 @@ class NodeStatus:
     collective: GateRecord | None = None
     collective_at: float | None = None
     collective_problem: str = ""
+    # the head: the gateway's counters; None when not asked, or when they could not be read
+    # (a problem)
+    gateway: GatewayCounters | None = None
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -418,6 +508,16 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             why = str(exc)
         if out.alerts is None:  # never an empty list for alerts that could not be read
             out.problems.append(f"alerts: {recon.printable(why)}")
+    if node.name == cfg.head.name:
+        stats, why = _section_text(sections, "gateway")
+        try:
+            if stats is not None:
+                out.gateway = parse_gateway(stats, cfg.gateway.max_connections_per_source,
+                                            cfg.gateway.unauthorized_per_minute)
+        except GatewayError as exc:
+            why = str(exc)
+        if out.gateway is None:
+            out.problems.append(f"gateway: {recon.printable(why)}")
     return out
 
 

@@ -119,8 +119,10 @@ def start_holder(name: str, i: int) -> int:
         f"mount --bind {q(d + '/run')} /run",
         f"mount -t overlay lab-etc -o {etc_opts} /etc",
         f"mount --bind {q(d + '/bin')} /usr/local/sbin",
-        # its own /dev/shm: Ray's object store and vLLM's shared-memory paths (containers run
-        # with --ipc host) stay inside the node, as on separate machines
+        # its own /dev/shm: what a container with --ipc host puts there (the lab tier's; the
+        # stack's containers have IPC namespaces of their own since issue 46, which
+        # tests/e2e/test_security.py checks against this one) stays inside the node, as on
+        # separate machines
         "mount -t tmpfs -o rw,nosuid,nodev,mode=1777 lab-shm /dev/shm",
         f"mount --bind {q(d + '/tmp')} /tmp",
         # a sysfs of this network namespace, so /sys/class/net shows the node's own interfaces

@@ -32,6 +32,7 @@ import contextlib
 import difflib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,6 +49,7 @@ from pydantic import ValidationError
 from config import NAMESPACE, SECRET_KEYS, ConfigError, NodeConfig, validate_config
 from config.models import PINNABLE
 from inspection import day_zero, recon
+from tools.terminal import sanitize_lines
 
 DEFAULT_MODEL = "Qwen/Qwen3.5-122B-A10B-FP8"
 SURVEY_IMAGE = "spark-vllm/survey:none"  # the survey's config needs one; never used
@@ -87,7 +89,7 @@ class InitError(click.ClickException):
     exit_code = 1
 
     def format_message(self) -> str:
-        return self.message
+        return sanitize_lines(self.message)  # it may name what a node answered
 
 
 @dataclass(frozen=True)
@@ -222,29 +224,35 @@ def survey(targets: Sequence[Target], keys: Sequence[str], key_file: str, model:
     return out
 
 
+def echo(text: str = "") -> None:
+    """A line of what the nodes said: nothing in it a terminal would act on (issue 46:
+    os-release fields, `ibdev2netdev` names and Docker's names come from the node)."""
+    click.echo(sanitize_lines(text))
+
+
 def print_survey(p: day_zero.Proposal, surveys: Sequence[day_zero.Survey]) -> None:
     gib = day_zero.GIB
     for i, s in enumerate(surveys):
         role = "head" if i == 0 else "worker"
         f = s.facts
-        click.echo(f"\n{s.name} ({role}, {s.user}@{s.host}:{s.port}): "
+        echo(f"\n{s.name} ({role}, {s.user}@{s.host}:{s.port}): "
                    f"{f.os.pretty_name or f.os.id or '?'}, {len(f.gpus)} GPU(s) "
                    f"{', '.join(sorted({g.name for g in f.gpus}))}, "
                    f"{f.memory.total_bytes / gib:.0f} GiB memory")
         for port in p.ports.get(s.name, []):
             state = "configured" if port.configured else "to configure"
-            click.echo(f"  fabric {port.interface} ({port.hca}) {port.ip} [{state}], "
+            echo(f"  fabric {port.interface} ({port.hca}) {port.ip} [{state}], "
                        f"MTU {port.mtu}")
         for image in p.images.get(s.name, []):
-            click.echo(f"  image {image}")
+            echo(f"  image {image}")
         for repo, size in p.caches.get(s.name, []):
-            click.echo(f"  HF cache {repo} {size / gib:.1f} GiB")
+            echo(f"  HF cache {repo} {size / gib:.1f} GiB")
         for name, image, memory in p.foreign.get(s.name, []):
-            click.echo(f"  container {name} ({image}) {memory / gib:.1f} GiB, not the stack's")
+            echo(f"  container {name} ({image}) {memory / gib:.1f} GiB, not the stack's")
     if p.findings:
-        click.echo("")
+        echo("")
     for finding in p.findings:
-        click.echo(f"{finding.level}: {finding}")
+        echo(f"{finding.level}: {finding}")
 
 
 def read_stack_values(path: Path) -> tuple[dict[str, Any], list[str]]:
@@ -330,18 +338,28 @@ def _check(done: subprocess.CompletedProcess[str], what: str) -> None:
 def render(stack: str, path: Path, raw: dict[str, Any], *, key_secret: str | None,
            force: bool) -> tuple[str, bool]:
     """The stack file Pulumi's CLI writes for `raw`, written into a scratch copy (the stack file
-    itself untouched): (its text, whether the stack had to be created in the backend)."""
+    itself untouched until the operator confirms): (its text, whether the stack had to be
+    created in the backend)."""
     created = False
+    doc = (yaml.safe_load(path.read_text()) or {}) if path.exists() else {}
     if not stack_exists(stack):
-        if force and path.exists():
+        if force:
             # a file whose stack is gone: its salt belongs to a passphrase we may not have
-            keep = {k: v for k, v in (yaml.safe_load(path.read_text()) or {}).items()
-                    if k not in ("config", "encryptionsalt", "encryptedkey", "secretsprovider")}
-            path.write_text(yaml.safe_dump(keep, sort_keys=False) if keep else "")
-        _check(PULUMI(["stack", "init", stack, "--no-select"]), f"pulumi stack init {stack}")
+            doc = {k: v for k, v in doc.items()
+                   if k not in ("config", "encryptionsalt", "encryptedkey", "secretsprovider")}
+        # `pulumi stack init` writes the new stack's salt into the project's stack file: it
+        # runs in a scratch project (Pulumi.yaml and that file, copied), so the real file is
+        # not edited before the operator confirms, nor left edited when the init fails
+        # (issue 46: --force removed its config and salt first)
+        with tempfile.TemporaryDirectory(prefix="spark-vllm-init-") as project:
+            shutil.copy(path.parent / "Pulumi.yaml", Path(project) / "Pulumi.yaml")
+            initial = Path(project) / path.name
+            initial.write_text(yaml.safe_dump(doc, sort_keys=False) if doc else "")
+            _check(PULUMI(["--cwd", project, "stack", "init", stack, "--no-select"]),
+                   f"pulumi stack init {stack}")
+            doc = yaml.safe_load(initial.read_text()) or {}
         created = True
-    doc = yaml.safe_load(path.read_text()) if path.exists() else {}
-    doc = {k: v for k, v in (doc or {}).items() if k != "config"}
+    doc = {k: v for k, v in doc.items() if k != "config"}
     values = {f"{NAMESPACE}:{k}": ({"value": v, "secret": False} if isinstance(v, str) else
                                    {"value": json.dumps(v), "objectValue": v, "secret": False})
               for k, v in raw.items()}
@@ -472,14 +490,10 @@ def command(stack: str, hosts: tuple[str, ...], user: str, port: int, key: str, 
     diff = "".join(difflib.unified_diff(before.splitlines(keepends=True),
                                         text.splitlines(keepends=True),
                                         f"{path.name} (now)", f"{path.name} (proposed)"))
-    click.echo(f"\n{diff}")
+    echo(f"\n{diff}")
     if not yes and not (interactive and click.confirm(f"write {path.name}", default=True)):
-        if created:
+        if created:  # the stack file was never touched: nothing to restore
             PULUMI(["stack", "rm", "--yes", "--preserve-config", stack])
-        if before:
-            write_stack_file(path, before)
-        else:
-            path.unlink(missing_ok=True)
         raise InitError(f"{path.name} not written" + ("" if interactive else
                                                        " (no terminal to ask: pass --yes)"))
     write_stack_file(path, text)

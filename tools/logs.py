@@ -67,6 +67,7 @@ from config import ConfigError, NodeConfig, StackConfig
 from hostscripts.paths import StackNames
 from tools import stack_access
 from tools.recon_report import load_stack_config
+from tools.terminal import sanitize
 
 POLL_SECONDS = 1.0  # how often a node's loop asks whether a stopped container runs again
 REORDER_SECONDS = 0.5  # with -f, how long a line is held so later-arriving earlier lines sort
@@ -473,28 +474,6 @@ def merge(entries: Iterable[Entry | Synced]) -> list[Entry]:
 
 
 # --- printing -------------------------------------------------------------------------------
-
-_ESCAPES = re.compile(
-    r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI (colours, cursor moves)
-    r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC (window titles, hyperlinks)
-    r"|\x1b[PX^_][^\x1b]*(?:\x1b\\)?"  # DCS, SOS, PM, APC strings
-    r"|\x1b[ -/]*[0-~]?"  # any other escape
-    r"|\x9b[0-?]*[ -/]*[@-~]"  # CSI as one C1 character
-)
-# C0 but tab, DEL, C1, and the bidirectional overrides that make text read other than it is
-_CONTROLS = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
-def sanitize(text: str) -> str:
-    """`text` without anything a terminal would act on: escape sequences and control
-    characters go; of carriage-return-separated updates (progress bars) the last one stays,
-    what a terminal would have shown; a tab stays."""
-    text = _ESCAPES.sub("", text)
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    return _CONTROLS.sub("", text)
-
 
 def short_name(stack: str, container: str) -> str:
     """The container's name without the stack's `spark-vllm-<stack>-` prefix."""

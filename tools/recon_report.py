@@ -37,6 +37,7 @@ import yaml
 from config import NAMESPACE, SECRET_KEYS, ConfigError, StackConfig, pin_host_keys, validate_config
 from hostscripts.paths import StackNames
 from inspection import hub, preflight, recon, report
+from tools.terminal import sanitize_lines
 
 
 def load_stack_config(stack: str, root: Path | None = None) -> StackConfig:
@@ -181,21 +182,22 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_last_up:
             outputs, why = last_up_outputs(args.stack)
             if outputs is None:
-                print(f"last up: {why}")
+                print(sanitize_lines(f"last up: {why}"))
             else:
                 print(report.render_last_up([n.name for n in cfg.nodes], outputs), end="")
         warnings = plan.warnings if plan is not None else (failure.warnings if failure else [])
         for w in warnings:
-            print(f"warning: {w}")
+            print(sanitize_lines(f"warning: {w}"))
         if plan is not None:
             for node, containers in plan.stop_containers.items():
                 for c in containers:
-                    print(f"plan: stop {c.name} on {node} (image {c.image}, "
-                          f"{c.memory_bytes / 1024**3:.1f} GiB); destroy starts it again")
+                    print(sanitize_lines(
+                        f"plan: stop {c.name} on {node} (image {c.image}, "
+                        f"{c.memory_bytes / 1024**3:.1f} GiB); destroy starts it again"))
     if failure is not None:
-        print(failure, file=sys.stderr)
+        print(sanitize_lines(str(failure)), file=sys.stderr)
         for line in skipped:
-            print(f"skipped: {line}", file=sys.stderr)
+            print(sanitize_lines(f"skipped: {line}"), file=sys.stderr)
         return 1
     if not args.json:
         print("preflight passed" + ("" if skipped else " (every check `pulumi preview` runs)"))

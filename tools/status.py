@@ -129,8 +129,29 @@ def render_alerts(head: str, nodes: dict[str, st.NodeStatus]) -> Table | Text:
     return at
 
 
+def render_gateway(head: str, nodes: dict[str, st.NodeStatus]) -> Text:
+    """The gateway's counters (issue 46): connections now and its limit, connections refused as
+    they arrived by the per-source limits, the 401s of the addresses seen in the last 10
+    minutes and those past a limit now; a line saying they could not be read otherwise."""
+    ns = nodes.get(head)
+    g = ns.gateway if ns is not None else None
+    if g is None:
+        why = ("not surveyed" if ns is None else ns.error or next(
+            (pr.removeprefix("gateway: ") for pr in ns.problems if pr.startswith("gateway: ")),
+            "no answer"))
+        return Text(f"gateway: counters unknown, could not be read on {head} "
+                    f"({recon.printable(why)})", style="magenta")
+    text = (f"gateway: {g.connections} connections now (limit {g.connection_limit}), "
+            f"{g.connections_total} since it started, {g.refused} refused as they arrived "
+            f"(per-source limits); {g.unauthorized} answered 401 to {g.sources} client "
+            f"address(es) seen in the last 10 min")
+    if g.over_limit:
+        return Text(text + f"; past a limit now: {', '.join(g.over_limit)}", style="yellow")
+    return Text(text)
+
+
 def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus],
-           monitoring_on: str = "") -> Group:
+           monitoring_on: str = "", head: str = "") -> Group:
     """The tables; `monitoring_on`: the head's name when the stack has monitoring on (then its
     alerts follow the models), "" when off."""
     mt = Table(title=f"stack {stack}: models", title_justify="left")
@@ -162,10 +183,13 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         for problem in ns.problems:
             nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
                                         style="magenta"), "")
-    gate = render_gate(nodes)
-    if not monitoring_on:
-        return Group(mt, gate, nt)
-    return Group(mt, render_alerts(monitoring_on, nodes), gate, nt)
+    parts: list[Table | Text] = [mt]
+    if head:
+        parts.append(render_gateway(head, nodes))
+    if monitoring_on:
+        parts.append(render_alerts(monitoring_on, nodes))
+    parts.append(render_gate(nodes))
+    return Group(*parts, nt)
 
 
 def _gate_of(nodes: dict[str, st.NodeStatus]) -> st.NodeStatus | None:
@@ -200,6 +224,10 @@ def as_json(stack: str, models: list[st.ModelStatus],
         [a.as_json() for a in held.alerts],
         "alertsOmitted": held.alerts_omitted if held is not None else 0,
         "collectiveGate": _gate_json(nodes),
+        # the gateway's counters (the head's); null when they could not be read (the head's
+        # `problems` says why)
+        "gateway": next((n.gateway.as_json() for n in nodes.values() if n.gateway is not None),
+                        None),
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
                            "problems": n.problems} for n in nodes.values()},
@@ -250,7 +278,7 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
         if as_json_:
             click.echo(json.dumps(as_json(stack, models, nodes), indent=2, sort_keys=True))
         else:
-            console.print(render(stack, models, nodes, _monitoring_on(cfg)))
+            console.print(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name))
         ctx.exit(_code(models, nodes))
     code = 1
     try:
@@ -258,7 +286,7 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
             while True:
                 models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
                 code = _code(models, nodes)
-                live.update(Group(render(stack, models, nodes, _monitoring_on(cfg)),
+                live.update(Group(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name),
                                   Text(f"refreshed {time.strftime('%H:%M:%S')}, every "
                                        f"{watch:g} s; Ctrl-C ends")), refresh=True)
                 time.sleep(watch)

@@ -31,6 +31,10 @@
 # 40 or 64 lowercase hex, path relative and normalised, size a byte count, the revision a ref
 # name), and every path again where it is joined; a manifest that fails exits 1 with
 # "model manifest refused: ..." and changes nothing (issue 31).
+# It runs in a container that mounts only the cache's hub/ (a link there resolves inside the
+# container), and still writes, renames and links only through cache_fs.py's Tree (joined in
+# front of this text, rooted at the hub): a symbolic link or a foreign file on the way is
+# refused naming it ("refused: <path> ...", exit 1), never followed (issue 46).
 # The lines above are not sent to the node.
 
 import collections, http.client, json, os, re, socket, sys, threading, time, urllib.parse
@@ -96,7 +100,8 @@ for listed in paths:
     parts = listed.split("/")
     if any("/".join(parts[:i]) in paths for i in range(1, len(parts))):
         refuse("%r is under a path listed as a file" % listed)
-root = inside("/root/.cache/huggingface/hub/".rstrip("/"), m["repoDir"])
+hub = "/root/.cache/huggingface/hub/".rstrip("/")
+root = inside(hub, m["repoDir"])
 snap = inside(root, "snapshots", m["commit"])
 base = "/snapshots/%s/" % m["commit"]
 port, chunk, streams = m["seedPort"], m["chunkBytes"], m["streamsPerSeed"]
@@ -120,8 +125,9 @@ class Seed:
 class File:
     def __init__(self, f):
         self.path, self.size = f["path"], f["size"]
-        self.blob = inside(root, "blobs", f["etag"])  # checked again where joined
-        self.link = inside(snap, f["path"])
+        # checked again where joined; relative to the hub, for the Tree
+        self.blob = inside(root, "blobs", f["etag"])[len(hub) + 1:]
+        self.link = inside(snap, f["path"])[len(hub) + 1:]
         self.tmp = self.blob + ".incomplete"
         self.url = base + urllib.parse.quote(self.path)
         self.left, self.got = 0, 0
@@ -145,9 +151,9 @@ def fetch(seed, piece, buf):
                         "says %d" % (f.path, seed.name, r.getheader("Content-Length"), length))
         view, got = memoryview(buf), 0
         try:
-            fd = os.open(f.tmp, os.O_WRONLY)
-        except OSError as e:
-            raise Fatal("cannot write %s: %s" % (f.tmp, e))
+            fd = tree.open(f.tmp, os.O_WRONLY)
+        except (OSError, Refused) as e:
+            raise Fatal("cannot write %s: %s" % (tree.path(f.tmp), e))
         try:
             while got < length:
                 n = r.readinto(view[:min(len(buf), length - got)])
@@ -156,7 +162,7 @@ def fetch(seed, piece, buf):
                 try:
                     os.pwrite(fd, view[:n], start + got)
                 except OSError as e:  # a full disk is not the twin's fault
-                    raise Fatal("cannot write %s: %s" % (f.tmp, e))
+                    raise Fatal("cannot write %s: %s" % (tree.path(f.tmp), e))
                 got += n
                 count(n)
         except BaseException:
@@ -208,8 +214,30 @@ def line(done, total, secs, final=False):
     say(text)
 
 
-files = [File(f) for f in m["files"]]
-missing = [f for f in files if not (os.path.isfile(f.blob) and os.path.getsize(f.blob) == f.size)]
+def present(f):
+    try:
+        st = tree.file(f.blob)
+    except FileNotFoundError:
+        return False
+    return st is not None and st.st_size == f.size
+
+
+try:
+    tree = Tree(hub, create=True)  # the mount: there in the container
+    files = [File(f) for f in m["files"]]
+    missing = [f for f in files if not present(f)]
+    if missing:  # each missing blob's download file, made afresh (a leftover never written)
+        os.close(tree.dir(m["repoDir"] + "/blobs", create=True))
+        for f in missing:
+            tree.remove(f.tmp)
+            os.close(tree.open(f.tmp, os.O_WRONLY | os.O_EXCL, create=True))
+            fd = tree.open(f.tmp, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, f.size)
+            finally:
+                os.close(fd)
+except Refused as e:
+    sys.exit("refused: %s" % e)
 seeds = [Seed(s) for s in m["seeds"]]
 moved = 0
 if missing:
@@ -235,11 +263,12 @@ if missing:
             print("model sync: seeder %s does not answer (%s); fetching over the other twins"
                   % (s.name, errors[s]), file=sys.stderr, flush=True)
     if len(waiting) == len(seeds):
+        for f in missing:
+            tree.remove(f.tmp)
         sys.exit("model sync: no seeder address answers after %d s: %s (is the seeder on the "
                  "head running?)" % (m["waitSeconds"], "; ".join(
                      "%s: %s" % (s.name, errors[s]) for s in seeds)))
 
-    os.makedirs(root + "/blobs", exist_ok=True)
     live = [s for s in seeds if s.alive]
     need = sum(f.size for f in missing)
     say("%s to copy (%d of %d files), over %d seeder address%s" % (
@@ -260,8 +289,6 @@ if missing:
 
     pieces = []
     for f in missing:
-        with open(f.tmp, "wb") as out:
-            out.truncate(f.size)
         ranged = f.size > chunk
         step = chunk if ranged else max(f.size, 1)
         for start in range(0, max(f.size, 1), step):
@@ -327,14 +354,21 @@ if missing:
                 f.left -= 1
                 last = f.left == 0
             if last:
-                size = os.path.getsize(f.tmp)
+                try:
+                    size = tree.file(f.tmp).st_size
+                    if f.got == f.size and size == f.size:
+                        tree.rename(f.tmp, f.blob)
+                except (OSError, Refused, AttributeError) as e:
+                    with cond:
+                        state["fatal"] = "cannot put %s in place: %s" % (tree.path(f.blob), e)
+                        cond.notify_all()
+                    return
                 if f.got != f.size or size != f.size:
                     with cond:
                         state["fatal"] = "size mismatch for %s: %d != %d" % (
                             f.path, f.got if f.got != f.size else size, f.size)
                         cond.notify_all()
                     return
-                os.replace(f.tmp, f.blob)
                 with cond:
                     state["done"] += 1
                     report(f)
@@ -352,8 +386,10 @@ if missing:
     ticker.join()
     if state["fatal"] or state["pending"]:
         for f in missing:
-            if os.path.lexists(f.tmp):
-                os.remove(f.tmp)
+            try:
+                tree.remove(f.tmp)
+            except (OSError, Refused):
+                pass
         sys.exit(state["fatal"] or "model sync: %d pieces not fetched" % state["pending"])
     moved = sum(f.size for f in missing)
     line(progress[0], need, time.monotonic() - m0, True)  # == need: each byte counted once
@@ -361,16 +397,12 @@ if missing:
     print("moved %d B in %.1f s: %s" % (moved, el, per_seed(el)), flush=True)
 else:
     say("nothing to copy: every file is in the cache")
-for f in files:
-    link = f.link
-    os.makedirs(os.path.dirname(link), exist_ok=True)
-    if os.path.lexists(link):
-        os.remove(link)
-    os.symlink(os.path.relpath(f.blob, os.path.dirname(link)), link)
-if m["revision"] != m["commit"]:
-    ref = inside(root, "refs", m["revision"])
-    os.makedirs(os.path.dirname(ref), exist_ok=True)
-    with open(ref, "w") as out:
-        out.write(m["commit"])
+try:
+    for f in files:
+        tree.symlink(f.link, os.path.relpath("/" + f.blob, os.path.dirname("/" + f.link)))
+    if m["revision"] != m["commit"]:
+        tree.write(inside(root, "refs", m["revision"])[len(hub) + 1:], m["commit"].encode())
+except Refused as e:
+    sys.exit("refused: %s" % e)
 print(json.dumps({"files": len(files), "bytesMoved": moved,
                   "bytesBySeed": {s.ip: s.bytes for s in seeds}}))

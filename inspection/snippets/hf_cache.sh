@@ -1,11 +1,12 @@
 # The HF cache under $1 (the stack's model.cacheDir): per repo its refs, snapshots and the
-# bytes in blobs/ (incomplete downloads excluded); for the repos named after $1 (folder names,
+# bytes in blobs/ (incomplete downloads excluded); for the repos named after $2 (folder names,
 # models--<org>--<name>: the stack's), `listed` and every file each snapshot holds with its size
 # (through its links: a link whose blob is gone is no file), so a snapshot short of a file is
 # seen whatever other blobs fill the folder; and, when the stack verified the repo
 # (hostscripts/payloads/model_verify.py records "<etag> <size> <mtime s.ns>" per blob in
-# $1/.spark-vllm/verified-<repo dir>), how many recorded blobs are gone or changed size or mtime
-# since: a blob corrupted after the check is found here and repaired by the next `up`. Read-only. One tab-separated fact per line.
+# $2/verified-<repo dir>, $2 the stack's own root-only folder, "" when no stack is known), how
+# many recorded blobs are gone or changed size or mtime since: a blob corrupted after the check
+# is found here and repaired by the next `up`. Read-only. One tab-separated fact per line.
 # A name (or ref content) that is not printable ASCII (a newline, tab, CR, escape sequence, any
 # other control character or a non-ASCII byte) is never printed raw: it could add or change
 # records. Its folder or file is left out and reported as `skip\t<the name in printf %q form>`.
@@ -13,7 +14,8 @@ export LC_ALL=C
 printable() { case $1 in '' | *[![:print:]]*) return 1 ;; esac; }
 skip() { printf 'skip\t%q\n' "$1"; }
 base=$1
-shift
+records=$2
+shift $(( $# < 2 ? $# : 2 ))
 listed=" $* "
 root=$base
 [ -d "$root/hub" ] && root="$root/hub"
@@ -47,8 +49,8 @@ for repo in "$root"/models--*; do
   done
   bytes=$(find "$repo/blobs" -type f ! -name '*.incomplete' -printf '%s\n' 2>/dev/null | awk '{s+=$1} END {printf "%d", s}')
   printf 'blobs\t%s\n' "${bytes:-0}"
-  record="$base/.spark-vllm/verified-$name"
-  if [ -f "$record" ]; then
+  record="$records/verified-$name"
+  if [ -n "$records" ] && [ -f "$record" ]; then
     changed=0
     while read -r etag size mtime; do
       case $etag in '' | *[!0-9a-f]*) continue ;; esac

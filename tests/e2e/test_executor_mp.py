@@ -87,6 +87,25 @@ def test_mp_switch_from_ray_serves_and_moves_no_image_or_model(mp):
     assert d.ssh(WORKER, probe + f"{mgmt_ip} {port}").startswith("blocked")
 
 
+def test_mp_ranks_keep_their_shared_memory_in_their_container(mp):
+    """Issue 46, item 3, with mp: every rank of a node in one container with its own IPC
+    namespace and /dev/shm (never the node's): vLLM's psm_* segments are there, none in the
+    node's /dev/shm, and TP=2 serves."""
+    d = mp
+    assert complete(d)
+    for node in (HEAD, WORKER):
+        mode = d.ssh(node, f"docker inspect -f '{{{{.HostConfig.IpcMode}}}}' {SERVE}").strip()
+        assert mode == "private", (node, mode)
+        inside = set(d.ssh(node, f"docker exec {SERVE} ls /dev/shm").split())
+        psm = {n for n in inside if n.startswith("psm_")}
+        on_node = set(d.ssh(node, "ls /dev/shm").split())
+        print(f"[observed] {node}: {len(psm)} psm_* segments in {SERVE}, "
+              f"{len(psm & on_node)} of them in the node's /dev/shm")
+        assert not psm & on_node
+        if node == HEAD:
+            assert psm, f"vLLM made no psm_* segment in its /dev/shm: {sorted(inside)}"
+
+
 @pytest.mark.long
 def test_mp_second_up_changes_nothing(mp):
     d = mp

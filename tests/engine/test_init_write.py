@@ -154,6 +154,11 @@ def test_force_replaces_a_file_whose_stack_is_gone(project):
     refused = run_init("--like", "dev", "--yes", key=key)
     assert refused.exit_code == 2 and "--force" in refused.output
     assert (work / "Pulumi.trial.yaml").read_text() == old
+    # declined (no terminal to ask): the real `pulumi stack init` ran in a scratch project, the
+    # file is byte for byte what it was and the stack is gone again (issue 46, item 9)
+    declined = run_init("--like", "dev", "--force", key=key)
+    assert declined.exit_code == 1 and "not written" in declined.output
+    assert (work / "Pulumi.trial.yaml").read_text() == old and "trial" not in stacks()
     result = run_init("--like", "dev", "--yes", "--force", key=key)
     assert result.exit_code == 0, result.output
     doc = yaml.safe_load((work / "Pulumi.trial.yaml").read_text())

@@ -133,8 +133,8 @@ def nccl_env(**over):
 
 
 RAY_TOKEN_PATH = "/run/spark-vllm/ray-auth-token"  # in the container; a read-only bind mount
-HF_MOUNT = {"target": "/root/.cache/huggingface", "type": "bind",
-            "source": "/root/.cache/huggingface"}
+HF_MOUNT = {"target": "/root/.cache/huggingface/hub", "type": "bind",
+            "source": "/root/.cache/huggingface/hub", "readOnly": True}
 RAY_TOKEN_MOUNT = {"target": RAY_TOKEN_PATH, "type": "bind",
                    "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token", "readOnly": True}
 

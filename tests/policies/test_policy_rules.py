@@ -660,8 +660,8 @@ def test_the_programs_own_resources_pass_the_secret_and_ray_rules():
 TOKEN_PATH = "/run/spark-vllm/ray-auth-token"
 AUTH_ENVS = ["NCCL_SOCKET_IFNAME=enp1s0f1np1", "RAY_AUTH_MODE=token",
              f"RAY_AUTH_TOKEN_PATH={TOKEN_PATH}"]
-AUTH_MOUNTS = [{"target": "/root/.cache/huggingface", "type": "bind",
-                "source": "/root/.cache/huggingface"},
+AUTH_MOUNTS = [{"target": "/root/.cache/huggingface/hub", "type": "bind",
+                "source": "/root/.cache/huggingface/hub", "readOnly": True},
                {"target": TOKEN_PATH, "type": "bind",
                 "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token", "readOnly": True}]
 

@@ -45,10 +45,16 @@ def test_every_serving_container_mounts_the_stacks_own_compile_cache_and_the_hf_
             mounts = _mounts(mocks, name)
             assert mounts["/var/cache/spark-vllm"]["source"] == \
                 "/var/lib/spark-vllm/stacks/dev/compile-cache", name
-            assert mounts[HF]["source"] == HF and mounts[HF].get("readOnly") is True, name
-        # the model commands, which must write, keep a writable mount of their own
+            # the hub only, read-only: never HF_HOME, where `hf auth login` leaves a node's
+            # token (issue 46)
+            hub = f"{HF}/hub"
+            assert mounts[hub]["source"] == hub and mounts[hub].get("readOnly") is True, name
+            assert HF not in mounts and not any(
+                m["source"] in (HF, HF + "/", f"{HF}/token") for m in mounts.values()), name
+        # the model commands, which must write, keep a writable mount of their own: the
+        # cache's hub/ only, never HF_HOME with a node's `token` (issue 46)
         fetch = reveal(mocks.named("model-fetch").inputs["create"])
-        assert f"-v {HF}:{HF} " in fetch
+        assert f"-v {HF}/hub:{HF}/hub " in fetch and f"-v {HF}:" not in fetch
         for node in ("spark-1", "spark-2"):
             cache = reveal(mocks.named(f"ray-compile-cache-{node}").inputs["create"])
             assert "mkdir -p /var/lib/spark-vllm/stacks/dev/compile-cache" in cache

@@ -36,8 +36,11 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
             assert c["image"] == ids[node] and c["image"].startswith("sha256:")  # ID, not name
             assert c["networkMode"] == "host"
             assert c["gpus"] == "all"
-            assert c["ipcMode"] == "host"
-            assert "shmSize" not in c  # ignored under ipc_mode=host, so never claimed
+            # an IPC namespace of the stack's own, never the host's (issue 46): the head's is
+            # the one the vLLM driver joins; /dev/shm holds Ray's object store (1 GiB in the
+            # dev stack file) and 8 GiB for vLLM, in MB
+            assert c["ipcMode"] == ("shareable" if i == 1 else "private")
+            assert c["shmSize"] == (8 << 10) + 1024
             assert c["restart"] == "unless-stopped"
             assert c["privileged"] is False
             assert c["entrypoints"] == ["/usr/bin/env"]
@@ -46,9 +49,10 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
             assert labels(c) == {**LABELS, "spark-vllm.role": role, "spark-vllm.node": node,
                                  "spark-vllm.ray-token": "ok"}  # the token file's sha256
             assert c["mounts"] == [
-                # read-only: only the model commands write it (issue 31)
-                {"target": "/root/.cache/huggingface", "type": "bind", "readOnly": True,
-                 "source": "/root/.cache/huggingface"},
+                # read-only: only the model commands write it (issue 31); its hub/ only, never
+                # HF_HOME with a node's token (issue 46)
+                {"target": "/root/.cache/huggingface/hub", "type": "bind", "readOnly": True,
+                 "source": "/root/.cache/huggingface/hub"},
                 # Ray's token authentication: the token only as a root-only file, read-only
                 {"target": "/run/spark-vllm/ray-auth-token", "type": "bind", "readOnly": True,
                  "source": "/var/lib/spark-vllm/stacks/dev/ray/auth-token"},

@@ -37,7 +37,9 @@ def test_the_image_copy_shows_its_progress_in_the_up(build, mocks):
     def check(_):
         copy = mocks.named("image-copy-spark-2").inputs
         assert copy.get("logging") in SHOWS_STDERR, copy.get("logging")
-        assert (f"/image.tar {COPY_PROGRESS_SECONDS} 'image copy' \"$(uname -n)\" | docker load"
+        # into the stack's scratch file, checked, then loaded (issue 46)
+        assert (f"/image.tar {COPY_PROGRESS_SECONDS} 'image copy' \"$(uname -n)\" > \"$f\""
                 in copy["create"])
+        assert 'docker load -i "$f"' in copy["create"]
 
     return settled(h).apply(check)

@@ -54,6 +54,9 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies
         for c in [head, *(mocks.named(f"vllm-serve-spark-{i}").inputs for i in range(2, n + 1))]:
             assert c["restart"] == "unless-stopped" and c["networkMode"] == "host"
             assert "pidMode" not in c and "volumes" not in c  # nothing of Ray's
+            # every rank of a node in this one container: its own IPC namespace and /dev/shm
+            # (8 GiB, no Ray object store), never the host's (issue 46)
+            assert c["ipcMode"] == "private" and c["shmSize"] == 8 << 10
             assert not [e for e in c["envs"] if e.startswith(("RAY_AUTH", "RAY_ADDRESS",
                                                               "VLLM_RPC_BASE_PATH"))]
             assert not any(m["target"] == "/run/spark-vllm/ray-auth-token" for m in c["mounts"])

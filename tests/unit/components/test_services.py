@@ -43,6 +43,9 @@ def test_an_embedding_service_is_its_own_container_model_and_gate(build, mocks):
         assert _arg(argv, "--runner") == "pooling" and "--convert" not in argv  # vLLM's auto
         assert _arg(argv, "--port") == "8100" and _arg(argv, "--served-model-name") == "embed"
         assert c["restart"] == "unless-stopped" and c["networkMode"] == "host"
+        # its own IPC namespace and /dev/shm, never the host's nor the main model's (issue 46);
+        # the dev stack runs Ray: its /dev/shm is as large as the Ray containers'
+        assert c["ipcMode"] == "private" and c["shmSize"] == (8 << 10) + 1024
         # restarted when it stops serving: the liveness watchdog probes its own vLLM with an
         # embedding (the dev stack's health.liveness: 5 s apart, 10 s each, 3 in a row)
         ep = list(c["entrypoints"])

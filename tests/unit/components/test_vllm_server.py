@@ -125,8 +125,11 @@ def test_vllm_command_line_exactly(build, mocks):
         assert vllm.LAUNCHER.endswith('exec "$@"')
         # a container of its own on the head, joined to the stack's Ray cluster
         assert serve["name"] == "spark-vllm-dev-serve" and serve["restart"] == "unless-stopped"
-        assert serve["networkMode"] == "host" and serve["ipcMode"] == "host"
-        assert serve["pidMode"] == "container:" + hashlib.sha256(b"ray-head").hexdigest()
+        # the Ray head's PID and IPC namespaces (its /dev/shm: Ray's object store), the
+        # stack's own, never the host's (issue 46)
+        head_id = hashlib.sha256(b"ray-head").hexdigest()
+        assert serve["networkMode"] == "host" and serve["ipcMode"] == "container:" + head_id
+        assert serve["pidMode"] == "container:" + head_id
         assert "RAY_ADDRESS=192.168.177.11:6379" in serve["envs"]
         assert {"hostPath": "/run/spark-vllm/stacks/dev/ray-session",
                 "containerPath": "/tmp/ray"} in [
@@ -696,8 +699,8 @@ def test_the_serve_command_is_checked_in_the_image_on_every_node_before_vllm(
             assert mocks.named(f"vllm-serve-check-{node}").inputs["create"].count(
                 "--label spark-vllm.role=serve-check") == 1
             # vLLM's engine arguments resolve the served snapshot offline: the node's model
-            # cache, read-only, after the model is in place
-            assert ("-v /root/.cache/huggingface:/root/.cache/huggingface:ro -e "
+            # cache's hub/ (never its token), read-only, after the model is in place
+            assert ("-v /root/.cache/huggingface/hub:/root/.cache/huggingface/hub:ro -e "
                     "HF_HOME=/root/.cache/huggingface -e HF_HUB_OFFLINE=1 --entrypoint"
                     in mocks.named(f"vllm-serve-check-{node}").inputs["create"])
             assert {"model-verify-spark-1", "model-verify-spark-2"} <= dependencies[

@@ -43,10 +43,34 @@ def test_a_cache_folder_outside_the_dedicated_roots_is_refused(folder):
     assert "dedicated" in problem, problem
 
 
+def _raw(folder: str, user: str | None = None) -> dict:
+    raw = config_raw(2, model={"repo": "org/m", "cacheDir": folder})
+    if user is not None:
+        raw["nodes"] = [{**n, "user": user} for n in raw["nodes"]]
+    return raw
+
+
 @pytest.mark.parametrize("folder", ACCEPTED)
 def test_a_cache_folder_under_a_dedicated_root_is_kept(folder):
-    cfg = validate_config(config_raw(2, model={"repo": "org/m", "cacheDir": folder}))
+    home = folder.split("/")[2] if folder.startswith("/home/") else None
+    cfg = validate_config(_raw(folder, home))
     assert cfg.model.cache_dir == folder
+
+
+@pytest.mark.parametrize("users", [("root", "root"), ("alice", "root"), ("bob", "bob")])
+def test_a_home_cache_is_refused_unless_its_user_is_every_nodes_ssh_user(users):
+    """The model commands write the cache as the ssh user (root on the Sparks); alice may plant
+    links in her own home for them to follow (issue 46). The nodes check it again
+    (payloads/cache_fs.py)."""
+    raw = _raw("/home/alice/.cache/huggingface")
+    raw["nodes"] = [{**n, "user": u} for n, u in zip(raw["nodes"], users, strict=True)]
+    with pytest.raises(ConfigError) as exc:
+        validate_config(raw)
+    (problem,) = exc.value.problems
+    assert problem.startswith("spark-vllm:model.cacheDir: got '/home/alice/.cache/huggingface'")
+    assert "in the home of the nodes' ssh user only" in problem, problem
+    assert validate_config(_raw("/home/alice/.cache/huggingface/x", "alice")).nodes[1].user == \
+        "alice"
 
 
 def test_the_stack_state_folder_and_its_parents_are_never_a_cache():

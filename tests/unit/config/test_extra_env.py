@@ -75,3 +75,50 @@ def test_a_recipe_cannot_bring_what_the_stack_file_may_not(tmp_path, monkeypatch
     assert "spark-vllm:vllm.recipe" in text
     assert "recipe bad: env: " in text and "VLLM_SERVER_DEV_MODE" in text
     assert "recipe bad: launcherEnv: " in text and "LD_PRELOAD" in text
+
+
+
+# Issue 46, item 10, verified in the libraries' sources (config.types.EXTRA_ENV_REFUSED names
+# where): UCX runs UCX_GDB_COMMAND (execvp) when UCX_HANDLE_ERRORS has `debug` and an error is
+# handled; UCX mails error reports (sendmail) to UCX_ERROR_MAIL_TO; UCX_STATS_DEST and
+# UCX_MEMTRACK_DEST write a file or send to a host; NCCL's RAS listens at NCCL_RAS_ADDR and its
+# bootstrap root at NCCL_COMM_ID, NCCL_OOB_NET_IFNAME picks the bootstrap's interface. They
+# passed as members of the NCCL_/UCX_ families.
+COMMANDS_AND_LISTENERS = {
+    "UCX_GDB_COMMAND": "sh -c id", "UCX_HANDLE_ERRORS": "debug",
+    "UCX_ERROR_MAIL_TO": "someone@example.com", "UCX_ERROR_MAIL_FOOTER": "x",
+    "UCX_STATS_DEST": "udp:203.0.113.9:7777", "UCX_MEMTRACK_DEST": "file:/tmp/x",
+    "NCCL_RAS_ADDR": "0.0.0.0:28028", "NCCL_COMM_ID": "0.0.0.0:29500",
+    "NCCL_OOB_NET_IFNAME": "enP7s7",
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS_AND_LISTENERS))
+def test_a_variable_that_runs_a_command_or_chooses_a_listener_is_refused_with_its_reason(name):
+    from config.types import EXTRA_ENV_REFUSED
+
+    with pytest.raises(ConfigError) as exc:
+        validate_config(_with_env({name: COMMANDS_AND_LISTENERS[name]}))
+    (problem,) = exc.value.problems
+    assert problem.startswith("spark-vllm:nccl.extraEnv: got "), problem
+    assert f"; {name}: {EXTRA_ENV_REFUSED[name]}" in problem, problem
+
+
+def test_the_gdb_command_pair_is_refused_together():
+    with pytest.raises(ConfigError) as exc:
+        validate_config(_with_env({"UCX_HANDLE_ERRORS": "debug", "UCX_GDB_COMMAND": "sh -c id"}))
+    (problem,) = exc.value.problems
+    assert "(UCX_GDB_COMMAND, UCX_HANDLE_ERRORS)" in problem, problem
+    # a recipe's env is judged the same way (tests/unit/config/test_recipes.py, "listener-env")
+
+
+@pytest.mark.parametrize("name", ["NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_IB_DISABLE",
+                                  "NCCL_DEBUG", "UCX_NET_DEVICES", "GLOO_SOCKET_IFNAME"])
+def test_the_stacks_own_variables_cannot_be_overridden(name):
+    """extraEnv came last in a node's environment (components/nccl.node_env) and replaced what
+    the stack derived: NCCL_SOCKET_IFNAME=enP7s7 moved NCCL to the management interface."""
+    with pytest.raises(ConfigError) as exc:
+        validate_config(_with_env({name: "enP7s7"}))
+    (problem,) = exc.value.problems
+    assert problem.startswith("spark-vllm:nccl.extraEnv: got "), problem
+    assert f"expected variables the stack does not set itself ({name})" in problem, problem

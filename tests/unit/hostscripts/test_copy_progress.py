@@ -22,6 +22,7 @@ import pytest
 
 from hostscripts import images, models
 from hostscripts.models import ModelFile
+from hostscripts.paths import StackNames
 from tests.unit.hostscripts.test_model_copy_scripts import (
     COMMIT,
     REPO,
@@ -268,9 +269,14 @@ def test_the_image_pull_runs_the_fetch_with_the_interval_and_the_node(tmp_path):
     _fake_bin(tmp_path, "docker",
               f"case \"$1\" in load) cat > /dev/null; touch {tmp_path}/loaded ;;\n"
               f"  image) [ -f {tmp_path}/loaded ] && echo {want} ;; esac\nexit 0\n")
+    # python3: the fetch records its argv and stdin; the archive's check (the second python3)
+    # passes
     _fake_bin(tmp_path, "python3",
+              f"[ -f {tmp_path}/argv ] && exit 0\n"
               f"printf '%s\\0' \"$@\" > {tmp_path}/argv\ncat > {tmp_path}/stdin\n")
-    script = images.image_pull_from_head("repo:tag", "192.168.177.11", want)
+    names = StackNames("t")
+    script = images.image_pull_from_head(names, "repo:tag", "192.168.177.11", want).replace(
+        names.image_copy_dir, str(tmp_path / "scratch"))
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}
     out = subprocess.run(["sh", "-c", script], input=IMAGE_TOKEN + "\n", env=env, text=True,
                          capture_output=True, timeout=30)
@@ -287,7 +293,8 @@ def test_the_model_sync_runs_the_payload_with_the_interval_and_the_node(tmp_path
     _fake_bin(tmp_path, "docker", f"printf '%s\\0' \"$@\" > {tmp_path}/argv\n"
                                   f"cat > {tmp_path}/stdin\n")
     cache = tmp_path / "cache"
-    script = models.model_sync("sha256:" + "a" * 64, str(cache), {"spark-vllm.stack": "t"})
+    script = models.model_sync("sha256:" + "a" * 64, str(cache), {"spark-vllm.stack": "t"},
+                               str(tmp_path / "records"))
     manifest = models.model_manifest_json(
         REPO, COMMIT, "main", [ModelFile("config.json", 8, "b" * 40)],
         [models.Seed("192.168.177.11")], token=TOKEN)

@@ -35,7 +35,7 @@ BAD_SIZES = [-1, True, 2**41, 1.5, "10", None]
 def _verify(cache: Path, files: list[dict], *, prune: bool = False) -> subprocess.CompletedProcess:
     manifest = json.dumps({"repoDir": common.repo_dir(REPO), "commit": COMMIT, "files": files})
     return subprocess.run([sys.executable, "-c", models._VERIFY_PY, str(cache),
-                           *(["--prune"] if prune else [])],
+                           str(cache.parent / "records"), *(["--prune"] if prune else [])],
                           input=manifest, capture_output=True, text=True, timeout=30)
 
 

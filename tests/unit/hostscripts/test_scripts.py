@@ -149,7 +149,8 @@ def _hf_cache(root, files: dict[str, bytes], commit: str = "c" * 40) -> list[Mod
 
 def test_model_verify_checks_size_and_content_and_records_what_it_hashed(tmp_path):
     files = _hf_cache(tmp_path, {"config.json": b"abc", "sub/w.safetensors": b"12345"})
-    script = models.model_verify(str(tmp_path), "org/m", "c" * 40, files)
+    script = models.model_verify(str(tmp_path), "org/m", "c" * 40, files,
+                                 str(tmp_path / "stack" / "models"))
     ok = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout) == {"files": 2, "bytes": 8, "hashed": 2, "bad": []}
@@ -180,12 +181,13 @@ def test_recon_sees_a_verified_blob_changed_later_so_the_model_is_repaired(tmp_p
     commit = "c" * 40
     files = _hf_cache(tmp_path, {"config.json": b"abc", "w.safetensors": b"12345"}, commit)
     manifest = ModelManifest("org/m", "main", commit, tuple(files))
-    script = models.model_verify(str(tmp_path), "org/m", commit, files)
+    records = tmp_path / "stack" / "models"
+    script = models.model_verify(str(tmp_path), "org/m", commit, files, str(records))
     assert subprocess.run(["sh", "-c", script], capture_output=True, timeout=30).returncode == 0
 
     def seen() -> NodeFacts:
         out = subprocess.run(["bash", "-c", snippet("hf_cache.sh"), "_", str(tmp_path),
-                              "models--org--m"],  # the stack's repo: its files listed
+                              str(records), "models--org--m"],  # the stack's repo: its files
                              capture_output=True, text=True, timeout=30)
         assert out.returncode == 0, out.stderr
         return NodeFacts.model_construct(hf_cache=parsers.parse_hf_cache(out.stdout))
@@ -216,19 +218,22 @@ def test_the_verified_record_holds_only_the_served_commits_blobs(tmp_path):
     from inspection import parsers
     from inspection.recon import snippet
 
+    records = tmp_path / "stack" / "models"
     old = _hf_cache(tmp_path, {"config.json": b"abc", "w.safetensors": b"12345"}, "a" * 40)
-    ok = subprocess.run(["sh", "-c", models.model_verify(str(tmp_path), "org/m", "a" * 40, old)],
+    ok = subprocess.run(["sh", "-c", models.model_verify(str(tmp_path), "org/m", "a" * 40, old,
+                                                         str(records))],
                         capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stderr
     new = _hf_cache(tmp_path, {"config.json": b"abc", "w.safetensors": b"67890"}, "b" * 40)
-    ok = subprocess.run(["sh", "-c", models.model_verify(str(tmp_path), "org/m", "b" * 40, new)],
+    ok = subprocess.run(["sh", "-c", models.model_verify(str(tmp_path), "org/m", "b" * 40, new,
+                                                         str(records))],
                         capture_output=True, text=True, timeout=30)
     assert ok.returncode == 0, ok.stderr
-    record = (tmp_path / ".spark-vllm" / "verified-models--org--m").read_text().split("\n")
+    record = (records / "verified-models--org--m").read_text().split("\n")
     assert sorted(line.split()[0] for line in record if line) == sorted(f.etag for f in new)
     (tmp_path / "hub" / "models--org--m" / "blobs" / old[1].etag).unlink()  # the old weights go
-    out = subprocess.run(["bash", "-c", snippet("hf_cache.sh"), "_", str(tmp_path)],
-                         capture_output=True, text=True, timeout=30)
+    out = subprocess.run(["bash", "-c", snippet("hf_cache.sh"), "_", str(tmp_path),
+                          str(records)], capture_output=True, text=True, timeout=30)
     assert parsers.parse_hf_cache(out.stdout)[0].changed_blobs == 0
 
 
@@ -239,13 +244,14 @@ def test_sync_prunes_a_corrupted_blob_before_copying(tmp_path):
     blob = tmp_path / "hub" / "models--org--m" / "blobs" / files[0].etag
     blob.write_bytes(b"abcdeX")
     manifest = models.verify_manifest_json("org/m", "c" * 40, files)
-    done = subprocess.run(["python3", "-c", models._VERIFY_PY, str(tmp_path), "--prune"],
+    done = subprocess.run(["python3", "-c", models._VERIFY_PY, str(tmp_path),
+                           str(tmp_path / "records"), "--prune"],
                           input=manifest, capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
     assert not blob.exists()
-    assert "model_verify.py" not in models.model_sync("sha256:" + "a" * 64, "/c", {}), \
+    assert "model_verify.py" not in models.model_sync("sha256:" + "a" * 64, "/c", {}, "/r"), \
         "the payload is inlined, not referenced by file name"
-    assert "--prune" in models.model_sync("sha256:" + "a" * 64, "/c", {})
+    assert "--prune" in models.model_sync("sha256:" + "a" * 64, "/c", {}, "/r")
 
 
 def test_the_launcher_keeps_the_key_off_every_command_line(tmp_path):
@@ -324,7 +330,7 @@ def test_foreign_container_stop_and_start_are_inverse():
 def test_an_image_id_read_from_a_host_must_be_of_its_exact_form(bad):
     """The head's image ID is pasted into the workers' scripts: only sha256:<64 hex> may pass."""
     with pytest.raises(common.RemoteValueError, match="not an image ID"):
-        images.image_pull_from_head("repo:tag", "192.168.177.11", bad)
+        images.image_pull_from_head(NAMES, "repo:tag", "192.168.177.11", bad)
     with pytest.raises(common.RemoteValueError):
         models.model_seeder_stop(NAMES, ["spark-2"], "c" * 40, bad, ["192.168.177.11"])
 
@@ -345,7 +351,8 @@ def test_foreign_container_names_from_recon_are_checked(bad):
 
 
 def test_the_image_pull_quotes_every_value_in_its_message():
-    script = images.image_pull_from_head("repo:tag", "192.168.177.11", "sha256:" + "c" * 64)
+    script = images.image_pull_from_head(NAMES, "repo:tag", "192.168.177.11",
+                                         "sha256:" + "c" * 64)
     assert "printf 'image %s has ID %s after load, head has %s\\n' repo:tag" in script
 
 

@@ -199,11 +199,13 @@ def docker_labels_of(ps: str | tuple) -> str | tuple:
     docker_ps section, as `docker inspect` would print them. The samples' Labels columns hold no
     ',' inside a value (they are SYNTHETIC, samples/docker-ps-json-seed.txt says so), so here,
     and only here, splitting them is exact. A docker_ps section given as (stdout, rc, ...) keeps
-    its rc."""
+    its rc. Each container's image (named by the sha256 of its docker ps Image, SYNTHETIC) is
+    listed after them with no labels of its own, as `docker image inspect` prints it."""
+    import hashlib
     import json
 
     text = ps[0] if isinstance(ps, tuple) else ps
-    lines = []
+    lines, images = [], {}
     for line in text.splitlines():
         try:
             row = json.loads(line)
@@ -214,7 +216,10 @@ def docker_labels_of(ps: str | tuple) -> str | tuple:
         raw = row.get("Labels") or ""
         labels = dict(item.split("=", 1) for item in raw.split(",") if "=" in item) \
             if isinstance(raw, str) else {}
-        lines.append(json.dumps({"ID": row["ID"], "Labels": labels or None}))
+        image = "sha256:" + hashlib.sha256(str(row.get("Image")).encode()).hexdigest()
+        images[image] = None
+        lines.append(json.dumps({"ID": row["ID"], "Image": image, "Labels": labels or None}))
+    lines += [json.dumps({"ImageID": image, "Labels": None}) for image in images]
     out = "\n".join(lines)
     return (out, *ps[1:]) if isinstance(ps, tuple) else out
 

@@ -14,7 +14,7 @@ under xdist), derandomized, no deadline, no database:
   in-process on a random manifest (values straight from the strategies, past the boundary) in
   a sandbox with victim files around and inside the cache, with and without --prune: only
   SystemExit may leave it; every file it removes is a blob in the repo's blobs/ folder, every
-  file it writes is its record in `<cache>/.spark-vllm/`; the victims are untouched.
+  file it writes is its record in the stack's folder (never the cache); the victims are untouched.
 * `test_sync_payload_touches_nothing_outside_the_repo` (300): model_sync.py likewise, with
   every blob already present (no network): every link, folder and ref it makes is under the
   repo's folder in the cache.
@@ -214,8 +214,11 @@ def _watched(allowed: list[str]) -> Iterator[list[tuple[str, str]]]:
                                          "makedirs", "mkdir", "rmdir")}
     real_open, real_os_open = builtins.open, os.open
 
-    def check(op: str, path: Any) -> None:
-        p = os.path.normpath(os.path.abspath(os.fsdecode(path)))
+    def check(op: str, path: Any, dir_fd: Any = None) -> None:
+        path = os.fsdecode(path)
+        if dir_fd is not None and not os.path.isabs(path):  # cache_fs.py's Tree: at a folder
+            path = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
+        p = os.path.normpath(os.path.abspath(path))
         seen.append((op, p))
         if not any(p == a or p.startswith(a + "/") for a in allowed):
             raise Outside(f"{op} {p} is outside {allowed}")
@@ -223,8 +226,9 @@ def _watched(allowed: list[str]) -> Iterator[list[tuple[str, str]]]:
     def wrap(name: str):
         def f(*args: Any, **kwargs: Any) -> Any:
             targets = args[1:2] if name in ("replace", "rename", "symlink") else args[:1]
+            fd = kwargs.get("dst_dir_fd" if name in ("replace", "rename") else "dir_fd")
             for t in targets:
-                check(name, t)
+                check(name, t, fd)
             return saved[name](*args, **kwargs)
         return f
 
@@ -235,7 +239,7 @@ def _watched(allowed: list[str]) -> Iterator[list[tuple[str, str]]]:
 
     def os_opened(path: Any, flags: int, *a: Any, **k: Any) -> int:
         if flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC):
-            check("os.open", path)
+            check("os.open", path, k.get("dir_fd"))
         return real_os_open(path, flags, *a, **k)
 
     try:
@@ -303,9 +307,10 @@ def test_verify_payload_touches_nothing_outside_the_cache():
                     with contextlib.suppress(OSError):
                         (root / "blobs" / f["etag"]).write_bytes(b"wrong size, surely")
             manifest = json.dumps({"repoDir": repo_dir, "commit": commit, "files": files})
-            blobs = str(root / "blobs")
-            ended = _run_payload(models._VERIFY_PY, [str(cache), *(["--prune"] * prune)],
-                                 manifest, [blobs, str(cache / ".spark-vllm")])
+            blobs, records = str(root / "blobs"), str(Path(t) / "records")
+            ended = _run_payload(models._VERIFY_PY, [str(cache), records,
+                                                     *(["--prune"] * prune)],
+                                 manifest, [blobs, records])
             OUTCOMES[f"verify {ended.split()[0]}"] = OUTCOMES.get(f"verify {ended.split()[0]}",
                                                                  0) + 1
             for v, text in victims.items():

@@ -823,6 +823,39 @@ def test_a_label_value_with_commas_cannot_make_a_container_the_stacks():
         finding.fact
 
 
+# Issue 46, item 7: a container inherits its image's labels, so an image built with
+# `LABEL spark-vllm.managed=true spark-vllm.stack=spark-vllm/dev` (or committed from a stack's
+# container) ran as the stack's own: not foreign, its memory counted as the stack's.
+HEIR = "6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e"
+HEIR_IMAGE = "sha256:" + "e" * 64
+HEIR_LABELS = {"spark-vllm.managed": "true", "spark-vllm.stack": "spark-vllm/dev",
+               "spark-vllm.role": "vllm-serve"}
+HEIR_PS = json.dumps({"ID": HEIR, "Image": "committed:latest", "Names": "heir",
+                      "State": "running", "Status": "Up 1 hour", "Labels": ""})
+
+
+def test_a_container_whose_image_carries_the_stacks_labels_is_foreign():
+    inherited = "\n".join([json.dumps({"ID": HEIR, "Image": HEIR_IMAGE, "Labels": HEIR_LABELS}),
+                           json.dumps({"ImageID": HEIR_IMAGE, "Labels": HEIR_LABELS})])
+    out = assemble(spark_sections(1, docker_ps=HEIR_PS, docker_labels=inherited))
+    (heir,) = recon.parse_recon_output("spark-1", out, nonce=NONCE).docker.containers
+    assert heir.labels == {} and not heir.managed
+    facts = facts_of(out, spark_output(2))
+    (finding,) = only(fail(config(), facts, stack_label="spark-vllm/dev"), "foreign")
+    assert "foreign container heir (image committed:latest)" in finding.fact
+    # the same labels set on the container itself (`docker run --label`, as the stack does)
+    # and not by its image: the stack's
+    own = "\n".join([json.dumps({"ID": HEIR, "Image": HEIR_IMAGE, "Labels": HEIR_LABELS}),
+                     json.dumps({"ImageID": HEIR_IMAGE, "Labels": None})])
+    out = assemble(spark_sections(1, docker_ps=HEIR_PS, docker_labels=own))
+    (heir,) = recon.parse_recon_output("spark-1", out, nonce=NONCE).docker.containers
+    assert heir.managed and heir.labels == HEIR_LABELS
+    # an image named but not listed: its labels unknown, the section unreadable (fail closed)
+    out = assemble(spark_sections(1, docker_ps=HEIR_PS, docker_labels=inherited.split("\n")[0]))
+    parsed = recon.parse_recon_output("spark-1", out, nonce=NONCE)
+    assert "were not read" in parsed.unreadable["docker_labels"]
+
+
 def test_a_container_whose_labels_were_not_read_cannot_be_judged():
     """docker ps lists it, docker inspect gave no labels for it (removed in between, or the
     section failed): its labels are unknown, not empty, and preflight says so (fail closed)."""

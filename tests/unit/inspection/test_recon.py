@@ -393,7 +393,8 @@ case "$1 $2" in
   "info --format") echo '{"ServerVersion":"29.2.1","Runtimes":{"runc":{}},"CgroupDriver":"systemd"}' ;;
   "ps -a") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Names":"vllm_node","Image":"vllm:1","State":"running","Labels":""}' ;;
   "ps -aq") echo c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff ;;
-  "inspect --type") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Labels":null}' ;;
+  "inspect --type") echo '{"ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","Image":"sha256:1111111111111111111111111111111111111111111111111111111111111111","Labels":null}' ;;
+  "image inspect") echo '{"ImageID":"sha256:1111111111111111111111111111111111111111111111111111111111111111","Labels":null}' ;;
   "stats --no-stream") echo '{"Name":"vllm_node","ID":"c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff","MemUsage":"1GiB / 2GiB"}' ;;
 esac
 exit 0
@@ -532,8 +533,10 @@ def test_the_compile_cache_check_sees_a_folder_and_nothing_else(tmp_path, make, 
 
 
 def test_recon_lists_the_files_of_the_stacks_repos_only():
-    """hf_cache.sh gets the cache folder, then the folder of every repo the stack serves (the
-    main model's, each service's, once): their snapshots' files are listed, no other repo's."""
+    """hf_cache.sh gets the cache folder, the stack's record folder (what its verify hashed:
+    its own root-only folder, never the cache), then the folder of every repo the stack serves
+    (the main model's, each service's, once): their snapshots' files are listed, no other
+    repo's."""
     from config import validate_config
     from tests.unit.components.test_services import EMBED, with_services
 
@@ -543,4 +546,5 @@ def test_recon_lists_the_files_of_the_stacks_repos_only():
     section = script[script.index("sv_bg hf_cache "):]
     section = section[:section.index("\nsv_bg ")]  # the quoted snippet spans lines
     folder = "models--" + cfg.model.repo.replace("/", "--")
-    assert section.endswith(f"' _ {cfg.model.cache_dir} {folder} models--spark-lab--tiny-embed")
+    assert section.endswith(f"' _ {cfg.model.cache_dir} {NAMES.model_record_dir} {folder} "
+                            "models--spark-lab--tiny-embed")

@@ -66,7 +66,7 @@ def test_hf_cache_lists_the_files_each_snapshot_of_the_stacks_repos_holds(tmp_pa
     unlisted = tmp_path / "hub" / "models--org--other" / "snapshots" / other
     unlisted.mkdir(parents=True)
     (unlisted / "f").write_text("x")
-    out = run("hf_cache.sh", str(tmp_path), "models--org--tiny")
+    out = run("hf_cache.sh", str(tmp_path), "", "models--org--tiny")
     assert out.returncode == 0, out.stderr
     _printable_lines(out.stdout)
     repos = {r.repo_id: r for r in p.parse_hf_cache(out.stdout)}
@@ -200,21 +200,33 @@ def test_gpu_runtime_never_prints_a_path_raw(tmp_path):
 
 def test_docker_labels_asks_docker_inspect_for_every_container_and_parses(tmp_path):
     """Issue 31, item 8: one `docker inspect` of every container ID `docker ps -aq` lists, each
-    a JSON object whose labels keep a ',' (and an escaped newline) inside a value."""
-    a, b = "a" * 64, "b" * 64
+    a JSON object whose labels keep a ',' (and an escaped newline) inside a value. Issue 46,
+    item 7: then one `docker image inspect` of the images they run, once each: an image's own
+    LABEL spark-vllm.managed=true (inherited by its containers) counts for nothing."""
+    a, b, c = "a" * 64, "b" * 64, "c" * 64
+    i1, i2 = "sha256:" + "1" * 64, "sha256:" + "2" * 64
     fake_tool(tmp_path, "docker", f"""
 case "$1" in
-  ps) [ "$*" = "ps -aq --no-trunc" ] && printf '%s\\n%s\\n' {a} {b} ;;
+  ps) [ "$*" = "ps -aq --no-trunc" ] && printf '%s\\n%s\\n%s\\n' {a} {b} {c} ;;
   inspect) shift 4; for id in "$@"; do
       case $id in
-        {a}) echo '{{"ID":"{a}","Labels":{{"description":"fast,spark-vllm.managed=true","x":"1\\\\n2"}}}}' ;;
-        {b}) echo '{{"ID":"{b}","Labels":null}}' ;;
+        {a}) echo '{{"ID":"{a}","Image":"{i1}","Labels":{{"description":"fast,spark-vllm.managed=true","x":"1\\\\n2"}}}}' ;;
+        {b}) echo '{{"ID":"{b}","Image":"{i2}","Labels":{{"spark-vllm.managed":"true","spark-vllm.stack":"spark-vllm/dev"}}}}' ;;
+        {c}) echo '{{"ID":"{c}","Image":"{i1}","Labels":{{"spark-vllm.managed":"true","spark-vllm.stack":"spark-vllm/dev"}}}}' ;;
+      esac; done ;;
+  image) echo "$*" >> {tmp_path}/image-args; shift 4; for id in "$@"; do
+      case $id in
+        {i1}) echo '{{"ImageID":"{i1}","Labels":null}}' ;;
+        {i2}) echo '{{"ImageID":"{i2}","Labels":{{"spark-vllm.managed":"true","spark-vllm.stack":"spark-vllm/dev"}}}}' ;;
       esac; done ;;
 esac
 """)
     out = run("docker_labels.sh", path=tmp_path)
     assert out.returncode == 0, out.stderr
     assert p.parse_docker_labels_json(out.stdout) == {
-        a: {"description": "fast,spark-vllm.managed=true", "x": "1\n2"}, b: {}}
+        a: {"description": "fast,spark-vllm.managed=true", "x": "1\n2"},
+        b: {},  # its image's own labels: not the stack's
+        c: {"spark-vllm.managed": "true", "spark-vllm.stack": "spark-vllm/dev"}}  # set by --label
+    assert (tmp_path / "image-args").read_text().split()[-2:] == [i1, i2]  # each image once
     fake_tool(tmp_path, "docker", "exit 0\n")  # no container at all: nothing, and no inspect
     assert run("docker_labels.sh", path=tmp_path).stdout == ""

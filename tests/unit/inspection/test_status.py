@@ -29,8 +29,20 @@ def config(**sections):
     return validate_config(config_raw(**sections))
 
 
+# the head's `gateway` section: what the payload printed against Debian's HAProxy 2.6 running
+# the rendered configuration (tests/fixtures/status/README.md)
+GATEWAY_STATS = (FIXTURES / "gateway-stats-haproxy-2.6.txt").read_text()
+
+
+def with_gateway(head: str) -> str:
+    """A head's recorded output (which predates the `gateway` section) with that section."""
+    return head + assemble({"gateway": GATEWAY_STATS})
+
+
 def _recorded() -> dict[str, str]:
-    return {n: (FIXTURES / f"lab-dev-{n}-serving.txt").read_text() for n in ("spark-1", "spark-2")}
+    out = {n: (FIXTURES / f"lab-dev-{n}-serving.txt").read_text() for n in ("spark-1", "spark-2")}
+    out["spark-1"] = with_gateway(out["spark-1"])
+    return out
 
 
 def _nodes(cfg, outputs: dict[str, str]) -> dict[str, st.NodeStatus]:
@@ -104,6 +116,7 @@ def _head(**override) -> str:
         f"probe:{NAMES.serve}": _probe(200),
         f"state:{NAMES.ray_head}": _state(0, "running"),
         f"state:{NAMES.gateway}": _state(0, "running"),
+        "gateway": GATEWAY_STATS,
     }
     sections.update(override)
     return assemble({k: v for k, v in sections.items() if v is not None})
@@ -238,11 +251,11 @@ def test_the_alerts_section_only_on_the_head_of_a_stack_with_monitoring():
     cfg = config()  # the lab's dev stack: monitoring on, loopback, 9090
     head = st.node_script(cfg, NAMES, cfg.head, NONCE)
     assert "sv_bg alerts 15 python3 -c " in head and "curl" not in head
-    assert "' http://127.0.0.1:9090/api/v1/alerts\nwait\n" in head  # the section's argument
+    assert "' http://127.0.0.1:9090/api/v1/alerts\nsv_bg gateway " in head  # its argument
     assert "sv_bg alerts" not in st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
     fabric = config(monitoring={"listen": "fabric", "port": 9191})
     assert st.prometheus_url(fabric) == "http://192.168.177.11:9191"
-    assert "' http://192.168.177.11:9191/api/v1/alerts\nwait\n" in st.node_script(
+    assert "' http://192.168.177.11:9191/api/v1/alerts\nsv_bg gateway " in st.node_script(
         fabric, NAMES, fabric.head, NONCE)
     # nothing changes for a stack without monitoring
     off = config(monitoring={"enabled": False})
@@ -458,3 +471,44 @@ def test_the_gate_record_section_runs_in_bash(tmp_path):
                                    capture_output=True, text=True, check=True).stdout.splitlines()
     assert abs(float(first) - record.stat().st_mtime) < 2 and json.loads(second)["verdict"] == \
         "passed"
+
+# --------------------------------------------------------------------------- the gateway
+
+def test_the_gateway_section_reads_the_stats_socket_on_the_head_only():
+    cfg = config()
+    head = st.node_script(cfg, NAMES, cfg.head, NONCE)
+    assert f"sv_bg gateway {st.STATE_TIMEOUT} python3 -c " in head
+    assert f" {NAMES.gateway_run_dir}/stats.sock" in head
+    assert "sv_bg gateway" not in st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
+
+
+def test_the_gateway_counters_as_haproxy_answered():
+    """The recorded answer (tests/fixtures/status/README.md): 4 answers 401 to 127.0.0.2, its
+    fifth connection refused, past its limit (3 a minute) now."""
+    g = st.parse_gateway(GATEWAY_STATS, 64, 3)
+    assert (g.connections, g.connection_limit, g.refused, g.sources, g.unauthorized) == \
+        (0, 512, 1, 3, 4)
+    assert g.over_limit == ("127.0.0.2",) and g.connections_total == 7
+    assert st.parse_gateway(GATEWAY_STATS, 64, 30).over_limit == ()
+    cfg = config()
+    ns = st.parse_node(cfg, NAMES, cfg.head, _head(), NONCE)
+    assert ns.gateway is not None and not [pr for pr in ns.problems if pr.startswith("gateway")]
+
+
+@pytest.mark.parametrize("text,why", [
+    ("", "lacks `show stat` or `show table`"),
+    ("== show stat\n# pxname,svname,scur\n== show table api\n# table: api, type: ip",
+     "no row for the frontend api"),
+    (GATEWAY_STATS.replace("# table: api, type: ip, size:100000, used:3",
+                           "# contents not dumped due to insufficient privileges"),
+     "`show table api` answered"),
+    (GATEWAY_STATS.replace("gpc0=4", "gpc0=\x1b[2J"), "has a line"),
+])
+def test_gateway_counters_that_cannot_be_read_are_a_problem(text, why):
+    with pytest.raises(st.GatewayError, match=re.escape(why)):
+        st.parse_gateway(text, 64, 30)
+    cfg = config()
+    ns = st.parse_node(cfg, NAMES, cfg.head, _head(gateway=text or None), NONCE)
+    assert ns.gateway is None
+    (problem,) = [pr for pr in ns.problems if pr.startswith("gateway: ")]
+    assert "\x1b" not in problem

@@ -46,14 +46,16 @@ KEY_TEXT = "-----BEGIN OPENSSH " + "PRIVATE KEY-----\nZHVtbXkgdGVzdCBrZXk=\n" \
 class Fakes:
     """The outside world of one init run, and what init asked of it."""
 
-    def __init__(self, outputs: dict[str, str], keys: dict[str, str] | None = None):
-        self.outputs = outputs  # host -> recorded fixture name
+    def __init__(self, outputs: dict[str, str | Path], keys: dict[str, str] | None = None):
+        self.outputs = outputs  # host -> recorded fixture name (or a file of the test's)
         self.keys = keys or HOST_KEYS
         self.scanned: list[tuple[str, int]] = []
         self.surveyed: list[str] = []
         self.pinned: dict[str, str] = {}  # host -> the known_hosts the survey's ssh was given
         self.pulumi: list[tuple[list[str], str | None]] = []
         self.preflight: list[list[str]] = []
+        self.stack_init_fails = False
+        self.init_saw: dict[str, str] = {}  # the real folder's stack files when `stack init` ran
 
     def keyscan(self, host: str, port: int, timeout: float) -> str:
         """FAKE ssh-keyscan: the lab node's ed25519 key line (and an ssh-rsa one init must
@@ -71,7 +73,8 @@ class Fakes:
         known = next(a.split("=", 1)[1] for a in argv if a.startswith("UserKnownHostsFile="))
         self.pinned[host] = Path(known).read_text()
         nonce = re.search(r"^SV_NONCE=([0-9a-f]+)$", script, re.M).group(1)
-        text = (INIT / f"{self.outputs[host]}.txt").read_text()
+        name = self.outputs[host]
+        text = name.read_text() if isinstance(name, Path) else (INIT / f"{name}.txt").read_text()
         return recon.SshResult(0, text.replace(RECORDED_NONCE, nonce), "", 1000.0, 1000.2)
 
     def pulumi_cli(self, args, *, stdin=None) -> subprocess.CompletedProcess[str]:
@@ -80,9 +83,23 @@ class Fakes:
         args = list(args)
         self.pulumi.append((args, stdin))
         out = ""
+        cwd = Path.cwd()
+        if args[:1] == ["--cwd"]:
+            cwd, args = Path(args[1]), args[2:]
         if args == ["stack", "ls", "--json"]:
             out = "[]"
         elif args[:2] == ["stack", "init"]:
+            if self.stack_init_fails:
+                return subprocess.CompletedProcess(["pulumi", *args], 255, "",
+                                                   "error: the backend said no")
+            # as Pulumi's passphrase provider does: the new stack's salt into the stack file
+            # of the project it runs in
+            self.init_saw = {p.name: p.read_text() for p in Path.cwd().glob("Pulumi.*.yaml")}
+            f = cwd / f"Pulumi.{args[2]}.yaml"
+            doc = (yaml.safe_load(f.read_text()) if f.exists() else None) or {}
+            doc["encryptionsalt"] = "v1:ZmFrZSBzYWx0:v1:fake"
+            f.write_text(yaml.safe_dump(doc, sort_keys=False))
+        elif args[:2] == ["stack", "rm"]:
             pass
         elif args[:2] == ["config", "set-all"]:
             path = Path(args[args.index("--config-file") + 1])
@@ -118,7 +135,7 @@ def folder(tmp_path, monkeypatch):
     return tmp_path
 
 
-def install(monkeypatch, outputs: dict[str, str] | None = None) -> Fakes:
+def install(monkeypatch, outputs: dict[str, str | Path] | None = None) -> Fakes:
     fakes = Fakes(outputs or FRESH)
     monkeypatch.setattr(init_cli, "KEYSCAN", fakes.keyscan)
     monkeypatch.setattr(init_cli, "RUNNER", fakes.runner)
@@ -291,7 +308,11 @@ def test_the_fresh_pair_like_dev_writes_the_stack_through_pulumi(folder, monkeyp
     assert result.exit_code == 0, (result.output, result.exception)
     assert sorted(fakes.surveyed) == [HOST_1, HOST_2]
     commands = [args for args, _ in fakes.pulumi]
-    assert commands[:2] == [["stack", "ls", "--json"], ["stack", "init", "trial", "--no-select"]]
+    assert commands[0] == ["stack", "ls", "--json"]
+    # in a scratch project (its salt into a scratch stack file), never in the real folder
+    assert commands[1][0] == "--cwd" and Path(commands[1][1]).parent != folder
+    assert commands[1][2:] == ["stack", "init", "trial", "--no-select"]
+    assert not Path(commands[1][1]).exists()  # gone after
     assert len(commands) == 3
     scratch = commands[2][commands[2].index("--config-file") + 1]
     assert commands[2][:6] == ["config", "set-all", "--stack", "trial", "--config-file", scratch]
@@ -355,3 +376,107 @@ def test_a_failing_preflight_keeps_the_file_and_exits_with_its_code(folder, monk
     assert result.exit_code == 3, result.output
     assert (folder / "Pulumi.trial.yaml").exists()
     assert "fix what preflight says" in result.output and "next:" not in result.output
+
+
+# --------------------------------------------------------------------------- terminal escapes
+
+# What a node's answers may carry to the operator's terminal (issue 46, item 8): OSC 0 retitles
+# the window, OSC 8 plants a hyperlink, CSI 2J clears the screen, a bidirectional override
+# makes text read backwards.
+ESCAPES = ["\x1b]0;pwned\x07", "\x1b]8;;http://evil/\x1b\\", "\x1b[2J", "\u202e"]
+
+
+def _forged(tmp_path: Path) -> Path:
+    """spark-1's recorded seeded survey with escapes in what the node says: its os-release
+    name, a foreign container's name and image (docker ps JSON escapes them, json decodes
+    them back), as a forged or odd node could answer."""
+    text = (INIT / "lab-spark-1-seeded.txt").read_text()
+    text = text.replace('PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"',
+                        'PRETTY_NAME="Debian' + "".join(ESCAPES) + '-tail 12"')
+    esc = json.dumps("".join(ESCAPES) + "-tail")[1:-1]
+    text = text.replace('"Image":"vllm-node"', f'"Image":"vllm-node{esc}"', 1)
+    out = tmp_path / "forged.txt"
+    out.write_text(text)
+    return out
+
+
+def test_init_prints_nothing_a_terminal_acts_on(folder, monkeypatch, tmp_path):
+    install(monkeypatch, {HOST_1: _forged(tmp_path), HOST_2: "lab-spark-2-fresh"})
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--yes")
+    # what the node said is shown, without the sequences
+    assert "Debian-tail 12" in result.output and "(vllm-node-tail)" in result.output, \
+        result.output
+    assert not any(c in result.output for c in "\x1b\x07\u202e"), repr(result.output)
+
+
+def test_recon_prints_nothing_a_terminal_acts_on(tmp_path, monkeypatch, capsys):
+    """`spark-vllm recon`: the table (its cells and row names escaped as status escapes them)
+    and preflight's findings and plan (sanitized as `logs` prints log lines)."""
+    from tools import recon_report
+
+    forged = _forged(tmp_path).read_text()
+    nonce_of: dict[str, str] = {}
+
+    def survey_all(cfg, names=None, key_path=None):
+        out = {}
+        for node in cfg.nodes:
+            nonce = "5eed5eed5eed5eed"
+            nonce_of[node.name] = nonce
+            text = forged if node.name == "spark-1" else \
+                (INIT / "lab-spark-2-fresh.txt").read_text()
+            out[node.name] = recon.parse_recon_output(node.name, text, nonce=nonce)
+        return out
+
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setattr(recon, "survey_all", survey_all)
+    rc = recon_report.main(["-s", "dev", "--no-last-up", "--color", "always"])
+    out, err = capsys.readouterr()
+    assert rc == 1  # the seeded node's foreign containers fail preflight
+    assert "Debian\\x1b]0;pwned\\x07" in out  # the table shows the node's value escaped
+    assert "vllm-node-tail" in err  # preflight's finding, the sequences removed
+    for text in (out, err):
+        assert "\x07" not in text and "\u202e" not in text and "\x1b]" not in text, repr(text)
+        assert "\x1b[2J" not in text, repr(text)
+
+
+# --------------------------------------------------------------------------- --force
+
+OLD_FILE = ("encryptionsalt: v1:qRwEk2gHmms=:v1:AAAAAAAAAAAAAAAA:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA==\n"
+            "config:\n  spark-vllm:environment: prod\n  spark-vllm:leftover: 1\n")
+
+
+def test_force_on_a_stack_gone_from_the_backend_leaves_the_file_if_stack_init_fails(
+        folder, monkeypatch):
+    """Issue 46, item 9: init --force removed `config` and `encryptionsalt` from the real stack
+    file before `pulumi stack init`, and nothing put them back when it failed. It edits a
+    scratch copy only now."""
+    (folder / "Pulumi.trial.yaml").write_text(OLD_FILE)
+    fakes = install(monkeypatch)
+    fakes.stack_init_fails = True
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--yes",
+                  "--force")
+    assert result.exit_code == 1 and "pulumi stack init trial failed" in result.output
+    assert (folder / "Pulumi.trial.yaml").read_text() == OLD_FILE
+    assert stack_files(folder) == ["Pulumi.dev.yaml", "Pulumi.trial.yaml", "Pulumi.yaml"]
+
+
+def test_force_edits_nothing_before_the_answer_and_nothing_when_declined(folder, monkeypatch):
+    (folder / "Pulumi.trial.yaml").write_text(OLD_FILE)
+    fakes = install(monkeypatch)
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--force")
+    assert result.exit_code == 1 and "Pulumi.trial.yaml not written" in result.output
+    assert fakes.init_saw["Pulumi.trial.yaml"] == OLD_FILE  # as `stack init` ran
+    assert (folder / "Pulumi.trial.yaml").read_text() == OLD_FILE
+    assert [a for a, _ in fakes.calls("stack", "rm")] == [
+        ["stack", "rm", "--yes", "--preserve-config", "trial"]]
+    # the diff showed the old file against the new salt and config, from the scratch copy
+    assert "-encryptionsalt: v1:qRwEk2gHmms=" in result.output
+    assert "+encryptionsalt: v1:ZmFrZSBzYWx0:v1:fake" in result.output
+    assert "-  spark-vllm:leftover: 1" in result.output
+    # confirmed, the file is what the scratch copy held
+    result = init(folder, "-s", "trial", HOST_1, HOST_2, *ACCEPT, "--like", "dev", "--force",
+                  "--yes")
+    assert result.exit_code == 0, result.output
+    written = yaml.safe_load((folder / "Pulumi.trial.yaml").read_text())
+    assert written["encryptionsalt"] == "v1:ZmFrZSBzYWx0:v1:fake"
+    assert "spark-vllm:leftover" not in written["config"]

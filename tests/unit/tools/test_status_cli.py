@@ -36,7 +36,10 @@ def _runner(outputs: dict[str, tuple[int, str, str]]):
 
 
 def _recorded(node: str) -> tuple[int, str, str]:
-    return 0, (FIXTURES / f"lab-dev-{node}-serving.txt").read_text(), ""
+    from tests.unit.inspection.test_status import with_gateway
+
+    text = (FIXTURES / f"lab-dev-{node}-serving.txt").read_text()
+    return 0, with_gateway(text) if node == "spark-1" else text, ""
 
 
 @pytest.fixture
@@ -226,7 +229,10 @@ def test_a_recorded_outage_with_monitoring_on_exits_1_with_why_and_the_alerts(in
     README.md): the worker's Ray container stopped, the machine's memory held down. The head's
     own `alerts` section is Prometheus's real answer; status and Prometheus agree."""
     def recorded(node: str) -> tuple[int, str, str]:
-        return 0, (FIXTURES / f"lab-dev-{node}-alerts.txt").read_text(), ""
+        from tests.unit.inspection.test_status import with_gateway
+
+        text = (FIXTURES / f"lab-dev-{node}-alerts.txt").read_text()
+        return 0, with_gateway(text) if node == "spark-1" else text, ""
 
     run, _ = _runner({"10.77.0.11": recorded("spark-1"), "10.77.0.12": recorded("spark-2")})
     monkeypatch.setattr(tool, "RUNNER", [run])
@@ -246,8 +252,11 @@ def test_a_recorded_outage_with_monitoring_on_exits_1_with_why_and_the_alerts(in
     assert set(data["nodes"]["spark-2"]["containers"]) == {"spark-vllm-dev-node-exporter"}
     assert all(3 << 30 > n["memoryAvailable"] > 2 << 30 for n in data["nodes"].values())
     assert all(n["problems"] == [] for n in data["nodes"].values())
+    assert data["gateway"] == {"connections": 0, "connectionLimit": 512, "connectionsTotal": 7,
+                               "refused": 1, "sources": 3, "unauthorized": 4, "overLimit": []}
     table = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
     assert table.exit_code == 1 and "alerts (Prometheus on spark-1)" in table.output
+    assert "1 refused as they arrived" in table.output and "4 answered 401" in table.output
 
 
 def test_the_fabric_line_shows_the_gates_last_record(in_repo, monkeypatch):

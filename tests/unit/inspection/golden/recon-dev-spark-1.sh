@@ -246,16 +246,27 @@ if __name__ == "__main__":
 sv_bg docker_info 20 docker info --format '{{json .}}'
 sv_bg docker_ps 20 docker ps -a --no-trunc --format '{{json .}}'
 sv_bg docker_labels 20 bash -c '# The labels of every container (docker ps -a), read as JSON: docker ps'"'"'s Labels column joins
-# them with '"'"','"'"' and a label'"'"'s value may hold one, so a value could pose as another label (an
-# image label `description=fast,spark-vllm.managed=true`). One object per container and line:
-# {"ID":"<full id>","Labels":{...}} (Labels null when it has none); docker'"'"'s JSON escapes every
-# control character, so a label cannot break the line. Read-only.
+# them with '"'"','"'"' and a value may hold one, so a value could pose as another label (an image label
+# `description=fast,spark-vllm.managed=true`). One object per container and line:
+# {"ID":"<full id>","Image":"sha256:<image id>","Labels":{...}} (Labels null when it has none),
+# then one per image those containers run: {"ImageID":"sha256:<id>","Labels":{...}}. A container
+# inherits its image'"'"'s labels, so an image'"'"'s own LABEL spark-vllm.managed=true would make a
+# foreign container the stack'"'"'s: the parser counts a container'"'"'s spark-vllm.* label only when its
+# image does not carry it with that value (issue 46). docker'"'"'s JSON escapes every control
+# character, so a label cannot break the line; a label value cannot hold an unescaped quote, so
+# `"Image":"sha256:...` is found only where docker put it. Read-only.
 export LC_ALL=C
 set -f  # the IDs are never expanded against file names
 ids=$(docker ps -aq --no-trunc) || exit
 [ -n "$ids" ] || exit 0
 # shellcheck disable=SC2086  # one argument per ID
-exec docker inspect --type container --format '"'"'{"ID":{{json .Id}},"Labels":{{json .Config.Labels}}}'"'"' $ids
+rows=$(docker inspect --type container \
+  --format '"'"'{"ID":{{json .Id}},"Image":{{json .Image}},"Labels":{{json .Config.Labels}}}'"'"' $ids) || exit
+printf '"'"'%s\n'"'"' "$rows"
+images=$(printf '"'"'%s\n'"'"' "$rows" | grep -o '"'"'"Image":"sha256:[0-9a-f]\{64\}"'"'"' | cut -d'"'"'"'"'"' -f4 | sort -u)
+[ -n "$images" ] || exit 0
+# shellcheck disable=SC2086  # one argument per image ID
+exec docker image inspect --format '"'"'{"ImageID":{{json .Id}},"Labels":{{json .Config.Labels}}}'"'"' $images
 '
 sv_bg container_memory 20 bash -c '# The memory each running container uses, read from its cgroup'"'"'s own counters: what
 # `docker stats` shows as MEM USAGE (usage minus the inactive page cache), without the ~2 s
@@ -364,13 +375,14 @@ done
 exit 0
 ' _ /var/lib/spark-vllm/stopped
 sv_bg hf_cache 20 bash -c '# The HF cache under $1 (the stack'"'"'s model.cacheDir): per repo its refs, snapshots and the
-# bytes in blobs/ (incomplete downloads excluded); for the repos named after $1 (folder names,
+# bytes in blobs/ (incomplete downloads excluded); for the repos named after $2 (folder names,
 # models--<org>--<name>: the stack'"'"'s), `listed` and every file each snapshot holds with its size
 # (through its links: a link whose blob is gone is no file), so a snapshot short of a file is
 # seen whatever other blobs fill the folder; and, when the stack verified the repo
 # (hostscripts/payloads/model_verify.py records "<etag> <size> <mtime s.ns>" per blob in
-# $1/.spark-vllm/verified-<repo dir>), how many recorded blobs are gone or changed size or mtime
-# since: a blob corrupted after the check is found here and repaired by the next `up`. Read-only. One tab-separated fact per line.
+# $2/verified-<repo dir>, $2 the stack'"'"'s own root-only folder, "" when no stack is known), how
+# many recorded blobs are gone or changed size or mtime since: a blob corrupted after the check
+# is found here and repaired by the next `up`. Read-only. One tab-separated fact per line.
 # A name (or ref content) that is not printable ASCII (a newline, tab, CR, escape sequence, any
 # other control character or a non-ASCII byte) is never printed raw: it could add or change
 # records. Its folder or file is left out and reported as `skip\t<the name in printf %q form>`.
@@ -378,7 +390,8 @@ export LC_ALL=C
 printable() { case $1 in '"'"''"'"' | *[![:print:]]*) return 1 ;; esac; }
 skip() { printf '"'"'skip\t%q\n'"'"' "$1"; }
 base=$1
-shift
+records=$2
+shift $(( $# < 2 ? $# : 2 ))
 listed=" $* "
 root=$base
 [ -d "$root/hub" ] && root="$root/hub"
@@ -412,8 +425,8 @@ for repo in "$root"/models--*; do
   done
   bytes=$(find "$repo/blobs" -type f ! -name '"'"'*.incomplete'"'"' -printf '"'"'%s\n'"'"' 2>/dev/null | awk '"'"'{s+=$1} END {printf "%d", s}'"'"')
   printf '"'"'blobs\t%s\n'"'"' "${bytes:-0}"
-  record="$base/.spark-vllm/verified-$name"
-  if [ -f "$record" ]; then
+  record="$records/verified-$name"
+  if [ -n "$records" ] && [ -f "$record" ]; then
     changed=0
     while read -r etag size mtime; do
       case $etag in '"'"''"'"' | *[!0-9a-f]*) continue ;; esac
@@ -423,7 +436,7 @@ for repo in "$root"/models--*; do
     printf '"'"'changed\t%s\n'"'"' "$changed"
   fi
 done
-' _ /root/.cache/huggingface models--spark-lab--tiny-moe
+' _ /root/.cache/huggingface /var/lib/spark-vllm/stacks/dev/models models--spark-lab--tiny-moe
 sv_bg disk 10 bash -c '# Free bytes on the filesystem that holds $1 (or its nearest existing parent). Read-only.
 p=$1
 while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
