@@ -23,6 +23,7 @@ import pulumi
 from components import gateway as gateway_component
 from components import monitoring as monitoring_component
 from components.fabric import NodeFabric, NodeFabricArgs
+from components.firewall import NodeFirewall, NodeFirewallArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
@@ -36,6 +37,7 @@ from components.vllm_server import VllmServer, VllmServerArgs
 from components.vllm_service import VllmService, VllmServiceArgs, restart_reasons
 from config import Secrets, StackConfig
 from config.listen import service_host, vllm_host
+from config.ports import node_ports, public_ports
 from hostscripts.gateway import Route, Server
 from hostscripts.paths import StackNames
 from inspection.facts import ContainerFacts, NodeFacts
@@ -77,6 +79,7 @@ class StackHandles:
     services: dict[str, VllmService]
     gateway: Gateway
     monitoring: Monitoring | None  # monitoring.enabled
+    firewalls: dict[str, NodeFirewall]  # per node (firewall.enabled)
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -123,6 +126,8 @@ class StackHandles:
                          for r in self.gateway_routes},
             "gateway": self.gateway.gate.stdout,  # its gate's findings
             # Prometheus on the head (monitoring.enabled): where the head reaches it, its gate
+            # each node's firewall: the table its last load left (firewall.enabled)
+            "firewall": {n: f.table.stdout for n, f in self.firewalls.items()},
             "monitoring": None if self.monitoring is None else {
                 "url": self.monitoring.url, "health": self.monitoring.gate.stdout},
         }
@@ -166,12 +171,16 @@ def build_stack(
             node=n, fabric=cfg.fabric, subnets=cfg.nccl.fabric_subnets, stack=stack))
         for n in cluster.nodes
     ] if cfg.fabric.manage else []
+    # the stack's nftables table on every node (firewall.enabled), before any of its containers
+    firewalls = _firewalls(cfg, cluster, stack) if cfg.firewall.enabled else {}
     nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(
         nccl=cfg.nccl, cluster=cluster,
         configured=[c for f in fabrics for c in f.commands.values()],
         managed_mtu=cfg.fabric.mtu if cfg.fabric.manage else None))
-    # the fabric proven (every pair at the MTU) before the image or the model cross it
-    fabric: list[pulumi.Resource] = list(nccl.fabric_checks.values())
+    # the fabric proven (every pair at the MTU) before the image or the model cross it, and
+    # every node's firewall loaded before any container of the stack starts
+    fabric: list[pulumi.Resource] = [*nccl.fabric_checks.values(),
+                                     *(f.table for f in firewalls.values())]
     image = VllmImage(
         "image",
         VllmImageArgs(
@@ -196,7 +205,9 @@ def build_stack(
     stopped = [c for n in cluster.nodes for c in n.stopped]
     with_ray = cfg.vllm.executor == "ray"
     runtime = NodeRuntime(names=names, nccl=nccl, cache_dir=cfg.model.cache_dir,
-                          image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray)
+                          image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray,
+                          vllm_port=cfg.firewall.block.vllm[0],
+                          firewall_probe=cfg.firewall.block.probe if firewalls else None)
     ray = RayCluster(
         "ray",
         RayClusterArgs(
@@ -206,6 +217,7 @@ def build_stack(
             cluster=cluster,
             labels=labels,
             ray_token=made.ray_token,
+            ports=cfg.firewall.block,
             after=[image, model, *stopped],
         ),
     ) if with_ray else None
@@ -231,7 +243,6 @@ def build_stack(
             api_key=made.api_key,
             secrets=made,
             rdma=cfg.nccl.rdma,
-            fabric_subnets=cfg.nccl.fabric_subnets,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
             service_shares={n.name: {s.name: s.gpu_memory_utilization
@@ -285,7 +296,21 @@ def build_stack(
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,
-                        monitoring)
+                        monitoring, firewalls)
+
+
+def _firewalls(cfg: StackConfig, cluster: Cluster, stack: str) -> dict[str, NodeFirewall]:
+    """A NodeFirewall per node: the stack's ports there (config/firewall.node_ports) and who may
+    reach them."""
+    every = [f.ip for n in cfg.nodes for f in n.fabric]
+    return {
+        n.name: NodeFirewall(f"firewall-{n.name}", NodeFirewallArgs(
+            node=n, stack=stack, environment=cfg.environment,
+            rules=node_ports(cfg, n.name), public=public_ports(cfg, n.name),
+            stack_addresses=every, head_addresses=[f.ip for f in cfg.head.fabric],
+            probe=cfg.firewall.block.probe))
+        for n in cluster.nodes
+    }
 
 
 def _containers(f: NodeFacts) -> list[ContainerFacts]:

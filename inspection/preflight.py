@@ -223,6 +223,49 @@ def check_docker(cfg: StackConfig, f: NodeFacts) -> list[Finding]:
     return out
 
 
+MIN_NFT = (1, 0)  # Debian 12's 1.0.6, Ubuntu 22.04's 1.0.2, 24.04's (DGX OS 7) 1.0.9
+
+
+def check_firewall(cfg: StackConfig, f: NodeFacts) -> list[Finding]:
+    """With firewall.enabled (required outside dev): the node's nftables, whose `nft` loads the
+    stack's table (hostscripts/firewall.py), a table recon could read (outside dev: what cannot
+    be read cannot be judged for drift), and a port block outside the node's ephemeral ports
+    (the kernel would hand Ray's pinned ports to outgoing connections)."""
+    if not cfg.firewall.enabled:
+        return []
+    if "nft" in f.missing_tools:
+        return [Finding(node=f.node, check="firewall",
+                        fact="nftables is not installed (no nft): the stack's firewall cannot "
+                             "be loaded, and Ray's and vLLM's ports would answer on every "
+                             "address of the node",
+                        fix="apt-get install nftables (the stack loads its own table; it does "
+                            "not enable nftables.service)")]
+    out = []
+    if f.nft_version is not None and _version(f.nft_version) < MIN_NFT:
+        out.append(Finding(node=f.node, check="firewall",
+                           fact=f"nft {f.nft_version} is older than "
+                                f"{'.'.join(map(str, MIN_NFT))}",
+                           fix="upgrade the node's nftables package"))
+    if "firewall" in f.unreadable and cfg.environment != "dev":
+        out.append(Finding(node=f.node, check="firewall",
+                           fact=f"the stack's firewall could not be read "
+                                f"({f.unreadable['firewall']}), so its drift cannot be judged",
+                           fix="the ssh user must be root (nft lists tables with CAP_NET_ADMIN); "
+                               "see `nft list ruleset` on the node"))
+    lo, hi = cfg.firewall.block.span
+    if f.ephemeral_ports is not None:
+        e0, e1 = f.ephemeral_ports
+        if lo <= e1 and e0 <= hi:
+            out.append(Finding(
+                node=f.node, check="firewall",
+                fact=f"the stack's port block {lo}-{hi} (firewall.portBase) overlaps the node's "
+                     f"ephemeral ports {e0}-{e1} (net.ipv4.ip_local_port_range): outgoing "
+                     "connections would take Ray's and vLLM's pinned ports",
+                fix=f"set {key_path(('firewall', 'portBase'))} to a block below {e0} or above "
+                    f"{e1}"))
+    return out
+
+
 def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
                  f: NodeFacts) -> tuple[list[Finding], list[Finding]]:
     errors: list[Finding] = []
@@ -783,6 +826,7 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         errors += e
         warnings += w
         errors += check_docker(cfg, f)
+        errors += check_firewall(cfg, f)
         e, w = check_fabric(cfg, node_cfg, f)
         errors += e
         warnings += w
