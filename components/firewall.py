@@ -23,6 +23,7 @@ Every container of the stack waits for every node's table (stack.py puts it befo
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -64,8 +65,11 @@ class NodeFirewallArgs:
 def table_spec(args: NodeFirewallArgs) -> TableSpec:
     """The node's table as the stack declares it."""
     node = args.node
-    sources = {"loopback": (), "stack": tuple(args.stack_addresses),
-               "head": tuple(args.head_addresses)}
+    def ordered(addresses: Sequence[str]) -> tuple[str, ...]:
+        return tuple(sorted(addresses, key=ipaddress.IPv4Address))
+
+    sources = {"loopback": (), "stack": ordered(args.stack_addresses),
+               "head": ordered(args.head_addresses)}
     ephemeral = node.facts.ephemeral_ports or DEFAULT_EPHEMERAL
     return TableSpec(
         stack=args.stack,
@@ -74,7 +78,7 @@ def table_spec(args: NodeFirewallArgs) -> TableSpec:
         public=tuple(args.public),
         rules=tuple(Rule(r.what, r.ports, sources[r.sources]) for r in args.rules),
         data_plane=DataPlane(addresses=tuple(f.ip for f in node.node.fabric), ports=ephemeral,
-                             sources=tuple(args.stack_addresses)),
+                             sources=ordered(args.stack_addresses)),
         probe=args.probe,
     )
 
@@ -124,6 +128,7 @@ class NodeFirewall(pulumi.ComponentResource):
     def __init__(self, name: str, args: NodeFirewallArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         node = args.node
+        self.args = args
         spec = table_spec(args)
         self.drift = drift(spec, node.facts)
         dp = spec.data_plane

@@ -33,7 +33,7 @@ from components import rerun
 from components.nccl import NcclEnvironment
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
-from hostscripts.firewall import PROBE_ENV
+from hostscripts.firewall import PROBE_ENV, probe_target
 from hostscripts.paths import (
     COMPILE_CACHE_MOUNT,
     HF_MOUNT,
@@ -107,7 +107,7 @@ class NodeRuntime:
         (hostscripts/firewall.probe_launcher)."""
         env = self.env(node)
         if self.firewall_probe is not None:
-            env[PROBE_ENV] = str(self.firewall_probe)
+            env[PROBE_ENV] = probe_target(self.names, self.firewall_probe)
         return env
 
     def runtime(self, node: SparkNode) -> ContainerRuntime:

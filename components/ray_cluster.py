@@ -173,6 +173,14 @@ class RayCluster(pulumi.ComponentResource):
             value=self.tokens[node.name].stdout.apply(lambda s: s.split()[-1]),
         )
 
+    def _env(self, node: SparkNode) -> dict[str, str]:
+        """The node's runtime env; on the head also the ports of the metrics servers Ray's
+        head starts that no `ray start` flag pins (config/firewall.PortBlock.ray_head_env)."""
+        env = self._args.runtime.env(node)
+        if node is self._args.cluster.head:
+            env.update(self._args.ports.ray_head_env())
+        return env
+
     def _container(
         self,
         res_name: str,
@@ -196,7 +204,7 @@ class RayCluster(pulumi.ComponentResource):
             # `command` the whole command line whatever the image's entrypoint.
             entrypoints=["/usr/bin/env"],
             command=ray_command(ray, node, args.cluster.head, args.ports),
-            envs=[f"{k}={v}" for k, v in sorted(args.runtime.env(node).items())],
+            envs=[f"{k}={v}" for k, v in sorted(self._env(node).items())],
             mounts=args.runtime.mounts(),
             volumes=volumes,
             labels=[

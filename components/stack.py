@@ -290,6 +290,7 @@ def build_stack(
             api_key=made.api_key,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[gateway.gate],
+            firewall=[f.table for f in firewalls.values()],
             restart_reason=gateway_component.restart_reason(
                 _containers(facts[head.name]), labels["spark-vllm.stack"],
                 role=monitoring_component.ROLE),

@@ -47,14 +47,19 @@ class FirewallConfig(ConfigModel):
 class PortBlock:
     """Where Ray's and vLLM's own ports are pinned, from `base` (`firewall.portBase`):
 
-    +0  Ray's node manager (raylet)           +5  Ray's metrics export
-    +1  Ray's object manager                  +6  Ray's client server (head)
-    +2  Ray's runtime-env agent               +7  Ray's dashboard (head, ray.dashboard)
-    +3  Ray's dashboard agent, gRPC           +8  the launcher's probe (nothing listens there)
-    +4  Ray's dashboard agent, HTTP           +10..+25  vLLM's own (VLLM_PORT: torch's store of
-    +100..+199  Ray's workers (one port each)            the Ray executor's driver, ...)
+    +0  Ray's node manager (raylet)           +6  Ray's client server (head)
+    +1  Ray's object manager                  +7  Ray's dashboard (head, ray.dashboard)
+    +2  Ray's runtime-env agent               +8  the launcher's probe (nothing listens there)
+    +3  Ray's dashboard agent, gRPC           +9  Ray's autoscaler metrics (head)
+    +4  Ray's dashboard agent, HTTP           +10 Ray's dashboard metrics (head)
+    +5  Ray's metrics export                  +20..+35  vLLM's own (VLLM_PORT: torch's store
+    +100..+199  Ray's workers (one port each)           of the Ray executor's driver, ...)
 
-    vLLM takes VLLM_PORT and counts up from it past a port in use (vllm/utils/network_utils.py
+    Ray's head runs its autoscaler's and its dashboard's metrics servers whatever
+    `--include-dashboard` says, on every address at fixed ports unless AUTOSCALER_METRIC_PORT
+    and DASHBOARD_METRIC_PORT say otherwise (ray/autoscaler/_private/constants.py,
+    ray/dashboard/consts.py: 44217, 44227; measured on the lab with `ss -ltnp`). vLLM takes
+    VLLM_PORT and counts up from it past a port in use (vllm/utils/network_utils.py
     `_get_open_port`), so it gets 16; a Ray worker process binds one port of its range, so a
     node runs at most 100 of them (Ray's own and vLLM's ranks)."""
 
@@ -97,8 +102,16 @@ class PortBlock:
         return self.base + 8
 
     @property
+    def autoscaler_metrics(self) -> int:
+        return self.base + 9
+
+    @property
+    def dashboard_metrics(self) -> int:
+        return self.base + 10
+
+    @property
     def vllm(self) -> tuple[int, int]:
-        return (self.base + 10, self.base + 25)
+        return (self.base + 20, self.base + 35)
 
     @property
     def workers(self) -> tuple[int, int]:
@@ -126,6 +139,11 @@ class PortBlock:
             if dashboard:
                 flags += ["--dashboard-port", str(self.dashboard)]
         return flags
+
+    def ray_head_env(self) -> dict[str, str]:
+        """The Ray head's metrics servers that no `ray start` flag moves."""
+        return {"AUTOSCALER_METRIC_PORT": str(self.autoscaler_metrics),
+                "DASHBOARD_METRIC_PORT": str(self.dashboard_metrics)}
 
 
 Sources = Literal["loopback", "stack", "head"]

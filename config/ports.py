@@ -25,7 +25,8 @@ def node_ports(cfg: StackConfig, node: str) -> list[PortRule]:
     if cfg.vllm.executor == "ray":
         ray: list[int | tuple[int, int]] = []
         if head:
-            ray += [cfg.ray.port, block.client_server]
+            ray += [cfg.ray.port, block.client_server, block.autoscaler_metrics,
+                    block.dashboard_metrics]
             if cfg.ray.dashboard:
                 ray.append(block.dashboard)
         ray += [block.node_manager, block.object_manager, block.runtime_env_agent,

@@ -15,9 +15,9 @@ the stack filters its own ports, and only them, with a table of its own,
   ephemeral port range from anywhere but the stack's nodes (the data plane's sockets: gloo's
   and vLLM's message queues bind port 0 on the fabric address, so no rule can name their
   ports);
-* a probe for the vLLM launcher: a connection to 127.0.0.1:<probe port> is rejected with ICMP
-  admin-prohibited (EHOSTUNREACH) by this table only; without it the kernel answers with a
-  reset (ECONNREFUSED). The launcher in a vLLM container (no CAP_NET_ADMIN, so it cannot list
+* a probe for the vLLM launcher: a connection to the stack's own loopback address
+  (`probe_address`, in 127/8) at the probe port is rejected with ICMP admin-prohibited
+  (EHOSTUNREACH) by this table only; without it the kernel answers with a reset (ECONNREFUSED). The launcher in a vLLM container (no CAP_NET_ADMIN, so it cannot list
   the table, and must not be able to change it) refuses to start vLLM unless the probe says the
   table is there (payloads/firewall_probe.py).
 
@@ -53,6 +53,18 @@ _PROBE_PY = payload("firewall_probe.py")
 def table_name(names: StackNames) -> str:
     """The stack's table (nftables names start with a letter; the stack's name is plain)."""
     return f"spark-vllm-{names.stack}"
+
+
+def probe_address(names: StackNames) -> str:
+    """The loopback address of the stack's probe (127/8 is all the node's own): one per stack,
+    so that another stack's table on the same node never answers this stack's launcher."""
+    h = hashlib.sha256(names.stack.encode()).digest()
+    return f"127.{1 + h[0] % 254}.{h[1]}.{1 + h[2] % 254}"
+
+
+def probe_target(names: StackNames, port: int) -> str:
+    """What the vLLM containers' PROBE_ENV holds: `<probe address>:<port>`."""
+    return f"{probe_address(names)}:{int(port)}"
 
 
 def unit_name(names: StackNames) -> str:
@@ -180,7 +192,7 @@ def render(spec: TableSpec) -> str:
         "\tchain input {",
         "\t\ttype filter hook input priority filter; policy accept;",
         # before the loopback's accept: the launcher's probe, answered by this table only
-        f"\t\tip daddr 127.0.0.1 tcp dport {_port(spec.probe)} "
+        f"\t\tip daddr {probe_address(spec.names)} tcp dport {_port(spec.probe)} "
         "reject with icmp type admin-prohibited comment \"launcher-probe\"",
         "\t\tiifname \"lo\" accept",
         "\t\tct state established,related accept",

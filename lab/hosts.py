@@ -20,6 +20,7 @@ import os
 import shlex
 import shutil
 import signal
+import time
 
 from lab.cgroups import cg_kill_remove, spawn
 from lab.layout import (
@@ -279,12 +280,62 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
           "nameserver 127.0.0.1\n")
 
 
+# --------------------------------------------------------------------------- the boot
+# FAKE: the lab's nodes run no systemd (a node is a namespace, its processes the lab's). What a
+# Spark's boot does before Docker starts, the lab does before it starts a node's dockerd: it
+# runs the ExecStart of every unit the node's /etc/systemd/system/docker.service.wants/ names
+# (what `systemctl enable` made for a unit WantedBy=docker.service; the stack's firewall unit,
+# hostscripts/firewall.py, is one). Only that: no ordering graph, no other directive, no
+# restart; each run is logged with its time in the node's logs/boot.log, which the tests read.
+BOOT_WANTS = "etc/systemd/system/docker.service.wants"
+
+
+def boot_log(name: str) -> str:
+    return os.path.join(node_dir(name), "logs", "boot.log")
+
+
+def _boot(name: str, line: str) -> None:
+    with open(boot_log(name), "a") as f:
+        f.write(f"{time.time():.6f} {line}\n")
+
+
+def play_boot_units(name: str, hpid: int) -> None:
+    """FAKE systemd (see above): the ExecStart of each unit docker.service wants on the node,
+    in the node's namespaces, in name order; a failure is logged and does not stop the boot
+    (systemd starts Docker after a failed Wants= unit too)."""
+    wants = f"/proc/{hpid}/root/{BOOT_WANTS}"
+    units = sorted(os.listdir(wants)) if os.path.isdir(wants) else []
+    for unit in units:
+        path = f"/proc/{hpid}/root/etc/systemd/system/{unit}"  # the link's target, in the node
+        try:
+            text = _read(path)
+        except OSError as e:
+            _boot(name, f"{unit}: unreadable ({e})")
+            continue
+        starts = [ln.split("=", 1)[1] for ln in text.splitlines()
+                  if ln.startswith("ExecStart=")]
+        for cmd in starts:
+            done = run(in_node(name, shlex.split(cmd)), check=False, quiet=True)
+            _boot(name, f"{unit}: ExecStart={cmd} rc={done.returncode}")
+            log(f"{name}: boot (faked systemd): {unit} ExecStart rc={done.returncode}")
+
+
+def forget_rules(name: str) -> None:
+    """What a reboot does to the node's kernel rules: the nftables ruleset emptied (Docker's
+    chains too, which dockerd makes again as it starts)."""
+    run(in_node(name, ["nft", "flush", "ruleset"]), check=False, quiet=True)
+    _boot(name, "nftables ruleset flushed (the reboot)")
+
+
 # --------------------------------------------------------------------------- dockerd
 def start_dockerd(name: str, i: int, hpid: int, keep_base: str | None = None) -> None:
     d = node_dir(name)
     if read_pid(os.path.join(d, "dockerd.pid")) and os.path.exists(f"{d}/run/docker.sock") and \
             ok([*node_docker(name), "version"]):
         return
+    if i > 0:  # FAKE systemd: the units Docker's start waits for (play_boot_units)
+        play_boot_units(name, hpid)
+        _boot(name, "dockerd starts")
     env = {"PATH": NODE_PATH, "HOME": "/root"}
     argv = in_node(name, ["dockerd", "--data-root", f"{d}/docker", "--pidfile", "/run/docker.pid",
                           "-H", "unix:///run/docker.sock", "--insecure-registry", REGISTRY,

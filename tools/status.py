@@ -128,9 +128,10 @@ def render_alerts(head: str, nodes: dict[str, st.NodeStatus]) -> Table | Text:
 
 
 def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus],
-           monitoring_on: str = "") -> Group:
+           monitoring_on: str = "", firewall_on: bool = False) -> Group:
     """The tables; `monitoring_on`: the head's name when the stack has monitoring on (then its
-    alerts follow the models), "" when off."""
+    alerts follow the models), "" when off; `firewall_on`: the drops of each node's firewall
+    last."""
     mt = Table(title=f"stack {stack}: models", title_justify="left")
     for col in ("model", "kind", "state", "since", "restarts", "running", "waiting",
                 "KV cache", "tokens/s", "why"):
@@ -160,15 +161,39 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         for problem in ns.problems:
             nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
                                         style="magenta"), "")
-    if not monitoring_on:
-        return Group(mt, nt)
-    return Group(mt, render_alerts(monitoring_on, nodes), nt)
+    parts: list[Table | Text] = [mt]
+    if monitoring_on:
+        parts.append(render_alerts(monitoring_on, nodes))
+    parts.append(nt)
+    if firewall_on:
+        parts.append(render_firewall(nodes))
+    return Group(*parts)
+
+
+def render_firewall(nodes: dict[str, st.NodeStatus]) -> Table:
+    """What each node's firewall dropped since its table was loaded, rule by rule (a table not
+    loaded, or not read, is in the node's problems above)."""
+    ft = Table(title="nodes: firewall (packets dropped since the table was loaded)",
+               title_justify="left")
+    ft.add_column("node")
+    ft.add_column("dropped")
+    for ns in nodes.values():
+        if ns.error:
+            continue
+        if ns.dropped is None:
+            ft.add_row(ns.node, Text("table not read (see above)", style="magenta"))
+            continue
+        hits = {k: v for k, v in sorted(ns.dropped.items()) if v}
+        ft.add_row(ns.node, Text(", ".join(f"{k} {v}" for k, v in hits.items()) or "none"))
+    return ft
 
 
 def as_json(stack: str, models: list[st.ModelStatus],
             nodes: dict[str, st.NodeStatus]) -> dict[str, Any]:
     """`alerts`: Prometheus's pending and firing alerts; null with monitoring off, or when they
-    could not be read (then the head's `problems` says why)."""
+    could not be read (then the head's `problems` says why). Per node `dropped`: packets each
+    rule of the stack's firewall dropped ({rule: packets}); null with the firewall off, or when
+    its table is not loaded or could not be read (its `problems` says why)."""
     held = _alerts_of(nodes)
     return {
         "stack": stack,
@@ -179,7 +204,8 @@ def as_json(stack: str, models: list[st.ModelStatus],
         "alertsOmitted": held.alerts_omitted if held is not None else 0,
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
-                           "problems": n.problems} for n in nodes.values()},
+                           "problems": n.problems, "dropped": n.dropped}
+                  for n in nodes.values()},
     }
 
 
@@ -218,7 +244,8 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
         if as_json_:
             click.echo(json.dumps(as_json(stack, models, nodes), indent=2, sort_keys=True))
         else:
-            console.print(render(stack, models, nodes, _monitoring_on(cfg)))
+            console.print(render(stack, models, nodes, _monitoring_on(cfg),
+                                 cfg.firewall.enabled))
         ctx.exit(_code(models, nodes))
     code = 1
     try:
@@ -226,7 +253,8 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
             while True:
                 models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
                 code = _code(models, nodes)
-                live.update(Group(render(stack, models, nodes, _monitoring_on(cfg)),
+                live.update(Group(render(stack, models, nodes, _monitoring_on(cfg),
+                                         cfg.firewall.enabled),
                                   Text(f"refreshed {time.strftime('%H:%M:%S')}, every "
                                        f"{watch:g} s; Ctrl-C ends")), refresh=True)
                 time.sleep(watch)

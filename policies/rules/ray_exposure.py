@@ -13,8 +13,9 @@ With the stack's firewall (issue 45, rules/_firewall.py), every port a Ray conta
 is pinned by its `ray start` flag (the node manager, object manager, runtime-env agent,
 dashboard agent and metrics export ports and the workers' range: Ray picks them at random
 otherwise) and filtered on its node (label `spark-vllm.node`) from the stack's fabric addresses
-only: the GCS (`--port`), the client server and the dashboard on the head, the dashboard agent's
-HTTP port, each worker port.
+only: the GCS (`--port`), the client server, the dashboard and the autoscaler's and dashboard's
+metrics servers (AUTOSCALER_METRIC_PORT, DASHBOARD_METRIC_PORT in its env) on the head, the
+dashboard agent's HTTP port, each worker port.
 
 The head's dashboard is off or bound to 127.0.0.1/a fabric address (Ray's default
 `--dashboard-host` is 127.0.0.1, https://docs.ray.io/en/latest/cluster/cli.html#ray-start);
@@ -77,6 +78,8 @@ RANDOM_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--runtime-
                      "--dashboard-agent-grpc-port", "--metrics-export-port")
 DEFAULT_PORTS = {"--dashboard-agent-listen-port": 52365}
 HEAD_DEFAULT_PORTS = {"--port": 6379, "--ray-client-server-port": 10001}
+# and by environment variable (ray/autoscaler/_private/constants.py, ray/dashboard/consts.py)
+HEAD_METRIC_PORTS = {"AUTOSCALER_METRIC_PORT": 44217, "DASHBOARD_METRIC_PORT": 44227}
 
 
 def parse_ip(value: str | None) -> IPAddress | None:
@@ -305,6 +308,11 @@ def firewall_findings(name: str, props: Props, found: Mapping[str, Table | None]
     include = (flag_value(tokens, "--include-dashboard") or "").lower()
     if head and include not in ("false", "0", "no"):
         ports.append(("dashboard", _port(flag_value(tokens, "--dashboard-port")) or 8265))
+    if head:  # the head's metrics servers, whatever --include-dashboard says (env, not flags)
+        env = dict(env_pairs(props) or [])
+        for var, default in HEAD_METRIC_PORTS.items():
+            ports.append((var.lower().replace("_", "-").removesuffix("-port"),
+                          _port(env.get(var)) or default))
     lo, hi = (_port(flag_value(tokens, f)) for f in ("--min-worker-port", "--max-worker-port"))
     if lo is None or hi is None or lo == 0:
         out.append(f"container {name}: Ray's workers bind ports of Ray's default range "
@@ -312,11 +320,13 @@ def firewall_findings(name: str, props: Props, found: Mapping[str, Table | None]
                    f"{node}'s firewall names them")
     else:
         ports += [("worker", p) for p in range(lo, hi + 1)]
-    seen: set[str] = set()
+    judged: set[str] = set()
     for what, port in ports:
+        if what in judged:  # one finding per kind (a worker range: its first port)
+            continue
         why = exposure(found, node, port, fabric_ips, f"container {name}: Ray's {what}")
-        if why and why not in seen:
-            seen.add(why)
+        if why:
+            judged.add(what)
             out.append(why)
     return out
 

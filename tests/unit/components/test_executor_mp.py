@@ -92,8 +92,8 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies
         # every rank's launcher checks its node's firewall first, which is loaded before any
         # vLLM container (test_mp_keeps_the_rendezvous_port_on_the_fabric)
         for c in [head, *(mocks.named(f"vllm-serve-spark-{i}").inputs for i in range(2, n + 1))]:
-            assert "SPARK_VLLM_FIREWALL_PROBE=20008" in c["envs"]
-            assert "VLLM_PORT=20010" in c["envs"]
+            assert "SPARK_VLLM_FIREWALL_PROBE=127.240.38.15:20008" in c["envs"]
+            assert "VLLM_PORT=20020" in c["envs"]
         assert "firewall-spark-1-table" in waits_for(deps, "vllm-serve")
         vllm_props = next(r for r in mocks.resources if r.name == "vllm"
                           and r.typ == "spark-vllm:vllm_server:VllmServer").inputs
@@ -171,7 +171,7 @@ def test_mp_keeps_the_rendezvous_port_on_the_fabric(build, mocks, dependencies, 
     h = build(n, vllm=MP)
 
     def check(_):
-        fabric = [f"192.168.{net}.{10 + i}" for i in range(1, n + 1) for net in (177, 178)]
+        fabric = [f"192.168.{net}.{10 + i}" for net in (177, 178) for i in range(1, n + 1)]
         table = mocks.named("firewall-spark-1-table").inputs
         assert reveal(table["connection"])["host"] == "10.77.0.11"  # the head
         rules = {r["what"]: r for r in mocks.named("firewall-spark-1").inputs["rules"]}

@@ -38,6 +38,7 @@ from hostscripts import firewall as fw
 from hostscripts import paths
 from hostscripts.common import payload
 from inspection.parsers import parse_firewall
+from inspection.status import FirewallError, parse_drops
 
 NAMES = paths.StackNames("dev")
 MGMT_NODE, MGMT_PEER = "10.99.0.11", "10.99.0.12"
@@ -223,19 +224,16 @@ def test_each_port_answers_exactly_its_sources(listening):
     assert r["outsider"] == {**everyone, RAY: B, VLLM: B, SERVICE: B, 20150: B, DATA: B}
     assert r["loopback"] == {RAY: R, VLLM: R, SERVICE: R}
 
-    # every drop counted, per rule (what `spark-vllm status` shows)
-    listed = json.loads(_ok(_in(node, "sh", "-c", fw.counters_script(NAMES))))
-    drops = {}
-    for item in listed["nftables"]:
-        rule = item.get("rule")
-        if rule and any("drop" in e for e in rule["expr"]):
-            counter = next(e["counter"] for e in rule["expr"] if "counter" in e)
-            drops[rule["comment"]] = counter["packets"]
+    # every drop counted, per rule: what `spark-vllm status` reads and shows
+    drops = parse_drops(_ok(_in(node, "sh", "-c", fw.counters_script(NAMES))))
     assert set(drops) == {"ray", "vllm", "service-embed", "data-plane"}, drops
     assert all(n > 0 for n in drops.values()), drops
 
     # the launcher's probe: the table answers it, and only the table
-    probe = [sys.executable, "-c", payload("firewall_probe.py"), str(PROBE)]
+    probe = [sys.executable, "-c", payload("firewall_probe.py"), fw.probe_target(NAMES, PROBE)]
+    other = [sys.executable, "-c", payload("firewall_probe.py"),
+             fw.probe_target(paths.StackNames("staging"), PROBE)]
+    assert _in(node, *other).returncode == 1  # another stack's probe: not this table's
     assert _in(node, *probe).returncode == 0
     facts = _check(node)
     assert facts.table and facts.record == (facts.file, facts.table) and facts.enabled
@@ -248,6 +246,8 @@ def test_each_port_answers_exactly_its_sources(listening):
     assert refused.returncode == 1 and "ECONNREFUSED" in refused.stderr, refused.stderr
     assert _check(node) == parse_firewall("table absent\nfile absent\nunit absent\n"
                                           "enabled no\nrecord absent\n")
+    with pytest.raises(FirewallError, match="not loaded"):
+        parse_drops(_ok(_in(node, "sh", "-c", fw.counters_script(NAMES))))
     left = _ok(_sh(node, "ls -A /etc/systemd/system /var/lib; ls /var/lib/spark-vllm/stacks/dev "
                          "2>&1 || true"))
     assert "spark-vllm-dev" not in left and "firewall" not in left, left
