@@ -17,8 +17,9 @@ the stack filters its own ports, and only them, with a table of its own,
   ports);
 * a probe for the vLLM launcher: a connection to the stack's own loopback address
   (`probe_address`, in 127/8) at the probe port is rejected with ICMP admin-prohibited
-  (EHOSTUNREACH) by this table only; without it the kernel answers with a reset (ECONNREFUSED). The launcher in a vLLM container (no CAP_NET_ADMIN, so it cannot list
-  the table, and must not be able to change it) refuses to start vLLM unless the probe says the
+  (EHOSTUNREACH) by this table only; without it the kernel answers with a reset
+  (ECONNREFUSED). The launcher in a vLLM container (no CAP_NET_ADMIN, so it cannot list the
+  table, and must not be able to change it) refuses to start vLLM unless the probe says the
   table is there (payloads/firewall_probe.py).
 
 What it never does: touch another table (the operator's rules, Docker's chains: an nftables
