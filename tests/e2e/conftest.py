@@ -45,6 +45,7 @@ MODULE_ORDER = (
     "test_lab_stack.py",  # the shared stack from empty, then the change table (Ray, 2 nodes)
     "test_policy_pack_engine.py",  # previews of the converged stack with the pack
     "test_fabric.py",  # the fabric changed behind the stack, refused and failed fabric changes
+    "test_firewall.py",  # the nodes' firewall: the operator's services, tables drifted by hand
     "test_faults.py",  # faults and secrets, each undone
     "test_self_healing.py",  # crashes healed without an `up`
     "test_two_stacks.py",  # a second stack (from empty) beside the shared one
