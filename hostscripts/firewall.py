@@ -255,7 +255,7 @@ def _heredoc(path: str, text: str, marker: str) -> list[str]:
     return [f"cat > {q(path)} <<'{marker}'", text.rstrip("\n"), marker]
 
 
-# The chain the mp rendezvous guard of 0.20 (iptables, issue 31) kept on the head: this table
+# The chain the mp rendezvous guard of issue 31 (iptables) kept on the head: this table
 # replaced it, and an apply removes what is left of it
 def legacy_chain(names: StackNames) -> str:
     return "SVLLM-MP-" + hashlib.sha256(names.stack.encode()).hexdigest()[:12]

@@ -62,9 +62,9 @@ def _running(d, nodes) -> dict[str, set[str]]:
     return {n: set(d.containers(n)) for n in nodes}
 
 
-# What 0.20's rendezvous guard (issue 31, iptables) left on the head: the chain and its jump,
-# as hostscripts/firewall.py of that release made them. The nodes' firewall replaced it, and
-# its apply removes what is left of it (issue 45)
+# What the rendezvous guard of issue 31 (iptables) left on the head: the chain and its jump,
+# as hostscripts/firewall.py made them before the nodes' firewall (issue 45) replaced it; its
+# apply removes what is left of it
 OLD_CHAIN = "SVLLM-MP-" + hashlib.sha256(b"dev").hexdigest()[:12]
 OLD_GUARD = "; ".join(
     f"{ipt} -w -N {OLD_CHAIN}; {ipt} -w -A {OLD_CHAIN} -i lo -j RETURN; "
@@ -74,7 +74,7 @@ OLD_GUARD = "; ".join(
 
 def test_mp_switch_from_ray_serves_and_moves_no_image_or_model(mp):
     d = mp
-    d.ssh(HEAD, OLD_GUARD)  # as an upgrade from 0.20 finds the head
+    d.ssh(HEAD, OLD_GUARD)  # as an upgrade from the iptables guard finds the head
     ops = _up(d, "executor ray -> mp")
     assert {"vllm-serve", f"vllm-serve-{WORKER}", "vllm-health"} <= set(ops), ops
     assert ops["vllm-serve"] == "replace" and ops[f"vllm-serve-{WORKER}"] == "create", ops

@@ -307,7 +307,7 @@ def test_the_unit_is_enabled_and_systemd_accepts_it(netns, tmp_path):
 
 
 def test_the_old_rendezvous_guard_is_removed_by_the_apply(netns):
-    """0.20's iptables chain (issue 31) as its script made it; the apply takes it away."""
+    """The iptables chain of issue 31's guard as its script made it; the apply takes it away."""
     node, _ = netns
     chain = fw.legacy_chain(NAMES)
     for ipt in ("iptables", "ip6tables"):
