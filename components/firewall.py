@@ -5,7 +5,8 @@ stack's block; vLLM's API and its own; mp's rendezvous; the services'; the seede
 and the node exporter) admit the node's loopback and their sources only (the stack's nodes'
 fabric addresses, or the head's for a service and an exporter); the public ports (the gateway,
 on the head) and the stack's sshd port are admitted from everywhere; new connections to the
-kernel's ephemeral ports on the node's fabric addresses admit the stack's nodes only. The
+kernel's ephemeral ports (every address: what binds port 0, gloo's sockets, vLLM's queues, the
+torch store of Ray's V2 executor) admit the stack's nodes only. The
 table, its file, its systemd unit (loaded before Docker at boot) and the vLLM launcher's probe:
 hostscripts/firewall.py; why nftables and what it never touches: docs/design.md "The node's
 firewall".
@@ -77,8 +78,7 @@ def table_spec(args: NodeFirewallArgs) -> TableSpec:
         ssh_port=node.node.port,
         public=tuple(args.public),
         rules=tuple(Rule(r.what, r.ports, sources[r.sources]) for r in args.rules),
-        data_plane=DataPlane(addresses=tuple(f.ip for f in node.node.fabric), ports=ephemeral,
-                             sources=ordered(args.stack_addresses)),
+        data_plane=DataPlane(ports=ephemeral, sources=ordered(args.stack_addresses)),
         probe=args.probe,
     )
 
@@ -145,8 +145,7 @@ class NodeFirewall(pulumi.ComponentResource):
             "rules": [{"what": r.what, "ports": _ports(r.ports), "sources": list(r.sources)}
                       for r in spec.rules],
             "dataPlane": None if dp is None else {
-                "addresses": list(dp.addresses), "ports": list(dp.ports),
-                "sources": list(dp.sources)},
+                "ports": list(dp.ports), "sources": list(dp.sources)},
         }
         super().__init__(RESOURCE_TYPE, name, props, opts)
         if node.facts.ephemeral_ports is None:

@@ -9,12 +9,13 @@ the stack filters its own ports, and only them, with a table of its own,
 
 * an `input` chain (policy accept, priority filter) that admits the node's loopback, replies of
   connections already made, the stack's sshd port (always: an operator never loses ssh) and
-  the public ports (the gateway), then for each of the stack's ports (config/firewall.node_ports)
+  the public ports (the gateway), then for each of the stack's ports (config/ports.node_ports)
   admits its sources (the stack's nodes' fabric addresses, or the head's) and counts and drops
-  everything else; and, on the node's own fabric addresses, new connections to the kernel's
-  ephemeral port range from anywhere but the stack's nodes (the data plane's sockets: gloo's
-  and vLLM's message queues bind port 0 on the fabric address, so no rule can name their
-  ports);
+  everything else; and new connections to the kernel's ephemeral port range from anywhere but
+  the stack's nodes (the data plane: sockets that bind port 0, so that no rule can name their
+  port: gloo's and vLLM's message queues on the fabric address, and the torch store Ray's V2
+  executor of vLLM 0.32 makes on every address, vllm/v1/executor/ray_executor_v2.py
+  `create_dist_init_method`, which no variable pins);
 * a probe for the vLLM launcher: a connection to the stack's own loopback address
   (`probe_address`, in 127/8) at the probe port is rejected with ICMP admin-prohibited
   (EHOSTUNREACH) by this table only; without it the kernel answers with a reset
@@ -101,10 +102,9 @@ class Rule:
 
 @dataclass(frozen=True)
 class DataPlane:
-    """New connections to the kernel's ephemeral range on the node's own fabric addresses, from
-    anywhere but the stack's nodes."""
+    """New connections to the kernel's ephemeral range, on every address of the node, from
+    anywhere but the stack's nodes (IPv6: from anywhere)."""
 
-    addresses: tuple[str, ...]  # the node's fabric addresses
     ports: tuple[int, int]  # net.ipv4.ip_local_port_range
     sources: tuple[str, ...]  # every fabric address of the stack
 
@@ -208,10 +208,12 @@ def render(spec: TableSpec) -> str:
                          f"accept comment \"{_what(r.what)}\"")
         lines.append(f"\t\ttcp dport {ports} counter drop comment \"{_what(r.what)}\"")
     if spec.data_plane is not None:
-        dp = spec.data_plane
-        lo, hi = dp.ports
-        lines.append(f"\t\tip daddr {_addresses(dp.addresses)} tcp dport {_port(lo)}-{_port(hi)} "
-                     "ct state new ip saddr != @stack4 counter drop comment \"data-plane\"")
+        lo, hi = spec.data_plane.ports
+        ports = f"{_port(lo)}-{_port(hi)}"
+        lines += [f"\t\ttcp dport {ports} ct state new ip saddr != @stack4 counter drop "
+                  "comment \"data-plane\"",
+                  f"\t\tmeta nfproto ipv6 tcp dport {ports} ct state new counter drop "
+                  "comment \"data-plane\""]
     lines += ["\t}", "}", ""]
     return "\n".join(lines)
 

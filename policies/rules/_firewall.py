@@ -4,7 +4,7 @@ A NodeFirewall (`spark-vllm:firewall:NodeFirewall`, components/firewall.py, one 
 `firewall.enabled`) carries `node, host, managementInterface, table, unit, sshPort, public
 [ports every address reaches], rules [{what, ports [[first, last]], sources [addresses]}]` (the
 stack's ports on the node and who besides the node's loopback reaches them) and `dataPlane
-{addresses, ports [first, last], sources}`.
+{ports [first, last], sources}` (the kernel's ephemeral range, on every address).
 
 `exposure(tables, node, port, allowed, what)` is what every rule asks of one port the stack
 opens: is it filtered on that node, from at most `allowed` (None: loopback only)? It says why

@@ -3,7 +3,8 @@
 In order:
 1. the operator's own services on a node keep answering with the firewall on: a container the
    stack does not own, on the worker's host network, answers on the management address and on
-   the fabric (to the lab's outsider too); the stack's own ports there do not, and
+   the fabric (to the lab's outsider too), and one whose port Docker publishes in the kernel's
+   ephemeral range answers the management network; the stack's own ports there do not, and
    `spark-vllm status` counts what its rules dropped;
 2. a table edited by hand (a rule added on the worker) shows in the preview as that node's
    table replaced, with why, and nothing else; the `up` puts it back;
@@ -31,6 +32,8 @@ SERVE = "spark-vllm-dev-serve"
 TABLE = "spark-vllm-dev"
 OPERATOR = "operator-service"  # a container the stack does not own
 OPERATOR_PORT = 18999
+PUBLISHED = "operator-published"  # another, its port published by Docker in the ephemeral range
+PUBLISHED_PORT = 45999
 REFUSED = "firewall is not loaded on this node"
 
 
@@ -48,9 +51,11 @@ def test_the_operators_own_services_keep_answering(stack, lab_cfg):
     d = stack
     worker = next(n for n in lab_cfg["nodes"] if n["name"] == WORKER)
     image = d.stack.outputs()["imageIds"].value[WORKER]
-    d.ssh(WORKER, f"docker rm -f {OPERATOR} >/dev/null 2>&1; docker run -d --name {OPERATOR} "
-                  f"--network host --entrypoint python3 {image} -m http.server "
-                  f"{OPERATOR_PORT} >/dev/null")
+    d.ssh(WORKER, f"docker rm -f {OPERATOR} {PUBLISHED} >/dev/null 2>&1; "
+                  f"docker run -d --name {OPERATOR} --network host --entrypoint python3 {image} "
+                  f"-m http.server {OPERATOR_PORT} >/dev/null && "
+                  f"docker run -d --name {PUBLISHED} -p {PUBLISHED_PORT}:8000 "
+                  f"--entrypoint python3 {image} -m http.server 8000 >/dev/null")
     try:
         reach = (f"python3 -c 'import socket,sys\nfor h in sys.argv[1:]:\n socket."
                  f"create_connection((h, {OPERATOR_PORT}), 3).close()\nprint(\"ok\")' ")
@@ -60,6 +65,12 @@ def test_the_operators_own_services_keep_answering(stack, lab_cfg):
             time.sleep(1)
         # from the lab host on the management network, from the head, from the outsider
         assert scan(worker["host"], range(OPERATOR_PORT, OPERATOR_PORT + 1)) == [OPERATOR_PORT]
+        # a port Docker publishes in the ephemeral range (DNAT: the forward hook, not the
+        # table's input chain) answers the management network too
+        deadline = time.monotonic() + 60
+        while scan(worker["host"], range(PUBLISHED_PORT, PUBLISHED_PORT + 1)) != [PUBLISHED_PORT]:
+            assert time.monotonic() < deadline, "the published operator service does not answer"
+            time.sleep(1)
         assert d.ssh(HEAD, reach + " ".join(f["ip"] for f in worker["fabric"])).strip() == "ok"
         fabric = [(f["ip"], OPERATOR_PORT) for f in worker["fabric"]]
         assert from_outsider(fabric) == ["reached", "reached"], fabric
@@ -73,7 +84,7 @@ def test_the_operators_own_services_keep_answering(stack, lab_cfg):
         print(f"[observed] spark-vllm status: {WORKER} dropped {dropped}")
         assert dropped["ray"] >= 3 and set(dropped) >= {"ray", "data-plane", "seeders"}, dropped
     finally:
-        d.ssh(WORKER, f"docker rm -f {OPERATOR} >/dev/null 2>&1", check=False)
+        d.ssh(WORKER, f"docker rm -f {OPERATOR} {PUBLISHED} >/dev/null 2>&1", check=False)
 
 
 def test_a_table_edited_by_hand_is_put_back_touching_nothing_else(stack):

@@ -193,7 +193,6 @@ def node_firewall(node="spark-1", rules=(), public=(), ssh=22, host=None, **over
              "managementInterface": "enP7s7", "table": "inet spark-vllm-prod",
              "unit": "spark-vllm-prod-firewall.service", "sshPort": ssh, "public": list(public),
              "rules": rules if isinstance(rules, str) else list(rules),
-             "dataPlane": {"addresses": [f"192.168.177.{10 + index}", f"192.168.178.{10 + index}"],
-                           "ports": [32768, 60999], "sources": list(STACK_FABRIC)}}
+             "dataPlane": {"ports": [32768, 60999], "sources": list(STACK_FABRIC)}}
     props.update(over)
     return props

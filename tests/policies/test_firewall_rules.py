@@ -214,8 +214,7 @@ def test_public_ports_are_the_gateways_and_sources_the_stacks_fabric():
     (msg,) = run(rules.stack_ports_firewalled, sargs(stack(tables=mgmt)))
     assert msg == ("spark-2's firewall rule seeders admits 10.77.0.11 (a management address); "
                    "the stack's ports admit its loopback and fabric only"), msg
-    outside = _tables(worker={"dataPlane": {"addresses": ["192.168.177.12"],
-                                            "ports": [32768, 60999],
+    outside = _tables(worker={"dataPlane": {"ports": [32768, 60999],
                                             "sources": ["192.168.177.99"]}})
     (msg,) = run(rules.stack_ports_firewalled, sargs(stack(tables=outside)))
     assert "rule data-plane admits 192.168.177.99 (not a fabric address of the stack)" in msg

@@ -45,15 +45,15 @@ MGMT_NODE, MGMT_PEER = "10.99.0.11", "10.99.0.12"
 V6_NODE, V6_PEER = "fd99::11", "fd99::12"
 FAB_NODE = "192.168.177.11"
 WORKER, HEAD, OUTSIDER = "192.168.177.12", "192.168.177.13", "192.168.177.99"
-SSH, PUBLIC, RAY, VLLM, SERVICE, OPERATOR, DATA, PROBE = (
-    2222, 8080, 6379, 8000, 8001, 9999, 40000, 20008)
+SSH, PUBLIC, RAY, VLLM, SERVICE, OPERATOR, DATA, STORE, PROBE = (
+    2222, 8080, 6379, 8000, 8001, 9999, 40000, 40001, 20008)
 STACK = (FAB_NODE, WORKER, HEAD)
 SPEC = fw.TableSpec(
     stack="dev", node="spark-2", ssh_port=SSH, public=(PUBLIC,),
     rules=(fw.Rule("ray", (RAY, (20100, 20199)), STACK),
            fw.Rule("vllm", (VLLM,), ()),
            fw.Rule("service-embed", (SERVICE,), (HEAD,))),
-    data_plane=fw.DataPlane((FAB_NODE,), (32768, 60999), STACK),
+    data_plane=fw.DataPlane((32768, 60999), STACK),
     probe=PROBE)
 
 
@@ -168,7 +168,7 @@ def listening(netns) -> Iterator[tuple[int, int]]:
     node, peer = netns
     procs = [subprocess.Popen(["nsenter", "-t", str(node), "-n", sys.executable, "-c", LISTEN,
                                host, *map(str, ports)], stdout=subprocess.PIPE, text=True)
-             for host, ports in (("::", (SSH, PUBLIC, RAY, VLLM, SERVICE, OPERATOR, 20150)),
+             for host, ports in (("::", (SSH, PUBLIC, RAY, VLLM, SERVICE, OPERATOR, 20150, STORE)),
                                  (FAB_NODE, (DATA,)))]
     try:
         for p in procs:
@@ -182,7 +182,7 @@ def listening(netns) -> Iterator[tuple[int, int]]:
 
 def _reachability(node: int, peer: int) -> dict[str, dict[int, str]]:
     """Who reaches which port of the node: {source: {port: reached|blocked}}."""
-    ports = (SSH, PUBLIC, RAY, VLLM, SERVICE, OPERATOR, 20150)
+    ports = (SSH, PUBLIC, RAY, VLLM, SERVICE, OPERATOR, 20150, STORE)
     plan = {
         "management": (MGMT_PEER, MGMT_NODE, ports),
         "ipv6": (V6_PEER, V6_NODE, ports),
@@ -193,7 +193,7 @@ def _reachability(node: int, peer: int) -> dict[str, dict[int, str]]:
     todo = [(src, dst, p) for src, dst, ps in plan.values() for p in ps]
     got = iter(_reach_all(peer, todo))
     out = {who: {p: next(got) for p in ps} for who, (_, _, ps) in plan.items()}
-    local = (RAY, VLLM, SERVICE)
+    local = (RAY, VLLM, SERVICE, STORE)
     out["loopback"] = dict(zip(local, _reach_all(node, [("-", "127.0.0.1", p) for p in local]),
                                strict=True))
     return out
@@ -217,12 +217,15 @@ def test_each_port_answers_exactly_its_sources(listening):
     print(json.dumps(r, indent=1))
     B, R = "blocked", "reached"
     everyone = {SSH: R, PUBLIC: R, OPERATOR: R}
-    assert r["management"] == {**everyone, RAY: B, VLLM: B, SERVICE: B, 20150: B}
+    # STORE: a socket on every address at a port the kernel picked (the torch store of Ray's V2
+    # executor): the data plane's rule, on the management network too
+    assert r["management"] == {**everyone, RAY: B, VLLM: B, SERVICE: B, 20150: B, STORE: B}
     assert r["ipv6"] == r["management"]  # the inet table: IPv6 as IPv4
-    assert r["worker"] == {**everyone, RAY: R, VLLM: B, SERVICE: B, 20150: R, DATA: R}
+    assert r["worker"] == {**everyone, RAY: R, VLLM: B, SERVICE: B, 20150: R, STORE: R, DATA: R}
     assert r["head"] == {RAY: R, SERVICE: R, DATA: R}  # a service admits the head only
-    assert r["outsider"] == {**everyone, RAY: B, VLLM: B, SERVICE: B, 20150: B, DATA: B}
-    assert r["loopback"] == {RAY: R, VLLM: R, SERVICE: R}
+    assert r["outsider"] == {**everyone, RAY: B, VLLM: B, SERVICE: B, 20150: B, STORE: B,
+                             DATA: B}
+    assert r["loopback"] == {RAY: R, VLLM: R, SERVICE: R, STORE: R}
 
     # every drop counted, per rule: what `spark-vllm status` reads and shows
     drops = parse_drops(_ok(_in(node, "sh", "-c", fw.counters_script(NAMES))))
