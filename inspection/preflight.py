@@ -672,10 +672,11 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
     another stack's Ray where this stack runs Ray, is refused before any change, naming the other
     stack.
 
-    Two Rays on one node cannot both run whatever their `ray.port`: Ray listens on more ports
-    than that one with fixed defaults, the Ray client server on the head (10001) and the
-    dashboard agent on every node (52365; https://docs.ray.io/en/latest/ray-core/configure.html
-    #ports-configurations, ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT)."""
+    One Ray per node: Ray listens on more ports than `ray.port`, pinned into each stack's
+    `firewall.portBase` block (config/firewall.PortBlock), and at fixed defaults where nothing
+    pins them, the Ray client server on the head (10001) and the dashboard agent on every node
+    (52365; https://docs.ray.io/en/latest/ray-core/configure.html#ports-configurations,
+    ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT)."""
     mine = stack_names(stack_label)
     if mine is None:
         return []
@@ -709,9 +710,10 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
             out.append(Finding(
                 node=f.node, check="other_stack",
                 fact=f"the stack {other} runs Ray here ({c.name}, {c.state or 'created'}); this "
-                     "stack wants Ray on the node too, and two Rays cannot share a node (Ray's "
-                     "client server 10001 and dashboard agent 52365 listen on fixed ports "
-                     "whatever ray.port)",
+                     "stack wants Ray on the node too, and two Rays cannot share a node (Ray "
+                     "listens on many ports besides ray.port: pinned into each stack's "
+                     "firewall.portBase block, or at Ray's defaults, the client server 10001 "
+                     "and the dashboard agent 52365, for a stack that does not pin them)",
                 fix="run one of the two stacks with spark-vllm:vllm.executor: mp (no Ray), or "
                     f"on other nodes, or `pulumi destroy` {other} first"))
         for port in (p for p in declared_ports(c) if p in ports):
