@@ -158,11 +158,3 @@ class PortRule(NamedTuple):
     what: str
     ports: Ports
     sources: Sources
-
-
-def _span(ports: Ports) -> list[tuple[int, int]]:
-    return [p if isinstance(p, tuple) else (p, p) for p in ports]
-
-
-def overlaps(a: Ports, b: Ports) -> bool:
-    return any(x0 <= y1 and y0 <= x1 for x0, x1 in _span(a) for y0, y1 in _span(b))
