@@ -1,8 +1,9 @@
 """build_stack: wire the components in dependency order; __main__ only calls this.
 
 Order of things on the hosts (each arrow a dependency the engine enforces):
-fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
-every node -> model fetched on the head -> fanned
+every node's firewall table (components/firewall.py) and the fabric pinged at the MTU between
+every pair -> stopped foreign containers, serving image on every node -> model fetched on the
+head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
 the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
 vllm.executor mp there is no Ray: a vLLM container on every node follows the model. Each of
