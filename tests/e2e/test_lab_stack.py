@@ -17,7 +17,7 @@ import time
 import pytest
 
 from lab.deployments import complete, hf_file_bytes, http, lab
-from tests.e2e.ports import listeners, outsider_finds, scan
+from tests.e2e.ports import listeners, outsider_finds, scan_expecting
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -179,7 +179,8 @@ def test_the_management_addresses_answer_on_sshd_and_the_gateway_only(stack, lab
     gateway on the head; nothing else of Ray's, vLLM's or torch's."""
     d = stack
     t0 = time.monotonic()
-    found = {n["name"]: scan(n["host"]) for n in lab_cfg["nodes"]}
+    found = {n["name"]: scan_expecting(n["host"], [22, 8080] if n["name"] == HEAD else [22])
+             for n in lab_cfg["nodes"]}
     print(f"[observed] open TCP ports on the management addresses ({time.monotonic() - t0:.0f} "
           f"s for {len(found)} x 65535): {found}")
     want = {n["name"]: [22] for n in lab_cfg["nodes"]}
