@@ -270,6 +270,7 @@ def test_a_recipe_may_not_set_what_the_containers_get_from_the_stack(build, mock
             assert from_stack <= STACK_ENV, from_stack - STACK_ENV
         assert STACK_ENV - set(envs(mocks.named("vllm-serve").inputs)) <= {
             "NCCL_IB_HCA" if not rdma else "", "NCCL_DEBUG_SUBSYS",
-            "VLLM_API_KEY"}  # set by the launcher (or only with RDMA, or INFO)
+            "VLLM_API_KEY",  # set by the launcher (or only with RDMA, or INFO)
+            "AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT"}  # the Ray head's only
 
     return settled(h).apply(check)
