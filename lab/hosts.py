@@ -283,11 +283,14 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
 # --------------------------------------------------------------------------- the boot
 # FAKE: the lab's nodes run no systemd (a node is a namespace, its processes the lab's). What a
 # Spark's boot does before Docker starts, the lab does before it starts a node's dockerd: it
-# runs the ExecStart of every unit the node's /etc/systemd/system/docker.service.wants/ names
-# (what `systemctl enable` made for a unit WantedBy=docker.service; the stack's firewall unit,
-# hostscripts/firewall.py, is one). Only that: no ordering graph, no other directive, no
-# restart; each run is logged with its time in the node's logs/boot.log, which the tests read.
-BOOT_WANTS = "etc/systemd/system/docker.service.wants"
+# runs the ExecStart of every unit in the node's /etc/systemd/system that is ordered before
+# docker.service or wanted by it (`Before=` / `WantedBy=`) and that the node's own systemctl
+# says is enabled (`systemctl is-enabled` in the node: the real one reads the links
+# `systemctl enable` made; a stand-in of the lab's, where one is installed, its own record).
+# The stack's firewall unit (hostscripts/firewall.py) is one. Only that: no ordering graph, no
+# other directive, no restart; each run is logged with its time in the node's logs/boot.log,
+# which the tests read.
+UNIT_DIR = "etc/systemd/system"
 
 
 def boot_log(name: str) -> str:
@@ -299,23 +302,35 @@ def _boot(name: str, line: str) -> None:
         f.write(f"{time.time():.6f} {line}\n")
 
 
+def _before_docker(text: str) -> bool:
+    words = [w for ln in text.splitlines() if ln.startswith(("Before=", "WantedBy="))
+             for w in ln.split("=", 1)[1].split()]
+    return "docker.service" in words
+
+
 def play_boot_units(name: str, hpid: int) -> None:
-    """FAKE systemd (see above): the ExecStart of each unit docker.service wants on the node,
-    in the node's namespaces, in name order; a failure is logged and does not stop the boot
-    (systemd starts Docker after a failed Wants= unit too)."""
-    wants = f"/proc/{hpid}/root/{BOOT_WANTS}"
-    units = sorted(os.listdir(wants)) if os.path.isdir(wants) else []
+    """FAKE systemd (see above): the ExecStart of each enabled unit of the node that Docker's
+    start waits for, in the node's namespaces, in name order; a failure is logged and does not
+    stop the boot (systemd starts Docker after a failed Wants= unit too)."""
+    folder = f"/proc/{hpid}/root/{UNIT_DIR}"
+    units = sorted(u for u in os.listdir(folder) if u.endswith(".service")
+                   and os.path.isfile(os.path.join(folder, u))
+                   and not os.path.islink(os.path.join(folder, u))) if os.path.isdir(folder) else []
     for unit in units:
-        path = f"/proc/{hpid}/root/etc/systemd/system/{unit}"  # the link's target, in the node
         try:
-            text = _read(path)
+            text = _read(os.path.join(folder, unit))
         except OSError as e:
             _boot(name, f"{unit}: unreadable ({e})")
+            continue
+        enabled = run(in_node(name, ["systemctl", "is-enabled", "--quiet", unit]), check=False,
+                      quiet=True, env={"PATH": NODE_PATH}).returncode == 0
+        if not _before_docker(text) or not enabled:
             continue
         starts = [ln.split("=", 1)[1] for ln in text.splitlines()
                   if ln.startswith("ExecStart=")]
         for cmd in starts:
-            done = run(in_node(name, shlex.split(cmd)), check=False, quiet=True)
+            done = run(in_node(name, shlex.split(cmd)), check=False, quiet=True,
+                       env={"PATH": NODE_PATH})
             _boot(name, f"{unit}: ExecStart={cmd} rc={done.returncode}")
             log(f"{name}: boot (faked systemd): {unit} ExecStart rc={done.returncode}")
 

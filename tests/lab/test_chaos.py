@@ -66,8 +66,8 @@ def test_kill_named_container(lab):
 def test_dockerd_restart_is_a_reboot_before_which_the_boot_units_run(lab):
     """`dockerd-restart` is the lab's node restart (issue 45): the node's nftables ruleset is
     emptied (a reboot forgets the kernel's rules), then, FAKING systemd (the nodes run none),
-    the ExecStart of each unit docker.service wants runs before dockerd starts; the order is in
-    the node's boot log."""
+    the ExecStart of each enabled unit docker.service waits for runs before dockerd starts; the
+    order is in the node's boot log."""
     node = list(lab.nodes)[-1]
     unit = "/etc/systemd/system/lab-boot-probe.service"
     lab.ssh(node, f"printf '%s\\n' '[Unit]' 'Before=docker.service' '[Service]' "
