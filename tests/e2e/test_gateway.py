@@ -51,7 +51,9 @@ SSHD = 22
 MAIN, EMBED = "tiny-moe", "tiny-embed"
 # what a service added or removed may change beside its own resources (tests/e2e/test_services)
 ROUTING = {"vllm": "update", "gateway": "update", "gateway-config": "update",
-           "gateway-health": "update"}
+           "gateway-health": "update",
+           # the service's port in the firewall of its nodes (issue 45: the table updated)
+           **{f"firewall-{n}{t}": "update" for n in (HEAD, WORKER) for t in ("", "-table")}}
 
 
 def _call(url: str, body: dict | None = None, key: str | None = None, method: str | None = None,

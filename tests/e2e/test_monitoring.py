@@ -223,7 +223,9 @@ def test_prometheus_stopped_behind_the_stack_is_started_by_the_up(stack):
 # Prometheus's configuration (a reload: the command and its gate). Never Prometheus's container,
 # image, key or data folder, never an exporter.
 ROUTING = {"vllm", "gateway", "gateway-config", "gateway-health",
-           "monitoring", "monitoring-config", "monitoring-health"}
+           "monitoring", "monitoring-config", "monitoring-health",
+           # the service's port in the firewall of its nodes (issue 45)
+           *(f"firewall-{n}{t}" for n in ("spark-1", "spark-2") for t in ("", "-table"))}
 
 
 def test_a_service_added_is_scraped_with_nothing_else_of_monitoring_touched(stack, lab_cfg):
