@@ -47,7 +47,7 @@ toolchain-bundle: ## on a machine with internet: Pulumi's release archives + SHA
 	@test -n "$(DIR)" || { echo "usage: make toolchain-bundle DIR=/path/to/bundle" >&2; exit 2; }
 	scripts/toolchain.sh bundle "$(DIR)"
 
-host-packages: ## Debian's haproxy, netplan.io, iptables, run for real by the tests (installed when missing, as root)
+host-packages: ## Debian's haproxy, netplan.io, iptables, nftables, systemd, prometheus, run for real by the tests (installed when missing, as root)
 	scripts/host_packages.sh
 
 setup: venv toolchain host-packages ## everything a fresh machine needs (idempotent; seconds when warm)

@@ -103,6 +103,9 @@ class MonitoringArgs:
     api_key: pulumi.Output[str]  # the stack's: secret
     gate_timeout_seconds: int = 300
     after: list[pulumi.Resource] = field(default_factory=list)  # the gateway's gate
+    # what every listener waits for: the nodes' firewall tables (components/firewall.py); the
+    # exporters wait for nothing else of the stack
+    firewall: list[pulumi.Resource] = field(default_factory=list)
     # recon found Prometheus's container not running (stopped by hand): its gate starts it
     restart_reason: str | None = None
 
@@ -235,7 +238,8 @@ class Monitoring(pulumi.ComponentResource):
                 privileged=False,
                 destroy_grace_seconds=10,
                 opts=pulumi.ResourceOptions(parent=self, provider=node.provider,
-                                            delete_before_replace=True),
+                                            delete_before_replace=True,
+                                            depends_on=list(args.firewall) or None),
             )
         # recon's reason to start Prometheus again travels in `triggers` (a new marker replaces
         # the gate, whose script starts it); none: the state's marker is kept, nothing diffs

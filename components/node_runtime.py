@@ -42,6 +42,7 @@ from components import rerun
 from components.nccl import NcclEnvironment
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
+from hostscripts.firewall import PROBE_ENV, probe_target
 from hostscripts.paths import (
     COMPILE_CACHE_MOUNT,
     HF_MOUNT,
@@ -100,6 +101,12 @@ class NodeRuntime:
     nofile: int
     ray: bool  # Ray runs (vllm.executor ray): its token auth in the env, its token mounted
     shm_bytes: int = SHM_BYTES  # each container's /dev/shm (shm_bytes(ray.objectStoreBytes))
+    # the first of vLLM's own ports (VLLM_PORT: config/firewall.PortBlock.vllm), so the
+    # firewall's rules name them
+    vllm_port: int | None = None
+    # the firewall's probe port (config/firewall.PortBlock.probe): the vLLM launcher starts
+    # vLLM only when the stack's table answers it; None: no firewall (dev may go without)
+    firewall_probe: int | None = None
 
     def env(self, node: SparkNode) -> dict[str, str]:
         """The environment of the stack's containers on `node`: its NCCL/launcher values, the
@@ -113,7 +120,19 @@ class NodeRuntime:
                 # Ray's session folder, which the vLLM container shares with the Ray head's
                 "VLLM_RPC_BASE_PATH": RAY_SESSION_MOUNT,
             })
+        if self.vllm_port is not None:
+            # vLLM counts up from it for its own ports (the Ray driver's torch store, ...), on
+            # every node where its code runs
+            env["VLLM_PORT"] = str(self.vllm_port)
         return {**env, **COMPILE_CACHE_ENV}
+
+    def vllm_env(self, node: SparkNode) -> dict[str, str]:
+        """`env` and, with the firewall, the probe port its launcher checks the table with
+        (hostscripts/firewall.probe_launcher)."""
+        env = self.env(node)
+        if self.firewall_probe is not None:
+            env[PROBE_ENV] = probe_target(self.names, self.firewall_probe)
+        return env
 
     def runtime(self, node: SparkNode,
                 ipc_mode: pulumi.Input[str] = "private") -> ContainerRuntime:

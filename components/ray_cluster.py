@@ -34,12 +34,17 @@ from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
+from config.firewall import DEFAULT_PORT_BASE, PortBlock
 from hostscripts.paths import RAY_SESSION_MOUNT, StackNames
 from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
 
 
-def ray_command(ray: RayConfig, node: SparkNode, head: SparkNode) -> list[str]:
-    """`ray start` for one node, in the foreground (`--block`) so the container lives with Ray."""
+def ray_command(ray: RayConfig, node: SparkNode, head: SparkNode,
+                ports: PortBlock | None = None) -> list[str]:
+    """`ray start` for one node, in the foreground (`--block`) so the container lives with Ray.
+    Every port Ray would pick at random is pinned into the stack's block (`ports`,
+    config/firewall.PortBlock), so the node's firewall names exactly them."""
+    ports = ports or PortBlock(DEFAULT_PORT_BASE)
     common = [
         "--node-ip-address",
         node.fabric_ip,
@@ -48,6 +53,7 @@ def ray_command(ray: RayConfig, node: SparkNode, head: SparkNode) -> list[str]:
         "--object-store-memory",
         str(ray.object_store_bytes),
         "--disable-usage-stats",
+        *ports.ray_flags(head=node is head, dashboard=ray.dashboard),
     ]
     if node is head:
         cmd = ["ray", "start", "--head", "--block", "--port", str(ray.port), *common]
@@ -74,6 +80,7 @@ class RayClusterArgs:
     cluster: Cluster
     labels: Mapping[str, str]  # managed + stack; the role is added per container
     ray_token: pulumi.Output[str]  # secret (StackSecrets)
+    ports: PortBlock = field(default_factory=lambda: PortBlock(DEFAULT_PORT_BASE))
     after: list[pulumi.Resource] = field(default_factory=list)  # model, image, stopped containers
 
 
@@ -166,6 +173,14 @@ class RayCluster(pulumi.ComponentResource):
             value=self.tokens[node.name].stdout.apply(lambda s: s.split()[-1]),
         )
 
+    def _env(self, node: SparkNode) -> dict[str, str]:
+        """The node's runtime env; on the head also the ports of the metrics servers Ray's
+        head starts that no `ray start` flag pins (config/firewall.PortBlock.ray_head_env)."""
+        env = self._args.runtime.env(node)
+        if node is self._args.cluster.head:
+            env.update(self._args.ports.ray_head_env())
+        return env
+
     def _container(
         self,
         res_name: str,
@@ -188,8 +203,8 @@ class RayCluster(pulumi.ComponentResource):
             # Images such as vllm/vllm-openai set ENTRYPOINT ["vllm", "serve"]; env makes
             # `command` the whole command line whatever the image's entrypoint.
             entrypoints=["/usr/bin/env"],
-            command=ray_command(ray, node, args.cluster.head),
-            envs=[f"{k}={v}" for k, v in sorted(args.runtime.env(node).items())],
+            command=ray_command(ray, node, args.cluster.head, args.ports),
+            envs=[f"{k}={v}" for k, v in sorted(self._env(node).items())],
             mounts=args.runtime.mounts(),
             volumes=volumes,
             labels=[

@@ -1,8 +1,9 @@
 """build_stack: wire the components in dependency order; __main__ only calls this.
 
 Order of things on the hosts (each arrow a dependency the engine enforces):
-fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
-every node -> the collective bandwidth gate (components/collective.py) -> model fetched on the
+every node's firewall table (components/firewall.py) and the fabric pinged at the MTU between
+every pair -> stopped foreign containers, serving image on every node -> the collective
+bandwidth gate (components/collective.py) -> model fetched on the
 head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
 the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
@@ -26,6 +27,7 @@ from components import gateway as gateway_component
 from components import monitoring as monitoring_component
 from components.collective import CollectiveGate, CollectiveGateArgs
 from components.fabric import NodeFabric, NodeFabricArgs
+from components.firewall import NodeFirewall, NodeFirewallArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
@@ -39,6 +41,7 @@ from components.vllm_server import VllmServer, VllmServerArgs
 from components.vllm_service import VllmService, VllmServiceArgs, restart_reasons
 from config import Secrets, StackConfig
 from config.listen import service_host, vllm_host
+from config.ports import node_ports, public_ports
 from hostscripts.gateway import Route, Server
 from hostscripts.paths import StackNames
 from inspection.facts import ContainerFacts, NodeFacts
@@ -81,6 +84,7 @@ class StackHandles:
     gateway: Gateway
     monitoring: Monitoring | None  # monitoring.enabled
     gate: CollectiveGate
+    firewalls: dict[str, NodeFirewall]  # per node (firewall.enabled)
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -129,6 +133,8 @@ class StackHandles:
                          for r in self.gateway_routes},
             "gateway": self.gateway.gate.stdout,  # its gate's findings
             # Prometheus on the head (monitoring.enabled): where the head reaches it, its gate
+            # each node's firewall: the table its last load left (firewall.enabled)
+            "firewall": {n: f.table.stdout for n, f in self.firewalls.items()},
             "monitoring": None if self.monitoring is None else {
                 "url": self.monitoring.url, "health": self.monitoring.gate.stdout},
         }
@@ -172,12 +178,16 @@ def build_stack(
             node=n, fabric=cfg.fabric, subnets=cfg.nccl.fabric_subnets, stack=stack))
         for n in cluster.nodes
     ] if cfg.fabric.manage else []
+    # the stack's nftables table on every node (firewall.enabled), before any of its containers
+    firewalls = _firewalls(cfg, cluster, stack) if cfg.firewall.enabled else {}
     nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(
         nccl=cfg.nccl, cluster=cluster,
         configured=[c for f in fabrics for c in f.commands.values()],
         managed_mtu=cfg.fabric.mtu if cfg.fabric.manage else None))
-    # the fabric proven (every pair at the MTU) before the image or the model cross it
-    fabric: list[pulumi.Resource] = list(nccl.fabric_checks.values())
+    # the fabric proven (every pair at the MTU) before the image or the model cross it, and
+    # every node's firewall loaded before any container of the stack starts
+    fabric: list[pulumi.Resource] = [*nccl.fabric_checks.values(),
+                                     *(f.table for f in firewalls.values())]
     image = VllmImage(
         "image",
         VllmImageArgs(
@@ -217,7 +227,9 @@ def build_stack(
     with_ray = cfg.vllm.executor == "ray"
     runtime = NodeRuntime(names=names, nccl=nccl, cache_dir=cfg.model.cache_dir,
                           image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray,
-                          shm_bytes=shm_bytes(cfg.ray.object_store_bytes if with_ray else None))
+                          shm_bytes=shm_bytes(cfg.ray.object_store_bytes if with_ray else None),
+                          vllm_port=cfg.firewall.block.vllm[0],
+                          firewall_probe=cfg.firewall.block.probe if firewalls else None)
     ray = RayCluster(
         "ray",
         RayClusterArgs(
@@ -227,6 +239,7 @@ def build_stack(
             cluster=cluster,
             labels=labels,
             ray_token=made.ray_token,
+            ports=cfg.firewall.block,
             after=[image, model, *stopped],
         ),
     ) if with_ray else None
@@ -252,7 +265,6 @@ def build_stack(
             api_key=made.api_key,
             secrets=made,
             rdma=cfg.nccl.rdma,
-            fabric_subnets=cfg.nccl.fabric_subnets,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
             service_shares={n.name: {s.name: s.gpu_memory_utilization
@@ -300,13 +312,14 @@ def build_stack(
             api_key=made.api_key,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[gateway.gate],
+            firewall=[f.table for f in firewalls.values()],
             restart_reason=gateway_component.restart_reason(
                 _containers(facts[head.name]), labels["spark-vllm.stack"],
                 role=monitoring_component.ROLE),
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,
-                        monitoring, gate)
+                        monitoring, gate, firewalls)
 
 
 def _fabric_mtu(cfg: StackConfig, facts: Mapping[str, NodeFacts]) -> int | None:
@@ -317,6 +330,20 @@ def _fabric_mtu(cfg: StackConfig, facts: Mapping[str, NodeFacts]) -> int | None:
     seen = [i.mtu for n in cfg.nodes for fi in n.fabric
             if n.name in facts and (i := facts[n.name].interface(fi.interface)) is not None]
     return min(seen) if seen else None
+
+
+def _firewalls(cfg: StackConfig, cluster: Cluster, stack: str) -> dict[str, NodeFirewall]:
+    """A NodeFirewall per node: the stack's ports there (config/firewall.node_ports) and who may
+    reach them."""
+    every = [f.ip for n in cfg.nodes for f in n.fabric]
+    return {
+        n.name: NodeFirewall(f"firewall-{n.name}", NodeFirewallArgs(
+            node=n, stack=stack, environment=cfg.environment,
+            rules=node_ports(cfg, n.name), public=public_ports(cfg, n.name),
+            stack_addresses=every, head_addresses=[f.ip for f in cfg.head.fabric],
+            probe=cfg.firewall.block.probe))
+        for n in cluster.nodes
+    }
 
 
 def _containers(f: NodeFacts) -> list[ContainerFacts]:

@@ -41,7 +41,6 @@ Consequences that are the point of the design:
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -60,7 +59,6 @@ from components.spark_node import Cluster, SparkNode
 from components.stack_secrets import StackSecrets
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
-from hostscripts.firewall import FabricSource, master_port_guard, master_port_unguard
 from hostscripts.images import image_probe
 from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
 from hostscripts.vllm import (
@@ -124,18 +122,6 @@ def head_health_url(host: str, port: int) -> str:
     return f"http://{host}:{port}/health"
 
 
-def master_sources(head: SparkNode, fabric_subnets: Sequence[str]) -> list[FabricSource]:
-    """Where the other ranks reach the head's master port from: each of its fabric interfaces,
-    from the fabric subnet its address is in (config puts every fabric address in one)."""
-    nets = [ipaddress.IPv4Network(s) for s in fabric_subnets]
-    out = []
-    for f in head.node.fabric:
-        net = next((n for n in nets if ipaddress.IPv4Address(f.ip) in n), None)
-        if net is not None:
-            out.append(FabricSource(f.interface, str(net)))
-    return out
-
-
 def serve_check_env(env: Mapping[str, str], *, ray: bool, head: bool) -> dict[str, str]:
     """The VLLM_* variables a node's vLLM process gets from the stack: its containers' (the
     nodes' env, a recipe's, the compile caches, Ray's IPC folder) and, for the head's Ray
@@ -177,7 +163,6 @@ class VllmServerArgs:
     api_key: pulumi.Output[str]  # configured or generated (StackSecrets): vLLM never serves open
     secrets: StackSecrets  # its api_key_label (an HMAC under the stack's label key)
     rdma: bool = False  # nccl.rdma: a TCP fallback of NCCL is then a finding
-    fabric_subnets: Sequence[str] = ()  # nccl.fabricSubnets: where the mp ranks come from
     nccl_debug: str = "WARN"
     after: list[pulumi.Resource] = field(default_factory=list)
     # what the serve checks wait for besides `after`: the model on every node (vLLM's engine
@@ -194,7 +179,6 @@ class VllmServer(pulumi.ComponentResource):
     serve: docker.Container  # the head's (the API)
     headless: dict[str, docker.Container]  # mp: the other nodes' `--headless` vLLM
     ranks_restart: remote.Command | None  # mp on more than one node
-    master_guard: remote.Command | None  # mp on more than one node: the rendezvous port's filter
     serve_checks: dict[str, remote.Command]  # per node: the serve command in the image's vLLM
     serve_check: pulumi.Output[dict[str, str]]
     health: remote.Command
@@ -230,7 +214,6 @@ class VllmServer(pulumi.ComponentResource):
             delete_before_replace=True,
         )
         self._serve_checks(name, args)
-        self.master_guard = self._master_guard(name, args)
         # Without Ray nothing else makes the nodes' compile-cache folders
         self.caches = (ray.caches if ray is not None
                        else compile_cache_dirs(name, self, args.cluster, names))
@@ -327,7 +310,7 @@ class VllmServer(pulumi.ComponentResource):
         v, ray, runtime = args.vllm, args.ray, args.runtime
         names = runtime.names
         is_head = node is args.cluster.head
-        env = runtime.env(node)
+        env = runtime.vllm_env(node)
         mounts = runtime.mounts()
         labels = {**args.labels, "spark-vllm.role": "vllm-serve", "spark-vllm.node": node.name}
         extra_labels: list[docker.ContainerLabelArgs] = []
@@ -335,8 +318,6 @@ class VllmServer(pulumi.ComponentResource):
         # the serve command checked in the image on every node before a container is replaced
         depends: list[pulumi.Resource] = [self.caches[node.name], *args.after,
                                           *self.serve_checks.values()]
-        if self.master_guard is not None:  # mp: the rendezvous port on the fabric first
-            depends.append(self.master_guard)
         ray_opts: dict[str, Any] = {}
         ipc: pulumi.Input[str] = "private"  # its own IPC namespace (mp: every rank of the node)
         if is_head:
@@ -406,29 +387,6 @@ class VllmServer(pulumi.ComponentResource):
                 delete_before_replace=True,
                 depends_on=depends,
             ),
-        )
-
-    def _master_guard(self, name: str, args: VllmServerArgs) -> remote.Command | None:
-        """With mp on more than one node: the head's firewall rule that lets TCP to the master
-        port in from its fabric twins and the loopback only (hostscripts/firewall.py: torch's
-        TCPStore listens on every address, unauthenticated). Before any vLLM container; put
-        back when recon finds it gone (a reboot empties the kernel's rules); removed when the
-        stack leaves mp or is destroyed."""
-        v, head = args.vllm, args.cluster.head
-        if v.executor != "mp" or len(args.cluster.nodes) < 2:
-            return None
-        again = Again.when_wiped([rerun.fresh_trigger()]
-                                 if head.facts.master_guard_present is False else [])
-        names = args.runtime.names
-        return head.command(
-            f"{name}-master-guard",
-            self,
-            create=master_port_guard(names, v.master_port,
-                                     master_sources(head, args.fabric_subnets)),
-            delete=master_port_unguard(names),
-            triggers=again.triggers,
-            ignore_changes=again.ignore_changes,
-            delete_before_replace=True,
         )
 
     def _serve_checks(self, name: str, args: VllmServerArgs) -> None:
@@ -551,15 +509,10 @@ class VllmServer(pulumi.ComponentResource):
             ],
         }
         if v.executor == "mp" and len(args.cluster.nodes) > 1:
-            # the rendezvous: where the ranks meet, and the rule that keeps it on the fabric
-            # (policies/rules/rendezvous.py judges both)
+            # the rendezvous: where the ranks meet (policies/rules/rendezvous.py judges it and
+            # the head's NodeFirewall rule for the master port)
             props["masterAddr"] = args.cluster.head.fabric_ip
             props["masterPort"] = v.master_port
-            props["masterGuard"] = {
-                "port": v.master_port,
-                "sources": [{"interface": s.interface, "subnet": s.subnet}
-                            for s in master_sources(args.cluster.head, args.fabric_subnets)],
-            }
         if v.kv_cache_memory_bytes is not None:  # the KV cache size the policy's memory fit uses
             props["kvCacheMemoryBytes"] = v.kv_cache_memory_bytes
         props["maxNumSeqs"] = v.max_num_seqs

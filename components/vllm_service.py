@@ -171,7 +171,7 @@ class VllmService(pulumi.ComponentResource):
                                            svc.task, args.health.liveness),
             command=self.model.commit.apply(
                 lambda c: service_argv(svc, c, args.hosts[node.name])),
-            envs=[f"{k}={v}" for k, v in sorted(runtime.env(node).items())],
+            envs=[f"{k}={v}" for k, v in sorted(runtime.vllm_env(node).items())],
             mounts=mounts,
             uploads=[docker.ContainerUploadArgs(file=CHAT_TEMPLATE, content=template)]
             if template is not None else None,

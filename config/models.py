@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from config import recipes
+from config.firewall import FirewallConfig
 from config.forms import (
     CONTAINER_NAME,
     GIB,
@@ -601,6 +602,7 @@ class StackConfig(ConfigModel):
     services: list[ServiceConfig] = Field(default_factory=list)
     gateway: GatewayConfig  # the stack's one endpoint (config/gateway.py)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)  # config/monitoring.py
+    firewall: FirewallConfig = Field(default_factory=FirewallConfig)  # config/firewall.py
 
     @model_validator(mode="after")
     def _mp_head_reachable(self) -> StackConfig:

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 from config.errors import ConfigError, describe, key_path
 from config.forms import SEEDER_PORTS, clip
 from config.models import StackConfig, home_cache_user
+from config.ports import declared_ports
 from config.recipes import with_recipe_env
 
 
@@ -148,6 +149,7 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
     problems += _service_checks(cfg)
     problems += _gateway_checks(cfg)
     problems += _monitoring_checks(cfg)
+    problems += _firewall_checks(cfg)
 
     spec = cfg.vllm.speculative_config or {}
     spec_key = key_path(("vllm", "speculativeConfig"))
@@ -324,6 +326,26 @@ def _monitoring_checks(cfg: StackConfig) -> list[str]:
                 problems.append(
                     f"{key_path(('monitoring', name, 'ref'))}: got {image.ref!r}; expected an "
                     "image pinned by digest (<name>@sha256:<64 hex>) in prod")
+    return problems
+
+
+def _firewall_checks(cfg: StackConfig) -> list[str]:
+    """The stack's table on every node outside dev, and a port block (firewall.portBase) that
+    holds none of the ports the config names (config/firewall.py)."""
+    problems: list[str] = []
+    if not cfg.firewall.enabled and cfg.environment != "dev":
+        problems.append(
+            f"{key_path(('firewall', 'enabled'))}: got False; expected true in "
+            f"{cfg.environment}: Ray's servers, torch's store and vLLM's own sockets listen on "
+            "every address of a node, and only the stack's firewall keeps them off the "
+            "management network (docs/design.md \"The node's firewall\")")
+    lo, hi = cfg.firewall.block.span
+    inside = sorted((p, what) for p, what in declared_ports(cfg).items() if lo <= p <= hi)
+    for port, what in inside:
+        problems.append(
+            f"{key_path(('firewall', 'portBase'))}: got {cfg.firewall.port_base}; expected a "
+            f"block ({lo}-{hi}) that holds none of the stack's other ports ({what} is {port}): "
+            "Ray's and vLLM's own ports are pinned there")
     return problems
 
 

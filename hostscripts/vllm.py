@@ -18,6 +18,7 @@ from hostscripts.common import (
     secret_file_write,
     stack_file_remove,
 )
+from hostscripts.firewall import probe_launcher
 from hostscripts.paths import LEGACY_VLLM_KEY_FILE, LIVENESS_STARTS, VLLM_KEY, StackNames
 
 _HEALTH_PY = payload("vllm_health.py")
@@ -133,12 +134,15 @@ def pinned_speculative_config(
     return out
 
 
-# The container's entrypoint: `sh -c LAUNCHER LAUNCHER_NAME <argv...>`. The API key is read
-# from its root-only file and exported for vLLM (VLLM_API_KEY) by this shell only, so it is in no
-# command line, no `docker inspect` and no container environment.
+# The container's entrypoint: `sh -c LAUNCHER LAUNCHER_NAME <argv...>`. With the stack's
+# firewall, vLLM starts only when the node's table answers the launcher's probe
+# (hostscripts/firewall.py). The API key is read from its root-only file and exported for vLLM
+# (VLLM_API_KEY) by this shell only, so it is in no command line, no `docker inspect` and no
+# container environment.
 LAUNCHER = "; ".join(
     [
         f"echo {q(START_MARKER)}",
+        probe_launcher(),
         f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi",
         'exec "$@"',
     ]

@@ -199,6 +199,16 @@ class ImageNccl(_Facts):
         if others:
             text += "; torch's own: " + ", ".join(t.line() for t in others)
         return text
+class FirewallFacts(_Facts):
+    """The stack's nftables table on a node as recon read it (hostscripts/firewall.py
+    check_script): each digest a sha256, None when absent."""
+
+    table: str | None = None  # `nft -s list table inet spark-vllm-<stack>` (no counters)
+    file: str | None = None  # the ruleset file the unit loads
+    unit: str | None = None  # the stack's systemd unit file
+    enabled: bool = False  # `systemctl is-enabled` of that unit
+    # what the last load recorded: the file's and the listed table's digests
+    record: tuple[str, str] | None = None
 
 
 class NodeFacts(_Facts):
@@ -229,9 +239,14 @@ class NodeFacts(_Facts):
     # (StackNames.monitoring_dir), and its data folder (StackNames.prometheus_data_dir)
     monitoring_files_present: bool | None = None
     prometheus_data_present: bool | None = None
-    # the head's firewall rule that keeps vLLM's mp rendezvous port on the fabric
-    # (hostscripts/firewall.py); None: not surveyed (Ray, one node, not the head)
-    master_guard_present: bool | None = None
+    # the stack's firewall (config/firewall.py, hostscripts/firewall.py); None: not surveyed
+    # (firewall off, no stack named), or nft missing (then in missing_tools)
+    firewall: FirewallFacts | None = None
+    # `nft --version`'s version; None: not read (nft missing: missing_tools)
+    nft_version: str | None = None
+    # net.ipv4.ip_local_port_range: the ports the kernel hands to sockets bound to port 0
+    # (the data plane's) and to outgoing connections; None: not read
+    ephemeral_ports: tuple[int, int] | None = None
     clock_offset_seconds: float = 0.0  # node clock minus the control machine's clock
     # the starts the liveness watchdog recorded in the stack's API containers on the node
     # (control machine's clock, oldest first): {container: [time, ...]}

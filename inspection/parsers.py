@@ -26,6 +26,7 @@ from config.forms import CONTAINER_NAME, IMAGE_ID
 from inspection.facts import (
     ContainerFacts,
     DockerFacts,
+    FirewallFacts,
     GpuFacts,
     HfRepoFacts,
     IbPort,
@@ -1017,3 +1018,48 @@ def parse_collective_record(text: str) -> tuple[bool, bool | None]:
     if not isinstance(stopped, bool):
         raise ParseError("the collective gate's record", "no stopped: true|false", lines[0])
     return True, stopped
+def parse_nft_version(text: str) -> str:
+    """`nftables v1.0.6 (Lester Gooch #5)` (nft --version) -> `1.0.6`."""
+    m = re.fullmatch(r"nftables v(\d+(?:\.\d+){1,3})(?: \([\x20-\x7e]*\))?",
+                     " ".join(_nonblank(text)).strip())
+    if not m:
+        raise ParseError("nft --version", "expected 'nftables v<version> (<name>)'", text[:80])
+    return m.group(1)
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    """/proc/sys/net/ipv4/ip_local_port_range (`32768\t60999`) -> (first, last)."""
+    m = re.fullmatch(r"(\d{1,5})\s+(\d{1,5})", " ".join(_nonblank(text)).strip())
+    if not m:
+        raise ParseError("ip_local_port_range", "expected two port numbers", text[:80])
+    lo, hi = int(m.group(1)), int(m.group(2))
+    if not 1 <= lo <= hi <= 65535:
+        raise ParseError("ip_local_port_range", "expected 1 <= first <= last <= 65535", text[:80])
+    return lo, hi
+
+
+def parse_firewall(text: str) -> FirewallFacts:
+    """hostscripts/firewall.check_script's lines -> FirewallFacts: `table|file|unit <sha256 or
+    absent>`, `enabled yes|no`, `record <sha256> <sha256>` or `record absent`, each once."""
+    digest = r"[0-9a-f]{64}"
+    seen: dict[str, str] = {}
+    for line in _nonblank(text):
+        what, _, value = line.strip().partition(" ")
+        if what in seen or what not in ("table", "file", "unit", "enabled", "record"):
+            raise ParseError("firewall", "unexpected or repeated line", line)
+        ok = {"enabled": r"yes|no", "record": rf"absent|{digest} {digest}"}.get(
+            what, rf"absent|{digest}")
+        if not re.fullmatch(ok, value):
+            raise ParseError("firewall", f"{what}: expected {ok}", line)
+        seen[what] = value
+    missing = {"table", "file", "unit", "enabled", "record"} - set(seen)
+    if missing:
+        raise ParseError("firewall", f"no line for {sorted(missing)}", text[:80])
+
+    def d(what: str) -> str | None:
+        return None if seen[what] == "absent" else seen[what]
+
+    record = seen["record"].split() if seen["record"] != "absent" else None
+    return FirewallFacts(table=d("table"), file=d("file"), unit=d("unit"),
+                         enabled=seen["enabled"] == "yes",
+                         record=(record[0], record[1]) if record else None)

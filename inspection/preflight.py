@@ -228,6 +228,49 @@ def check_docker(cfg: StackConfig, f: NodeFacts) -> list[Finding]:
     return out
 
 
+MIN_NFT = (1, 0)  # Debian 12's 1.0.6, Ubuntu 22.04's 1.0.2, 24.04's (DGX OS 7) 1.0.9
+
+
+def check_firewall(cfg: StackConfig, f: NodeFacts) -> list[Finding]:
+    """With firewall.enabled (required outside dev): the node's nftables, whose `nft` loads the
+    stack's table (hostscripts/firewall.py), a table recon could read (outside dev: what cannot
+    be read cannot be judged for drift), and a port block outside the node's ephemeral ports
+    (the kernel would hand Ray's pinned ports to outgoing connections)."""
+    if not cfg.firewall.enabled:
+        return []
+    if "nft" in f.missing_tools:
+        return [Finding(node=f.node, check="firewall",
+                        fact="nftables is not installed (no nft): the stack's firewall cannot "
+                             "be loaded, and Ray's and vLLM's ports would answer on every "
+                             "address of the node",
+                        fix="apt-get install nftables (the stack loads its own table; it does "
+                            "not enable nftables.service)")]
+    out = []
+    if f.nft_version is not None and _version(f.nft_version) < MIN_NFT:
+        out.append(Finding(node=f.node, check="firewall",
+                           fact=f"nft {f.nft_version} is older than "
+                                f"{'.'.join(map(str, MIN_NFT))}",
+                           fix="upgrade the node's nftables package"))
+    if "firewall" in f.unreadable and cfg.environment != "dev":
+        out.append(Finding(node=f.node, check="firewall",
+                           fact=f"the stack's firewall could not be read "
+                                f"({f.unreadable['firewall']}), so its drift cannot be judged",
+                           fix="the ssh user must be root (nft lists tables with CAP_NET_ADMIN); "
+                               "see `nft list ruleset` on the node"))
+    lo, hi = cfg.firewall.block.span
+    if f.ephemeral_ports is not None:
+        e0, e1 = f.ephemeral_ports
+        if lo <= e1 and e0 <= hi:
+            out.append(Finding(
+                node=f.node, check="firewall",
+                fact=f"the stack's port block {lo}-{hi} (firewall.portBase) overlaps the node's "
+                     f"ephemeral ports {e0}-{e1} (net.ipv4.ip_local_port_range): outgoing "
+                     "connections would take Ray's and vLLM's pinned ports",
+                fix=f"set {key_path(('firewall', 'portBase'))} to a block below {e0} or above "
+                    f"{e1}"))
+    return out
+
+
 def check_fabric(cfg: StackConfig, node_cfg: NodeConfig,
                  f: NodeFacts) -> tuple[list[Finding], list[Finding]]:
     errors: list[Finding] = []
@@ -708,10 +751,11 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
     another stack's Ray where this stack runs Ray, is refused before any change, naming the other
     stack.
 
-    Two Rays on one node cannot both run whatever their `ray.port`: Ray listens on more ports
-    than that one with fixed defaults, the Ray client server on the head (10001) and the
-    dashboard agent on every node (52365; https://docs.ray.io/en/latest/ray-core/configure.html
-    #ports-configurations, ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT)."""
+    One Ray per node: Ray listens on more ports than `ray.port`, pinned into each stack's
+    `firewall.portBase` block (config/firewall.PortBlock), and at fixed defaults where nothing
+    pins them, the Ray client server on the head (10001) and the dashboard agent on every node
+    (52365; https://docs.ray.io/en/latest/ray-core/configure.html#ports-configurations,
+    ray_constants.DEFAULT_DASHBOARD_AGENT_LISTEN_PORT)."""
     mine = stack_names(stack_label)
     if mine is None:
         return []
@@ -745,9 +789,10 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
             out.append(Finding(
                 node=f.node, check="other_stack",
                 fact=f"the stack {other} runs Ray here ({c.name}, {c.state or 'created'}); this "
-                     "stack wants Ray on the node too, and two Rays cannot share a node (Ray's "
-                     "client server 10001 and dashboard agent 52365 listen on fixed ports "
-                     "whatever ray.port)",
+                     "stack wants Ray on the node too, and two Rays cannot share a node (Ray "
+                     "listens on many ports besides ray.port: pinned into each stack's "
+                     "firewall.portBase block, or at Ray's defaults, the client server 10001 "
+                     "and the dashboard agent 52365, for a stack that does not pin them)",
                 fix="run one of the two stacks with spark-vllm:vllm.executor: mp (no Ray), or "
                     f"on other nodes, or `pulumi destroy` {other} first"))
         for port in (p for p in declared_ports(c) if p in ports):
@@ -864,6 +909,7 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         errors += e
         warnings += w
         errors += check_docker(cfg, f)
+        errors += check_firewall(cfg, f)
         e, w = check_fabric(cfg, node_cfg, f)
         errors += e
         warnings += w

@@ -46,7 +46,7 @@ from typing import TypeVar
 from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.common import plain, repo_dir
-from hostscripts.firewall import master_port_guard_check
+from hostscripts.firewall import check_script as firewall_check_script
 from hostscripts.images import NCCL_PY
 from hostscripts.monitoring import CONFIG_FILE as PROMETHEUS_CONFIG
 from hostscripts.paths import LIVENESS_STARTS, STOPPED_DIR, StackNames
@@ -191,6 +191,10 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
         f"{q(names.model_record_dir if names is not None else '')} "
         + " ".join(q(repo_dir(r)) for r in stack_repos(cfg)),
         f"sv_bg disk {COMMAND_TIMEOUT} bash -c {q(snippet('disk.sh'))} _ {q(cache_dir)}",
+        # nftables, which the stack's firewall needs (rc 127: missing), and the kernel's
+        # ephemeral ports (the data plane's: its rule names them)
+        f"sv_bg nft_version {COMMAND_TIMEOUT} nft --version",
+        f"sv_bg ephemeral_ports {COMMAND_TIMEOUT} cat /proc/sys/net/ipv4/ip_local_port_range",
     ]
     if names is not None:
         # the starts the liveness watchdog recorded in the stack's API containers on this node
@@ -217,6 +221,10 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             # the stack's netplan file of each fabric interface (a drift repaired by the up)
             lines.append(f"sv_bg fabric_files {COMMAND_TIMEOUT} bash -c {q(DIGESTS)} _ "
                          + " ".join(q(names.fabric_netplan(f.interface)) for f in node.fabric))
+        if cfg.firewall.enabled:
+            # the stack's nftables table, its file, unit and last load (drift: the up repairs)
+            lines.append(f"sv_bg firewall {COMMAND_TIMEOUT} bash -c "
+                         f"{q(firewall_check_script(names))}")
         if node.name == cfg.head.name:
             # the collective gate's last record: a gate that stopped an up measures again
             lines.append(f"sv_bg collective_record {COMMAND_TIMEOUT} bash -c {q(FIRST_LINE)} _ "
@@ -236,10 +244,6 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
                     f"{q(names.monitoring_key_file)}")
                 lines.append(f"sv_bg prometheus_data {COMMAND_TIMEOUT} bash -c "
                              f"{q(DIR_PRESENCE)} _ {q(names.prometheus_data_dir)}")
-            if cfg.vllm.executor == "mp" and len(cfg.nodes) > 1:
-                # whether the rule that keeps vLLM's rendezvous port on the fabric is in place
-                lines.append(f"sv_bg master_guard {COMMAND_TIMEOUT} bash -c "
-                             f"{q(master_port_guard_check(names, cfg.vllm.master_port))}")
     lines += [
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before
@@ -373,7 +377,8 @@ _TOOL = {"nvidia_smi": "nvidia-smi", "nvidia_smi_query": "nvidia-smi",
          "nvidia_smi_list": "nvidia-smi", "ibdev2netdev": "ibdev2netdev", "rdma_link": "rdma",
          "docker_info": "docker", "docker_ps": "docker", "docker_labels": "docker",
          "container_memory": "docker",
-         "docker_images": "docker", "ip_addr": "ip", "nccl_host": "python3"}
+         "docker_images": "docker", "ip_addr": "ip", "nccl_host": "python3", "nft_version": "nft",
+         "firewall": "nft"}
 
 
 class _Reader:
@@ -493,8 +498,11 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
                         if "monitoring_files" in sections else None)
     prometheus_data = (r.parse("prometheus_data", p.parse_presence)
                        if "prometheus_data" in sections else None)
-    guard = (r.parse("master_guard", p.parse_presence) if "master_guard" in sections
-             else None)
+    firewall = r.parse("firewall", p.parse_firewall) if "firewall" in sections else None
+    nft_version = (r.parse("nft_version", p.parse_nft_version) if "nft_version" in sections
+                   else None)
+    ephemeral = (r.parse("ephemeral_ports", p.parse_port_range) if "ephemeral_ports" in sections
+                 else None)
     # looked at but unreadable: every file counts as missing (the apply runs again, which is
     # harmless); not looked at (an older survey): None
     fabric_files = ((r.parse("fabric_files", p.parse_fabric_files) or {})
@@ -546,7 +554,9 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         gateway_files_present=gateway_files,
         monitoring_files_present=monitoring_files,
         prometheus_data_present=prometheus_data,
-        master_guard_present=guard,
+        firewall=firewall,
+        nft_version=nft_version,
+        ephemeral_ports=ephemeral,
         clock_offset_seconds=clock_offset,
         liveness_starts=starts,
         fabric_files=fabric_files,

@@ -15,6 +15,9 @@ fresh nonce, every command under `timeout`), with these sections:
   (hostscripts/payloads/vllm_probe.py, run in the container, the API key on stdin from the
   node's root-only key file): /health, /v1/models, and vLLM's metrics sampled twice a second
   apart (requests running and waiting, KV cache use, tokens/s);
+- `firewall` (with `firewall.enabled`): the stack's nftables table as JSON (`nft -j list
+  table`; hostscripts/firewall.counters_script), read for what each rule dropped; a table that
+  is not loaded, or an answer that cannot be read, is a problem of the node;
 - `alerts` (the head, only with `monitoring.enabled`): the alerts the stack's Prometheus has
   pending or firing (its /api/v1/alerts, asked with the head's own python3 at
   `prometheus_url`); an answer that cannot be read is a problem, never "no alerts";
@@ -45,6 +48,7 @@ from typing import Any, Literal
 from config import NodeConfig, StackConfig
 from config.listen import LOOPBACK, service_host, vllm_host
 from hostscripts.common import payload, plain
+from hostscripts.firewall import counters_script as firewall_counters
 from hostscripts.gateway import SOURCE_TABLE
 from hostscripts.paths import GATEWAY_STATS_SOCKET, LIVENESS_STARTS, StackNames
 from inspection import parsers as p
@@ -183,6 +187,9 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
     if node.name == cfg.head.name:
         lines.append(f"sv_bg collective {STATE_TIMEOUT} bash -c {q(GATE_RECORD)} _ "
                      f"{q(names.collective_record)}")
+    if cfg.firewall.enabled:
+        lines.append(f"sv_bg firewall {recon.COMMAND_TIMEOUT} bash -c "
+                     f"{q(firewall_counters(names))}")
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
                      f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
@@ -331,6 +338,9 @@ class NodeStatus:
     # the head: the gateway's counters; None when not asked, or when they could not be read
     # (a problem)
     gateway: GatewayCounters | None = None
+    # firewall.enabled: packets each rule of the stack's table dropped since it was loaded
+    # ({rule: packets}); None when the table is not loaded or could not be read (a problem)
+    dropped: dict[str, int] | None = None
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -416,6 +426,44 @@ def parse_alerts(text: str) -> list[Alert]:
     return out
 
 
+class FirewallError(ValueError):
+    """The stack's table is not loaded, or `nft -j` printed something else."""
+
+
+def parse_drops(text: str) -> dict[str, int]:
+    """`nft -j list table` of the stack's table -> packets dropped per rule (its comment: the
+    `what` of config/ports.node_ports, `data-plane`), summed; `absent` (the script's answer
+    when the table is not loaded) is a FirewallError, as is anything else than nft's JSON
+    (https://manpages.debian.org/bookworm/nftables/libnftables-json.5.en.html)."""
+    if text.strip() == "absent":
+        raise FirewallError("the stack's table is not loaded (nft lists no such table)")
+    try:
+        body = json.loads(text)
+        items = body["nftables"]
+        if not isinstance(items, list):
+            raise TypeError("nftables is not a list")
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        raise FirewallError(f"nft -j printed something else ({recon.printable(str(exc))})") \
+            from None
+    out: dict[str, int] = {}
+    for item in items:
+        rule = item.get("rule") if isinstance(item, dict) else None
+        if not isinstance(rule, dict):
+            continue
+        exprs = rule.get("expr")
+        if not isinstance(exprs, list) or not any(isinstance(e, dict) and "drop" in e
+                                                  for e in exprs):
+            continue
+        counter = next((e["counter"] for e in exprs if isinstance(e, dict) and "counter" in e),
+                       None)
+        packets = counter.get("packets") if isinstance(counter, dict) else None
+        if not isinstance(packets, int) or isinstance(packets, bool) or packets < 0:
+            raise FirewallError("a drop rule of the stack's table has no packet counter")
+        what = recon.printable(str(rule.get("comment", "?")), 40)
+        out[what] = out.get(what, 0) + packets
+    return out
+
+
 def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
                nonce: str) -> NodeStatus:
     """A node's status output -> NodeStatus (pure). Each unreadable section is a problem of
@@ -498,6 +546,15 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             cs.probe_problem = f"the probe printed no JSON ({exc})"
     if node.name == cfg.head.name:
         out.collective, out.collective_at, out.collective_problem = _gate_record(sections)
+    if cfg.firewall.enabled:
+        fw_text, why = _section_text(sections, "firewall")
+        try:
+            if fw_text is not None:
+                out.dropped = parse_drops(fw_text)
+        except FirewallError as exc:
+            why = str(exc)
+        if out.dropped is None:
+            out.problems.append(f"firewall: {recon.printable(why)}")
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         alerts_text, why = _section_text(sections, "alerts")
         try:

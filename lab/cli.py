@@ -25,6 +25,7 @@ from lab import hub
 from lab.cgroups import cg_kill_remove
 from lab.hosts import (
     ensure_host,
+    forget_rules,
     holder_pid,
     node_docker,
     retire_docker,
@@ -47,6 +48,7 @@ from lab.layout import (
     LAB,
     LAB_KEY,
     MAX_NODES,
+    OUTSIDER_NS,
     REGISTRY,
     SESSION_ENV,
     SESSION_LOCK,
@@ -56,7 +58,15 @@ from lab.layout import (
     node_dir,
     node_name,
 )
-from lab.net import ensure_host_net, host_ifs, link_exists, remove_host_net, set_fabric_carrier
+from lab.net import (
+    ensure_host_net,
+    ensure_outsider,
+    host_ifs,
+    link_exists,
+    remove_host_net,
+    remove_outsider,
+    set_fabric_carrier,
+)
 from lab.registry import ensure_registry, ensure_stack_tag, registry_running
 from lab.state import save_state, state, write_known_hosts, write_stack_json
 from lab.util import (
@@ -128,6 +138,8 @@ def cmd_up(args) -> None:
         shm[dev] = name
         fabric = ", ".join(nif for _b, nif, _p, _h in FABRIC)
         log(f"{name} up: ssh root@{mgmt_ip(i)} (fabric {fabric}: configured by the stack)")
+    ensure_outsider()
+    log(f"outsider on the fabric: netns {OUTSIDER_NS} (no node, no stack address)")
     write_known_hosts()
     write_stack_json()
     log(f"stack config -> {STACK_JSON}; host keys -> {KNOWN_HOSTS}")
@@ -150,6 +162,7 @@ def cmd_down(args) -> None:
     problems += cg_kill_remove("hf")
     problems += cg_kill_remove("registry")
     problems += cg_kill_remove("")
+    remove_outsider()
     remove_host_net()
     if os.path.isdir(LAB):
         rmtree_robust(LAB)
@@ -267,9 +280,12 @@ def cmd_crash(args) -> None:
 
 
 def cmd_dockerd_restart(args) -> None:
-    """The node's dockerd stopped (SIGTERM: it stops its containers as a shutdown does) and
-    started again the way `up` starts it; returns once it answers. Containers whose restart
-    policy applies (not stopped by hand) are started again by dockerd itself."""
+    """The node's restart (a reboot, as far as the stack can tell): its dockerd stopped
+    (SIGTERM: it stops its containers as a shutdown does), the node's nftables ruleset emptied
+    (a reboot forgets the kernel's rules), then what the boot does before Docker: the units
+    wanted by docker.service run (FAKED: the lab has no systemd, see hosts.play_boot_units),
+    and dockerd started again the way `up` starts it; returns once it answers. Containers whose
+    restart policy applies (not stopped by hand) are started again by dockerd itself."""
     require_root()
     i = node_index(args.node)
     hpid = holder_pid(args.node)
@@ -285,7 +301,9 @@ def cmd_dockerd_restart(args) -> None:
             f"{time.time() - t0:.1f}s")
     else:
         log(f"{args.node}: dockerd was not running")
+    forget_rules(args.node)  # a reboot empties the kernel's rules, the stack's table too
     t1 = time.time()
+    # FAKE: the lab has no systemd; start_dockerd plays its part first (play_boot_units)
     start_dockerd(args.node, i, hpid, base_key())  # waits until `docker version` answers
     log(f"{args.node}: dockerd started again (pid {read_pid(pidfile)}), answering after "
         f"{time.time() - t1:.1f}s")

@@ -20,6 +20,7 @@ import os
 import shlex
 import shutil
 import signal
+import time
 
 from lab.cgroups import cg_kill_remove, spawn
 from lab.layout import (
@@ -302,12 +303,77 @@ def install_host_key(name: str, etc_upper: str) -> None:
         os.chmod(dst, mode)
 
 
+# --------------------------------------------------------------------------- the boot
+# FAKE: the lab's nodes run no systemd (a node is a namespace, its processes the lab's). What a
+# Spark's boot does before Docker starts, the lab does before it starts a node's dockerd: it
+# runs the ExecStart of every unit in the node's /etc/systemd/system that is ordered before
+# docker.service or wanted by it (`Before=` / `WantedBy=`) and that the node's own systemctl
+# says is enabled (`systemctl is-enabled` in the node: the real one reads the links
+# `systemctl enable` made; a stand-in of the lab's, where one is installed, its own record).
+# The stack's firewall unit (hostscripts/firewall.py) is one. Only that: no ordering graph, no
+# other directive, no restart; each run is logged with its time in the node's logs/boot.log,
+# which the tests read.
+UNIT_DIR = "etc/systemd/system"
+
+
+def boot_log(name: str) -> str:
+    return os.path.join(node_dir(name), "logs", "boot.log")
+
+
+def _boot(name: str, line: str) -> None:
+    with open(boot_log(name), "a") as f:
+        f.write(f"{time.time():.6f} {line}\n")
+
+
+def _before_docker(text: str) -> bool:
+    words = [w for ln in text.splitlines() if ln.startswith(("Before=", "WantedBy="))
+             for w in ln.split("=", 1)[1].split()]
+    return "docker.service" in words
+
+
+def play_boot_units(name: str, hpid: int) -> None:
+    """FAKE systemd (see above): the ExecStart of each enabled unit of the node that Docker's
+    start waits for, in the node's namespaces, in name order; a failure is logged and does not
+    stop the boot (systemd starts Docker after a failed Wants= unit too)."""
+    folder = f"/proc/{hpid}/root/{UNIT_DIR}"
+    units = sorted(u for u in os.listdir(folder) if u.endswith(".service")
+                   and os.path.isfile(os.path.join(folder, u))
+                   and not os.path.islink(os.path.join(folder, u))) if os.path.isdir(folder) else []
+    for unit in units:
+        try:
+            text = _read(os.path.join(folder, unit))
+        except OSError as e:
+            _boot(name, f"{unit}: unreadable ({e})")
+            continue
+        enabled = run(in_node(name, ["systemctl", "is-enabled", "--quiet", unit]), check=False,
+                      quiet=True, env={"PATH": NODE_PATH}).returncode == 0
+        if not _before_docker(text) or not enabled:
+            continue
+        starts = [ln.split("=", 1)[1] for ln in text.splitlines()
+                  if ln.startswith("ExecStart=")]
+        for cmd in starts:
+            done = run(in_node(name, shlex.split(cmd)), check=False, quiet=True,
+                       env={"PATH": NODE_PATH})
+            _boot(name, f"{unit}: ExecStart={cmd} rc={done.returncode}")
+            log(f"{name}: boot (faked systemd): {unit} ExecStart rc={done.returncode}")
+
+
+def forget_rules(name: str) -> None:
+    """What a reboot does to the node's kernel rules: the nftables ruleset emptied (Docker's
+    chains too, which dockerd makes again as it starts)."""
+    run(in_node(name, ["nft", "flush", "ruleset"]), check=False, quiet=True)
+    _boot(name, "nftables ruleset flushed (the reboot)")
+
+
 # --------------------------------------------------------------------------- dockerd
 def start_dockerd(name: str, i: int, hpid: int, keep_base: str | None = None) -> None:
     d = node_dir(name)
     if read_pid(os.path.join(d, "dockerd.pid")) and os.path.exists(f"{d}/run/docker.sock") and \
             ok([*node_docker(name), "version"]):
         return
+    if i > 0:  # FAKE systemd: the units Docker's start waits for (play_boot_units)
+        play_boot_units(name, hpid)
+        _boot(name, "dockerd starts")
     env = {"PATH": NODE_PATH, "HOME": "/root"}
     argv = in_node(name, ["dockerd", "--data-root", f"{d}/docker", "--pidfile", "/run/docker.pid",
                           "-H", "unix:///run/docker.sock", "--insecure-registry", REGISTRY,

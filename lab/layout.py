@@ -23,6 +23,11 @@ BUILD_IP = "10.77.0.2"
 FABRIC = [("svl-fab1", "enp1s0f1np1", "192.168.177", "rocep1s0f1"),
           ("svl-fab2", "enP2p1s0f1np1", "192.168.178", "roceP2p1s0f1")]
 MGMT_IF = "enP7s7"  # the Spark's 10GbE management NIC name
+# A host on the fabric that is not a node (no stack address): a network namespace with a leg on
+# each fabric bridge, the outsider the nodes' firewalls keep out (issue 45)
+OUTSIDER_NS = "svl-outsider"
+OUTSIDER_IFS = ("svo-fab1", "svo-fab2")  # its host ends; inside they are fab1, fab2
+OUTSIDER_HOST = 250  # .250 on each fabric /24
 FAB_MTU = 9000
 REGISTRY = f"{MGMT_IP}:5000"
 IMAGE_REPO = "spark-lab/vllm-spark"  # the serving image (base + top), what the dev stack runs
@@ -60,6 +65,10 @@ def mgmt_ip(i: int) -> str:
 
 def fab_ip(prefix: str, i: int) -> str:
     return f"{prefix}.1{i}" if i < 10 else f"{prefix}.{10 + i}"
+
+
+def outsider_ip(prefix: str) -> str:
+    return f"{prefix}.{OUTSIDER_HOST}"
 
 
 def node_cache(name: str) -> str:

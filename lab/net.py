@@ -13,8 +13,11 @@ from lab.layout import (
     MGMT_BR,
     MGMT_IF,
     MGMT_IP,
+    OUTSIDER_IFS,
+    OUTSIDER_NS,
     mgmt_ip,
     netns,
+    outsider_ip,
 )
 from lab.util import ok, out, run
 
@@ -130,3 +133,23 @@ def set_fabric_carrier(i: int, up: bool) -> None:
     admin-up but lose carrier, as when the QSFP cable is pulled (one cable carries both twins)."""
     for br, _nif, _p, _h in FABRIC:
         run(["ip", "link", "set", host_ifs(i)[br], "up" if up else "down"])
+
+
+def ensure_outsider() -> None:
+    """A host on the fabric that is no node (issue 45): netns OUTSIDER_NS with a leg on each
+    fabric bridge at .250 of its /24 (no route elsewhere, no service). The tests scan the
+    nodes' fabric addresses from here: no stack port may answer it."""
+    if OUTSIDER_NS not in out(["ip", "netns", "list"]).split():
+        run(["ip", "netns", "add", OUTSIDER_NS])
+    run(["ip", "-n", OUTSIDER_NS, "link", "set", "lo", "up"])
+    for (br, _nif, pfx, _hca), host_if, i in zip(FABRIC, OUTSIDER_IFS, (1, 2), strict=True):
+        ensure_veth(host_if, br, OUTSIDER_NS, f"fab{i}", FAB_MTU, f"{outsider_ip(pfx)}/24",
+                    node_mtu=FAB_MTU)
+
+
+def remove_outsider() -> None:
+    if netns_exists(OUTSIDER_NS):
+        run(["ip", "netns", "del", OUTSIDER_NS], check=False)
+    for h in OUTSIDER_IFS:
+        if link_exists(h):
+            run(["ip", "link", "del", h], check=False)

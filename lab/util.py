@@ -21,7 +21,10 @@ APT_PKGS = {"dockerd": "docker.io", "debootstrap": "debootstrap",
             "docker-registry": "docker-registry", "sshd": "openssh-server",
             "ssh": "openssh-client", "ssh-keygen": "openssh-client", "ip": "iproute2",
             "ping": "iputils-ping", "ethtool": "ethtool", "git": "git", "nsenter": "util-linux",
-            "iptables": "iptables", "unpigz": "pigz"}  # unpigz: dockerd's fast layer unpacking
+            "iptables": "iptables", "unpigz": "pigz",  # unpigz: dockerd's fast layer unpacking
+            # the nodes share this machine's /usr: the stack's firewall loads its table with the
+            # node's nft (hostscripts/firewall.py), and the lab's boot replays its unit
+            "nft": "nftables", "systemctl": "systemd"}
 
 
 # --------------------------------------------------------------------------- the session lock

@@ -4,7 +4,13 @@
 #               gateway image is built from (tests/unit/hostscripts/test_gateway_haproxy.py, ...).
 #   netplan.io  the stack's fabric netplan files are validated by the real netplan, in the unit
 #               tier and on the lab's nodes, which share this machine's /usr (lab/hosts.py).
-#   iptables    the lab's bridges and the mp rendezvous guard's tests.
+#   iptables    the lab's bridges, and the firewall's test that the old rendezvous guard (0.20's
+#               iptables chain) is removed.
+#   nftables    the stack's firewall: its table is checked and loaded by the real nft in
+#               network namespaces of the unit tier (tests/unit/hostscripts/test_firewall.py),
+#               and the lab's nodes, which share this machine's /usr, load it with it.
+#   systemd     systemctl enables the firewall's unit offline and systemd-analyze verifies it
+#               (no systemd needs to run; Debian installs it with the system anyway).
 #   prometheus  promtool checks the stack's Prometheus configuration and alert rules, and runs
 #               their unit tests; its prometheus scrapes a stand-in gateway in the unit tier
 #               (tests/unit/hostscripts/test_monitoring.py). The lab's image is built from it.
@@ -17,7 +23,7 @@ set -euo pipefail
 
 # Debian package[:its binary, when the names differ] (SPARK_VLLM_HOST_PACKAGES: another list,
 # for its own test)
-read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables prometheus:promtool wrk}"
+read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables nftables:nft systemd:systemd-analyze prometheus:promtool wrk}"
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 
@@ -35,7 +41,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "host packages: ${missing[*]} missing and this is not a Debian system (no apt-get):" \
-       "install them (HAProxy 2.6, netplan, iptables, Prometheus 2.42) so that their binaries are on PATH" >&2
+       "install them (HAProxy 2.6, netplan, iptables, nftables, systemd, Prometheus 2.42) so that their binaries are on PATH" >&2
   exit 1
 fi
 

@@ -100,6 +100,8 @@ def gb10_facts(
             )
         ],
         memory=MemoryFacts(total_bytes=MEM_TOTAL, available_bytes=MEM_AVAILABLE, unified=True),
+        # Linux's default net.ipv4.ip_local_port_range (the data plane's rule names it)
+        ephemeral_ports=(32768, 60999),
         docker=DockerFacts(
             version="29.2.1",
             runtimes=["io.containerd.runc.v2", "runc"],

@@ -151,9 +151,10 @@ def render_gateway(head: str, nodes: dict[str, st.NodeStatus]) -> Text:
 
 
 def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus],
-           monitoring_on: str = "", head: str = "") -> Group:
+           monitoring_on: str = "", head: str = "", firewall_on: bool = False) -> Group:
     """The tables; `monitoring_on`: the head's name when the stack has monitoring on (then its
-    alerts follow the models), "" when off."""
+    alerts follow the models), "" when off; `firewall_on`: the drops of each node's firewall
+    last."""
     mt = Table(title=f"stack {stack}: models", title_justify="left")
     for col in ("model", "kind", "state", "since", "restarts", "running", "waiting",
                 "KV cache", "tokens/s", "why"):
@@ -189,7 +190,10 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
     if monitoring_on:
         parts.append(render_alerts(monitoring_on, nodes))
     parts.append(render_gate(nodes))
-    return Group(*parts, nt)
+    parts.append(nt)
+    if firewall_on:
+        parts.append(render_firewall(nodes))
+    return Group(*parts)
 
 
 def _gate_of(nodes: dict[str, st.NodeStatus]) -> st.NodeStatus | None:
@@ -211,10 +215,30 @@ def render_gate(nodes: dict[str, st.NodeStatus]) -> Text:
                 style="bold red" if bad else "")
 
 
+def render_firewall(nodes: dict[str, st.NodeStatus]) -> Table:
+    """What each node's firewall dropped since its table was loaded, rule by rule (a table not
+    loaded, or not read, is in the node's problems above)."""
+    ft = Table(title="nodes: firewall (packets dropped since the table was loaded)",
+               title_justify="left")
+    ft.add_column("node")
+    ft.add_column("dropped")
+    for ns in nodes.values():
+        if ns.error:
+            continue
+        if ns.dropped is None:
+            ft.add_row(ns.node, Text("table not read (see above)", style="magenta"))
+            continue
+        hits = {k: v for k, v in sorted(ns.dropped.items()) if v}
+        ft.add_row(ns.node, Text(", ".join(f"{k} {v}" for k, v in hits.items()) or "none"))
+    return ft
+
+
 def as_json(stack: str, models: list[st.ModelStatus],
             nodes: dict[str, st.NodeStatus]) -> dict[str, Any]:
     """`alerts`: Prometheus's pending and firing alerts; null with monitoring off, or when they
-    could not be read (then the head's `problems` says why)."""
+    could not be read (then the head's `problems` says why). Per node `dropped`: packets each
+    rule of the stack's firewall dropped ({rule: packets}); null with the firewall off, or when
+    its table is not loaded or could not be read (its `problems` says why)."""
     held = _alerts_of(nodes)
     return {
         "stack": stack,
@@ -230,7 +254,8 @@ def as_json(stack: str, models: list[st.ModelStatus],
                         None),
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
-                           "problems": n.problems} for n in nodes.values()},
+                           "problems": n.problems, "dropped": n.dropped}
+                  for n in nodes.values()},
     }
 
 
@@ -278,7 +303,8 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
         if as_json_:
             click.echo(json.dumps(as_json(stack, models, nodes), indent=2, sort_keys=True))
         else:
-            console.print(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name))
+            console.print(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name,
+                                 cfg.firewall.enabled))
         ctx.exit(_code(models, nodes))
     code = 1
     try:
@@ -286,7 +312,8 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
             while True:
                 models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
                 code = _code(models, nodes)
-                live.update(Group(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name),
+                live.update(Group(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name,
+                                         cfg.firewall.enabled),
                                   Text(f"refreshed {time.strftime('%H:%M:%S')}, every "
                                        f"{watch:g} s; Ctrl-C ends")), refresh=True)
                 time.sleep(watch)

@@ -65,6 +65,7 @@ from ._containers import (
     provider_host,
     shell_tokens,
 )
+from ._firewall import FIREWALL
 from ._secrets import (
     API_ENV_NAMES,
     API_KEY_RE,
@@ -99,6 +100,7 @@ from .fabric_config import (
     validate_fabric_addresses_unique,
     validate_fabric_config,
 )
+from .firewall import firewall_findings, stack_ports_firewalled, validate_stack_ports_firewalled
 from .gateway import (
     GATEWAY,
     behind_gateway_findings,
@@ -153,6 +155,7 @@ POLICIES: list[Policy] = [
     fabric_addresses_unique,
     monitoring_not_exposed,
     nccl_build_advisory,
+    stack_ports_firewalled,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -167,6 +170,7 @@ __all__ = [
     "CONTAINER",
     "DEFAULTS",
     "DIGEST_REF_RE",
+    "FIREWALL",
     "GATEWAY",
     "GIB",
     "HF_ENV_NAMES",
@@ -201,6 +205,7 @@ __all__ = [
     "fabric_config",
     "fabric_config_findings",
     "fabric_mtu",
+    "firewall_findings",
     "flag",
     "flag_value",
     "get",
@@ -240,6 +245,7 @@ __all__ = [
     "shell_tokens",
     "stack_config",
     "stack_environment",
+    "stack_ports_firewalled",
     "text",
     "validate_enforce_eager_advisory",
     "validate_fabric_addresses_unique",
@@ -256,6 +262,7 @@ __all__ = [
     "validate_prod_pinned",
     "validate_ray_not_exposed",
     "validate_same_image",
+    "validate_stack_ports_firewalled",
     "validate_utilization_advisory",
     "validate_vllm_api_key",
     "validate_vllm_behind_gateway",

@@ -14,6 +14,11 @@ Every vLLM listens on loopback or a fabric address, where the gateway reaches it
 * the stack has a Gateway and it routes every model the stack serves, to servers at loopback or
   fabric addresses.
 
+* with the stack's firewall (issue 45, rules/_firewall.py), each of those ports is filtered on
+  its node: the main vLLM's on the head admitting its loopback only (the stack's fabric
+  addresses with mp on more than one node: the other ranks watch its /health), a service's on
+  each of its nodes the head's fabric addresses only (the gateway reaches it from there).
+
 mp's rendezvous port (torch.distributed's store on `masterPort`, every address whatever vLLM is
 told) is no API port and the gateway does not front it: rule 13, mp-rendezvous-fabric-only
 (rules/rendezvous.py), judges the head's firewall rule that keeps it on the fabric.
@@ -34,6 +39,7 @@ from pulumi_policy import (
 
 from ._common import (
     CONTAINER,
+    NCCL_ENV,
     VLLM_SERVER,
     VLLM_SERVICE,
     Report,
@@ -45,6 +51,7 @@ from ._common import (
     text,
 )
 from ._containers import command_tokens, flag_value, has_flag, labels_of, provider_host
+from ._firewall import any_firewall, exposure, tables
 from ._schema import schema
 from .ray_exposure import (
     IPNetwork,
@@ -52,6 +59,7 @@ from .ray_exposure import (
     _fabric_subnets,
     _in_subnets,
     _management_hosts,
+    _node_fabric_ips,
     parse_ip,
 )
 
@@ -183,10 +191,57 @@ def _gateway_findings(g: PolicyResource, served: list[tuple[str, str]], manageme
     return out
 
 
+def head_fabric_ips(resources: Sequence[PolicyResource], head: str) -> set[str]:
+    """The fabric addresses the NcclEnvironment reports for the node `head`."""
+    return {ip for r in resources if r.resource_type == NCCL_ENV
+            for n in elements(get(r.props, "nodes")) if text(get(n, "name")) == head
+            for ip in _node_fabric_ips(n)}
+
+
+def firewall_findings(resources: Sequence[PolicyResource],
+                      fabric_ips: set[str]) -> list[tuple[str, str | None]]:
+    """With the stack's firewall (issue 45): the main vLLM's port on the head admits its
+    loopback only (the stack's fabric addresses with mp on more than one node, whose ranks watch
+    its /health), each service's port on each of its nodes the head's fabric addresses only."""
+    if not any_firewall(resources):
+        return []
+    found = tables(resources)
+    out: list[tuple[str, str | None]] = []
+    head = next((text(get(elements(get(r.props, "nodes"))[0], "name")) for r in resources
+                 if r.resource_type == VLLM_SERVER and elements(get(r.props, "nodes"))), None)
+    if head is None:
+        return out
+    head_ips = head_fabric_ips(resources, head)
+    for r in resources:
+        port = num(get(r.props, "port"))
+        if port is None:
+            continue
+        if r.resource_type == VLLM_SERVER:
+            host = text(get(r.props, "host"))
+            ip = parse_ip(host)
+            allowed = None if host == "localhost" or (ip is not None and ip.is_loopback) \
+                else fabric_ips
+            why = exposure(found, head, int(port), allowed,
+                           f"vLLM ({text(get(r.props, 'servedModelName')) or r.name})")
+            if why:
+                out.append((why, r.urn))
+        elif r.resource_type == VLLM_SERVICE:
+            for node, _host in mapping_items(get(r.props, "hosts")):
+                why = exposure(found, node, int(port), head_ips,
+                               f"service {text(get(r.props, 'service')) or r.name}",
+                               fabric_is="the head's fabric addresses")
+                if why:
+                    out.append((why, r.urn))
+    return out
+
+
 def validate_vllm_behind_gateway(args: StackValidationArgs, report: Report) -> None:
     management = _management_hosts(args.resources)
-    for msg, urn in behind_gateway_findings(args.resources, management,
-                                            _fabric_ips(args.resources), _fabric_subnets(args)):
+    fabric_ips = _fabric_ips(args.resources)
+    for msg, urn in behind_gateway_findings(args.resources, management, fabric_ips,
+                                            _fabric_subnets(args)):
+        report(msg, urn)
+    for msg, urn in firewall_findings(args.resources, fabric_ips):
         report(msg, urn)
 
 

@@ -9,6 +9,14 @@ container (a `mounts` entry, or a `volumes` entry, with that target), read-only,
 carry the token itself (`RAY_AUTH_TOKEN=<literal>`) in its env: envs are readable in
 `docker inspect` and the state. Unknown envs or mounts (preview) are not judged.
 
+With the stack's firewall (issue 45, rules/_firewall.py), every port a Ray container listens on
+is pinned by its `ray start` flag (the node manager, object manager, runtime-env agent,
+dashboard agent and metrics export ports and the workers' range: Ray picks them at random
+otherwise) and filtered on its node (label `spark-vllm.node`) from the stack's fabric addresses
+only: the GCS (`--port`), the client server, the dashboard and the autoscaler's and dashboard's
+metrics servers (AUTOSCALER_METRIC_PORT, DASHBOARD_METRIC_PORT in its env) on the head, the
+dashboard agent's HTTP port, each worker port.
+
 The head's dashboard is off or bound to 127.0.0.1/a fabric address (Ray's default
 `--dashboard-host` is 127.0.0.1, https://docs.ray.io/en/latest/cluster/cli.html#ray-start);
 without host networking, published Ray ports only on loopback/fabric. A flag holding a shell
@@ -52,8 +60,10 @@ from ._containers import (
     flag_value,
     is_literal,
     is_ray_container,
+    labels_of,
     provider_host,
 )
+from ._firewall import Table, any_firewall, exposure, tables
 from ._schema import schema
 from ._secrets import mask
 
@@ -61,6 +71,15 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 RAY_PORT_FLAGS = ("--port", "--dashboard-port", "--ray-client-server-port")
+
+# Ray's listening ports by `ray start` flag (Ray 2.60): the ones Ray picks at random unless
+# the flag pins them, and those with a fixed default (head only: the GCS, the client server)
+RANDOM_PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--runtime-env-agent-port",
+                     "--dashboard-agent-grpc-port", "--metrics-export-port")
+DEFAULT_PORTS = {"--dashboard-agent-listen-port": 52365}
+HEAD_DEFAULT_PORTS = {"--port": 6379, "--ray-client-server-port": 10001}
+# and by environment variable (ray/autoscaler/_private/constants.py, ray/dashboard/consts.py)
+HEAD_METRIC_PORTS = {"AUTOSCALER_METRIC_PORT": 44217, "DASHBOARD_METRIC_PORT": 44227}
 
 
 def parse_ip(value: str | None) -> IPAddress | None:
@@ -260,11 +279,64 @@ def _node_fabric_ips(node: Json) -> list[str]:
     return [ip for ip in (text(get(f, "ip")) for f in elements(get(node, "fabric"))) if ip]
 
 
+def _port(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def firewall_findings(name: str, props: Props, found: Mapping[str, Table | None],
+                      fabric_ips: set[str]) -> list[str]:
+    """With the stack's firewall (issue 45): every port this Ray container listens on is pinned
+    (a port Ray picks at random cannot be named by a rule) and filtered on its node, from the
+    stack's fabric addresses only."""
+    tokens = command_tokens(props)
+    node = text(labels_of(props).get("spark-vllm.node"))
+    if not tokens or node is None:
+        return []
+    head = "--head" in tokens
+    out: list[str] = []
+    ports: list[tuple[str, int]] = []
+    for f in RANDOM_PORT_FLAGS:
+        port = _port(flag_value(tokens, f))
+        if port is None:
+            out.append(f"container {name}: Ray picks its {f[2:-5]} port at random (no {f}): "
+                       f"the firewall of {node} cannot name it")
+        else:
+            ports.append((f[2:-5], port))
+    defaults = {**DEFAULT_PORTS, **(HEAD_DEFAULT_PORTS if head else {})}
+    for f, default in defaults.items():
+        ports.append(({"--port": "GCS"}.get(f, f[2:-5]), _port(flag_value(tokens, f)) or default))
+    include = (flag_value(tokens, "--include-dashboard") or "").lower()
+    if head and include not in ("false", "0", "no"):
+        ports.append(("dashboard", _port(flag_value(tokens, "--dashboard-port")) or 8265))
+    if head:  # the head's metrics servers, whatever --include-dashboard says (env, not flags)
+        env = dict(env_pairs(props) or [])
+        for var, default in HEAD_METRIC_PORTS.items():
+            ports.append((var.lower().replace("_", "-").removesuffix("-port"),
+                          _port(env.get(var)) or default))
+    lo, hi = (_port(flag_value(tokens, f)) for f in ("--min-worker-port", "--max-worker-port"))
+    if lo is None or hi is None or lo == 0:
+        out.append(f"container {name}: Ray's workers bind ports of Ray's default range "
+                   "(no --min-worker-port/--max-worker-port): pin them, so that "
+                   f"{node}'s firewall names them")
+    else:
+        ports += [("worker", p) for p in range(lo, hi + 1)]
+    judged: set[str] = set()
+    for what, port in ports:
+        if what in judged:  # one finding per kind (a worker range: its first port)
+            continue
+        why = exposure(found, node, port, fabric_ips, f"container {name}: Ray's {what}")
+        if why:
+            judged.add(what)
+            out.append(why)
+    return out
+
+
 def validate_ray_not_exposed(args: StackValidationArgs, report: Report) -> None:
     management = _management_hosts(args.resources)
     fabric_ips = _fabric_ips(args.resources)
     subnets = _fabric_subnets(args)
     ray_ports = {int(p) for p in (conf(args, "rayPorts") or []) if num(p) is not None}
+    found = tables(args.resources) if any_firewall(args.resources) else None
     for r in args.resources:
         if r.resource_type != CONTAINER or not is_ray_container(r.props):
             continue
@@ -274,6 +346,9 @@ def validate_ray_not_exposed(args: StackValidationArgs, report: Report) -> None:
             mgmt.add(ph)
         for msg in ray_exposure_findings(r.name, r.props, mgmt, subnets, ray_ports, fabric_ips):
             report(msg, r.urn)
+        if found is not None:
+            for msg in firewall_findings(r.name, r.props, found, fabric_ips):
+                report(msg, r.urn)
 
 
 ray_not_exposed = StackValidationPolicy(

@@ -46,6 +46,7 @@ MODULE_ORDER = (
     "test_policy_pack_engine.py",  # previews of the converged stack with the pack
     "test_fabric.py",  # the fabric changed behind the stack, refused and failed fabric changes
     "test_collective.py",  # the fabric at speed: the collective gate refuses a throttled link
+    "test_firewall.py",  # the nodes' firewall: the operator's services, tables drifted by hand
     "test_faults.py",  # faults and secrets, each undone
     "test_self_healing.py",  # crashes healed without an `up`
     # issue 46 on the Ray stack: shared memory, the token, links in the cache, image labels,

@@ -9,7 +9,9 @@ switches the stack to mp first). In order:
    with the key) answers 401 through the gateway without the key and with a wrong one;
 3. a TCP scan of every port of every node's management address from the lab host finds the
    gateway (on the head) and sshd, nothing else: vLLM, the services and mp's rendezvous port
-   (issue 31's vllm-master-guard: hostscripts/firewall.py) are not there;
+   (the nodes' firewalls, issue 45: hostscripts/firewall.py) are not there; and with the
+   embedding service running, the lab's outsider (a fabric address that is no node's) reaches
+   nothing listening on any node but the gateway;
 4. the lab's embedding model as a service: test_services (run just before, on this stack)
    adds it and leaves it in place, checking that only its resources were created and that the
    gateway's routing changed (reloaded: its container keeps its ID and start time); run alone,
@@ -27,7 +29,6 @@ Every `up` prints its wall time (`WALL ...`).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import threading
@@ -40,6 +41,7 @@ from http.client import HTTPResponse
 import pytest
 
 from lab.deployments import EMBED_CONTAINER, complete, embed_service
+from tests.e2e.ports import from_outsider, outsider_finds, scan_expecting
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -49,7 +51,9 @@ SSHD = 22
 MAIN, EMBED = "tiny-moe", "tiny-embed"
 # what a service added or removed may change beside its own resources (tests/e2e/test_services)
 ROUTING = {"vllm": "update", "gateway": "update", "gateway-config": "update",
-           "gateway-health": "update"}
+           "gateway-health": "update",
+           # the service's port in the firewall of its nodes (issue 45: the table updated)
+           **{f"firewall-{n}{t}": "update" for n in (HEAD, WORKER) for t in ("", "-table")}}
 
 
 def _call(url: str, body: dict | None = None, key: str | None = None, method: str | None = None,
@@ -95,23 +99,6 @@ def _events(r: HTTPResponse):
 def _listeners(d, node: str) -> str:
     """`ss -ltnp` on a node: what listens where, with its process."""
     return d.ssh(node, "ss -Hltnp")
-
-
-async def _scan(host: str, ports: range, limit: int = 512, timeout: float = 1.5) -> list[int]:
-    gate = asyncio.Semaphore(limit)
-    found: list[int] = []
-
-    async def one(port: int) -> None:
-        async with gate:
-            try:
-                _, w = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-            except (TimeoutError, OSError):
-                return
-            found.append(port)
-            w.close()
-
-    await asyncio.gather(*(one(p) for p in ports))
-    return sorted(found)
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +168,9 @@ def test_a_port_scan_of_the_management_addresses_finds_only_the_gateway_and_sshd
     d = gw
     gateway_port = _gateway_port(d)
     t0 = time.monotonic()
-    found = {n["name"]: asyncio.run(_scan(n["host"], range(1, 65536))) for n in lab_cfg["nodes"]}
+    found = {n["name"]: scan_expecting(n["host"], [SSHD, gateway_port] if n["name"] == HEAD
+                                       else [SSHD])
+             for n in lab_cfg["nodes"]}
     print(f"[observed] open TCP ports on the management addresses ({time.monotonic() - t0:.0f} "
           f"s for {len(found)} x 65535): {found}")
     want = {n["name"]: [SSHD] for n in lab_cfg["nodes"]}
@@ -190,11 +179,12 @@ def test_a_port_scan_of_the_management_addresses_finds_only_the_gateway_and_sshd
         who = {n: _listeners(d, n) for n in found if found[n] != want[n]}
         raise AssertionError(f"management addresses answer on {found}, expected {want}; what "
                              f"listens there: {who}")
-    # and from the fabric the rendezvous port is open (the ranks' way in): the filter is not
-    # a wall around the node
+    # and from the fabric the rendezvous port is open to the stack's nodes (the ranks' way in):
+    # the filter is not a wall around the node
     master = d.ssh(WORKER, "python3 -c \"import socket; socket.create_connection("
                            "('192.168.177.11', 29501), timeout=3).close(); print('open')\"")
     assert master.strip() == "open", master
+    assert from_outsider([("192.168.177.11", 29501)]) == ["blocked"]
 
 
 @pytest.fixture(scope="module")
@@ -213,6 +203,16 @@ def with_embed(gw, lab_cfg):
     assert config.split() == [MAIN, "model0-tiny-moe", EMBED, "model1-tiny-embed"], config
     d.run("preview", expect_no_changes=True)
     return d
+
+
+def test_with_the_service_the_outsider_reaches_only_the_gateway(with_embed, lab_cfg):
+    """Issue 45 on mp with the embedding service: every socket listening on every node, tried
+    from the lab's outsider at the node's fabric addresses, is dropped but the gateway's."""
+    found = outsider_finds(with_embed, lab_cfg["nodes"])
+    print(f"[observed] what the outsider reaches: {found}")
+    head_fabric = [f["ip"] for f in lab_cfg["nodes"][0]["fabric"]]
+    assert found == {HEAD: [(ip, _gateway_port(with_embed), "haproxy") for ip in head_fabric],
+                     WORKER: []}, found
 
 
 def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:

@@ -17,6 +17,7 @@ import time
 import pytest
 
 from lab.deployments import complete, hf_file_bytes, http, lab
+from tests.e2e.ports import listeners, outsider_finds, scan_expecting
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -145,14 +146,21 @@ def test_up_from_empty_serves(stack, shared, lab_cfg):
     assert "rc=0" not in denied and "Read-only" in denied, denied
 
 
-def test_ray_refuses_a_client_without_the_token_from_the_management_network(stack):
-    """Ray's servers listen on every interface; what protects the cluster is its token. From
-    spark-2's management address, `ray status` against the head's GCS over the management
-    network fails without the token and works with it; the stack keeps serving."""
+def test_ray_answers_the_fabric_only_and_only_with_the_token(stack):
+    """Ray's servers listen on every interface; the node's firewall (issue 45) keeps them to
+    the stack's fabric addresses, and Ray's token guards them there. From spark-2, the head's
+    GCS on its management address does not answer at all (the table drops it); on the head's
+    fabric address `ray status` fails without the token and works with it; the stack keeps
+    serving."""
     d = stack
     image = d.stack.outputs()["imageIds"].value[WORKER]
-    gcs = f"{d.cfg['nodes'][0]['host']}:6379"  # the head's MANAGEMENT address
-    probe = f"docker run --rm --network host --entrypoint ray {image} status --address {gcs}"
+    mgmt, fabric = d.cfg["nodes"][0]["host"], d.cfg["nodes"][0]["fabric"][0]["ip"]
+    reach = ("python3 -c 'import socket,sys\ntry:\n socket.create_connection((sys.argv[1], "
+             "6379), 3).close(); print(\"reached\")\nexcept OSError as e: print(\"blocked\", e)' ")
+    assert d.ssh(WORKER, reach + mgmt).startswith("blocked"), "the GCS answers on management"
+    assert d.ssh(WORKER, reach + fabric).startswith("reached")
+    probe = (f"docker run --rm --network host --entrypoint ray {image} status "
+             f"--address {fabric}:6379")
     without = d.ssh(WORKER, f"{probe} 2>&1; echo rc=$?", check=False)
     print(f"[observed] without the token: {without.strip().splitlines()[-3:]}")
     assert "rc=0" not in without and ("InvalidAuthToken" in without or
@@ -160,9 +168,44 @@ def test_ray_refuses_a_client_without_the_token_from_the_management_network(stac
     with_token = d.ssh(WORKER, (
         "docker run --rm --network host -e RAY_AUTH_MODE=token -e RAY_AUTH_TOKEN_PATH=/t "
         f"-v /var/lib/spark-vllm/stacks/dev/ray/auth-token:/t:ro --entrypoint ray {image} status "
-        f"--address {gcs} 2>&1; echo rc=$?"), check=False)
+        f"--address {fabric}:6379 2>&1; echo rc=$?"), check=False)
     assert "rc=0" in with_token and "GPU" in with_token, with_token[-2000:]
     assert complete(d)
+
+
+def test_the_management_addresses_answer_on_sshd_and_the_gateway_only(stack, lab_cfg):
+    """Issue 45, on Ray (its servers listen on every address of every node): a TCP connect scan
+    of every port of every node's management address from the lab host finds sshd, and the
+    gateway on the head; nothing else of Ray's, vLLM's or torch's."""
+    d = stack
+    t0 = time.monotonic()
+    found = {n["name"]: scan_expecting(n["host"], [22, 8080] if n["name"] == HEAD else [22])
+             for n in lab_cfg["nodes"]}
+    print(f"[observed] open TCP ports on the management addresses ({time.monotonic() - t0:.0f} "
+          f"s for {len(found)} x 65535): {found}")
+    want = {n["name"]: [22] for n in lab_cfg["nodes"]}
+    want[HEAD] = [22, 8080]
+    if found != want:
+        who = {n: listeners(d, n) for n in found if found[n] != want[n]}
+        raise AssertionError(f"management addresses answer on {found}, expected {want}; what "
+                             f"listens there: {who}")
+
+
+def test_a_host_on_the_fabric_that_is_no_node_reaches_no_stack_port(stack, lab_cfg):
+    """Issue 45: the lab's outsider (an address on both fabric subnets, no node) tries every
+    socket listening on each node, at each fabric address it listens on: only the gateway
+    (public, on every address of the head) answers. The same sockets answer the other node."""
+    d = stack
+    found = outsider_finds(d, lab_cfg["nodes"])
+    print(f"[observed] what the outsider reaches: {found}")
+    head_fabric = [f["ip"] for f in lab_cfg["nodes"][0]["fabric"]]
+    assert found == {HEAD: [(ip, 8080, "haproxy") for ip in head_fabric], WORKER: []}, found
+    # and the stack's own node does reach them: the head's Ray GCS and raylet from the worker
+    raylet = next(ln.port for ln in listeners(d, HEAD) if ln.process == "raylet")
+    ok = d.ssh(WORKER, f"python3 -c 'import socket\nfor p in (6379, {raylet}): "
+                       f"socket.create_connection((\"{head_fabric[0]}\", p), 3).close()\n"
+                       "print(\"ok\")'")
+    assert ok.strip() == "ok", ok
 
 
 def test_tensor_parallel_traffic_crosses_the_fabric(stack):

@@ -90,20 +90,24 @@ def container(d, node: str, name: str) -> str:
                        "2>/dev/null || true").strip()
 
 
-def mine(ops: dict[str, str]) -> dict[str, str]:
-    """The ops that are not the monitoring component's own (the stack's outputs aside)."""
+def mine(ops: dict[str, str], firewall: bool = False) -> dict[str, str]:
+    """The ops that are not the monitoring component's own (the stack's outputs aside); with
+    `firewall`, also not the nodes' firewall tables updated in place (monitoring turned on or
+    off adds or removes Prometheus's and the exporters' ports there: issue 45)."""
     return {k: v for k, v in ops.items()
-            if not k.startswith(OWN) and not k.startswith("spark-vllm-")}
+            if not k.startswith(OWN) and not k.startswith("spark-vllm-")
+            and not (firewall and k.startswith("firewall-") and v == "update")}
 
 
 def test_monitoring_on_adds_only_its_resources_and_every_target_is_up(stack):
     d = stack
     d.set("monitoring.enabled", True)
     d.run("preview")
-    assert mine(d.ops()) == {}, d.ops()
+    assert mine(d.ops(), firewall=True) == {}, d.ops()
     ops = d.timed_up("monitoring on")
     assert ops.get("monitoring-prometheus") == "create", ops
-    assert mine(ops) == {}, ops
+    assert mine(ops, firewall=True) == {}, ops
+    assert ops.get(f"firewall-{WORKER}-table") == "update", ops  # the exporter's port
     served = list(d.stack.outputs()["models"].value)
     assert MAIN in served
     want = {("vllm", m) for m in served} | {("node", HEAD), ("node", WORKER)}
@@ -223,7 +227,9 @@ def test_prometheus_stopped_behind_the_stack_is_started_by_the_up(stack):
 # Prometheus's configuration (a reload: the command and its gate). Never Prometheus's container,
 # image, key or data folder, never an exporter.
 ROUTING = {"vllm", "gateway", "gateway-config", "gateway-health",
-           "monitoring", "monitoring-config", "monitoring-health"}
+           "monitoring", "monitoring-config", "monitoring-health",
+           # the service's port in the firewall of its nodes (issue 45)
+           *(f"firewall-{n}{t}" for n in ("spark-1", "spark-2") for t in ("", "-table"))}
 
 
 def test_a_service_added_is_scraped_with_nothing_else_of_monitoring_touched(stack, lab_cfg):
@@ -254,7 +260,7 @@ def test_monitoring_off_removes_its_containers_and_keeps_its_data(stack):
     d.set("monitoring.enabled", False)
     try:
         ops = d.timed_up("monitoring off")
-        assert mine(ops) == {}, ops
+        assert mine(ops, firewall=True) == {}, ops
         assert ops.get("monitoring-prometheus") == "delete", ops
         for node in (HEAD, WORKER):
             assert container(d, node, EXPORTER) == ""

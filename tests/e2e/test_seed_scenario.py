@@ -131,6 +131,12 @@ def test_destroy_starts_them_again(seeded, shared):
     assert d.ssh(HEAD, "ls -A /var/lib/spark-vllm/stopped 2>/dev/null || true").strip() == ""
     for n in (HEAD, WORKER):  # destroy keeps what is expensive to fetch again
         assert "models--spark-lab--tiny-moe" in d.ssh(n, "ls /root/.cache/huggingface/hub"), n
+    # issue 45: the stack's firewall goes (its table, its unit and the unit's links, its file)
+    for n in (HEAD, WORKER):
+        assert "spark-vllm-dev" not in d.ssh(n, "nft list tables"), n
+        left = d.ssh(n, "find /etc/systemd/system /var/lib/spark-vllm -name '*firewall*' "
+                        "2>/dev/null || true")
+        assert left.strip() == "", (n, left)
     # issue 33: the stack's fabric configuration goes (its netplan files, its addresses); the
     # MTU it set stays, and nothing of another stack was there to keep
     for n in (HEAD, WORKER):

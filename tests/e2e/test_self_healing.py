@@ -13,8 +13,12 @@ followed by an `up` before the stack serves again:
     test_lab_stack.py);
 (b) the Ray worker on spark-2 crashes the same way: the worker restarts, vLLM's Ray executor
     notices its dead worker, vLLM exits and Docker starts it again;
-(c) the head's dockerd is stopped (SIGTERM: it stops its containers, as a shutdown does) and
-    started again (`lab dockerd-restart`): dockerd starts the stack's containers again;
+(c) the head restarts as it would reboot (`lab dockerd-restart`): its dockerd is stopped
+    (SIGTERM: it stops its containers, as a shutdown does), its kernel's rules are forgotten
+    (the nftables ruleset emptied), the units Docker's start waits for run (the stack's
+    firewall unit: the lab FAKES systemd here, lab/hosts.py) and dockerd starts the stack's
+    containers again: the firewall's table is loaded before vLLM starts (issue 45), and vLLM's
+    launcher never found it missing;
 (d) vLLM's engine process is frozen (SIGSTOP), as a hung engine looks from outside: the API
     server and its /health answer 200, the container runs, and no completion is ever served, so
     Docker alone would never act. The liveness watchdog in the vLLM container
@@ -280,7 +284,7 @@ def test_head_dockerd_restart_brings_everything_back(stack):
     d = stack
     what = f"dockerd restart on {HEAD}"
     before = _serving_before(d, what)
-    t0 = time.monotonic()
+    t0, wall0 = time.monotonic(), time.time()
     _fault("dockerd-restart", HEAD)
     print(f"[time] dockerd of {HEAD} stopped and answering again: {time.monotonic() - t0:.1f} s")
     # dockerd starts the head's containers again (they were not stopped by hand)
@@ -292,6 +296,23 @@ def test_head_dockerd_restart_brings_everything_back(stack):
         before[(WORKER, RAY_WORKER)]["started"] else "kept running"
     print(f"[observed] {WORKER}/{RAY_WORKER} {worker} while the head's dockerd restarted "
           f"(restart counts {_restarts(before, after)})")
+    # issue 45: the reboot forgot the table, the stack's unit loaded it again before dockerd
+    # started, so before vLLM's container did; its launcher never found it missing, and the
+    # table is the one the last `up` loaded (the preview below finds no drift)
+    boot = [ln.split(" ", 1) for ln in
+            open(f"/var/lib/spark-vllm-lab/{HEAD}/logs/boot.log").read().splitlines()]
+    last = max(i for i, (_, e) in enumerate(boot) if e.startswith("nftables ruleset flushed"))
+    events = [e for _, e in boot[last:]]
+    assert events[1] == ("spark-vllm-dev-firewall.service: ExecStart=/usr/sbin/nft -f "
+                         "/var/lib/spark-vllm/stacks/dev/firewall/table.nft rc=0"), events
+    assert events[2] == "dockerd starts", events
+    loaded_at = float(boot[last + 1][0])
+    started = d.ssh(HEAD, f"date -d $(docker inspect -f '{{{{.State.StartedAt}}}}' {SERVE}) +%s.%N")
+    assert loaded_at < float(started), (loaded_at, started)
+    assert "table inet spark-vllm-dev" in d.ssh(HEAD, "nft list tables")
+    refused = [ln for ln in d.ssh(HEAD, f"docker logs --since {int(wall0)} {SERVE} 2>&1")
+               .splitlines() if "firewall is not loaded" in ln]
+    assert not refused, refused
     _quiet_afterwards(d, what)
 
 

@@ -54,11 +54,14 @@ def _split(ops: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
 
 
 # What a service added or removed may change beside its own resources: the VllmServer
-# component's props (its node's memory shares, for the policy pack) and the gateway's routing
-# (its configuration, rewritten and reloaded; its gate; its component's props). Never the
+# component's props (its node's memory shares, for the policy pack), the gateway's routing
+# (its configuration, rewritten and reloaded; its gate; its component's props) and the
+# firewall of its nodes (its port in their tables, updated in place: issue 45). Never the
 # gateway's container or image (components/gateway.py).
 ROUTING = {"vllm": "update", "gateway": "update", "gateway-config": "update",
-           "gateway-health": "update"}
+           "gateway-health": "update",
+           **{f"firewall-{n}{t}": "update" for n in ("spark-1", "spark-2")
+              for t in ("", "-table")}}
 
 
 # A new container behind a route runs the gateway's gate again (an update: its script names

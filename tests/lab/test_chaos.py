@@ -1,4 +1,5 @@
 """Chaos verbs: sshd stop/start, fabric cut/restore, kill a named container."""
+import os
 import subprocess
 
 import pytest
@@ -60,3 +61,50 @@ def test_kill_named_container(lab):
         assert state.split()[0] == "false" and state.split()[1] == "137", state
     finally:
         lab.ssh(node, "docker rm -f lab-chaos-victim", check=False)
+
+
+def test_dockerd_restart_is_a_reboot_before_which_the_boot_units_run(lab):
+    """`dockerd-restart` is the lab's node restart (issue 45): the node's nftables ruleset is
+    emptied (a reboot forgets the kernel's rules), then, FAKING systemd (the nodes run none),
+    the ExecStart of each enabled unit docker.service waits for runs before dockerd starts; the
+    order is in the node's boot log."""
+    node = list(lab.nodes)[-1]
+    unit = "/etc/systemd/system/lab-boot-probe.service"
+    lab.ssh(node, f"printf '%s\\n' '[Unit]' 'Before=docker.service' '[Service]' "
+                  "'Type=oneshot' 'ExecStart=/usr/sbin/nft add table inet lab-boot-probe' "
+                  f"'[Install]' 'WantedBy=docker.service' > {unit} && "
+                  "systemctl enable --quiet lab-boot-probe.service && "
+                  "nft add table inet lab-reboot-forgets")
+    log = f"/var/lib/spark-vllm-lab/{node}/logs/boot.log"
+    before = len(open(log).read().splitlines()) if os.path.exists(log) else 0
+    try:
+        lab.cli("dockerd-restart", node)
+        tables = lab.ssh(node, "nft list tables").stdout
+        assert "lab-boot-probe" in tables and "lab-reboot-forgets" not in tables, tables
+        lines = open(log).read().splitlines()[before:]
+        events = [ln.split(" ", 1)[1] for ln in lines]
+        assert events[0] == "nftables ruleset flushed (the reboot)", events
+        assert events[1].startswith("lab-boot-probe.service: ExecStart=/usr/sbin/nft add table "
+                                    "inet lab-boot-probe rc=0"), events
+        assert events[2] == "dockerd starts", events
+        assert lab.ssh(node, "docker version --format '{{.Server.Version}}'").stdout.strip()
+    finally:
+        lab.ssh(node, "systemctl disable --quiet lab-boot-probe.service; "
+                      f"rm -f {unit}; nft delete table inet lab-boot-probe; "
+                      "nft delete table inet lab-reboot-forgets", check=False)
+
+
+def test_the_outsider_is_on_the_fabric_and_no_node(lab):
+    """A host on the fabric subnets that is not a node (netns svl-outsider, .250): it reaches
+    every node's fabric addresses and has no other network."""
+    def outsider(*argv):
+        return subprocess.run(["ip", "netns", "exec", "svl-outsider", *argv],
+                              capture_output=True, text=True, timeout=30, check=False)
+
+    addrs = outsider("ip", "-4", "-o", "addr", "show").stdout
+    assert "192.168.177.250/24" in addrs and "192.168.178.250/24" in addrs, addrs
+    assert "10.77.0." not in addrs and outsider("ip", "route", "show", "default").stdout == ""
+    for n in lab.nodes.values():
+        for f in n["fabric"]:
+            done = outsider("ping", "-c", "1", "-W", "2", f["ip"])
+            assert done.returncode == 0, (f["ip"], done.stdout, done.stderr)

@@ -18,7 +18,7 @@ def _leftovers() -> list:
                            check=False).stdout
     for line in links.splitlines():
         name = line.split(": ")[1].split("@")[0]
-        if name.startswith(("svl-", "svm-", "svf1-", "svf2-")):
+        if name.startswith(("svl-", "svm-", "svf1-", "svf2-", "svo-")):
             left.append(f"link {name}")
     with open("/proc/self/mountinfo") as mounts:
         mountinfo = mounts.read().splitlines()

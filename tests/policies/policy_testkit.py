@@ -173,3 +173,26 @@ def spark_node(name, host, key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample"):
 
 
 RAY_CONFIG = {"fabricSubnets": ["192.168.177.0/24", "192.168.178.0/24"]}
+
+
+FIREWALL = "spark-vllm:firewall:NodeFirewall"
+STACK_FABRIC = ["192.168.177.11", "192.168.177.12", "192.168.178.11", "192.168.178.12"]
+HEAD_FABRIC = ["192.168.177.11", "192.168.178.11"]
+
+
+def fw_rule(what, *ports, sources=tuple(STACK_FABRIC)):
+    """A NodeFirewall rule as components/firewall.py writes it: ports as [first, last]."""
+    return {"what": what, "ports": [[p, p] if isinstance(p, int) else list(p) for p in ports],
+            "sources": list(sources)}
+
+
+def node_firewall(node="spark-1", rules=(), public=(), ssh=22, host=None, **over):
+    """A NodeFirewall's props (components/firewall.py)."""
+    index = int(node.rsplit("-", 1)[1])
+    props = {"environment": "prod", "node": node, "host": host or f"10.77.0.{10 + index}",
+             "managementInterface": "enP7s7", "table": "inet spark-vllm-prod",
+             "unit": "spark-vllm-prod-firewall.service", "sshPort": ssh, "public": list(public),
+             "rules": rules if isinstance(rules, str) else list(rules),
+             "dataPlane": {"ports": [32768, 60999], "sources": list(STACK_FABRIC)}}
+    props.update(over)
+    return props

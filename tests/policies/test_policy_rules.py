@@ -8,12 +8,16 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from policy_testkit import (
+    FIREWALL,
     GIB,
     MEM,
     QWEN_122B_FIT,
     RAY_CONFIG,
+    STACK_FABRIC,
     fabric,
+    fw_rule,
     nccl_env,
+    node_firewall,
     rargs,
     ray_head,
     ray_worker,
@@ -490,7 +494,7 @@ def test_levels_names_and_metadata():
         "hf-token-secret", "prod-pinned", "gpu-memory-utilization-advisory",
         "enforce-eager-advisory", "mp-rendezvous-fabric-only", "vllm-behind-gateway",
         "fabric-config", "fabric-addresses-unique", "monitoring-not-exposed",
-        "nccl-build-advisory"]
+        "nccl-build-advisory", "stack-ports-firewalled"]
     for p in rules.POLICIES:
         assert p.description and p.remediation_steps, p.name
         advisory = p.name.endswith("-advisory")
@@ -764,16 +768,19 @@ def test_prod_pinned_refuses_a_trailing_newline():
 
 
 # --------------------------------------------------------------- 13. mp-rendezvous-fabric-only
-# Issue 31, item 5: with vllm.executor mp the ranks meet at the head's master port, where
-# torch's TCPStore listens on every address without authentication (hostscripts/firewall.py).
-MP_GUARD = {"port": 29501, "sources": [
-    {"interface": "enp1s0f1np1", "subnet": "192.168.177.0/24"},
-    {"interface": "enP2p1s0f1np1", "subnet": "192.168.178.0/24"}]}
+# Issue 31, item 5 and issue 45: with vllm.executor mp the ranks meet at the head's master
+# port, where torch's TCPStore listens on every address without authentication; the head's
+# firewall (NodeFirewall) keeps it to the stack's fabric addresses.
+MP_RULE = fw_rule("vllm-rendezvous", 29501)
 
 
 def _mp(**over):
     return vllm_server(**{"executor": "mp", "masterAddr": "192.168.177.11", "masterPort": 29501,
-                          "masterGuard": MP_GUARD, **over})
+                          **over})
+
+
+def _head_fw(*rules):
+    return res(FIREWALL, node_firewall("spark-1", rules=rules or (MP_RULE,)), "firewall-spark-1")
 
 
 def _mp_container(addr="192.168.177.11", name="vllm-serve"):
@@ -783,7 +790,7 @@ def _mp_container(addr="192.168.177.11", name="vllm-serve"):
 
 
 def test_mp_rendezvous_passes_with_the_guard_on_the_fabric():
-    stack = [res(VLLM_SERVER, _mp(), "vllm"), _mp_container()]
+    stack = [res(VLLM_SERVER, _mp(), "vllm"), _mp_container(), _head_fw()]
     assert run(rules.mp_rendezvous_fabric_only, sargs(stack, RAY_CONFIG)) == []
     # not mp, or mp on one node: nothing listens for other ranks
     for props in (vllm_server(), vllm_server(executor="mp", nodes=[{"name": "spark-1"}])):
@@ -792,29 +799,33 @@ def test_mp_rendezvous_passes_with_the_guard_on_the_fabric():
 
 
 def test_mp_rendezvous_fails_without_the_guard_or_off_the_fabric():
-    no_guard = {k: v for k, v in _mp().items() if k != "masterGuard"}
+    why = "vllm: vllm.executor mp's rendezvous (torch's TCPStore binds 0.0.0.0 and ::, " \
+          "unauthenticated)"
     msgs = run(rules.mp_rendezvous_fabric_only,
-               sargs([res(VLLM_SERVER, no_guard, "vllm")], RAY_CONFIG))
-    assert msgs == [
-        "vllm: vllm.executor mp listens for its ranks on port 29501 of every address (torch's "
-        "TCPStore binds 0.0.0.0 and ::, unauthenticated) with no firewall rule keeping it on the "
-        "fabric (masterGuard)"], msgs
-    wrong = _mp(masterGuard={"port": 29600, "sources": MP_GUARD["sources"]})
+               sargs([res(VLLM_SERVER, _mp(), "vllm")], RAY_CONFIG))
+    assert msgs == [f"{why} listens on port 29501 of spark-1, which has no firewall "
+                    "(NodeFirewall): every address reaches it"], msgs
+    other = _head_fw(fw_rule("vllm-rendezvous", 29600))
     (msg,) = run(rules.mp_rendezvous_fabric_only,
-                 sargs([res(VLLM_SERVER, wrong, "vllm")], RAY_CONFIG))
-    assert "guards port 29600, not the master port 29501" in msg
-    wide = _mp(masterGuard={"port": 29501, "sources": [
-        {"interface": "eno1", "subnet": "10.77.0.0/24"}]})
+                 sargs([res(VLLM_SERVER, _mp(), "vllm"), other], RAY_CONFIG))
+    assert msg == f"{why}: no rule of spark-1's firewall names port 29501: every address " \
+                  "reaches it", msg
+    wide = _head_fw(fw_rule("vllm-rendezvous", 29501, sources=[*STACK_FABRIC, "10.77.0.12"]))
     (msg,) = run(rules.mp_rendezvous_fabric_only,
-                 sargs([res(VLLM_SERVER, wide, "vllm")], RAY_CONFIG))
-    assert "lets 10.77.0.0/24 (eno1) in, outside the fabric subnets" in msg
+                 sargs([res(VLLM_SERVER, _mp(), "vllm"), wide], RAY_CONFIG))
+    assert msg == f"{why}: spark-1's firewall rule vllm-rendezvous admits 10.77.0.12 to port " \
+                  "29501, beyond the stack's fabric addresses", msg
+    public = res(FIREWALL, node_firewall("spark-1", rules=(MP_RULE,), public=(29501,)), "fw")
+    (msg,) = run(rules.mp_rendezvous_fabric_only,
+                 sargs([res(VLLM_SERVER, _mp(), "vllm"), public], RAY_CONFIG))
+    assert "is a public port of its firewall, admitted from every address" in msg
     mgmt = _mp(masterAddr="10.77.0.11")
     (msg,) = run(rules.mp_rendezvous_fabric_only,
-                 sargs([res(VLLM_SERVER, mgmt, "vllm")], RAY_CONFIG))
+                 sargs([res(VLLM_SERVER, mgmt, "vllm"), _head_fw()], RAY_CONFIG))
     assert "masterAddr 10.77.0.11 is not a fabric address" in msg
     msgs = run(rules.mp_rendezvous_fabric_only,
                sargs([res(VLLM_SERVER, _mp(), "vllm"), _mp_container("0.0.0.0", "c1"),
-                      _mp_container("10.77.0.11", "c2")], RAY_CONFIG))
+                      _mp_container("10.77.0.11", "c2"), _head_fw()], RAY_CONFIG))
     assert msgs == [
         "container c1: --master-addr 0.0.0.0 is not a fabric address (the other ranks would "
         "reach the rendezvous over another network)",
@@ -825,8 +836,8 @@ def test_mp_rendezvous_fails_without_the_guard_or_off_the_fabric():
 def test_mp_rendezvous_skips_what_a_preview_cannot_know():
     from pulumi_policy.proxy import UNKNOWN_OBJECT_VALUE, UNKNOWN_STRING_VALUE
 
-    stack = [res(VLLM_SERVER, _mp(masterGuard=UNKNOWN_OBJECT_VALUE,
-                                  masterAddr=UNKNOWN_STRING_VALUE), "vllm")]
+    stack = [res(VLLM_SERVER, _mp(masterAddr=UNKNOWN_STRING_VALUE), "vllm"),
+             res(FIREWALL, node_firewall("spark-1", rules=UNKNOWN_OBJECT_VALUE), "fw")]
     assert run(rules.mp_rendezvous_fabric_only, sargs(stack, RAY_CONFIG)) == []
 
 
@@ -890,7 +901,7 @@ def test_vllm_behind_gateway_passes_for_what_the_program_makes():
     assert run(rules.vllm_behind_gateway, sargs(gateway_stack())) == []
     # the head's fabric address (mp on several nodes, guarded), the second twin, ::1
     mp = {"host": "192.168.177.11", "executor": "mp", "masterAddr": "192.168.177.11",
-          "masterPort": 29501, "masterGuard": MP_GUARD}
+          "masterPort": 29501}
     assert run(rules.vllm_behind_gateway, sargs(gateway_stack(server=mp))) == []
     assert run(rules.vllm_behind_gateway, sargs(gateway_stack(
         svc={"hosts": {"spark-2": "192.168.178.12"}}))) == []
@@ -943,13 +954,13 @@ def test_vllm_behind_gateway_reads_the_containers_own_command_line():
 
 def test_an_unguarded_rendezvous_port_is_rule_13s_not_the_gateways():
     """mp's rendezvous port is no API port the gateway could front: one rule judges it (13,
-    mp-rendezvous-fabric-only, the head's masterGuard); a stack without the guard still fails
-    the pack, once."""
+    mp-rendezvous-fabric-only, the head's firewall); a stack without it still fails the pack,
+    once."""
     unguarded = gateway_stack(server={"host": "192.168.177.11", "executor": "mp",
                                       "masterAddr": "192.168.177.11", "masterPort": 29501})
     assert run(rules.vllm_behind_gateway, sargs(unguarded)) == []
     msgs = run(rules.mp_rendezvous_fabric_only, sargs(unguarded))
-    assert len(msgs) == 1 and "no firewall rule keeping it on the fabric" in msgs[0], msgs
+    assert len(msgs) == 1 and "which has no firewall (NodeFirewall)" in msgs[0], msgs
     one_node = {"executor": "mp",
                 "nodes": [{"name": "spark-1", "memTotalBytes": MEM, "unifiedMemory": True}]}
     assert run(rules.mp_rendezvous_fabric_only, sargs(gateway_stack(server=one_node))) == []

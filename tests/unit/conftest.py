@@ -159,6 +159,18 @@ def dependencies(mocks, monkeypatch) -> dict[str, set[str]]:
     return deps
 
 
+def waits_for(deps: dict[str, set[str]], name: str) -> set[str]:
+    """Everything `name` waits for, directly or through what it waits for (`dependencies`)."""
+    seen: set[str] = set()
+    todo = list(deps.get(name, ()))
+    while todo:
+        d = todo.pop()
+        if d not in seen:
+            seen.add(d)
+            todo += deps.get(d, ())
+    return seen
+
+
 def settled(h, *outputs):
     """An Output that resolves once every leaf resource of the stack has registered.
 
@@ -175,7 +187,7 @@ def settled(h, *outputs):
     if h.ray is not None:
         leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, *h.ray.tokens.values()]
     leaves += [h.vllm.serve, *h.vllm.headless.values(), *h.vllm.caches.values()]
-    leaves += [h.vllm.master_guard] if h.vllm.master_guard is not None else []
+    leaves += [f.table for f in h.firewalls.values()]
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
     leaves += [*h.gate.ranks.values(), *h.gate.done]
     leaves += [h.vllm.api_key_file, h.vllm.health, h.vllm.nccl_log, h.vllm.transport_check]

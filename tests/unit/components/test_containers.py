@@ -90,19 +90,27 @@ def test_container_runtime_settings_per_role(build, mocks, rdma):
 
 @pulumi.runtime.test
 def test_ray_start_command_lines(build, mocks):
-    h = build(2, ray={"port": 6380, "objectStoreBytes": GIB, "dashboard": False})
+    """Every port Ray would pick at random pinned into the stack's block (firewall.portBase,
+    config/firewall.PortBlock), so the node's firewall names exactly them."""
+    h = build(2, ray={"port": 6380, "objectStoreBytes": GIB, "dashboard": False},
+              firewall={"portBase": 30000})
+    pinned = ["--node-manager-port", "30000", "--object-manager-port", "30001",
+              "--runtime-env-agent-port", "30002", "--dashboard-agent-grpc-port", "30003",
+              "--dashboard-agent-listen-port", "30004", "--metrics-export-port", "30005",
+              "--min-worker-port", "30100", "--max-worker-port", "30199"]
 
     def check(_):
         assert mocks.named("ray-head").inputs["command"] == [
             "ray", "start", "--head", "--block", "--port", "6380",
             "--node-ip-address", "192.168.177.11", "--num-gpus", "1",
             "--object-store-memory", str(GIB), "--disable-usage-stats",
+            *pinned, "--ray-client-server-port", "30006",
             "--include-dashboard=false",
         ]
         assert mocks.named("ray-worker-spark-2").inputs["command"] == [
             "ray", "start", "--block", "--address", "192.168.177.11:6380",
             "--node-ip-address", "192.168.177.12", "--num-gpus", "1",
-            "--object-store-memory", str(GIB), "--disable-usage-stats",
+            "--object-store-memory", str(GIB), "--disable-usage-stats", *pinned,
         ]
 
     return settled(h).apply(check)
@@ -116,6 +124,7 @@ def test_dashboard_binds_to_the_fabric_only(build, mocks):
         cmd = mocks.named("ray-head").inputs["command"]
         assert "--include-dashboard=true" in cmd
         assert "--dashboard-host=192.168.177.11" in cmd
+        assert cmd[cmd.index("--dashboard-port") + 1] == "20007"  # in the block, firewalled
 
     return settled(h).apply(check)
 
@@ -265,6 +274,7 @@ def test_a_recipe_may_not_set_what_the_containers_get_from_the_stack(build, mock
             assert from_stack <= STACK_ENV, from_stack - STACK_ENV
         assert STACK_ENV - set(envs(mocks.named("vllm-serve").inputs)) <= {
             "NCCL_IB_HCA" if not rdma else "", "NCCL_DEBUG_SUBSYS",
-            "VLLM_API_KEY"}  # set by the launcher (or only with RDMA, or INFO)
+            "VLLM_API_KEY",  # set by the launcher (or only with RDMA, or INFO)
+            "AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT"}  # the Ray head's only
 
     return settled(h).apply(check)

@@ -12,7 +12,7 @@ from hostscripts import vllm
 from hostscripts.common import payload
 from tests.conftest import config_raw, reveal
 from tests.unit.components.test_vllm_server import _changed, _registered
-from tests.unit.conftest import settled
+from tests.unit.conftest import settled, waits_for
 
 MP = {"executor": "mp"}
 
@@ -92,8 +92,12 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies
         # reaches it there), never the management network
         argv = list(head["command"])
         assert argv[argv.index("--host") + 1] == "192.168.177.11"
-        # the rendezvous port's guard comes first (test_mp_keeps_the_rendezvous_port_on_the_fabric)
-        assert "vllm-master-guard" in deps["vllm-serve"]
+        # every rank's launcher checks its node's firewall first, which is loaded before any
+        # vLLM container (test_mp_keeps_the_rendezvous_port_on_the_fabric)
+        for c in [head, *(mocks.named(f"vllm-serve-spark-{i}").inputs for i in range(2, n + 1))]:
+            assert "SPARK_VLLM_FIREWALL_PROBE=127.240.38.15:20008" in c["envs"]
+            assert "VLLM_PORT=20020" in c["envs"]
+        assert "firewall-spark-1-table" in waits_for(deps, "vllm-serve")
         vllm_props = next(r for r in mocks.resources if r.name == "vllm"
                           and r.typ == "spark-vllm:vllm_server:VllmServer").inputs
         assert vllm_props["host"] == "192.168.177.11"
@@ -102,11 +106,12 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies
 
 
 @pulumi.runtime.test
-def test_no_master_guard_on_one_node_or_with_ray(build, mocks):
+def test_no_rendezvous_rule_on_one_node(build, mocks):
     h = build(1, vllm={**MP, "tensorParallelSize": 1})
 
     def check(_):
-        assert not [r for r in mocks.resources if r.name == "vllm-master-guard"]
+        rules = {r["what"] for r in mocks.named("firewall-spark-1").inputs["rules"]}
+        assert "vllm-rendezvous" not in rules and "ray" not in rules, rules
         argv = list(mocks.named("vllm-serve").inputs["command"])
         assert argv[argv.index("--host") + 1] == "127.0.0.1"  # nobody else watches it
 
@@ -123,12 +128,13 @@ def test_switching_executor_moves_neither_image_nor_model(monkeypatch):
                     "ray-token-spark-2", "ray-compile-cache-spark-1",
                     "ray-compile-cache-spark-2"}, gone
     assert new == {"vllm-serve-spark-2", "vllm-compile-cache-spark-1",
-                   "vllm-compile-cache-spark-2", "vllm-ranks-restart",
-                   "vllm-master-guard"}, new
+                   "vllm-compile-cache-spark-2", "vllm-ranks-restart"}, new
     same = {k: ray[k] for k in ray.keys() & mp.keys()}
     changed = _changed(same, {k: mp[k] for k in same})
     assert not {r for r in changed if r.startswith(("image", "model", "nccl"))}, changed
     assert "vllm-serve" in changed
+    # every node's table loses Ray's ports; the head's gains the rendezvous (an update)
+    assert {"firewall-spark-1-table", "firewall-spark-2-table"} <= changed, changed
 
 
 @pytest.mark.parametrize("vllm_over, key", [
@@ -157,62 +163,34 @@ def test_every_node_but_the_head_is_headless():
     assert "--headless" not in vllm.mp_node_flags(2, 0, "10.0.0.1", 1)
 
 
-# Issue 31, item 5: vLLM 0.32's rendezvous (torch's TCPStore on the head's master port) listens
-# on every address whatever --master-addr says, and has no authentication. The stack puts a
-# firewall rule on the head before any vLLM container (hostscripts/firewall.py; proven with the
-# real iptables in tests/unit/hostscripts/test_master_guard.py) and shows it to the policy pack.
+# Issue 31, item 5 and issue 45: vLLM 0.32's rendezvous (torch's TCPStore on the head's master
+# port) listens on every address whatever --master-addr says, and has no authentication. The
+# head's firewall (components/firewall.py; proven with the real nft in
+# tests/unit/hostscripts/test_firewall.py) admits it from the stack's fabric addresses only,
+# before any vLLM container, and shows it to the policy pack.
 @pytest.mark.parametrize("n", [2, 3])
 @pulumi.runtime.test
 def test_mp_keeps_the_rendezvous_port_on_the_fabric(build, mocks, dependencies, n):
     h = build(n, vllm=MP)
 
     def check(_):
-        from hostscripts import firewall, paths
-
-        guard = mocks.named("vllm-master-guard").inputs
-        assert reveal(guard["connection"])["host"] == "10.77.0.11"  # the head
-        chain = firewall.guard_chain(paths.StackNames("dev"))
-        assert f"-I INPUT -p tcp --dport 29501 -j {chain}" in guard["create"]
-        assert f"-A {chain} -i enp1s0f1np1 -s 192.168.177.0/24 -j RETURN" in guard["create"]
-        assert f"-A {chain} -i enP2p1s0f1np1 -s 192.168.178.0/24 -j RETURN" in guard["create"]
-        assert guard["delete"] == firewall.master_port_unguard(paths.StackNames("dev"))
-        assert guard["triggers"] == ["intact"]
+        fabric = [f"192.168.{net}.{10 + i}" for net in (177, 178) for i in range(1, n + 1)]
+        table = mocks.named("firewall-spark-1-table").inputs
+        assert reveal(table["connection"])["host"] == "10.77.0.11"  # the head
+        rules = {r["what"]: r for r in mocks.named("firewall-spark-1").inputs["rules"]}
+        assert rules["vllm-rendezvous"] == {"what": "vllm-rendezvous", "ports": [[29501, 29501]],
+                                            "sources": fabric}
+        # the head's API: the other ranks watch its /health on the fabric
+        assert rules["vllm"]["sources"] == fabric
+        assert "tcp dport { 29501 } ip saddr @stack4 accept" in table["create"]
+        assert "tcp dport { 29501 } counter drop comment \"vllm-rendezvous\"" in table["create"]
+        for i in range(2, n + 1):
+            worker = {r["what"] for r in mocks.named(f"firewall-spark-{i}").inputs["rules"]}
+            assert "vllm-rendezvous" not in worker and "vllm-internal" in worker
         for c in ["vllm-serve", *(f"vllm-serve-spark-{i}" for i in range(2, n + 1))]:
-            assert "vllm-master-guard" in dependencies[c], c
+            assert {f"firewall-spark-{i}-table" for i in range(1, n + 1)} <= waits_for(
+                dependencies, c), c
         props = {k: reveal(v) for k, v in mocks.named("vllm").inputs.items()}
         assert props["masterAddr"] == "192.168.177.11" and props["masterPort"] == 29501
-        assert props["masterGuard"] == {"port": 29501, "sources": [
-            {"interface": "enp1s0f1np1", "subnet": "192.168.177.0/24"},
-            {"interface": "enP2p1s0f1np1", "subnet": "192.168.178.0/24"}]}
 
     return settled(h).apply(check)
-
-
-@pulumi.runtime.test
-def test_a_guard_recon_found_gone_is_put_back(build, mocks, gb10_facts):
-    """A reboot empties the kernel's rules while Docker starts vLLM again: recon sees the rule
-    absent on the head, and the guard runs again (a fresh trigger) before the next gate."""
-    facts = {f"spark-{i}": gb10_facts(f"spark-{i}", index=i) for i in (1, 2)}
-    facts["spark-1"] = facts["spark-1"].model_copy(update={"master_guard_present": False})
-    h = build(2, vllm=MP, facts=facts)
-
-    def check(_):
-        (trigger,) = mocks.named("vllm-master-guard").inputs["triggers"]
-        assert trigger.startswith("repair-")
-
-    return settled(h).apply(check)
-
-
-def test_recon_looks_for_the_guard_on_the_head_with_mp_only():
-    from hostscripts.paths import StackNames
-    from inspection import recon
-
-    mp = validate_config(config_raw(2, vllm=MP))
-    ray = validate_config(config_raw(2))
-    names = StackNames("dev")
-    head = recon.recon_script(mp, mp.nodes[0], "5eed5eed5eed5eed", names)
-    assert "sv_bg master_guard" in head and "--dport 29501" in head
-    assert "sv_bg master_guard" not in recon.recon_script(mp, mp.nodes[1], "5eed5eed5eed5eed",
-                                                         names)
-    assert "sv_bg master_guard" not in recon.recon_script(ray, ray.nodes[0], "5eed5eed5eed5eed",
-                                                         names)

@@ -223,8 +223,9 @@ def _pack():
 def test_what_the_program_registers_passes_vllm_behind_gateway(build, mocks, case):
     """Rule 14 of the policy pack on the stack the program really registers (its props and
     containers as the mocks saw them): Ray with a service on each node, and mp on two nodes
-    (the head's vLLM on its fabric address); the rendezvous port guarded is rule 13's, run on
-    the same resources."""
+    (the head's vLLM on its fabric address); the rendezvous port guarded is rule 13's, Ray's
+    ports rule 7's and the firewalls themselves rule 18's (issue 45), run on the same
+    resources."""
     raw = with_services(EMBED, RERANK)
     if case == "mp-services":
         raw["vllm"] = {**raw["vllm"], "executor": "mp"}
@@ -234,13 +235,20 @@ def test_what_the_program_registers_passes_vllm_behind_gateway(build, mocks, cas
     def check(_):
         resources = [kit.res(r.typ, dict(r.inputs), r.name) for r in mocks.resources
                      if r.typ != "pulumi:pulumi:Stack"]
-        assert kit.run(rules.vllm_behind_gateway, kit.sargs(resources)) == []
-        assert kit.run(rules.mp_rendezvous_fabric_only, kit.sargs(resources)) == []
-        if case == "mp-services":  # the guard's props are there, and judged
-            unguarded = [kit.res(r.typ, {k: v for k, v in dict(r.inputs).items()
-                                         if k != "masterGuard"}, r.name)
-                         for r in mocks.resources if r.typ != "pulumi:pulumi:Stack"]
-            assert kit.run(rules.mp_rendezvous_fabric_only, kit.sargs(unguarded))
+        for rule in (rules.vllm_behind_gateway, rules.mp_rendezvous_fabric_only,
+                     rules.ray_not_exposed, rules.stack_ports_firewalled):
+            assert kit.run(rule, kit.sargs(resources)) == [], rule.name
+        # the firewalls are there, and judged: without them (as with firewall.enabled false)
+        # the rendezvous is open, and outside dev every node wants one
+        bare = [r for r in resources if r.resource_type != "spark-vllm:firewall:NodeFirewall"]
+        if case == "mp-services":
+            (msg,) = kit.run(rules.mp_rendezvous_fabric_only, kit.sargs(bare))
+            assert "listens on port 29501 of spark-1, which has no firewall" in msg, msg
+        assert kit.run(rules.stack_ports_firewalled, kit.sargs(bare)) == []  # dev
+        staging = [kit.res(r.resource_type, {**dict(r.props), "environment": "staging"}
+                           if r.resource_type == "spark-vllm:vllm_server:VllmServer"
+                           else dict(r.props), r.name) for r in bare]
+        assert len(kit.run(rules.stack_ports_firewalled, kit.sargs(staging))) == 2
         # and the same stack with the main vLLM on every address fails it
         server = next(r for r in mocks.resources if r.typ == "spark-vllm:vllm_server:VllmServer")
         opened = [kit.res(r.typ, {**dict(r.inputs), "host": "0.0.0.0"} if r is server

@@ -23,6 +23,7 @@ COMPONENTS = {
     "spark-vllm:spark_node:SparkNode",
     "spark-vllm:nccl:NcclEnvironment",
     "spark-vllm:fabric:NodeFabric",
+    "spark-vllm:firewall:NodeFirewall",
     "spark-vllm:vllm_image:VllmImage",
     "spark-vllm:model_cache:ModelCache",
     "spark-vllm:ray_cluster:RayCluster",
@@ -43,6 +44,7 @@ def expected_counts(n: int) -> Counter:
             LOCAL: 2,
             "spark-vllm:nccl:NcclEnvironment": 1,
             "spark-vllm:fabric:NodeFabric": n,  # fabric.manage (the default)
+            "spark-vllm:firewall:NodeFirewall": n,  # firewall.enabled (the default)
             "spark-vllm:vllm_image:VllmImage": 1,
             "spark-vllm:model_cache:ModelCache": 1,
             "spark-vllm:ray_cluster:RayCluster": 1,
@@ -64,9 +66,9 @@ def expected_counts(n: int) -> Counter:
             # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
             # configuration, one per interface (two twins per node); Prometheus's key file,
             # data folder, configuration and gate; the collective gate's rank per node and its
-            # check
+            # check; the firewall's table, one per node
             COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4
-            + n + 1,
+            + n + 1 + n,
         }
     )
 
@@ -101,8 +103,11 @@ def test_parent_chains(build, mocks, n):
             return qualified.split("$")[0]
 
         for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1", "gateway",
-                     "fabric-spark-1", "collective"]:
+                     "fabric-spark-1", "collective",
+                     *(f"firewall-spark-{i}" for i in range(1, n + 1))]:
             assert parent_type(comp) == "pulumi:pulumi:Stack"
+            if comp.startswith("firewall-"):
+                assert parent_type(f"{comp}-table") == "spark-vllm:firewall:NodeFirewall"
         assert parent_type("collective-check") == "spark-vllm:collective:CollectiveGate"
         for iface in ("enp1s0f1np1", "enP2p1s0f1np1"):
             assert parent_type(f"fabric-spark-2-{iface}") == "spark-vllm:fabric:NodeFabric"

@@ -33,6 +33,19 @@ COMMIT = "b" * 40
 
 BAD = [
     # (id, environment, edits, key path in message, expected form in message)
+    # issue 45: the node's firewall, and the block Ray's and vLLM's own ports are pinned to
+    ("firewall-off-in-staging", "dev", {"firewall": {"enabled": False}, "environment": "staging"},
+     "spark-vllm:firewall.enabled", "expected true in staging"),
+    ("firewall-off-in-prod", "prod", {"firewall": {"enabled": False}},
+     "spark-vllm:firewall.enabled", "expected true in prod"),
+    ("port-block-holds-the-gateway", "dev", {"firewall": {"portBase": 8000}},
+     "spark-vllm:firewall.portBase", "(spark-vllm:vllm.port is 8000)"),
+    ("port-block-holds-sshd", "dev", {"firewall": {"portBase": 2200}, "nodes.1.port": 2222},
+     "spark-vllm:firewall.portBase", "(spark-vllm:nodes[1].port (sshd on spark-2) is 2222)"),
+    ("port-block-past-65535", "dev", {"firewall": {"portBase": 65400}},
+     "spark-vllm:firewall.portBase", "less than or equal to 65336"),
+    ("port-block-below-1024", "dev", {"firewall": {"portBase": 80}},
+     "spark-vllm:firewall.portBase", "greater than or equal to 1024"),
     ("fabric-ip", "dev", {"nodes.1.fabric.0.ip": "300.1.1.1"},
      "spark-vllm:nodes[1].fabric[0].ip", "expected an IPv4 address"),
     ("fabric-ip-outside-subnet", "dev", {"nodes.1.fabric.0.ip": "10.9.9.9"},

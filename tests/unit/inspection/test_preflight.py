@@ -872,3 +872,47 @@ def test_a_container_whose_labels_were_not_read_cannot_be_judged():
                stack_label="spark-vllm/dev")
     (finding,) = only(err, "other_stack")
     assert "labels are unreadable" in finding.fact
+
+
+# --------------------------------------------------------------------------- the firewall
+
+def test_a_node_without_nftables_is_refused_with_the_firewall_on():
+    """Issue 45: the stack's table needs the node's nft; without it preflight refuses before
+    any change (in every environment while firewall.enabled, which staging and prod cannot
+    turn off)."""
+    facts = good_facts(nft_version=("", 127, "nft: command not found"), firewall=("", 127))
+    (finding,) = only(fail(config(), facts), "firewall")
+    assert finding.node == "spark-2" and finding.fact.startswith(
+        "nftables is not installed (no nft)") and "apt-get install nftables" in finding.fix
+    dev = config(environment="dev")
+    (finding,) = only(fail(dev, facts), "firewall")
+    assert finding.node == "spark-2"
+    off = config(environment="dev", firewall={"enabled": False})
+    preflight.check(off, facts, model_bytes=MODEL_BYTES)
+
+
+def test_a_table_that_cannot_be_read_fails_closed_outside_dev():
+    facts = good_facts(firewall=("", 1, "Error: Operation not permitted"),
+                       nft_version=sample("nft-version-debian12.txt"))
+    (finding,) = only(fail(config(), facts), "firewall")
+    assert "could not be read" in finding.fact and "Operation not permitted" in finding.fact
+    plan = preflight.check(config(environment="dev"), facts, model_bytes=MODEL_BYTES)
+    assert any(w.check == "survey" and "firewall" in w.fact for w in plan.warnings)
+
+
+def test_the_port_block_must_lie_outside_the_ephemeral_ports_and_nft_be_recent():
+    facts = good_facts(ephemeral_ports="20050\t60999",
+                       nft_version=sample("nft-version-debian12.txt"),
+                       firewall=sample("firewall-check-debian12.txt"))
+    (finding,) = only(fail(config(), facts), "firewall")
+    assert finding.fact.startswith("the stack's port block 20000-20199 (firewall.portBase) "
+                                   "overlaps the node's ephemeral ports 20050-60999")
+    assert "spark-vllm:firewall.portBase" in finding.fix
+    preflight.check(config(firewall={"portBase": 10000}), facts, model_bytes=MODEL_BYTES)
+    old = good_facts(nft_version="nftables v0.9.8 (E.D.S.)")
+    (finding,) = only(fail(config(), old), "firewall")
+    assert finding.fact == "nft 0.9.8 is older than 1.0"
+    fine = good_facts(ephemeral_ports=sample("ip-local-port-range-debian12.txt"),
+                      nft_version=sample("nft-version-debian12.txt"),
+                      firewall=sample("firewall-check-debian12.txt"))
+    assert preflight.check(config(), fine, model_bytes=MODEL_BYTES).warnings == []

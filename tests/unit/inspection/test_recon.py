@@ -62,11 +62,10 @@ def test_recon_looks_for_the_gateways_files_on_the_head_only():
             and " _ /var/lib/spark-vllm/stacks/dev/gateway/conf/haproxy.cfg "
                 "/var/lib/spark-vllm/stacks/dev/gateway/secrets/api-key.map\n" in head)
     assert "gateway" not in recon.recon_script(cfg, cfg.nodes[1], NONCE, NAMES)
-    # with TLS its file too; no rendezvous-port guard with Ray
+    # with TLS its file too
     tls = config(gateway={"certificate": "-----BEGIN CERTIFICATE-----\nMIIB\n"
                                          "-----END CERTIFICATE-----\n"})
     assert "/secrets/tls.pem\n" in recon.recon_script(tls, tls.nodes[0], NONCE, NAMES)
-    assert "master_guard" not in head
 
 
 @pytest.mark.parametrize(("section", "field"), [("gateway_files", "gateway_files_present"),
@@ -502,16 +501,43 @@ def test_ssh_round_trip_keeps_carriage_returns_as_they_are():
     assert result.rc == 0 and result.stdout == "a\rb\ufffdc\n"
 
 
-@pytest.mark.parametrize("text,present", [("present", True), ("absent", False)])
-def test_the_master_guard_section_becomes_a_fact(text, present):
-    """Issue 31, item 5: the head's rule that keeps vLLM's mp rendezvous on the fabric."""
-    from tests.unit.inspection.recon_helpers import assemble, spark_sections
+def test_the_firewall_sections_become_facts():
+    """Issue 45: the stack's table as the node's nft lists it, its file, unit and last load
+    (hostscripts/firewall.check_script's real output), nft's version, the ephemeral ports."""
+    from tests.unit.inspection.recon_helpers import assemble, sample, spark_sections
 
-    facts = recon.parse_recon_output("spark-1", assemble(spark_sections(1, master_guard=text)),
-                                     nonce=NONCE)
-    assert facts.master_guard_present is present
-    assert recon.parse_recon_output("spark-1", assemble(spark_sections(1)),
-                                    nonce=NONCE).master_guard_present is None
+    out = assemble(spark_sections(1, firewall=sample("firewall-check-debian12.txt"),
+                                  nft_version=sample("nft-version-debian12.txt"),
+                                  ephemeral_ports=sample("ip-local-port-range-debian12.txt")))
+    facts = recon.parse_recon_output("spark-1", out, nonce=NONCE)
+    fw = facts.firewall
+    assert fw is not None and fw.enabled and fw.record == (fw.file, fw.table)
+    assert fw.unit == "4528f4571dbf404f5d7b40dc95b3434e8bd73289b830857d8dc31700fc22a600"
+    from hostscripts.firewall import unit_sha256
+    assert fw.unit == unit_sha256(NAMES)  # the unit the program renders, byte for byte
+    assert facts.nft_version == "1.0.6" and facts.ephemeral_ports == (32768, 60999)
+    assert not facts.unreadable and not facts.missing_tools
+    # not surveyed (an older recon, firewall off): None, and nothing unreadable
+    plain = recon.parse_recon_output("spark-1", assemble(spark_sections(1)), nonce=NONCE)
+    assert (plain.firewall, plain.nft_version, plain.ephemeral_ports) == (None, None, None)
+    # no nft on the node: a missing tool (preflight's finding), not an unreadable section
+    gone = recon.parse_recon_output("spark-1", assemble(spark_sections(
+        1, firewall=("", 127), nft_version=("", 127, "nft: command not found"))), nonce=NONCE)
+    assert gone.firewall is None and "nft" in gone.missing_tools and not gone.unreadable
+    # a line that is not the check's: unreadable, never guessed
+    bad = recon.parse_recon_output("spark-1", assemble(spark_sections(
+        1, firewall="table absent\nfile maybe\n")), nonce=NONCE)
+    assert bad.firewall is None and "firewall" in bad.unreadable
+
+
+def test_recon_reads_the_firewall_only_with_it_on():
+    on = config()
+    off = config(environment="dev", firewall={"enabled": False})
+    for node in (0, 1):
+        script = recon.recon_script(on, on.nodes[node], NONCE, NAMES)
+        assert "sv_bg firewall " in script and "nft -s list table inet spark-vllm-dev" in script
+        assert "sv_bg nft_version " in script and "ip_local_port_range" in script
+        assert "sv_bg firewall " not in recon.recon_script(off, off.nodes[node], NONCE, NAMES)
 
 
 @pytest.mark.parametrize("make,want", [(True, "present"), (False, "absent")])

@@ -45,6 +45,10 @@ def _recorded() -> dict[str, str]:
     return out
 
 
+# the head's firewall as `nft -j list table` printed it on the lab (tests/fixtures/status/README)
+RECORDED_FIREWALL = recon.split_sections(_recorded()["spark-1"], NONCE)["firewall"].stdout
+
+
 def _nodes(cfg, outputs: dict[str, str]) -> dict[str, st.NodeStatus]:
     return {n.name: st.parse_node(cfg, NAMES, n, outputs[n.name], NONCE) for n in cfg.nodes}
 
@@ -117,6 +121,7 @@ def _head(**override) -> str:
         f"state:{NAMES.ray_head}": _state(0, "running"),
         f"state:{NAMES.gateway}": _state(0, "running"),
         "gateway": GATEWAY_STATS,
+        "firewall": RECORDED_FIREWALL,
     }
     sections.update(override)
     return assemble({k: v for k, v in sections.items() if v is not None})
@@ -125,7 +130,8 @@ def _head(**override) -> str:
 def _worker(status="running") -> str:
     return assemble({"clock": "2000.5", "meminfo": "MemTotal: 1000 kB\nMemAvailable: 500 kB\n",
                      "docker_ps": "", "container_memory": "",
-                     f"state:{NAMES.ray_worker}": _state(0, status)})
+                     f"state:{NAMES.ray_worker}": _state(0, status),
+                     "firewall": RECORDED_FIREWALL})
 
 
 def _main(head: str, worker: str | None = None) -> st.ModelStatus:
@@ -512,3 +518,34 @@ def test_gateway_counters_that_cannot_be_read_are_a_problem(text, why):
     assert ns.gateway is None
     (problem,) = [pr for pr in ns.problems if pr.startswith("gateway: ")]
     assert "\x1b" not in problem
+# ------------------------------------------------------------------ the firewall's drops
+
+
+def test_each_rule_of_the_firewall_counts_what_it_dropped():
+    """Issue 45: the head's table as the lab's nft printed it, read for each rule's drops (the
+    two data-plane rules, IPv4 and IPv6, summed), with nothing else a problem."""
+    cfg = config()
+    nodes = _nodes(cfg, _recorded())
+    assert nodes["spark-1"].dropped == {"ray": 223, "vllm": 2, "vllm-internal": 32,
+                                        "seeders": 4, "data-plane": 34304}
+    assert set(nodes["spark-2"].dropped or {}) >= {"ray", "vllm-internal", "data-plane"}
+    assert "sv_bg firewall 10 bash -c " in st.node_script(cfg, NAMES, cfg.head, NONCE)
+    off = config(firewall={"enabled": False})
+    assert "sv_bg firewall" not in st.node_script(off, NAMES, off.head, NONCE)
+    assert st.parse_node(off, NAMES, off.head, _head(firewall=None), NONCE).dropped is None
+
+
+@pytest.mark.parametrize(("section", "why"), [
+    ("absent", "firewall: the stack's table is not loaded (nft lists no such table)"),
+    ("{not json", "firewall: nft -j printed something else"),
+    ('{"nftables": {}}', "firewall: nft -j printed something else"),
+    ('{"nftables": [{"rule": {"comment": "ray", "expr": [{"drop": null}]}}]}',
+     "firewall: a drop rule of the stack's table has no packet counter"),
+    (("", 1, "Error: Operation not permitted"), "firewall: Error: Operation not permitted"),
+    (None, "firewall: no answer"),
+])
+def test_a_table_not_loaded_or_not_read_is_a_problem_never_no_drops(section, why):
+    cfg = config()
+    ns = st.parse_node(cfg, NAMES, cfg.head, _head(firewall=section), NONCE)
+    assert ns.dropped is None
+    assert any(p.startswith(why) for p in ns.problems), ns.problems

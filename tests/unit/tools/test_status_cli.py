@@ -280,3 +280,19 @@ def test_the_fabric_line_shows_the_gates_last_record(in_repo, monkeypatch):
     monkeypatch.setattr(tool, "RUNNER", [run])
     result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
     assert "fabric: could not read the collective gate's record: no answer" in result.output
+
+
+def test_what_each_nodes_firewall_dropped_table_and_json(in_repo, monkeypatch):
+    """Issue 45: each rule's drops since its table was loaded, per node (the lab's recorded
+    tables), as a table after the nodes' memory and as `nodes.<node>.dropped` in --json."""
+    run, _ = _runner({"10.77.0.11": _recorded("spark-1"), "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "nodes: firewall (packets dropped since the table was loaded)" in result.output
+    row = next(ln for ln in result.output.splitlines() if "data-plane" in ln and "spark-1" in ln)
+    assert "ray 223" in row and "data-plane 34304" in row, row
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"])
+    data = json.loads(result.output)
+    assert data["nodes"]["spark-1"]["dropped"]["ray"] == 223
+    assert not [p for p in data["nodes"]["spark-1"]["problems"] if p.startswith("firewall")]

@@ -442,12 +442,25 @@ p=$1
 while [ ! -e "$p" ] && [ "$p" != / ]; do p=$(dirname "$p"); done
 df -B1 --output=avail "$p"
 ' _ /root/.cache/huggingface
+sv_bg nft_version 10 nft --version
+sv_bg ephemeral_ports 10 cat /proc/sys/net/ipv4/ip_local_port_range
 sv_bg starts:spark-vllm-dev-serve 10 bash -c 'docker cp "$1:$2" - | tar -xO' _ spark-vllm-dev-serve /var/lib/spark-vllm-liveness/starts
 sv_bg ray_token 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/ray/auth-token
 sv_bg vllm_key 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/vllm/api-key
 sv_bg compile_cache 10 bash -c 'if [ -d "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/compile-cache
 sv_bg image_nccl 10 bash -c 'for f in "$1"/*.json; do [ -f "$f" ] || continue; n=${f##*/}; printf '"'"'%s\t'"'"' "${n%.json}"; head -c 65536 "$f" | head -n 1; done' _ /var/lib/spark-vllm/stacks/dev/image-probe
 sv_bg fabric_files 10 bash -c 'for f in "$@"; do if [ -e "$f" ]; then sha256sum -- "$f"; else echo "absent $f"; fi; done' _ /etc/netplan/40-spark-vllm-dev-enp1s0f1np1.yaml /etc/netplan/40-spark-vllm-dev-enP2p1s0f1np1.yaml
+sv_bg firewall 10 bash -c 'PATH=/usr/sbin:/sbin:$PATH
+command -v nft >/dev/null 2>&1 || exit 127
+if t=$(nft -s list table inet spark-vllm-dev 2>/dev/null); then
+  echo "table $(printf '"'"'%s\n'"'"' "$t" | sha256sum | cut -c1-64)"
+else echo '"'"'table absent'"'"'; fi
+for f in file:/var/lib/spark-vllm/stacks/dev/firewall/table.nft unit:/etc/systemd/system/spark-vllm-dev-firewall.service; do
+  if [ -s "${f#*:}" ]; then echo "${f%%:*} $(sha256sum < "${f#*:}" | cut -c1-64)"
+  else echo "${f%%:*} absent"; fi
+done
+if systemctl is-enabled --quiet spark-vllm-dev-firewall.service 2>/dev/null; then echo '"'"'enabled yes'"'"'; else echo '"'"'enabled no'"'"'; fi
+if [ -s /var/lib/spark-vllm/stacks/dev/firewall/loaded ]; then echo "record $(head -c 200 /var/lib/spark-vllm/stacks/dev/firewall/loaded)"; else echo '"'"'record absent'"'"'; fi'
 sv_bg collective_record 10 bash -c 'if [ -s "$1" ]; then head -c 65536 "$1" | head -n 1; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/collective-gate.json
 sv_bg gateway_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/gateway/conf/haproxy.cfg /var/lib/spark-vllm/stacks/dev/gateway/secrets/api-key.map
 sv_bg monitoring_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/monitoring/conf/prometheus.yml /var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key
