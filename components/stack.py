@@ -236,6 +236,7 @@ def build_stack(
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
             service_shares={n.name: {s.name: s.gpu_memory_utilization
                                      for s in cfg.services_on(n.name)} for n in cfg.nodes},
+            declared_env=sorted(k for k in cfg.nccl.extra_env if k.startswith("VLLM_")),
         ),
     )
     services = _services(cfg, facts, secrets, cluster, runtime, labels, made, model, vllm,

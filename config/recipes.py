@@ -21,9 +21,12 @@ the stack config reports them at `spark-vllm:vllm.recipe`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import functools
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import yaml
@@ -133,6 +136,9 @@ class RecipeFile(ConfigModel):
         if both:
             raise ValueError(f"expected each variable in env or launcherEnv, not both ({both})")
         serve = self.serve_settings()
+        if serve.get("reasoning_parser_plugin") and not serve.get("trust_remote_code"):
+            raise ValueError("expected trustRemoteCode with reasoningParserPlugin (the plugin is "
+                             "the model repository's own Python code)")
         if serve.get("enable_auto_tool_choice") and not serve.get("tool_call_parser"):
             raise ValueError("expected toolCallParser with enableAutoToolChoice (vLLM refuses "
                              "--enable-auto-tool-choice without --tool-call-parser)")
@@ -211,8 +217,27 @@ def _load(folder: str, name: str) -> RecipeFile:
     return recipe
 
 
+# A recipe not shipped yet, read under its name by the config while `trial` runs (the importer
+# judges a recipe the way a stack would use it: tools/recipe_import.py)
+_TRIAL: contextvars.ContextVar[RecipeFile | None] = contextvars.ContextVar("trial", default=None)
+
+
+@contextlib.contextmanager
+def trial(recipe: RecipeFile) -> Iterator[None]:
+    """While it runs, `load_recipe(recipe.name)` is `recipe` (validated, not yet shipped): the
+    stack config applies it by name through the same code as a shipped one."""
+    token = _TRIAL.set(recipe)
+    try:
+        yield
+    finally:
+        _TRIAL.reset(token)
+
+
 def load_recipe(name: str) -> RecipeFile:
     """The recipe `name`, validated; RecipeError names what is wrong."""
+    candidate = _TRIAL.get()
+    if candidate is not None and candidate.name == name:
+        return candidate
     known = recipe_files.names()
     if name not in known:
         raise RecipeError([f"expected one of {known} (the recipes in config/recipes_data/)"])

@@ -8,17 +8,24 @@
 # needed across nodes) or torch's default WORLD group (false), null when the loader is not found.
 #
 # With a request (argv[1], JSON: {"argv": the words after `vllm serve`, "env": the VLLM_*
-# variables the stack sets, "chatTemplate": {"path", "text"} or null, "strict": bool,
-# "timeout": seconds}) it also checks the serve command with the image's own vLLM, in a child
-# python (an import of vLLM can crash or hang; the answer is printed either way): every VLLM_*
-# variable of the container (the image's and the stack's) against vLLM's known variables
-# (`vllm.envs.environment_variables`, what vLLM's own validate_environ reads) and each known
-# one's value through vLLM's own getter; then the exact argv through vLLM's `vllm serve` parser
-# (`make_arg_parser` of vllm.entrypoints.launchers.cli_args, or vllm.entrypoints.openai.cli_args
-# in older releases), `validate_parsed_serve_args` and the engine arguments built from it.
-# The answer gets "serve": {checked, ok, parser, error, reason, unknownEnv, badEnv}; the probe
-# exits 1 (after printing) when the argv is rejected, a value is refused, or, with "strict",
-# a variable is unknown or the check could not run.
+# variables the stack sets, "declaredEnv": the names of those the stack file or a recipe set,
+# "extraArgs": the tail of argv that is the stack file's or recipe's own flags, "owned" and
+# "forbidden": {option string: why} of the flags extraArgs may not set, "chatTemplate":
+# {"path", "text"} or null, "strict": bool, "timeout": seconds}) it also checks the serve
+# command with the image's own vLLM, in a child python (an import of vLLM can crash or hang;
+# the answer is printed either way): every VLLM_* variable of the container (the image's and
+# the stack's) against vLLM's known variables (`vllm.envs.environment_variables`, what vLLM's
+# own validate_environ reads) and each known one's value through vLLM's own getter; then the
+# exact argv through vLLM's `vllm serve` parser (`make_arg_parser` of
+# vllm.entrypoints.launchers.cli_args, or vllm.entrypoints.openai.cli_args in older releases),
+# `validate_parsed_serve_args` and the engine arguments built from it; then extraArgs alone
+# through a second such parser whose every action notes the argparse destination it sets, so
+# each token is resolved to its destination whatever its spelling (an abbreviation, `-n2`, a
+# `--flag.key` form), and one that is an owned or forbidden flag's destination is refused.
+# The answer gets "serve": {checked, ok, parser, error, reason, unknownEnv, badEnv,
+# extraDests, extraRefused}; the probe exits 1 (after printing) when the argv is rejected, a
+# value is refused, a declared variable is unknown, extraArgs set an owned or forbidden
+# destination, or, with "strict", any variable is unknown or the check could not run.
 # The lines above are not sent to the node.
 
 import ctypes.util, importlib.metadata as md, importlib.util, json, os, platform, re, subprocess
@@ -70,9 +77,10 @@ def fastsafetensors_cluster():
 
 SERVE_CHECK = r"""
 import contextlib, importlib, io, json, os, sys
-argv = json.load(sys.stdin)
+request = json.load(sys.stdin)
+argv = request.get("argv") or []
 out = {"checked": False, "ok": None, "parser": None, "error": None, "reason": None,
-       "unknownEnv": [], "badEnv": {}}
+       "unknownEnv": [], "badEnv": {}, "extraDests": [], "extraRefused": []}
 
 
 def done(**kw):
@@ -130,7 +138,47 @@ except SystemExit:
     done(checked=True, ok=False, error=lines[-1] if lines else "the parser exited")
 except Exception as exc:
     done(checked=True, ok=False, error=("%s: %s" % (type(exc).__name__, exc))[:500])
-done(checked=True, ok=True)
+out.update(checked=True, ok=True)
+
+
+def recording(cls, seen):
+    # a subclass of the action's own class that notes the destination argparse sets with it
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string is not None:
+            seen.append([self.dest, option_string])
+        return cls.__call__(self, parser, namespace, values, option_string)
+    return type("Noted" + cls.__name__, (cls,), {"__call__": __call__})
+
+
+extra = request.get("extraArgs") or []
+if extra:
+    seen = []
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
+            by_option = dict(parser._option_string_actions)
+            for action in parser._actions:
+                action.__class__ = recording(type(action), seen)
+            parser.parse_args([argv[0] if argv else "model", *extra])
+    except (SystemExit, Exception) as exc:
+        done(ok=False, error="extraArgs alone: %s" % (
+            type(exc).__name__ if isinstance(exc, SystemExit) else "%s: %s" % (
+                type(exc).__name__, exc))[:500])
+    dests = {}
+    for kind in ("forbidden", "owned"):
+        for option, why in sorted((request.get(kind) or {}).items()):
+            action = by_option.get(option)
+            if action is not None:
+                dests.setdefault(action.dest, (kind, option, why))
+    out["extraDests"] = seen
+    for dest, spelled in seen:
+        if dest in dests:
+            kind, option, why = dests[dest]
+            as_given = "" if spelled == option else " (as %s)" % spelled
+            out["extraRefused"].append(
+                "%s%s sets %s: %s" % (option, as_given, dest, why) if kind == "forbidden"
+                else "%s%s sets %s, owned by %s" % (option, as_given, dest, why))
+done()
 """
 
 
@@ -146,9 +194,9 @@ def serve_check(request):
             fh.write(template["text"])
     timeout = int(request.get("timeout") or 300)
     try:
-        done = subprocess.run([sys.executable, "-c", SERVE_CHECK], input=json.dumps(
-            request.get("argv") or []), capture_output=True, text=True, env=env,
-            timeout=timeout)
+        child = {k: request.get(k) for k in ("argv", "extraArgs", "owned", "forbidden")}
+        done = subprocess.run([sys.executable, "-c", SERVE_CHECK], input=json.dumps(child),
+                              capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"checked": False, "reason": "vLLM's check did not answer within %d s" % timeout}
     lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
@@ -163,16 +211,19 @@ def serve_check(request):
             done.returncode, errors[-1][:300] if errors else "no output")}
 
 
-def serve_problems(check, strict):
+def serve_problems(check, strict, declared=()):
     """What stops the `up` (the node's old vLLM keeps serving)."""
     out = []
     if check.get("checked") and not check.get("ok"):
         out.append("the image's vLLM rejects the serve command: %s" % check.get("error"))
     for k, why in sorted((check.get("badEnv") or {}).items()):
         out.append("the image's vLLM refuses the value of %s: %s" % (k, why))
-    if strict:
-        for k in check.get("unknownEnv") or []:
+    for line in check.get("extraRefused") or []:
+        out.append("extraArgs, as the image's vLLM parses them: %s" % line)
+    for k in check.get("unknownEnv") or []:
+        if strict or k in declared:
             out.append("%s is not a variable the image's vLLM knows (it would be ignored)" % k)
+    if strict:
         if not check.get("checked"):
             out.append("the serve command could not be checked: %s" % check.get("reason"))
     return out
@@ -197,7 +248,8 @@ problems = []
 if len(sys.argv) > 1:
     request = json.loads(sys.argv[1])
     answer["serve"] = serve_check(request)
-    problems = serve_problems(answer["serve"], bool(request.get("strict")))
+    problems = serve_problems(answer["serve"], bool(request.get("strict")),
+                              set(request.get("declaredEnv") or ()))
 print(json.dumps(answer, sort_keys=True), flush=True)
 for problem in problems:
     print("serve check failed: " + problem, file=sys.stderr)

@@ -127,6 +127,7 @@ from .ray_exposure import (
     ray_not_exposed,
     validate_ray_not_exposed,
 )
+from .remote_code import remote_code_findings, remote_code_reviewed, validate_remote_code
 from .rendezvous import mp_rendezvous_fabric_only, validate_mp_rendezvous
 
 POLICIES: list[Policy] = [
@@ -147,6 +148,7 @@ POLICIES: list[Policy] = [
     fabric_config,
     fabric_addresses_unique,
     monitoring_not_exposed,
+    remote_code_reviewed,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -225,6 +227,8 @@ __all__ = [
     "ray_exposure_findings",
     "ray_not_exposed",
     "read_stack_config_text",
+    "remote_code_findings",
+    "remote_code_reviewed",
     "same_image_everywhere",
     "secret_findings",
     "shell_tokens",
@@ -244,6 +248,7 @@ __all__ = [
     "validate_parallelism",
     "validate_prod_pinned",
     "validate_ray_not_exposed",
+    "validate_remote_code",
     "validate_same_image",
     "validate_utilization_advisory",
     "validate_vllm_api_key",

@@ -92,6 +92,7 @@ def staging(tmp_path, monkeypatch) -> FakeStack:
     recipes_with_template(tmp_path, monkeypatch)  # chatTemplate names a shipped template
     raw = _stack_file("staging")
     raw["image"]["ref"] = DIGEST
+    raw["model"] = {**raw["model"], "revision": COMMIT}  # trustRemoteCode wants a commit
     raw["vllm"] = {**raw["vllm"], **sample_vllm(PROMOTED_KEYS)}
     validate_config(raw)  # the source is a valid stack
     config = _as_config(raw)
@@ -101,7 +102,7 @@ def staging(tmp_path, monkeypatch) -> FakeStack:
 def test_promoting_staging_writes_every_promoted_serve_key_into_prod(staging):
     art = promote.collect_artifacts(staging, Update(staging.get_all_config()))
     assert art.serve_flags == sample_vllm(PROMOTED_KEYS)
-    assert len(art.serve_flags) == len(PROMOTED_KEYS) == 20
+    assert len(art.serve_flags) == len(PROMOTED_KEYS) == 22
 
     prod_raw = _stack_file("prod")
     before = copy.deepcopy(prod_raw["vllm"])
