@@ -67,6 +67,7 @@ from hostscripts.images import image_probe
 from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
 from hostscripts.vllm import (
     CHAT_TEMPLATE,
+    Drafter,
     main_key_remove,
     main_key_write,
     mp_node_flags,
@@ -89,12 +90,15 @@ NON_CARRY_OVER = (*PER_NODE_KEYS, "VLLM_API_KEY")
 
 
 def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int,
-               node_flags: Sequence[str] = (), *, host: str) -> list[str]:
+               node_flags: Sequence[str] = (), *, host: str,
+               drafter: Drafter | None = None) -> list[str]:
     """`vllm serve` for the main model: its serve keys with the parallelism and the address it
-    listens on resolved (config/listen.vllm_host)."""
+    listens on resolved (config/listen.vllm_host); `drafter`: model.drafter at its commit (the
+    speculative config is pinned to it)."""
     settings = vllm.model_copy(update={"tensor_parallel_size": tensor_parallel_size,
                                        "host": host})
-    return vllm_argv(settings, model=model, commit=commit, node_flags=node_flags)
+    return vllm_argv(settings, model=model, commit=commit, node_flags=node_flags,
+                     drafter=drafter)
 
 
 def serve_chat_template(vllm: VllmConfig) -> str | None:
@@ -349,10 +353,14 @@ class VllmServer(pulumi.ComponentResource):
         if v.executor == "mp" and len(cluster.nodes) > 1:
             rank = [n.name for n in cluster.nodes].index(node.name)
             flags = mp_node_flags(len(cluster.nodes), rank, cluster.head.fabric_ip, v.master_port)
-        return pulumi.Output.from_input(args.commit).apply(
-            lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size, flags,
-                                 host=args.host)
-        )
+        drafter = args.drafter
+        if drafter is None:
+            return pulumi.Output.from_input(args.commit).apply(
+                lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size, flags,
+                                     host=args.host))
+        return pulumi.Output.all(args.commit, drafter.commit).apply(
+            lambda c: serve_argv(v, args.model, c[0], args.tensor_parallel_size, flags,
+                                 host=args.host, drafter=Drafter(drafter.config.repo, c[1])))
 
     def _container(self, res_name: str, args: VllmServerArgs, node: SparkNode) -> docker.Container:
         """A vLLM container on `node`: with Ray, the head's Ray driver (see the module

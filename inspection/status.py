@@ -15,6 +15,9 @@ fresh nonce, every command under `timeout`), with these sections:
   (hostscripts/payloads/vllm_probe.py, run in the container, the API key on stdin from the
   node's root-only key file): /health, /v1/models, and vLLM's metrics sampled twice a second
   apart (requests running and waiting, KV cache use, tokens/s);
+- `drafter` (only with `model.drafter`): the node's HF cache listing for the speculative
+  drafter's repo (recon's hf_cache.sh), so status names the drafter and whether its commit's
+  snapshot is on every node (`drafter_states`);
 - `alerts` (the head, only with `monitoring.enabled`): the alerts the stack's Prometheus has
   pending or firing (its /api/v1/alerts, asked with the head's own python3 at
   `prometheus_url`); an answer that cannot be read is a problem, never "no alerts".
@@ -34,10 +37,11 @@ from typing import Any, Literal
 
 from config import NodeConfig, StackConfig
 from config.listen import LOOPBACK, service_host, vllm_host
-from hostscripts.common import payload, plain
+from hostscripts.common import payload, plain, repo_dir
 from hostscripts.paths import LIVENESS_STARTS, StackNames
 from inspection import parsers as p
 from inspection import recon
+from inspection.facts import HfRepoFacts
 from inspection.parsers import ParseError
 from inspection.recon import recent_restarts
 
@@ -163,6 +167,10 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
                          f"{q(recon.READ_STARTS)} _ {c} {q(LIVENESS_STARTS)}")
             probe = f"docker exec -i {c} python3 -c {q(_probe_py())} {q(w.url)} < {q(w.key_file)}"
             lines.append(f"sv_bg probe:{w.container} {PROBE_TIMEOUT} bash -c {q(probe)}")
+    if cfg.model.drafter is not None:
+        listing = recon.snippet("hf_cache.sh")
+        lines.append(f"sv_bg drafter {recon.DOCKER_TIMEOUT} bash -c {q(listing)} _ "
+                     f"{q(cfg.model.cache_dir)} {q(repo_dir(cfg.model.drafter.repo))}")
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
                      f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
@@ -224,6 +232,10 @@ class NodeStatus:
     # (at most ALERTS_KEPT); None when not asked, or when they could not be read (a problem)
     alerts: list[Alert] | None = None
     alerts_omitted: int = 0  # alerts beyond ALERTS_KEPT, counted, not kept
+    # with model.drafter: the drafter's repo as the node's HF cache holds it (None: not
+    # asked, or it could not be read: a problem says why)
+    drafter: HfRepoFacts | None = None
+    drafter_read: bool = False  # the listing was read (the repo may be absent from it)
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -389,6 +401,17 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             cs.probe = data
         except (ValueError, IndexError) as exc:
             cs.probe_problem = f"the probe printed no JSON ({exc})"
+    if cfg.model.drafter is not None:
+        listing, why = _section_text(sections, "drafter")
+        try:
+            if listing is not None:
+                out.drafter = next((r for r in p.parse_hf_cache(listing)
+                                    if r.repo_id == cfg.model.drafter.repo), None)
+                out.drafter_read = True
+        except ParseError as exc:
+            why = str(exc)
+        if not out.drafter_read:
+            out.problems.append(f"drafter: {recon.printable(why)}")
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         alerts_text, why = _section_text(sections, "alerts")
         try:
@@ -399,6 +422,51 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             why = str(exc)
         if out.alerts is None:  # never an empty list for alerts that could not be read
             out.problems.append(f"alerts: {recon.printable(why)}")
+    return out
+
+
+# --------------------------------------------------------------------------- the drafter
+
+
+@dataclass
+class DrafterStatus:
+    """model.drafter on one node: `present` when the node's cache holds the snapshot of the
+    commit (the revision when it is one, else what the cache's ref for it names) with files in
+    it; `missing` when it does not; `unknown` when the cache could not be read."""
+
+    node: str
+    state: Literal["present", "missing", "unknown"]
+    commit: str = ""
+    files: int = 0
+    why: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def drafter_states(cfg: StackConfig, nodes: dict[str, NodeStatus]) -> list[DrafterStatus]:
+    """Per node, whether the drafter's commit is in its cache ([] without model.drafter)."""
+    d = cfg.model.drafter
+    if d is None:
+        return []
+    out = []
+    for node in cfg.nodes:
+        ns = nodes.get(node.name)
+        if ns is None or ns.error or not ns.drafter_read:
+            why = ("not surveyed" if ns is None else ns.error or next(
+                (pr.removeprefix("drafter: ") for pr in ns.problems
+                 if pr.startswith("drafter: ")), "no answer"))
+            out.append(DrafterStatus(node.name, "unknown", why=recon.printable(why)))
+            continue
+        repo = ns.drafter
+        commit = d.revision if d.pinned else (repo.refs.get(d.revision, "") if repo else "")
+        files = (repo.snapshot_files or {}).get(commit, {}) if repo and commit else {}
+        if repo is None or not commit or commit not in repo.snapshots or not files:
+            why = ("no copy of the repo in the cache" if repo is None else
+                   f"no ref {d.revision}" if not commit else f"no snapshot of {commit[:12]}")
+            out.append(DrafterStatus(node.name, "missing", commit, why=why))
+        else:
+            out.append(DrafterStatus(node.name, "present", commit, len(files)))
     return out
 
 

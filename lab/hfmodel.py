@@ -1,5 +1,6 @@
-"""The lab's model repositories `spark-lab/tiny-moe` and `spark-lab/tiny-embed`: plain git repos
-that olah serves as HF models with revisions.
+"""The lab's model repositories `spark-lab/tiny-moe`, `spark-lab/tiny-embed` and
+`spark-lab/tiny-drafter` (a draft model of tiny-moe from another repo, for model.drafter): plain
+git repos that olah serves as HF models with revisions.
 
 The files come from lab/tinymodel.py (real tiny Qwen3 models, see there), which needs torch,
 safetensors and tokenizers: it runs inside the lab's base image on the build dockerd
@@ -7,7 +8,8 @@ safetensors and tokenizers: it runs inside the lab's base image on the build doc
 cached in /root/.cache/spark-vllm/lab/model-<name>-<key>/ keyed by the generator's source, the
 model's arguments and the pinned versions of the libraries that write the bytes. Two commits per
 repo with fixed author, committer and dates, so the SHAs are the same on every machine; the second
-(`main`) changes one small file: tiny-moe's router shard, tiny-embed's q_norm shard.
+(`main`) changes one small file: tiny-moe's router shard, tiny-embed's and tiny-drafter's q_norm
+shard.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from lab.layout import CACHE, HERE, HF_EMBED_REPO, HF_REPO
+from lab.layout import CACHE, HERE, HF_DRAFTER_REPO, HF_EMBED_REPO, HF_REPO
 from lab.util import log, progress, short_hash, write
 
 GENERATOR = os.path.join(HERE, "tinymodel.py")
@@ -44,7 +46,11 @@ EMBED = Model(HF_EMBED_REPO, "qwen3embed",
               (("2026-01-01T00:00:00+00:00", "tiny-embed: first revision"),
                ("2026-01-02T00:00:00+00:00",
                 "tiny-embed: other q_norm weights (second shard only)")))
-MODELS = (MOE, EMBED)
+DRAFTER = Model(HF_DRAFTER_REPO, "qwen3",
+                (("2026-01-01T00:00:00+00:00", "tiny-drafter: first revision"),
+                 ("2026-01-02T00:00:00+00:00",
+                  "tiny-drafter: other q_norm weights (second shard only)")))
+MODELS = (MOE, EMBED, DRAFTER)
 
 
 def model_key(m: Model = MOE) -> str:
