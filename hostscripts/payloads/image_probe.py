@@ -123,6 +123,51 @@ for mod in ("vllm.utils.argparse_utils", "vllm.utils"):
         pass
 if flexible is None:
     done(reason="no FlexibleArgumentParser in vllm.utils.argparse_utils or vllm.utils")
+
+
+def recording(cls, seen):
+    # a subclass of the action's own class that notes the destination argparse sets with it
+    def __call__(self, parser, namespace, values, option_string=None):
+        if option_string is not None:
+            seen.append([self.dest, option_string])
+        return cls.__call__(self, parser, namespace, values, option_string)
+    return type("Noted" + cls.__name__, (cls,), {"__call__": __call__})
+
+
+# extraArgs first, alone: every token resolved to the argparse destination it sets
+extra = request.get("extraArgs") or []
+if extra:
+    seen = []
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
+            by_option = dict(parser._option_string_actions)
+            for action in parser._actions:
+                action.__class__ = recording(type(action), seen)
+            parser.parse_args([argv[0] if argv else "model", *extra])
+    except SystemExit:
+        lines = [ln for ln in said.getvalue().strip().splitlines() if ln.strip()]
+        done(checked=True, ok=False, error="extraArgs alone: " + (
+            lines[-1] if lines else "the parser exited"))
+    except Exception as exc:
+        done(checked=True, ok=False, error=("extraArgs alone: %s: %s" % (
+            type(exc).__name__, exc))[:500])
+    dests = {}
+    for kind in ("forbidden", "owned"):
+        for option, why in sorted((request.get(kind) or {}).items()):
+            action = by_option.get(option)
+            if action is not None:
+                dests.setdefault(action.dest, (kind, option, why))
+    out["extraDests"] = seen
+    for dest, spelled in seen:
+        if dest in dests:
+            kind, option, why = dests[dest]
+            as_given = "" if spelled == option else " (as %s)" % spelled
+            out["extraRefused"].append(
+                "%s%s sets %s: %s" % (option, as_given, dest, why) if kind == "forbidden"
+                else "%s%s sets %s, owned by %s" % (option, as_given, dest, why))
+# then the whole command line: the parser, vLLM's serve validation, the engine arguments
 err = io.StringIO()
 try:
     with contextlib.redirect_stderr(err):
@@ -139,45 +184,6 @@ except SystemExit:
 except Exception as exc:
     done(checked=True, ok=False, error=("%s: %s" % (type(exc).__name__, exc))[:500])
 out.update(checked=True, ok=True)
-
-
-def recording(cls, seen):
-    # a subclass of the action's own class that notes the destination argparse sets with it
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string is not None:
-            seen.append([self.dest, option_string])
-        return cls.__call__(self, parser, namespace, values, option_string)
-    return type("Noted" + cls.__name__, (cls,), {"__call__": __call__})
-
-
-extra = request.get("extraArgs") or []
-if extra:
-    seen = []
-    try:
-        with contextlib.redirect_stderr(io.StringIO()):
-            parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
-            by_option = dict(parser._option_string_actions)
-            for action in parser._actions:
-                action.__class__ = recording(type(action), seen)
-            parser.parse_args([argv[0] if argv else "model", *extra])
-    except (SystemExit, Exception) as exc:
-        done(ok=False, error="extraArgs alone: %s" % (
-            type(exc).__name__ if isinstance(exc, SystemExit) else "%s: %s" % (
-                type(exc).__name__, exc))[:500])
-    dests = {}
-    for kind in ("forbidden", "owned"):
-        for option, why in sorted((request.get(kind) or {}).items()):
-            action = by_option.get(option)
-            if action is not None:
-                dests.setdefault(action.dest, (kind, option, why))
-    out["extraDests"] = seen
-    for dest, spelled in seen:
-        if dest in dests:
-            kind, option, why = dests[dest]
-            as_given = "" if spelled == option else " (as %s)" % spelled
-            out["extraRefused"].append(
-                "%s%s sets %s: %s" % (option, as_given, dest, why) if kind == "forbidden"
-                else "%s%s sets %s, owned by %s" % (option, as_given, dest, why))
 done()
 """
 

@@ -47,6 +47,8 @@ MODULE_ORDER = (
     "test_fabric.py",  # the fabric changed behind the stack, refused and failed fabric changes
     "test_faults.py",  # faults and secrets, each undone
     "test_self_healing.py",  # crashes healed without an `up`
+    # a real community recipe imported and served; a drafter of another repo (issue 44); undone
+    "test_recipe_serve.py",
     "test_two_stacks.py",  # a second stack (from empty) beside the shared one
     "test_init.py",  # `spark-vllm init` of the lab's nodes; its stack only previewed beside dev
     "test_change_image_and_nodes.py",  # image change; a third node joins and leaves

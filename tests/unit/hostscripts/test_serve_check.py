@@ -249,7 +249,8 @@ def test_extra_args_the_stack_allows_pass_with_every_destination_recorded(fake_v
 def test_extra_args_vllm_cannot_parse_are_a_rejection(fake_vllm):
     out = run(fake_vllm, extra_req(["--nnodes", "two"]))
     assert out.returncode == 1
-    assert "the image's vLLM rejects the serve command" in out.stderr
+    assert ("the image's vLLM rejects the serve command: extraArgs alone: vllm serve: error: "
+            "argument --nnodes/-n: invalid int value: 'two'") in out.stderr
 
 
 def test_a_declared_variable_the_images_vllm_does_not_know_fails_in_dev_too(fake_vllm):
