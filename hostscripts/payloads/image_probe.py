@@ -18,10 +18,11 @@
 # own validate_environ reads) and each known one's value through vLLM's own getter; then the
 # exact argv through vLLM's `vllm serve` parser (`make_arg_parser` of
 # vllm.entrypoints.launchers.cli_args, or vllm.entrypoints.openai.cli_args in older releases),
-# `validate_parsed_serve_args` and the engine arguments built from it; then extraArgs alone
-# through a second such parser whose every action notes the argparse destination it sets, so
+# `validate_parsed_serve_args` and the engine arguments built from it; and first extraArgs alone
+# through a second such parser that notes the argparse destination each token resolves to, so
 # each token is resolved to its destination whatever its spelling (an abbreviation, `-n2`, a
-# `--flag.key` form), and one that is an owned or forbidden flag's destination is refused.
+# `--flag.key` form) before any value is converted, and one that is an owned or forbidden
+# flag's destination is refused, even where this vLLM refuses the value too.
 # The answer gets "serve": {checked, ok, parser, error, reason, unknownEnv, badEnv,
 # extraDests, extraRefused}; the probe exits 1 (after printing) when the argv is rejected, a
 # value is refused, a declared variable is unknown, extraArgs set an owned or forbidden
@@ -125,13 +126,21 @@ if flexible is None:
     done(reason="no FlexibleArgumentParser in vllm.utils.argparse_utils or vllm.utils")
 
 
-def recording(cls, seen):
-    # a subclass of the action's own class that notes the destination argparse sets with it
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string is not None:
-            seen.append([self.dest, option_string])
-        return cls.__call__(self, parser, namespace, values, option_string)
-    return type("Noted" + cls.__name__, (cls,), {"__call__": __call__})
+def noting(parser, seen):
+    # argparse's own resolution of an option token (an abbreviation, `--a_b` after vLLM's
+    # rewrite, `-n2`, `--flag=value`) to its action, noted before any value is converted: a value
+    # this vLLM refuses does not hide where the token goes. `_parse_optional` returns a tuple
+    # (action, option string, ...) up to Python 3.12 and a list of them from 3.13 on.
+    resolve = parser._parse_optional
+
+    def noted(arg_string):
+        found = resolve(arg_string)
+        for item in found if isinstance(found, list) else [found] if found else []:
+            if isinstance(item, tuple) and item and hasattr(item[0], "dest") and item[0].dest:
+                seen.append([item[0].dest, item[1] if len(item) > 1 else None])
+        return found
+
+    parser._parse_optional = noted
 
 
 # extraArgs first, alone: every token resolved to the argparse destination it sets
@@ -139,20 +148,22 @@ extra = request.get("extraArgs") or []
 if extra:
     seen = []
     said = io.StringIO()
+    failed = None
+    with contextlib.redirect_stderr(said):
+        parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
+    if not callable(getattr(parser, "_parse_optional", None)):
+        done(checked=True, ok=False, error="extraArgs: this Python's argparse has no "
+             "_parse_optional to resolve their destinations with")
+    by_option = dict(parser._option_string_actions)
+    noting(parser, seen)
     try:
         with contextlib.redirect_stderr(said):
-            parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
-            by_option = dict(parser._option_string_actions)
-            for action in parser._actions:
-                action.__class__ = recording(type(action), seen)
             parser.parse_args([argv[0] if argv else "model", *extra])
     except SystemExit:
         lines = [ln for ln in said.getvalue().strip().splitlines() if ln.strip()]
-        done(checked=True, ok=False, error="extraArgs alone: " + (
-            lines[-1] if lines else "the parser exited"))
+        failed = lines[-1] if lines else "the parser exited"
     except Exception as exc:
-        done(checked=True, ok=False, error=("extraArgs alone: %s: %s" % (
-            type(exc).__name__, exc))[:500])
+        failed = ("%s: %s" % (type(exc).__name__, exc))[:500]
     dests = {}
     for kind in ("forbidden", "owned"):
         for option, why in sorted((request.get(kind) or {}).items()):
@@ -163,10 +174,12 @@ if extra:
     for dest, spelled in seen:
         if dest in dests:
             kind, option, why = dests[dest]
-            as_given = "" if spelled == option else " (as %s)" % spelled
+            as_given = "" if spelled in (option, None) else " (as %s)" % spelled
             out["extraRefused"].append(
                 "%s%s sets %s: %s" % (option, as_given, dest, why) if kind == "forbidden"
                 else "%s%s sets %s, owned by %s" % (option, as_given, dest, why))
+    if failed is not None:
+        done(checked=True, ok=False, error="extraArgs alone: " + failed)
 # then the whole command line: the parser, vLLM's serve validation, the engine arguments
 err = io.StringIO()
 try:

@@ -265,3 +265,18 @@ def test_a_declared_variable_the_images_vllm_does_not_know_fails_in_dev_too(fake
     image_set = run(fake_vllm, req(["org/model"], strict=False, declaredEnv=[]),
                     VLLM_FROM_THE_IMAGE="1")
     assert image_set.returncode == 0, image_set.stderr
+
+
+def test_a_forbidden_flag_whose_value_the_image_refuses_is_still_refused_by_destination(
+        fake_vllm):
+    """The destination is noted when argparse resolves the token, before its value is
+    converted: a value this vLLM rejects (the real one validates JSON configs while it parses)
+    does not hide where the token goes."""
+    out = run(fake_vllm, extra_req(["-dp", "two"]))
+    assert out.returncode == 1
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("serve check failed: ")]
+    assert lines == [
+        "serve check failed: the image's vLLM rejects the serve command: extraArgs alone: vllm "
+        "serve: error: argument --data-parallel-size/-dp: invalid int value: 'two'",
+        "serve check failed: extraArgs, as the image's vLLM parses them: --data-parallel-size "
+        "(as -dp) sets data_parallel_size: data parallel"]
