@@ -41,6 +41,18 @@ KEYS = ("model.revision", "model.drafter", "vllm.recipe", "vllm.speculativeConfi
         "vllm.maxModelLen", "nccl.extraEnv")
 
 
+def _put(d, key: str, value) -> None:
+    """Set `key` of the stack file to `value`, an object leaf by leaf (a path set stores a JSON
+    text as a string)."""
+    if _get(d, key) is not None:
+        d.stack.remove_config(f"spark-vllm:{key}", path=True)
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _put(d, f"{key}.{k}", v)
+    elif value is not None:
+        d.set(key, value)
+
+
 def _get(d, key: str):
     """A key of the stack file as JSON, or None when it is not set."""
     try:
@@ -67,10 +79,7 @@ def served(stack, lab_cfg):
     yield stack
     try:  # the stack as the module found it
         for key, value in found.items():
-            if value is None:
-                stack.stack.remove_config(f"spark-vllm:{key}", path=True)
-            else:
-                stack.set(key, value)
+            _put(stack, key, value)
         stack.timed_up("recipe: the stack as the module found it")
         stack.run("preview", expect_no_changes=True)
     finally:
@@ -98,7 +107,7 @@ def test_an_imported_real_recipe_serves_the_lab_model(served):
     d.served_commit = revision
     d.set("vllm.recipe", RECIPE)
     d.set("vllm.maxModelLen", 2048)
-    d.set("nccl.extraEnv", {"VLLM_LOGGING_LEVEL": "INFO"})
+    _put(d, "nccl.extraEnv", {"VLLM_LOGGING_LEVEL": "INFO"})
     before = d.snapshot()
     ops = d.timed_up("recipe: serve an imported real recipe")
     assert ops.get("vllm-serve") == "replace", ops
@@ -123,9 +132,9 @@ def test_an_imported_real_recipe_serves_the_lab_model(served):
 def test_a_drafter_from_another_repo_is_fetched_verified_and_served(served):
     d = served
     commit = d.commits[DRAFTER]["main"]
-    d.set("model.drafter", {"repo": DRAFTER, "revision": commit})
-    d.set("vllm.speculativeConfig", {"method": "draft_model", "model": DRAFTER,
-                                     "num_speculative_tokens": 2})
+    _put(d, "model.drafter", {"repo": DRAFTER, "revision": commit})
+    _put(d, "vllm.speculativeConfig", {"method": "draft_model", "model": DRAFTER,
+                                       "num_speculative_tokens": 2})
     ops = d.timed_up("recipe: a drafter of another repo")
     drafter_ops = {k: v for k, v in ops.items() if k.startswith("drafter")}
     assert {"drafter-fetch", "drafter-seed", f"drafter-sync-{WORKER}", "drafter-seed-stop",
