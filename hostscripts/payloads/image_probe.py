@@ -90,6 +90,15 @@ def done(**kw):
     sys.exit(0)
 
 
+def said(text):
+    # the parser's message: from its `error:` line on, one line (a pydantic error spans lines)
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    at = next((i for i, ln in enumerate(lines) if "error:" in ln), None)
+    if at is None:
+        return lines[-1] if lines else "the parser exited"
+    return " ".join(lines[at:])[:500]
+
+
 try:
     from vllm import envs
     known = set(envs.environment_variables)
@@ -147,9 +156,9 @@ def noting(parser, seen):
 extra = request.get("extraArgs") or []
 if extra:
     seen = []
-    said = io.StringIO()
+    err = io.StringIO()
     failed = None
-    with contextlib.redirect_stderr(said):
+    with contextlib.redirect_stderr(err):
         parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
     if not callable(getattr(parser, "_parse_optional", None)):
         done(checked=True, ok=False, error="extraArgs: this Python's argparse has no "
@@ -157,11 +166,10 @@ if extra:
     by_option = dict(parser._option_string_actions)
     noting(parser, seen)
     try:
-        with contextlib.redirect_stderr(said):
+        with contextlib.redirect_stderr(err):
             parser.parse_args([argv[0] if argv else "model", *extra])
     except SystemExit:
-        lines = [ln for ln in said.getvalue().strip().splitlines() if ln.strip()]
-        failed = lines[-1] if lines else "the parser exited"
+        failed = said(err.getvalue())
     except Exception as exc:
         failed = ("%s: %s" % (type(exc).__name__, exc))[:500]
     dests = {}
@@ -192,8 +200,7 @@ try:
         from vllm.engine.arg_utils import AsyncEngineArgs
         AsyncEngineArgs.from_cli_args(args)
 except SystemExit:
-    lines = [ln for ln in err.getvalue().strip().splitlines() if ln.strip()]
-    done(checked=True, ok=False, error=lines[-1] if lines else "the parser exited")
+    done(checked=True, ok=False, error=said(err.getvalue()))
 except Exception as exc:
     done(checked=True, ok=False, error=("%s: %s" % (type(exc).__name__, exc))[:500])
 out.update(checked=True, ok=True)

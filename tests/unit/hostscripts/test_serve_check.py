@@ -50,7 +50,14 @@ class FlexibleArgumentParser(argparse.ArgumentParser):
     "vllm/entrypoints/__init__.py": "",
     "vllm/entrypoints/launchers/__init__.py": "",
     "vllm/entrypoints/launchers/cli_args.py": '''
-import argparse
+import argparse, json
+def _config(text):  # as vLLM's config types: pydantic's message spans lines
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "1 validation error for KVTransferConfig\\n  Value error, not JSON [input_value="
+            + repr(text) + "]\\n    For further information visit https://errors.pydantic.dev")
 def make_arg_parser(parser):
     parser.add_argument("model_tag", nargs="?")
     parser.add_argument("--model", default=None)
@@ -58,7 +65,7 @@ def make_arg_parser(parser):
     parser.add_argument("--nnodes", "-n", type=int, default=1)
     parser.add_argument("--node-rank", "-r", type=int, default=0)
     parser.add_argument("--host", default=None)
-    parser.add_argument("--kv-transfer-config", default=None)
+    parser.add_argument("--kv-transfer-config", default=None, type=_config)
     parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
     parser.add_argument("--data-parallel-address", "-dpa", default=None)
     parser.add_argument("--cudagraph-capture-sizes", type=int, nargs="+", default=None)
@@ -280,3 +287,14 @@ def test_a_forbidden_flag_whose_value_the_image_refuses_is_still_refused_by_dest
         "serve: error: argument --data-parallel-size/-dp: invalid int value: 'two'",
         "serve check failed: extraArgs, as the image's vLLM parses them: --data-parallel-size "
         "(as -dp) sets data_parallel_size: data parallel"]
+
+
+def test_a_message_of_several_lines_is_said_whole_on_one_line(fake_vllm):
+    out = run(fake_vllm, extra_req(["--kv-transfer-config", "{bad"]))
+    check = parse_serve_check("n", out.stdout)
+    assert check.error == (
+        "extraArgs alone: vllm serve: error: argument --kv-transfer-config: 1 validation error "
+        "for KVTransferConfig Value error, not JSON [input_value='{bad'] For further "
+        "information visit https://errors.pydantic.dev")
+    assert check.extra_refused == ["--kv-transfer-config sets kv_transfer_config: imports a "
+                                   "connector module"]
