@@ -23,9 +23,13 @@ key_path = config.ssh_key_path(cfg)
 # the hub is asked while recon surveys the nodes, and the components' modules load meanwhile:
 # a preview waits for the slowest of the three, not for all of them in turn
 token = config.secret_plaintext("hfToken")
-with ThreadPoolExecutor(max_workers=2 + len(cfg.services), thread_name_prefix="look") as pool:
+drafter = cfg.model.drafter  # the speculative drafter of another repo: an artifact too
+# the model, the drafter, each service and the survey at once
+with ThreadPoolExecutor(max_workers=3 + len(cfg.services), thread_name_prefix="look") as pool:
     lookup = pool.submit(hub.resolve_model, cfg.model.repo, cfg.model.revision,
                          cfg.model.endpoint, token)
+    draft = (pool.submit(hub.resolve_model, drafter.repo, drafter.revision, cfg.model.endpoint,
+                         token) if drafter is not None else None)
     services = {s.name: pool.submit(hub.resolve_model, s.repo, s.revision, cfg.model.endpoint,
                                     token) for s in cfg.services}
     # in the program's context: preflight reads the stack's name (its label, the stack's own
@@ -33,7 +37,8 @@ with ThreadPoolExecutor(max_workers=2 + len(cfg.services), thread_name_prefix="l
     # thread does not inherit (without it every container of the stack read as another stack's)
     survey = pool.submit(contextvars.copy_context().run, preflight.run, cfg,
                          key_path=key_path, model=lookup.result,
-                         services=lambda: {n: f.result() for n, f in services.items()})
+                         services=lambda: {n: f.result() for n, f in services.items()},
+                         drafter=draft.result if draft is not None else None)
     from components import stack  # while the nodes are surveyed
 
     facts, plan = survey.result()
@@ -44,6 +49,7 @@ for node, line in plan.nccl.items():  # which NCCL runs where (the image probe's
 manifest = lookup.result()
 handles = stack.build_stack(cfg, facts, plan, secrets, manifest=manifest,
                             service_manifests={n: f.result() for n, f in services.items()},
+                            drafter_manifest=draft.result() if draft is not None else None,
                             key_path=key_path)
 
 for key, value in handles.exports().items():

@@ -138,6 +138,7 @@ class ModelCache(pulumi.ComponentResource):
         self.commit = pulumi.Output.from_input(m.commit)
         self.model_bytes = pulumi.Output.from_input(m.total_bytes)
         self._args = args
+        self.config: ModelConfig = args.model  # what it holds: the repo and the revision
         # Per node: None when recon found the cache intact, else a fresh trigger (rerun.Again).
         self.repairs: dict[str, str | None] = {
             n.name: None if cache_intact(n.facts, m) else rerun.fresh_trigger()

@@ -78,6 +78,7 @@ class StackHandles:
     nccl: NcclEnvironment
     image: VllmImage
     model: ModelCache
+    drafter: ModelCache | None  # model.drafter: the speculative drafter of another repo
     ray: RayCluster | None  # None with vllm.executor mp
     vllm: VllmServer
     services: dict[str, VllmService]
@@ -99,6 +100,11 @@ class StackHandles:
             "vllmApiKey": self.secrets.api_key,  # secret: `--show-secrets` to read it
             "servedModelName": self.cfg.vllm.served_model_name,
             "modelCommit": self.model.commit,
+            # model.drafter (another repo's speculative drafter): what promotion pins with the
+            # model, and what `spark-vllm status` looks for on every node
+            "drafter": None if self.drafter is None else {
+                "repo": self.drafter.config.repo, "commit": self.drafter.commit,
+                "verified": {n: c.stdout for n, c in self.drafter.verifies.items()}},
             "imageIds": self.image.image_ids,
             "imageProbe": self.image.probe_summary,  # per node: python, torch/CUDA, vllm, ray
             "fabricCheck": self.nccl.fabric_check,  # per node: each pair it pinged at the MTU
@@ -152,6 +158,7 @@ def build_stack(
     *,
     manifest: ModelManifest,
     service_manifests: Mapping[str, ModelManifest] | None = None,
+    drafter_manifest: ModelManifest | None = None,
     key_path: str | None = None,
     project: str | None = None,
     stack: str | None = None,
@@ -159,7 +166,8 @@ def build_stack(
     """Create every component, in the order of the module docstring.
 
     `facts` and `plan` come from recon and preflight; `manifest` is the model resolved at the
-    hub before recon (its size fed preflight), `service_manifests` each service's, by name;
+    hub before recon (its size fed preflight), `service_manifests` each service's, by name,
+    `drafter_manifest` model.drafter's;
     `key_path` the SSH key file the docker provider's ssh transport uses (config.ssh_key_path).
     """
     project = project or pulumi.get_project()
@@ -223,6 +231,8 @@ def build_stack(
         ),
         opts=pulumi.ResourceOptions(depends_on=[image, *gate.done]),
     )
+    drafter = _drafter(cfg, drafter_manifest, cluster, names, labels, image, model, secrets)
+    fetched: list[pulumi.Resource] = [model, *([drafter] if drafter is not None else [])]
     stopped = [c for n in cluster.nodes for c in n.stopped]
     with_ray = cfg.vllm.executor == "ray"
     runtime = NodeRuntime(names=names, nccl=nccl, cache_dir=cfg.model.cache_dir,
@@ -240,7 +250,7 @@ def build_stack(
             labels=labels,
             ray_token=made.ray_token,
             ports=cfg.firewall.block,
-            after=[image, model, *stopped],
+            after=[image, *fetched, *stopped],
         ),
     ) if with_ray else None
     vllm = VllmServer(
@@ -259,9 +269,13 @@ def build_stack(
             ray=ray,
             manifest=manifest,
             commit=model.commit,
-            after=[] if with_ray else [image, model, *stopped],
-            checks_after=[model] if with_ray else [],
-            model_bytes=model.model_bytes,
+            after=[] if with_ray else [image, *fetched, *stopped],
+            checks_after=fetched if with_ray else [],
+            # the drafter's weights load beside the model's on every rank: the memory fit
+            # counts both
+            model_bytes=model.model_bytes if drafter is None else pulumi.Output.all(
+                model.model_bytes, drafter.model_bytes).apply(lambda b: int(b[0]) + int(b[1])),
+            drafter=drafter,
             api_key=made.api_key,
             secrets=made,
             rdma=cfg.nccl.rdma,
@@ -269,9 +283,10 @@ def build_stack(
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
             service_shares={n.name: {s.name: s.gpu_memory_utilization
                                      for s in cfg.services_on(n.name)} for n in cfg.nodes},
+            declared_env=sorted(k for k in cfg.nccl.extra_env if k.startswith("VLLM_")),
         ),
     )
-    services = _services(cfg, facts, secrets, cluster, runtime, labels, made, model, vllm,
+    services = _services(cfg, facts, secrets, cluster, runtime, labels, made, fetched, vllm,
                          service_manifests or {})
     head = cluster.head
     routes = [Route(cfg.vllm.served_model_name, "generate", cfg.model.repo,
@@ -318,8 +333,8 @@ def build_stack(
                 role=monitoring_component.ROLE),
         ),
     ) if cfg.monitoring.enabled else None
-    return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,
-                        monitoring, gate, firewalls)
+    return StackHandles(cfg, cluster, made, nccl, image, model, drafter, ray, vllm, services,
+                        gateway, monitoring, gate, firewalls)
 
 
 def _fabric_mtu(cfg: StackConfig, facts: Mapping[str, NodeFacts]) -> int | None:
@@ -346,24 +361,45 @@ def _firewalls(cfg: StackConfig, cluster: Cluster, stack: str) -> dict[str, Node
     }
 
 
+def _drafter(cfg: StackConfig, manifest: ModelManifest | None, cluster: Cluster,
+             names: StackNames, labels: Mapping[str, str], image: VllmImage, model: ModelCache,
+             secrets: Secrets) -> ModelCache | None:
+    """model.drafter (the speculative drafter of another repo) as the model is: fetched once at
+    its commit on the head, fanned out over the fabric and verified on every node
+    (components/model_cache.py, the same machinery), after the model's own copy (one seeder at a
+    time on the head). None without a drafter."""
+    drafter_cfg = cfg.drafter_model()
+    if drafter_cfg is None:
+        return None
+    if manifest is None:
+        raise ValueError("build_stack: model.drafter is set but no hub manifest was given")
+    return ModelCache(
+        "drafter",
+        ModelCacheArgs(model=drafter_cfg, manifest=manifest, cluster=cluster, names=names,
+                       image_ids=image.image_ids, labels=labels, hf_token=secrets.hf_token,
+                       fabric_subnets=cfg.nccl.fabric_subnets),
+        opts=pulumi.ResourceOptions(depends_on=[image, model]),
+    )
+
+
 def _containers(f: NodeFacts) -> list[ContainerFacts]:
     return list(f.docker.containers) if f.docker else []
 
 
 def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets,
               cluster: Cluster, runtime: NodeRuntime, labels: Mapping[str, str],
-              made: StackSecrets, model: ModelCache, vllm: VllmServer,
+              made: StackSecrets, fetched: list[pulumi.Resource], vllm: VllmServer,
               manifests: Mapping[str, ModelManifest]) -> dict[str, VllmService]:
-    """A VllmService per `services` entry. Each one's model follows the main model's and the
-    previous service's (one seeder at a time on a node); nothing of the main model waits for a
-    service."""
+    """A VllmService per `services` entry. Each one's model follows the main model's (and its
+    drafter's: `fetched`) and the previous service's (one seeder at a time on a node); nothing
+    of the main model waits for a service."""
     missing = [s.name for s in cfg.services if s.name not in manifests]
     if missing:
         raise ValueError(f"build_stack: no hub manifest for the services {missing}")
     by_name = {n.name: n for n in cluster.nodes}
     containers = {name: f.docker.containers if f.docker else [] for name, f in facts.items()}
     out: dict[str, VllmService] = {}
-    after: list[pulumi.Resource] = [model]
+    after: list[pulumi.Resource] = list(fetched)
     for svc in cfg.services:
         nodes = [by_name[n] for n in cfg.service_nodes(svc)]
         out[svc.name] = VllmService(

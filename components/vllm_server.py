@@ -51,6 +51,7 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
+from components.model_cache import ModelCache
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import RayCluster, session_volume
@@ -58,11 +59,13 @@ from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from components.stack_secrets import StackSecrets
 from config import HealthConfig, VllmConfig, chat_template_text
+from config.serve import FORBIDDEN_FLAGS, OWNED_FLAGS
 from hostscripts.common import verdict_script
 from hostscripts.images import image_probe
 from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
 from hostscripts.vllm import (
     CHAT_TEMPLATE,
+    Drafter,
     main_key_remove,
     main_key_write,
     mp_node_flags,
@@ -85,12 +88,15 @@ NON_CARRY_OVER = (*PER_NODE_KEYS, "VLLM_API_KEY")
 
 
 def serve_argv(vllm: VllmConfig, model: str, commit: str, tensor_parallel_size: int,
-               node_flags: Sequence[str] = (), *, host: str) -> list[str]:
+               node_flags: Sequence[str] = (), *, host: str,
+               drafter: Drafter | None = None) -> list[str]:
     """`vllm serve` for the main model: its serve keys with the parallelism and the address it
-    listens on resolved (config/listen.vllm_host)."""
+    listens on resolved (config/listen.vllm_host); `drafter`: model.drafter at its commit (the
+    speculative config is pinned to it)."""
     settings = vllm.model_copy(update={"tensor_parallel_size": tensor_parallel_size,
                                        "host": host})
-    return vllm_argv(settings, model=model, commit=commit, node_flags=node_flags)
+    return vllm_argv(settings, model=model, commit=commit, node_flags=node_flags,
+                     drafter=drafter)
 
 
 def serve_chat_template(vllm: VllmConfig) -> str | None:
@@ -133,6 +139,27 @@ def serve_check_env(env: Mapping[str, str], *, ray: bool, head: bool) -> dict[st
     return dict(sorted(out.items()))
 
 
+def model_file_problem(path: str | None, manifest: ModelManifest, key: str) -> str | None:
+    """Why `path` (a file the serve settings load from the model repo: a reasoning parser
+    plugin) is not a file of the served commit, or None: vLLM reads it offline from the
+    snapshot the stack fetched and verified, so it must be one of the commit's files."""
+    if path is None or path in {f.path for f in manifest.files}:
+        return None
+    return (f"spark-vllm:{key}: got {path!r}; expected a file of {manifest.repo} at "
+            f"{manifest.commit} (its files at the hub: {len(manifest.files)}; the stack serves "
+            "the commit offline, so a file it does not hold cannot be loaded)")
+
+
+def extra_args_request(extra_args: Sequence[str]) -> dict[str, Any]:
+    """The serve check's part for extraArgs: the tokens, and the flags whose destinations they
+    may not set (config/serve.py) with why; nothing when there are none (the request of a stack
+    without extraArgs stays as it was)."""
+    if not extra_args:
+        return {}
+    return {"extraArgs": list(extra_args), "owned": dict(OWNED_FLAGS),
+            "forbidden": dict(FORBIDDEN_FLAGS)}
+
+
 def transport_nodes(vllm: VllmConfig, cluster: Cluster) -> list[str]:
     """The nodes whose NCCL transport the head's vLLM log must show: none on one node (no
     inter-node transport), the head only with vllm.executor mp (the other ranks log into their
@@ -173,6 +200,12 @@ class VllmServerArgs:
     # per node, the memory shares (gpuMemoryUtilization) of the services placed there: the
     # policy pack adds them to this model's (policies/rules/memory.py)
     service_shares: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # the VLLM_* names the stack file or its recipe set (nccl.extraEnv): the serve check refuses
+    # one the image's vLLM does not know, in every environment
+    declared_env: Sequence[str] = ()
+    # model.drafter (another repo's speculative drafter) at its commit, fetched and verified
+    # like the model (components/model_cache.py): vLLM's speculative config is pinned to it
+    drafter: ModelCache | None = None
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -191,6 +224,10 @@ class VllmServer(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: VllmServerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        plugin_problem = model_file_problem(args.vllm.reasoning_parser_plugin, args.manifest,
+                                            "vllm.reasoningParserPlugin")
+        if plugin_problem is not None:
+            raise ValueError(plugin_problem)
         props = self._props(args)
         super().__init__("spark-vllm:vllm_server:VllmServer", name, props, opts)
         v, ray, head = args.vllm, args.ray, args.cluster.head
@@ -299,10 +336,14 @@ class VllmServer(pulumi.ComponentResource):
         if v.executor == "mp" and len(cluster.nodes) > 1:
             rank = [n.name for n in cluster.nodes].index(node.name)
             flags = mp_node_flags(len(cluster.nodes), rank, cluster.head.fabric_ip, v.master_port)
-        return pulumi.Output.from_input(args.commit).apply(
-            lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size, flags,
-                                 host=args.host)
-        )
+        drafter = args.drafter
+        if drafter is None:
+            return pulumi.Output.from_input(args.commit).apply(
+                lambda c: serve_argv(v, args.model, c, args.tensor_parallel_size, flags,
+                                     host=args.host))
+        return pulumi.Output.all(args.commit, drafter.commit).apply(
+            lambda c: serve_argv(v, args.model, c[0], args.tensor_parallel_size, flags,
+                                 host=args.host, drafter=Drafter(drafter.config.repo, c[1])))
 
     def _container(self, res_name: str, args: VllmServerArgs, node: SparkNode) -> docker.Container:
         """A vLLM container on `node`: with Ray, the head's Ray driver (see the module
@@ -413,6 +454,8 @@ class VllmServer(pulumi.ComponentResource):
                     "argv": list(words)[2:], "env": env, "strict": strict, "timeout": 300,
                     "chatTemplate": ({"path": CHAT_TEMPLATE, "text": template}
                                      if template is not None else None),
+                    **extra_args_request(v.extra_args),
+                    **({"declaredEnv": sorted(args.declared_env)} if args.declared_env else {}),
                 }, hf_cache=runtime.cache_dir)
 
             self.serve_checks[node.name] = node.command(
@@ -534,4 +577,9 @@ class VllmServer(pulumi.ComponentResource):
 
         props["memoryFit"] = pulumi.Output.all(args.commit, args.model_bytes).apply(fit)
         props["apiKey"] = pulumi.Output.secret(args.api_key)
+        if v.trust_remote_code:  # the code it runs, repo and commit: policies/rules/remote_code.py
+            props["trustRemoteCode"] = True
+            props["remoteCode"] = [{"repo": args.model, "commit": args.commit}, *(
+                [{"repo": args.drafter.config.repo, "commit": args.drafter.commit}]
+                if args.drafter is not None else [])]
         return props

@@ -36,6 +36,7 @@ from components.model_cache import ModelCache, ModelCacheArgs
 from components.node_runtime import NodeRuntime
 from components.spark_node import Cluster, SparkNode
 from components.stack_secrets import StackSecrets
+from components.vllm_server import model_file_problem
 from config import HealthConfig, ModelConfig, ServiceConfig, chat_template_text
 from hostscripts.paths import VLLM_KEY
 from hostscripts.vllm import (
@@ -114,6 +115,10 @@ class VllmService(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: VllmServiceArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
+        problem = model_file_problem(args.service.reasoning_parser_plugin, args.manifest,
+                                     f"services[{args.service.name}].reasoningParserPlugin")
+        if problem is not None:
+            raise ValueError(problem)
         props = self._props(args)
         super().__init__("spark-vllm:vllm_service:VllmService", name, props, opts)
         svc = args.service
@@ -251,4 +256,7 @@ class VllmService(pulumi.ComponentResource):
         }
         if svc.kv_cache_memory_bytes is not None:
             props["kvCacheMemoryBytes"] = svc.kv_cache_memory_bytes
+        if svc.trust_remote_code:  # the code it runs: policies/rules/remote_code.py
+            props["trustRemoteCode"] = True
+            props["remoteCode"] = [{"repo": svc.repo, "commit": m.commit}]
         return props

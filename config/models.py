@@ -254,11 +254,28 @@ class ImageConfig(ConfigModel):
         return is_digest_ref(self.ref)
 
 
+class DrafterConfig(ConfigModel):
+    """`model.drafter`: the speculative decoding drafter when it is another repository than the
+    served one (EAGLE-3 heads, DFlash drafters, `*-assistant` models), which
+    `vllm.speculativeConfig.model` names. An artifact like the model: resolved at the hub,
+    fetched once at its commit into the same cache (`model.cacheDir`, `model.endpoint`), fanned
+    out and verified on every node, counted in the memory fit, promoted pinned, shown by
+    `spark-vllm status` (components/model_cache.py)."""
+
+    repo: RepoId
+    revision: Revision = "main"
+
+    @property
+    def pinned(self) -> bool:
+        return is_commit(self.revision)
+
+
 class ModelConfig(ConfigModel):
     repo: RepoId
     revision: Revision = "main"
     cache_dir: str = "/root/.cache/huggingface"
     endpoint: str | None = None
+    drafter: DrafterConfig | None = None
 
     @field_validator("cache_dir")
     @classmethod
@@ -640,7 +657,14 @@ class StackConfig(ConfigModel):
 
     def service_model(self, service: ServiceConfig) -> ModelConfig:
         """The service's model, fetched into the same cache from the same hub as the main one."""
-        return self.model.model_copy(update={"repo": service.repo, "revision": service.revision})
+        return self.model.model_copy(update={"repo": service.repo, "revision": service.revision,
+                                             "drafter": None})
+
+    def drafter_model(self) -> ModelConfig | None:
+        """`model.drafter` as a model of its own (the same cache and hub), or None."""
+        d = self.model.drafter
+        return None if d is None else self.model.model_copy(
+            update={"repo": d.repo, "revision": d.revision, "drafter": None})
 
     def services_on(self, node: str) -> list[ServiceConfig]:
         return [s for s in self.services if node in self.service_nodes(s)]

@@ -21,9 +21,12 @@ the stack config reports them at `spark-vllm:vllm.recipe`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import copy
 import functools
 import re
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import yaml
@@ -41,23 +44,9 @@ from config.errors import allowed_keys, describe, key_path
 from config.forms import COMMIT, clip
 from config.recipe_files import RecipeError
 from config.serve import RECIPE_FIELDS, ServeSettings
+from config.types import STACK_ENV as STACK_ENV  # defined there: extraEnv's check needs it
 from config.types import AllowedEnv, ConfigModel, PlainEnv, RepoId
 
-# Environment a recipe may not set: what the stack derives per node (components/nccl.node_env),
-# what the Ray and vLLM containers get from the stack (components/ray_cluster.py,
-# components/vllm_server.py, hostscripts/vllm.py). A recipe value would override a value the
-# stack validated, or be overridden itself without a word.
-# tests/unit/components/test_containers.py keeps this in step with what the containers get.
-STACK_ENV = frozenset({
-    "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
-    "VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS", "MASTER_ADDR",
-    "RAY_memory_monitor_refresh_ms", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "RAY_DEDUP_LOGS",
-    "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IGNORE_CPU_AFFINITY",
-    "HF_HOME", "HF_HUB_OFFLINE", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "VLLM_CACHE_ROOT",
-    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH",
-    "VLLM_CONFIG_ROOT", "VLLM_API_KEY", "VLLM_RPC_BASE_PATH", "RAY_ADDRESS", "VLLM_PORT",
-    "SPARK_VLLM_FIREWALL_PROBE", "AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT",
-})
 _COMMIT_IN_URL = re.compile(rf"/{COMMIT.pattern}(/|$|#)")
 _PINNED_HOSTS = ("https://github.com/", "https://huggingface.co/")
 _PATH = re.compile(r"/[A-Za-z0-9._/-]*")
@@ -75,7 +64,7 @@ def _not_stack_env(v: dict[str, str]) -> dict[str, str]:
 
 RecipeEnv = Annotated[PlainEnv, AfterValidator(_not_stack_env), AllowedEnv]
 """A recipe's environment: plain (no secrets, no control characters), nothing the stack sets
-itself, and only what nccl.extraEnv may hold (config.types.EXTRA_ENV_NAMES and families)."""
+itself, and only what nccl.extraEnv may hold (config.types.extra_env_problem)."""
 
 
 class RecipeSource(ConfigModel):
@@ -134,6 +123,9 @@ class RecipeFile(ConfigModel):
         if both:
             raise ValueError(f"expected each variable in env or launcherEnv, not both ({both})")
         serve = self.serve_settings()
+        if serve.get("reasoning_parser_plugin") and not serve.get("trust_remote_code"):
+            raise ValueError("expected trustRemoteCode with reasoningParserPlugin (the plugin is "
+                             "the model repository's own Python code)")
         if serve.get("enable_auto_tool_choice") and not serve.get("tool_call_parser"):
             raise ValueError("expected toolCallParser with enableAutoToolChoice (vLLM refuses "
                              "--enable-auto-tool-choice without --tool-call-parser)")
@@ -212,8 +204,27 @@ def _load(folder: str, name: str) -> RecipeFile:
     return recipe
 
 
+# A recipe not shipped yet, read under its name by the config while `trial` runs (the importer
+# judges a recipe the way a stack would use it: tools/recipe_import.py)
+_TRIAL: contextvars.ContextVar[RecipeFile | None] = contextvars.ContextVar("trial", default=None)
+
+
+@contextlib.contextmanager
+def trial(recipe: RecipeFile) -> Iterator[None]:
+    """While it runs, `load_recipe(recipe.name)` is `recipe` (validated, not yet shipped): the
+    stack config applies it by name through the same code as a shipped one."""
+    token = _TRIAL.set(recipe)
+    try:
+        yield
+    finally:
+        _TRIAL.reset(token)
+
+
 def load_recipe(name: str) -> RecipeFile:
     """The recipe `name`, validated; RecipeError names what is wrong."""
+    candidate = _TRIAL.get()
+    if candidate is not None and candidate.name == name:
+        return candidate
     known = recipe_files.names()
     if name not in known:
         raise RecipeError([f"expected one of {known} (the recipes in config/recipes_data/)"])

@@ -35,6 +35,7 @@ from config.types import (
     ConfigModel,
     Fraction,
     IPv4,
+    ModelPluginFile,
     ParserName,
     Port,
     ServedName,
@@ -55,8 +56,9 @@ class Argv(enum.Enum):
     NUMBER = "flag value, as the shortest decimal"
     TOGGLE = "flag when true, --no-flag when false"
     SWITCH = "flag when true"
-    JSON = "flag JSON, a drafter pinned to the served commit"
+    JSON = "flag JSON, the drafter pinned to its commit"
     TEMPLATE = "flag and the uploaded template's path, when set"
+    MODEL_FILE = "flag and the file's path in the served commit's snapshot, when set"
     NODE = "with the node's place (vllm.executor mp), not by itself"
     NONE = "nothing: not a flag of vLLM's"
     ARGS = "as given, last"
@@ -110,17 +112,18 @@ class Flag:
 def _extra_args(v: list[str]) -> list[str]:
     for arg in v:
         flag = owned_flag(arg)
+        spelled = _flag_part(arg)
+        as_given = "" if spelled == flag else f" (as {spelled!r})"
+        if flag is not None and flag in FORBIDDEN_FLAGS:
+            raise ValueError(f"expected flags the stack allows; {flag}{as_given} "
+                             f"{FORBIDDEN_FLAGS[flag]} (docs/design.md \"What extraArgs may "
+                             "set\")")
         if flag is not None:
             owner = OWNED_FLAGS[flag]
             how = (" (set that key: the stack validates it there)"
                    if owner.startswith(("spark-vllm:", "the secret")) else "")
-            spelled = "" if arg.split("=", 1)[0] == flag else f" (as {arg.split('=', 1)[0]!r})"
-            raise ValueError(f"expected flags the stack does not set itself; {flag}{spelled} "
+            raise ValueError(f"expected flags the stack does not set itself; {flag}{as_given} "
                              f"is owned by {owner}{how}")
-        if arg.split("=", 1)[0] == "--config":
-            raise ValueError("expected flags the stack does not set itself; --config reads "
-                             "flags from a file the stack cannot check: give them here or "
-                             "in their typed keys")
         if secret_flag(arg) or secret_value(arg):
             # never the value in the message: it would reach the logs and the state
             what = arg.split("=", 1)[0] if secret_flag(arg) else "a value shaped like a token"
@@ -187,10 +190,17 @@ class ServeSettings(ConfigModel):
     """reuse the KV cache of a shared prefix (a service's default: false)"""
     load_format: Annotated[VllmWord, Flag("--load-format", RECIPE | SERVICE)] = "auto"
     """e.g. fastsafetensors"""
+    trust_remote_code: Annotated[bool, Flag(
+        "--trust-remote-code", RECIPE | SERVICE, argv=Argv.SWITCH)] = False
+    """run the model repository's own Python code (its config and modeling files), as many
+    current models need; only with the model (a service's, the drafter) pinned to a 40-hex
+    commit, so the code that runs is the code that was reviewed (the policy pack's
+    remote-code-reviewed)"""
     speculative_config: Annotated[dict[str, Any] | None, Flag(
         "--speculative-config", RECIPE | SERVICE, argv=Argv.JSON)] = None
-    """e.g. {method: mtp, num_speculative_tokens: 1}; the drafter is the served repo's, at the
-    served commit"""
+    """e.g. {method: mtp, num_speculative_tokens: 1}; the drafter is the served repo's at the
+    served commit, or spark-vllm:model.drafter's (another repo: EAGLE-3 heads, DFlash) at its
+    commit"""
     enforce_eager: Annotated[bool, Flag(
         "--enforce-eager", RECIPE | SERVICE, argv=Argv.SWITCH)] = False
     """no CUDA graphs"""
@@ -204,6 +214,12 @@ class ServeSettings(ConfigModel):
     reasoning_parser: Annotated[ParserName | None, Flag(
         "--reasoning-parser", RECIPE | SERVICE)] = None
     """a parser built into vLLM, e.g. qwen3"""
+    reasoning_parser_plugin: Annotated[ModelPluginFile | None, Flag(
+        "--reasoning-parser-plugin", RECIPE | SERVICE, argv=Argv.MODEL_FILE,
+        note=" (a file of the model repository, with trustRemoteCode)")] = None
+    """a reasoning parser the model repository ships as a Python file (e.g.
+    nano_v3_reasoning_parser.py), loaded from the served commit; only with trustRemoteCode (it
+    is the repository's code)"""
     enable_auto_tool_choice: Annotated[bool, Flag(
         "--enable-auto-tool-choice", RECIPE | SERVICE, ("--no-enable-auto-tool-choice",),
         argv=Argv.SWITCH)] = False
@@ -259,17 +275,24 @@ MAIN_ONLY_FIELDS = tuple(k.name for k in SERVE_KEYS if not k.flag.service)
 
 
 def _owned() -> dict[str, str]:
+    mp = "the stack (with vllm.executor mp)"
+    tls = "the gateway (TLS ends there: spark-vllm:gateway.certificate)"
     owned = {
         "--api-key": "the secret spark-vllm:vllmApiKey",
-        "--trust-remote-code": "the stack: off, it never runs a model's own code",
         "--model": "spark-vllm:model.repo", "--revision": "spark-vllm:model.revision",
+        "--code-revision": "spark-vllm:model.revision (the code that runs is the served "
+                           "commit's)",
         "--download-dir": "spark-vllm:model.cacheDir",
+        "--spec-model": f"{NAMESPACE}:vllm.speculativeConfig (its model; another repo is "
+                        "spark-vllm:model.drafter)",
+        "--spec-method": f"{NAMESPACE}:vllm.speculativeConfig (its method)",
         "--nnodes": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
         "-n": "the stack (the nodes of spark-vllm:nodes, with vllm.executor mp)",
-        "--node-rank": "the stack (with vllm.executor mp)",
-        "-r": "the stack (with vllm.executor mp)",
+        "--node-rank": mp, "-r": mp,
         "--master-addr": "the stack (the head's fabric address, with vllm.executor mp)",
         "--headless": "the stack (every node but the head, with vllm.executor mp)",
+        **{f: tls for f in ("--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs",
+                            "--enable-ssl-refresh", "--ssl-cert-reqs", "--ssl-ciphers")},
     }
     for k in SERVE_KEYS:
         for flag in (k.flag.flag, *k.flag.spellings) if k.flag.flag else ():
@@ -281,25 +304,83 @@ def _owned() -> dict[str, str]:
 # validated), so the message names the key to use instead.
 OWNED_FLAGS: dict[str, str] = _owned()
 
+_DATA_PARALLEL = ("starts data-parallel replicas that coordinate through a listener of their "
+                  "own (an address and RPC port beside the API, outside the stack's fabric "
+                  "rules); the stack serves one replica")
+# vLLM flags no stack sets, because they load code or open a door the security design keeps
+# shut (docs/design.md "What extraArgs may set"): refused by name in extraArgs and by the
+# importer, and by their argparse destination in the image (the serve check resolves every
+# token of extraArgs with vLLM's own parser, so no spelling gets around the list).
+FORBIDDEN_FLAGS: dict[str, str] = {
+    "--config": "reads flags from a file the stack cannot check: give them here or in their "
+                "typed keys",
+    "--kv-transfer-config": "imports the KV connector module its JSON names "
+                            "(kv_connector_module_path) and opens the connector's side channel",
+    "--ec-transfer-config": "imports the encoder-cache connector its JSON names and opens its "
+                            "side channel",
+    "--kv-events-config": "publishes KV cache events on a ZMQ endpoint it opens",
+    "--otlp-traces-endpoint": "sends every request's traces to an outside endpoint",
+    "--allowed-local-media-path": "lets a request read files of the node",
+    "--grpc": "serves a gRPC API instead of the HTTP one the gateway guards",
+    "--grpc-port": "opens a second API listener (gRPC) the gateway does not guard",
+    "--uds": "opens the API on a unix socket the gateway does not guard",
+    "--tool-server": "lets the model call tool servers (MCP) at the addresses it names",
+    "--middleware": "imports and runs ASGI middleware by its import path (code)",
+    "--logits-processors": "imports logits processors by their qualified names (code)",
+    "--worker-cls": "imports the worker class it names (code)",
+    "--worker-extension-cls": "imports the worker extension class it names (code)",
+    "--tool-parser-plugin": "loads a Python file as a tool parser (code the image does not "
+                            "carry)",
+    "--io-processor-plugin": "loads an IO processor plugin (code)",
+    "--logging-config": "can load a Python logging configuration, which builds any class it "
+                        "names (code); set VLLM_LOGGING_LEVEL instead",
+    "--log-config-file": "loads a Python logging configuration, which builds any class it "
+                         "names (code); set VLLM_LOGGING_LEVEL instead",
+    "--profiler-config": "opens the profiler's start and stop routes and writes traces on the "
+                         "node",
+    **{f: _DATA_PARALLEL for f in (
+        "--data-parallel-size", "-dp", "--data-parallel-rank", "-dpn",
+        "--data-parallel-start-rank", "-dpr", "--data-parallel-size-local", "-dpl",
+        "--data-parallel-address", "-dpa", "--data-parallel-rpc-port", "-dpp",
+        "--data-parallel-backend", "-dpb", "--data-parallel-hybrid-lb", "-dph",
+        "--data-parallel-external-lb", "-dpe", "--data-parallel-multi-port-external-lb",
+        "--data-parallel-supervisor-port")},
+}
+
+# Every spelling extraArgs is judged against here (the image judges their destinations)
+_KNOWN: tuple[str, ...] = (*OWNED_FLAGS, *FORBIDDEN_FLAGS)
+# Single-dash options argparse reads with the value attached (`-n2` is `-n 2`): two characters
+_SHORT = tuple(f for f in _KNOWN if len(f) == 2 and f[0] == "-" and f[1] != "-")
+
+
+def _flag_part(arg: str) -> str:
+    return arg.split("=", 1)[0]
+
 
 def owned_flag(arg: str) -> str | None:
-    """The OWNED_FLAGS entry `arg` would set in vLLM's parser, or None.
+    """The OWNED_FLAGS or FORBIDDEN_FLAGS entry `arg` would set in vLLM's parser, or None.
 
     vLLM's parser (vllm/utils/argparse_utils.py FlexibleArgumentParser, an argparse parser with
     its default allow_abbrev) reads `--api_key` as `--api-key`, `--speculative-config.x` as a
-    key of `--speculative-config`, and an unambiguous prefix (`--hos`) as the whole flag; each
-    of those spellings is matched here too."""
+    key of `--speculative-config`, an unambiguous prefix (`--hos`) as the whole flag, and a
+    two-character option with its value attached (`-n2`, `-r1`) as that option; each of those
+    spellings is matched here too. The serve check in the image has the last word: it resolves
+    every token of extraArgs to its argparse destination (hostscripts/payloads/image_probe.py)."""
     if not arg.startswith("-") or arg in ("-", "--"):
         return None
-    name = arg.split("=", 1)[0]
-    if name in OWNED_FLAGS:
+    name = _flag_part(arg)
+    if name in _KNOWN:
         return name
     if not name.startswith("--"):
-        return None
+        base = name.split(".", 1)[0]  # -cc.mode: a key of -cc
+        if base in _KNOWN:
+            return base
+        attached = [f for f in _SHORT if name.startswith(f)]
+        return attached[0] if attached else None
     name = "--" + name[2:].split(".", 1)[0].replace("_", "-")
-    if name in OWNED_FLAGS:
+    if name in _KNOWN:
         return name
-    prefixed = [f for f in OWNED_FLAGS if f.startswith("--") and f.startswith(name)]
+    prefixed = [f for f in _KNOWN if f.startswith("--") and f.startswith(name)]
     # more than one: vLLM refuses the ambiguous abbreviation itself
     return prefixed[0] if len(name) > 3 and len(prefixed) == 1 else None
 

@@ -17,7 +17,14 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt
 from pydantic.alias_generators import to_camel
 
 from config import recipe_files
-from config.forms import IMAGE_ID, check_port, check_ref_name, secret_env_name, secret_value
+from config.forms import (
+    IMAGE_ID,
+    check_port,
+    check_ref_name,
+    check_repo_path,
+    secret_env_name,
+    secret_value,
+)
 
 
 class ConfigModel(BaseModel):
@@ -82,6 +89,17 @@ def _parser(v: str) -> str:
     if not re.fullmatch(r"[a-z0-9][a-z0-9_]{0,63}", v):
         raise ValueError("expected the name of a parser built into vLLM, e.g. qwen3 or "
                          "qwen3_coder (lowercase letters, digits and '_')")
+    return v
+
+
+_PLUGIN_FILE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*(/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\.py")
+
+
+def _plugin_file(v: str) -> str:
+    if check_repo_path(v) is not None or not _PLUGIN_FILE.fullmatch(v) or len(v) > 255:
+        raise ValueError("expected the path of a Python file inside the model repository, e.g. "
+                         "nano_v3_reasoning_parser.py (relative, letters, digits, '_', '.', "
+                         "'-', ending .py)")
     return v
 
 
@@ -157,24 +175,71 @@ def _plain_env(v: dict[str, str]) -> dict[str, str]:
 
 
 # nccl.extraEnv (and a recipe's env/launcherEnv, merged into it) reaches every Ray and vLLM
-# container of every node. Only the communication libraries' own families, without the variables
-# that make them load a library or plugin or read or write a file, and a short list of exact
-# names, each with its reason. Anything else (VLLM_SERVER_DEV_MODE's routes outside the API key
-# check, PYTHONPATH or LD_PRELOAD into the model cache, VLLM_PLUGINS, ...) is refused.
-EXTRA_ENV_FAMILIES = ("NCCL_", "UCX_", "GLOO_")
-_LOADS_OR_NAMES_A_FILE = re.compile(r"PLUGIN|MODULE|_(FILE|PATH|DIR|LIB|SO)(_|$)")
-EXTRA_ENV_NAMES: dict[str, str] = {
-    "PYTORCH_ALLOC_CONF": "PyTorch's allocator settings (expandable segments on unified memory; "
-                          "the 122B recipe sets it)",
-    "PYTORCH_CUDA_ALLOC_CONF": "the same settings under the name older PyTorch reads",
-    "VLLM_LOGGING_LEVEL": "how much vLLM logs (the lab's recipe sets it)",
-    "VLLM_FLASHINFER_MOE_BACKEND": "FlashInfer's MoE kernel choice, for images whose vLLM reads it "
-                                   "(config/recipes_data/qwen3.5-122b-a10b-fp8.yaml says why "
-                                   "the recipe leaves it out)",
-    "VLLM_USE_DEEP_GEMM": "a kernel choice (DeepGEMM for FP8 matmuls)",
-    "VLLM_MARLIN_USE_ATOMIC_ADD": "a kernel choice (Marlin's reduction)",
-    "VLLM_USE_FLASHINFER_SAMPLER": "a kernel choice (FlashInfer's sampler)",
+# container of every node. What it may hold (docs/design.md "What extraEnv may set"): the
+# families of the libraries the stack runs (vLLM's own, torch's, OpenMP's, CUDA's and the
+# communication libraries'), less the names that make a library load code, read or write a file
+# or folder, or reach or open an address, and less a short list of names, each with its reason
+# (EXTRA_ENV_DENIED). Whether a VLLM_* name is one the serving image's vLLM reads is the image's
+# to say: the serve check in the image (hostscripts/payloads/image_probe.py) refuses a declared
+# variable its vLLM does not know, naming it. Anything outside the families (PYTHONPATH,
+# LD_PRELOAD, a launcher's own variables) is refused.
+# Environment nccl.extraEnv and a recipe may not set: what the stack derives per node
+# (components/nccl.node_env), what the Ray and vLLM containers get from the stack
+# (components/ray_cluster.py, components/vllm_server.py, hostscripts/vllm.py). A recipe value
+# would override a value the stack validated, or be overridden itself without a word.
+# tests/unit/components/test_containers.py keeps this in step with what the containers get.
+STACK_ENV = frozenset({
+    "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME", "UCX_NET_DEVICES",
+    "VLLM_HOST_IP", "RAY_NODE_IP_ADDRESS", "RAY_OVERRIDE_NODE_IP_ADDRESS", "MASTER_ADDR",
+    "RAY_memory_monitor_refresh_ms", "NCCL_DEBUG", "NCCL_DEBUG_SUBSYS", "RAY_DEDUP_LOGS",
+    "NCCL_IB_HCA", "NCCL_IB_DISABLE", "NCCL_IGNORE_CPU_AFFINITY",
+    "HF_HOME", "HF_HUB_OFFLINE", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "VLLM_CACHE_ROOT",
+    "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "FLASHINFER_WORKSPACE_BASE", "CUDA_CACHE_PATH",
+    "VLLM_CONFIG_ROOT", "VLLM_API_KEY", "VLLM_RPC_BASE_PATH", "RAY_ADDRESS", "VLLM_PORT",
+    "SPARK_VLLM_FIREWALL_PROBE", "AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT",
+})
+EXTRA_ENV_FAMILIES = ("VLLM_", "TORCH_", "PYTORCH_", "OMP_", "CUDA_", "NCCL_", "UCX_", "GLOO_")
+# The communication libraries' families: a recipe's launcherEnv (the importer puts them there)
+LAUNCHER_ENV_FAMILIES = ("NCCL_", "UCX_", "GLOO_")
+# A name that says the variable loads code (a plugin, module or library; a preload), names a
+# file, folder or home to read or write, reaches or opens an address (a host, IP, port, URL,
+# endpoint, server, a remote or Redis cache), or runs a command.
+_LOADS_CODE_OR_OPENS_A_DOOR = re.compile(
+    r"PLUGIN|MODULE|LIBRAR|PRELOAD|REMOTE|REDIS"
+    r"|_(FILE|PATH|DIR|DIRECTORY|LIB|SO|HOME|ROOT|FOLDER)S?(_|$)"
+    r"|_(HOST|HOSTNAME|IP|ADDR|ADDRESS|PORT|URL|URI|ENDPOINT|SERVER|SOCKET)S?(_|$)"
+    r"|_(COMMAND|CMD|EXEC|SCRIPT)(_|$)")
+EXTRA_ENV_DENIED: dict[str, str] = {
+    "VLLM_SERVER_DEV_MODE": "opens vLLM's development routes (/reset_prefix_cache, /sleep, "
+                            "/collective_rpc...) beside the API",
+    "VLLM_ALLOW_INSECURE_SERIALIZATION": "lets vLLM's processes unpickle what they receive "
+                                         "(pickle runs code)",
+    "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "opens routes that load LoRA adapters from any path or "
+                                        "repository at request time",
+    "VLLM_LORA_RESOLVER_HF_REPO_LIST": "loads LoRA adapters from hub repositories at request "
+                                       "time, beside what the stack fetched and verified",
+    "VLLM_USE_MODELSCOPE": "fetches models from ModelScope instead of the cache the stack "
+                           "filled and verified",
+    "VLLM_TRACE_FUNCTION": "traces every call into files on the node",
+    "VLLM_DEBUG_LOG_API_SERVER_RESPONSE": "writes every response's content into the log, "
+                                          "which `spark-vllm logs` and anyone reading it see",
+    "VLLM_RAY_EXTRA_ENV_VARS_TO_COPY": "copies the driver's variables to every Ray worker, over "
+                                       "the per-node ones the stack sets",
+    "VLLM_RAY_EXTRA_ENV_VAR_PREFIXES_TO_COPY": "copies the driver's variables to every Ray "
+                                               "worker, over the per-node ones the stack sets",
+    "VLLM_ASSETS_CACHE": "a folder vLLM downloads assets into and reads them from",
+    "VLLM_MEDIA_CACHE": "a folder vLLM writes fetched media into and reads them from",
+    "VLLM_MEDIA_CONNECTOR": "chooses the class that fetches media (a connector of its own "
+                            "registry)",
+    "VLLM_ENABLE_RESPONSES_API_STORE": "keeps every response in the API server's memory, "
+                                       "retrievable by ID",
+    "CUDA_VISIBLE_DEVICES": "Ray and vLLM give each rank its GPU; another list hides it",
+    "NCCL_COMM_ID": "makes NCCL's bootstrap listen on the address it names",
 }
+# VLLM_DP_*: data parallelism's rank, size and master address: replicas that open a coordination
+# listener of their own (the stack runs one replica; the parallelism is its own keys')
+_DENIED_PREFIXES = {"VLLM_DP_": "data parallelism's ranks and master address: replicas that "
+                                "open a coordination listener of their own"}
 
 
 # Names of the allowed families that run a command, write a file or choose a listener, each with
@@ -203,27 +268,40 @@ EXTRA_ENV_REFUSED: dict[str, str] = {
 
 def extra_env_problem(name: str) -> str | None:
     """Why `name` may not be set through nccl.extraEnv or a recipe's env, or None."""
-    if name in EXTRA_ENV_NAMES:
-        return None
+    if name in STACK_ENV:
+        return "the stack sets it itself"
     if name in EXTRA_ENV_REFUSED:
         return EXTRA_ENV_REFUSED[name]
-    if name.startswith(EXTRA_ENV_FAMILIES):
-        if _LOADS_OR_NAMES_A_FILE.search(name):
-            return "names a library, plugin or file the library would load, read or write"
-        return None
-    return "not in the allowed families or names"
+    if name in EXTRA_ENV_DENIED:
+        return EXTRA_ENV_DENIED[name]
+    for prefix, why in _DENIED_PREFIXES.items():
+        if name.startswith(prefix):
+            return why
+    if not name.startswith(EXTRA_ENV_FAMILIES):
+        families = ", ".join(f + "*" for f in EXTRA_ENV_FAMILIES)
+        return f"not in the families the stack passes ({families})"
+    if _LOADS_CODE_OR_OPENS_A_DOOR.search(name):
+        return ("names code to load, a file or folder, an address, a port or a command "
+                "(PLUGIN, MODULE, _PATH, _DIR, _HOST, _PORT, _URL, ...)")
+    return None
 
 
 def _allowed_env(v: dict[str, str]) -> dict[str, str]:
+    owned = sorted(k for k in v if k in STACK_ENV)
+    if owned:
+        raise ValueError(
+            f"expected variables the stack does not set itself ({', '.join(owned)}): the "
+            "stack derives them per node from the fabric it configures (components/nccl."
+            "node_env) or from its own keys (nccl.debug, nccl.rdma), or sets them in the "
+            "containers")
     bad = sorted(k for k in v if extra_env_problem(k) is not None)
     if bad:
-        why = "".join(f"; {k}: {EXTRA_ENV_REFUSED[k]}" for k in bad if k in EXTRA_ENV_REFUSED)
         raise ValueError(
-            f"expected only NCCL_*, UCX_*, GLOO_* variables (none that names a library, plugin or "
-            f"file, runs a command or chooses a listener) and {', '.join(EXTRA_ENV_NAMES)} "
-            f"({', '.join(bad)}): the values reach every container of the stack, where others "
-            "could open vLLM's development routes or load code from the model cache "
-            f"(docs/design.md \"What extraEnv may set\"){why}"
+            "expected only " + ", ".join(f + "*" for f in EXTRA_ENV_FAMILIES) + " variables, "
+            "none that loads code, names a file, folder, address or command, and none of "
+            "config.types.EXTRA_ENV_DENIED (" + "; ".join(
+                f"{k}: {extra_env_problem(k)}" for k in bad) + "): the values reach every "
+            "container of the stack (docs/design.md \"What extraEnv may set\")"
         )
     return v
 
@@ -244,12 +322,16 @@ VllmWord = Annotated[str, AfterValidator(_vllm_word)]
 """A vLLM enum value such as fp8 or fastsafetensors (--kv-cache-dtype, --load-format)."""
 ParserName = Annotated[str, AfterValidator(_parser)]
 """The name of a parser built into vLLM (--reasoning-parser, --tool-call-parser)."""
+ModelPluginFile = Annotated[str, AfterValidator(_plugin_file)]
+"""A Python file of the model repository (a reasoning parser plugin), loaded from the served
+commit's snapshot."""
 ChatTemplateName = Annotated[str, AfterValidator(_chat_template)]
 """A chat template shipped in config/recipes_data/ (`<name>.jinja`), readable as a template."""
 PlainEnv = Annotated[dict[str, str], AfterValidator(_plain_env)]
 """Environment variables in plain text: names, no secrets, no control characters."""
 AllowedEnv = AfterValidator(_allowed_env)
-"""The check of nccl.extraEnv and a recipe's env: only EXTRA_ENV_FAMILIES and EXTRA_ENV_NAMES."""
+"""The check of nccl.extraEnv and a recipe's env: EXTRA_ENV_FAMILIES less what loads code or
+opens a door (extra_env_problem)."""
 ExtraEnv = Annotated[PlainEnv, AllowedEnv]
 """nccl.extraEnv: plain environment of the allowed families and names only."""
 ImageRef = Annotated[str, AfterValidator(_image_ref)]

@@ -151,19 +151,8 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
     problems += _monitoring_checks(cfg)
     problems += _firewall_checks(cfg)
 
-    spec = cfg.vllm.speculative_config or {}
-    spec_key = key_path(("vllm", "speculativeConfig"))
-    if "model" in spec and spec["model"] != cfg.model.repo:
-        problems.append(
-            f"{spec_key}.model: got {clip(spec['model'])}; expected the served repo "
-            f"{cfg.model.repo!r} or no model (MTP): the stack fetches only spark-vllm:model.repo, "
-            "so a drafter from another repo would be missing on the offline nodes"
-        )
-    if "revision" in spec:
-        problems.append(
-            f"{spec_key}.revision: got {clip(spec['revision'])}; expected no revision: the "
-            "stack pins the drafter to the commit it serves (spark-vllm:model.revision)"
-        )
+    problems += _drafter_checks(cfg)
+    problems += _remote_code_checks(cfg)
 
     if cfg.vllm.enable_auto_tool_choice and not cfg.vllm.tool_call_parser:
         problems.append(
@@ -190,6 +179,12 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
                     "the real "
                     "host key (ssh-keyscan -t ed25519 <host>) in prod, not a placeholder"
                 )
+        drafter = cfg.model.drafter
+        if drafter is not None and not drafter.pinned:
+            problems.append(
+                f"{key_path(('model', 'drafter', 'revision'))}: got {drafter.revision!r}; "
+                "expected a 40-hex commit in prod (promote the commit resolved in staging)"
+            )
         for i, svc in enumerate(cfg.services):
             if not svc.pinned:
                 problems.append(
@@ -210,6 +205,88 @@ def _cross_checks(cfg: StackConfig) -> list[str]:
             f"{', '.join(others)}): the model commands write it as that user, and another user "
             "could plant links in it for them to follow (the nodes check it again)"
         )
+    return problems
+
+
+def _drafter_checks(cfg: StackConfig) -> list[str]:
+    """The speculative drafter: the served repo's (MTP heads) at the served commit, or
+    `model.drafter` (another repo) at its own; the stack pins either, so no config names a
+    revision. A service's drafter is its own repo's."""
+    problems: list[str] = []
+    spec = cfg.vllm.speculative_config or {}
+    spec_key = key_path(("vllm", "speculativeConfig"))
+    drafter = cfg.model.drafter
+    named = spec.get("model")
+    if named is not None and named != cfg.model.repo and (drafter is None
+                                                           or named != drafter.repo):
+        declared = (f"spark-vllm:model.drafter.repo is {drafter.repo!r}" if drafter is not None
+                    else "declare it as spark-vllm:model.drafter {repo: " + str(named)
+                    + ", revision: <40-hex commit>}")
+        problems.append(
+            f"{spec_key}.model: got {clip(named)}; expected the served repo "
+            f"{cfg.model.repo!r}, no model (MTP) or the declared drafter ({declared}): the stack "
+            "fetches, verifies and pins only the repos it declares, and the nodes serve offline"
+        )
+    if drafter is not None and named != drafter.repo:
+        problems.append(
+            f"{key_path(('model', 'drafter'))}: got repo {drafter.repo!r}; expected "
+            f"{spec_key}.model to name it (got {clip(named)}): a drafter no speculative config "
+            "uses would be fetched to every node for nothing"
+        )
+    if drafter is not None and drafter.repo == cfg.model.repo:
+        problems.append(
+            f"{key_path(('model', 'drafter', 'repo'))}: got {drafter.repo!r}, the served repo; "
+            "expected another repo (the served repo's drafter is served at its commit: leave "
+            "model.drafter out)"
+        )
+    if "revision" in spec:
+        problems.append(
+            f"{spec_key}.revision: got {clip(spec['revision'])}; expected no revision: the "
+            "stack pins the drafter to its commit (spark-vllm:model.revision, or "
+            "spark-vllm:model.drafter.revision)"
+        )
+    for i, svc in enumerate(cfg.services):
+        sspec = svc.speculative_config or {}
+        where = key_path(("services", i, "speculativeConfig"))
+        if sspec.get("model", svc.repo) != svc.repo:
+            problems.append(
+                f"{where}.model: got {clip(sspec['model'])}; expected the service's repo "
+                f"{svc.repo!r} or no model: a service's drafter from another repo is not "
+                "fetched (spark-vllm:model.drafter is the main model's)"
+            )
+        if "revision" in sspec:
+            problems.append(f"{where}.revision: got {clip(sspec['revision'])}; expected no "
+                            "revision: the stack pins the drafter to the service's commit")
+    return problems
+
+
+def _remote_code_checks(cfg: StackConfig) -> list[str]:
+    """trustRemoteCode runs a model repo's own Python code: only from a commit (the code that
+    was reviewed), never a branch or tag that can move to code nobody looked at."""
+    problems: list[str] = []
+
+    def unpinned(what: str, revision: str, where: tuple[str | int, ...]) -> str:
+        return (f"{key_path(where)}: got {revision!r}; expected a 40-hex commit with "
+                f"trustRemoteCode (vLLM runs {what}'s own Python code: pinned, the code that "
+                "runs is the code that was reviewed; a branch or tag can move to other code)")
+
+    for where, settings in ((("vllm",), cfg.vllm),
+                            *((("services", i), svc) for i, svc in enumerate(cfg.services))):
+        if settings.reasoning_parser_plugin and not settings.trust_remote_code:
+            problems.append(
+                f"{key_path((*where, 'reasoningParserPlugin'))}: got "
+                f"{settings.reasoning_parser_plugin!r}; expected "
+                f"{key_path((*where, 'trustRemoteCode'))} true with it: the plugin is the model "
+                "repository's own Python code, loaded from the pinned commit")
+    if cfg.vllm.trust_remote_code:
+        if not cfg.model.pinned:
+            problems.append(unpinned(cfg.model.repo, cfg.model.revision, ("model", "revision")))
+        d = cfg.model.drafter
+        if d is not None and not d.pinned:
+            problems.append(unpinned(d.repo, d.revision, ("model", "drafter", "revision")))
+    for i, svc in enumerate(cfg.services):
+        if svc.trust_remote_code and not svc.pinned:
+            problems.append(unpinned(svc.repo, svc.revision, ("services", i, "revision")))
     return problems
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from config.models import LivenessConfig
@@ -15,11 +16,18 @@ from hostscripts.common import (
     payload,
     plain,
     q,
+    repo_dir,
     secret_file_write,
     stack_file_remove,
 )
 from hostscripts.firewall import probe_launcher
-from hostscripts.paths import LEGACY_VLLM_KEY_FILE, LIVENESS_STARTS, VLLM_KEY, StackNames
+from hostscripts.paths import (
+    HF_MOUNT,
+    LEGACY_VLLM_KEY_FILE,
+    LIVENESS_STARTS,
+    VLLM_KEY,
+    StackNames,
+)
 
 _HEALTH_PY = payload("vllm_health.py")
 _RANK_WATCH_PY = payload("vllm_rank_watch.py")
@@ -40,12 +48,14 @@ START_MARKER = "=== spark-vllm: vllm serve starts ==="
 
 
 def vllm_argv(settings: ServeSettings, *, model: str, commit: str, backend: str | None = None,
-              node_flags: Sequence[str] = ()) -> list[str]:
+              node_flags: Sequence[str] = (), drafter: Drafter | None = None) -> list[str]:
     """The `vllm serve` command line of `settings`, one serve key after the other as
     config/serve.py declares them (their Argv and Place). The API key is not here: it comes from
     VLLM_API_KEY.
 
-    `model` at `commit` is what vLLM serves (--revision); `backend`: vLLM's
+    `model` at `commit` is what vLLM serves (--revision); `drafter`: the speculative drafter of
+    another repo (config model.drafter) and its commit, which its speculative config is pinned
+    to; `backend`: vLLM's
     --distributed-executor-backend when not `settings.executor` (a service runs `uni`);
     `node_flags`: this node's place in a multi-node mp run (mp_node_flags), before where it
     listens. `settings.tensor_parallel_size` and `settings.host` must be resolved
@@ -63,7 +73,7 @@ def vllm_argv(settings: ServeSettings, *, model: str, commit: str, backend: str 
         value = getattr(settings, key.name)
         if key.name == "executor" and backend is not None:
             value = backend
-        places[key.flag.place] += _rendered(key, value, model, commit)
+        places[key.flag.place] += _rendered(key, value, model, commit, drafter)
     return ["vllm", "serve", model, *places[Place.MODEL], "--revision", commit,
             *places[Place.FLAGS], *node_flags, *places[Place.LISTEN], *places[Place.LAST]]
 
@@ -75,7 +85,8 @@ def key_flags(name: str, value: Any, *, model: str, commit: str | None) -> list[
     return _rendered(next(k for k in SERVE_KEYS if k.name == name), value, model, commit)
 
 
-def _rendered(key: ServeKey, value: Any, model: str, commit: str | None) -> list[str]:
+def _rendered(key: ServeKey, value: Any, model: str, commit: str | None,
+              drafter: Drafter | None = None) -> list[str]:
     """One serve key on the command line (config/serve.Argv says how)."""
     flag, how = key.flag.flag, key.flag.argv
     if how is Argv.ARGS:
@@ -93,11 +104,20 @@ def _rendered(key: ServeKey, value: Any, model: str, commit: str | None) -> list
     if how is Argv.JSON:
         if not value:
             return []
-        spec = dict(value) if commit is None else pinned_speculative_config(value, model, commit)
+        spec = (dict(value) if commit is None
+                else pinned_speculative_config(value, model, commit, drafter))
         return [flag, json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     if how is Argv.TEMPLATE:
         return [flag, CHAT_TEMPLATE]
+    if how is Argv.MODEL_FILE:
+        return [flag, str(value) if commit is None else model_file(model, commit, str(value))]
     return [flag, str(value)]
+
+
+def model_file(repo: str, commit: str, path: str) -> str:
+    """Where a file of `repo` at `commit` is inside the stack's containers (the HF cache at
+    HF_MOUNT, read-only; the model commands put every file of the commit there)."""
+    return f"{HF_MOUNT}/hub/{repo_dir(repo)}/snapshots/{commit}/{path}"
 
 
 def mp_node_flags(nnodes: int, rank: int, master_addr: str, master_port: int) -> list[str]:
@@ -112,25 +132,40 @@ def mp_node_flags(nnodes: int, rank: int, master_addr: str, master_port: int) ->
 NO_DRAFTER_WEIGHTS = frozenset({"ngram", "ngram_gpu", "suffix"})
 
 
+@dataclass(frozen=True)
+class Drafter:
+    """A speculative drafter of another repo (config model.drafter) at the commit the stack
+    fetched and verified on every node."""
+
+    repo: str
+    commit: str
+
+
 def pinned_speculative_config(
-    spec: Mapping[str, Any], model: str, commit: str
+    spec: Mapping[str, Any], model: str, commit: str, drafter: Drafter | None = None
 ) -> dict[str, Any]:
-    """The speculative config with the drafter pinned to the served commit.
+    """The speculative config with the drafter pinned to its commit: the served commit for a
+    drafter of the served repo, `drafter.commit` for the declared drafter of another repo.
 
     vLLM builds the drafter's ModelConfig with the speculative config's own `revision` (default
     None), never the target's `--revision`: with HF_HUB_OFFLINE=1 and a cache that has no
     refs/main (a pinned commit fetched by the stack), a drafter read from the target's repo
     (MTP heads, or `draft_model` with the same repo) finds nothing, or silently follows
     refs/main to another commit. So when the drafter comes from the served repo and the config
-    names no revision, it gets the served commit. Config validation refuses a drafter from
-    another repo (the stack fetches only model.repo) and a revision of its own.
+    names no revision, it gets the served commit; the declared drafter of another repo gets its
+    own. Config validation refuses any other drafter repo (the stack fetches only what it
+    declares) and a revision of the config's own.
     """
     out = dict(spec)
     method = out.get("method")
     if method in NO_DRAFTER_WEIGHTS and "model" not in out:
         return out
-    if out.get("model", model) == model and "revision" not in out:
+    if "revision" in out:
+        return out
+    if out.get("model", model) == model:
         out["revision"] = commit
+    elif drafter is not None and out["model"] == drafter.repo:
+        out["revision"] = drafter.commit
     return out
 
 

@@ -35,6 +35,10 @@ class ServeCheck(BaseModel):
     reason: str | None = None  # why the check could not run
     unknown_env: list[str] = Field(default_factory=list, alias="unknownEnv")
     bad_env: dict[str, str] = Field(default_factory=dict, alias="badEnv")
+    # extraArgs as the image's parser read them: [destination, option as spelled] per token, and
+    # what of them set a destination the stack owns or forbids (config/serve.py)
+    extra_dests: list[list[str]] = Field(default_factory=list, alias="extraDests")
+    extra_refused: list[str] = Field(default_factory=list, alias="extraRefused")
 
     def line(self) -> str:
         if not self.checked:
@@ -47,6 +51,8 @@ class ServeCheck(BaseModel):
             text += f"; unknown to vLLM: {', '.join(self.unknown_env)}"
         if self.bad_env:
             text += f"; refused values: {', '.join(sorted(self.bad_env))}"
+        if self.extra_refused:
+            text += f"; extraArgs refused: {'; '.join(self.extra_refused)}"
         return text
 
 

@@ -565,8 +565,11 @@ def vllm_gets(mem: MemoryFacts) -> tuple[int, list[str]]:
 
 
 def _need_text(cfg: StackConfig, est: Estimate, model_bytes: int) -> str:
+    """`model_bytes`: the weights the ranks load (the model's, and model.drafter's with it)."""
     tp, pp = est.tensor_parallel_size, est.pipeline_parallel_size
-    text = f"weights {gib(est.weights_bytes or 0)} (model {gib(model_bytes)}/(tp {tp} x pp {pp}))"
+    what = "model and drafter" if cfg.model.drafter is not None else "model"
+    text = (f"weights {gib(est.weights_bytes or 0)} ({what} {gib(model_bytes)}/(tp {tp} x pp "
+            f"{pp}))")
     if est.kv_cache_memory_bytes is not None:
         text += f" + KV cache {gib(est.kv_held_bytes)} (vllm.kvCacheMemoryBytes)"
     elif est.kv_known:
@@ -805,12 +808,13 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
     return out
 
 
-def check_disk(cfg: StackConfig, f: NodeFacts,
-               model_bytes: int | None) -> tuple[list[Finding], int]:
-    """-> (errors, bytes of the model still to fetch on this node)."""
+def check_disk(cfg: StackConfig, f: NodeFacts, model_bytes: int | None,
+               repo_id: str | None = None, reserved: int = 0) -> tuple[list[Finding], int]:
+    """-> (errors, bytes of the model (or of `repo_id`, the drafter) still to fetch on this
+    node); `reserved`: free bytes already spoken for (the model's, when this is the drafter)."""
     if not model_bytes:
         return [], 0
-    repo = f.hf_repo(cfg.model.repo)
+    repo = f.hf_repo(repo_id or cfg.model.repo)
     have = repo.size_bytes if repo else 0
     need = max(0, model_bytes - have)
     if need == 0:
@@ -820,10 +824,12 @@ def check_disk(cfg: StackConfig, f: NodeFacts,
                         fact=f"free disk at {cfg.model.cache_dir} unknown ({f.unreadable['disk']})",
                         fix=f"check that `df -B1 --output=avail {cfg.model.cache_dir}` works on "
                             "the node")], need
-    if f.disk_free_bytes < need:
+    if f.disk_free_bytes - reserved < need:
+        also = f" ({gib(reserved)} of it for the model)" if reserved else ""
         return [Finding(
             node=f.node, check="disk",
-            fact=f"disk: {gib(f.disk_free_bytes)} free at {cfg.model.cache_dir}, the model needs "
+            fact=f"disk: {gib(f.disk_free_bytes)} free at {cfg.model.cache_dir}{also}, "
+                 f"{'the model' if repo_id is None else repo_id} needs "
                  f"{gib(need)} more ({gib(model_bytes)} total, {gib(have)} already cached)",
             fix=f"free space on the filesystem holding {cfg.model.cache_dir}, or point "
                 "spark-vllm:model.cacheDir at a larger disk")], need
@@ -871,13 +877,17 @@ def notes(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]
 def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
           model_bytes: int | None = None, stack_label: str | None = None,
           shape: ModelShape | None = None, services: ServiceModels | None = None,
-          now: float | None = None) -> Plan:
+          now: float | None = None, drafter_bytes: int | None = None) -> Plan:
     """Run every check over every node; return the Plan or raise PreflightError (all findings).
 
     stack_label (`<project>/<stack>`) picks the stopped-container markers that are this stack's.
     shape: the model's config.json read by the hub lookup (None: the KV cache is not counted).
     services: per service name, its model's bytes and shape (the hub lookups of its repo).
+    drafter_bytes: model.drafter's bytes at the hub (another repo's speculative drafter): its
+    weights are loaded beside the model's on every rank, so the memory fit counts them with the
+    model's, and the disk check its files still to fetch.
     """
+    weights = model_bytes + (drafter_bytes or 0) if model_bytes else None
     errors: list[Finding] = []
     warnings: list[Finding] = []
     stops: dict[str, list[ContainerFacts]] = {}
@@ -920,17 +930,22 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
         warnings += w
         if stopping:
             stops[f.node] = stopping
-        e, budgets[f.node], usable[f.node] = check_memory(cfg, f, stopping, model_bytes, shape,
+        e, budgets[f.node], usable[f.node] = check_memory(cfg, f, stopping, weights, shape,
                                                           services, stack_label)
         errors += e
         errors += check_shares(cfg, f, services or {})
         errors += check_other_stacks(cfg, f, stack_label)
         e, missing[f.node] = check_disk(cfg, f, model_bytes)
         errors += e
+        if cfg.model.drafter is not None and drafter_bytes:
+            e, more = check_disk(cfg, f, drafter_bytes, cfg.model.drafter.repo,
+                                 reserved=missing[f.node])
+            errors += e
+            missing[f.node] += more
         warnings += notes(cfg, node_cfg, f)
         warnings += check_crash_loops(cfg, f, time.time() if now is None else now)
 
-    estimate = memory_estimate(cfg, model_bytes, shape) if model_bytes else None
+    estimate = memory_estimate(cfg, weights, shape) if weights else None
     if (estimate is not None and shape is not None and not shape.known and surveyed
             and estimate.kv_cache_memory_bytes is None):
         warnings.append(Finding(
@@ -958,12 +973,14 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
         model: ModelManifest | Callable[[], ModelManifest] | None = None,
         runner: Runner | None = None,
         services: Manifests | Callable[[], Manifests] | None = None,
+        drafter: ModelManifest | Callable[[], ModelManifest] | None = None,
         ) -> tuple[dict[str, NodeFacts], Plan]:
     """Survey every node and check it: what __main__ calls before registering any resource.
 
     Unreachable nodes are reported together with every other failed check. `model`: the main
     model at the hub (its bytes and its config.json's shape feed the memory and disk checks);
-    `services`: each service's, by name. Either may be a callable, called once the nodes are
+    `services`: each service's, by name; `drafter`: model.drafter's (its bytes count with the
+    model's). Each may be a callable, called once the nodes are
     surveyed (__main__ asks the hub meanwhile, so a preview waits for the slower of the two, not
     for both). None: not known (the checks that need it say so or skip).
     """
@@ -979,7 +996,10 @@ def run(cfg: StackConfig, *, key_path: str | None = None,
         model = model()
     if callable(services):
         services = services()
+    if callable(drafter):
+        drafter = drafter()
     plan = check(cfg, results, model_bytes=model.total_bytes if model is not None else None,
                  stack_label=label, shape=model.shape if model is not None else None,
-                 services={n: (m.total_bytes, m.shape) for n, m in (services or {}).items()})
+                 services={n: (m.total_bytes, m.shape) for n, m in (services or {}).items()},
+                 drafter_bytes=drafter.total_bytes if drafter is not None else None)
     return {k: v for k, v in results.items() if isinstance(v, NodeFacts)}, plan

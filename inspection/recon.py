@@ -111,8 +111,10 @@ def snippet(name: str) -> str:
 
 
 def stack_repos(cfg: StackConfig) -> list[str]:
-    """The model repos the stack serves (the main model's, then each service's), each once."""
-    return list(dict.fromkeys([cfg.model.repo, *(s.repo for s in cfg.services)]))
+    """The model repos the stack serves (the main model's, its drafter's of another repo, then
+    each service's), each once."""
+    drafter = [cfg.model.drafter.repo] if cfg.model.drafter is not None else []
+    return list(dict.fromkeys([cfg.model.repo, *drafter, *(s.repo for s in cfg.services)]))
 
 
 def new_nonce() -> str:

@@ -18,6 +18,9 @@ fresh nonce, every command under `timeout`), with these sections:
 - `firewall` (with `firewall.enabled`): the stack's nftables table as JSON (`nft -j list
   table`; hostscripts/firewall.counters_script), read for what each rule dropped; a table that
   is not loaded, or an answer that cannot be read, is a problem of the node;
+- `drafter` (only with `model.drafter`): the node's HF cache listing for the speculative
+  drafter's repo (recon's hf_cache.sh), so status names the drafter and whether its commit's
+  snapshot is on every node (`drafter_states`);
 - `alerts` (the head, only with `monitoring.enabled`): the alerts the stack's Prometheus has
   pending or firing (its /api/v1/alerts, asked with the head's own python3 at
   `prometheus_url`); an answer that cannot be read is a problem, never "no alerts";
@@ -47,13 +50,14 @@ from typing import Any, Literal
 
 from config import NodeConfig, StackConfig
 from config.listen import LOOPBACK, service_host, vllm_host
-from hostscripts.common import payload, plain
+from hostscripts.common import payload, plain, repo_dir
 from hostscripts.firewall import counters_script as firewall_counters
 from hostscripts.gateway import SOURCE_TABLE
 from hostscripts.paths import GATEWAY_STATS_SOCKET, LIVENESS_STARTS, StackNames
 from inspection import parsers as p
 from inspection import recon
 from inspection.collective import GateRecord, parse_record
+from inspection.facts import HfRepoFacts
 from inspection.parsers import ParseError
 from inspection.recon import recent_restarts
 
@@ -190,6 +194,11 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
     if cfg.firewall.enabled:
         lines.append(f"sv_bg firewall {recon.COMMAND_TIMEOUT} bash -c "
                      f"{q(firewall_counters(names))}")
+    if cfg.model.drafter is not None:
+        listing = recon.snippet("hf_cache.sh")
+        lines.append(f"sv_bg drafter {recon.DOCKER_TIMEOUT} bash -c {q(listing)} _ "
+                     f"{q(cfg.model.cache_dir)} {q(names.model_record_dir)} "
+                     f"{q(repo_dir(cfg.model.drafter.repo))}")
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
                      f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
@@ -341,6 +350,10 @@ class NodeStatus:
     # firewall.enabled: packets each rule of the stack's table dropped since it was loaded
     # ({rule: packets}); None when the table is not loaded or could not be read (a problem)
     dropped: dict[str, int] | None = None
+    # with model.drafter: the drafter's repo as the node's HF cache holds it (None: not
+    # asked, or it could not be read: a problem says why)
+    drafter: HfRepoFacts | None = None
+    drafter_read: bool = False  # the listing was read (the repo may be absent from it)
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -555,6 +568,17 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             why = str(exc)
         if out.dropped is None:
             out.problems.append(f"firewall: {recon.printable(why)}")
+    if cfg.model.drafter is not None:
+        listing, why = _section_text(sections, "drafter")
+        try:
+            if listing is not None:
+                out.drafter = next((r for r in p.parse_hf_cache(listing)
+                                    if r.repo_id == cfg.model.drafter.repo), None)
+                out.drafter_read = True
+        except ParseError as exc:
+            why = str(exc)
+        if not out.drafter_read:
+            out.problems.append(f"drafter: {recon.printable(why)}")
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         alerts_text, why = _section_text(sections, "alerts")
         try:
@@ -591,6 +615,49 @@ def _gate_record(sections: dict[str, recon.Section]
         return parse_record(lines[1]), float(lines[0]), ""
     except (ValueError, IndexError) as exc:
         return None, None, recon.printable(f"the collective gate's record: {exc}")
+# --------------------------------------------------------------------------- the drafter
+
+
+@dataclass
+class DrafterStatus:
+    """model.drafter on one node: `present` when the node's cache holds the snapshot of the
+    commit (the revision when it is one, else what the cache's ref for it names) with files in
+    it; `missing` when it does not; `unknown` when the cache could not be read."""
+
+    node: str
+    state: Literal["present", "missing", "unknown"]
+    commit: str = ""
+    files: int = 0
+    why: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def drafter_states(cfg: StackConfig, nodes: dict[str, NodeStatus]) -> list[DrafterStatus]:
+    """Per node, whether the drafter's commit is in its cache ([] without model.drafter)."""
+    d = cfg.model.drafter
+    if d is None:
+        return []
+    out = []
+    for node in cfg.nodes:
+        ns = nodes.get(node.name)
+        if ns is None or ns.error or not ns.drafter_read:
+            why = ("not surveyed" if ns is None else ns.error or next(
+                (pr.removeprefix("drafter: ") for pr in ns.problems
+                 if pr.startswith("drafter: ")), "no answer"))
+            out.append(DrafterStatus(node.name, "unknown", why=recon.printable(why)))
+            continue
+        repo = ns.drafter
+        commit = d.revision if d.pinned else (repo.refs.get(d.revision, "") if repo else "")
+        files = (repo.snapshot_files or {}).get(commit, {}) if repo and commit else {}
+        if repo is None or not commit or commit not in repo.snapshots or not files:
+            why = ("no copy of the repo in the cache" if repo is None else
+                   f"no ref {d.revision}" if not commit else f"no snapshot of {commit[:12]}")
+            out.append(DrafterStatus(node.name, "missing", commit, why=why))
+        else:
+            out.append(DrafterStatus(node.name, "present", commit, len(files)))
+    return out
 
 
 # --------------------------------------------------------------------------- per model

@@ -38,7 +38,9 @@ HF_PORT, OLAH_PORT = 8090, 8091
 HF_ENDPOINT = f"http://{MGMT_IP}:{HF_PORT}"
 HF_REPO = "spark-lab/tiny-moe"  # the chat/completions model (Qwen3-MoE)
 HF_EMBED_REPO = "spark-lab/tiny-embed"  # the embedding model (Qwen3, sentence-transformers)
-HF_REPOS = (HF_REPO, HF_EMBED_REPO)
+# a speculative drafter of tiny-moe from another repo (dense Qwen3, tiny-moe's tokenizer)
+HF_DRAFTER_REPO = "spark-lab/tiny-drafter"
+HF_REPOS = (HF_REPO, HF_EMBED_REPO, HF_DRAFTER_REPO)
 LAB_KEY = os.path.join(CACHE, "id_ed25519")
 STACK_JSON = os.path.join(CACHE, "stack.json")
 KNOWN_HOSTS = os.path.join(CACHE, "known_hosts")

@@ -4,7 +4,8 @@ tests/unit/config/test_serve.py fails when a key has none (adding a flag = its l
 config/serve.py + its sample here).
 
 Together they are a valid `spark-vllm:vllm` for a two-node stack (tp 2 x pp 1), given the chat
-template `TEMPLATE` in the recipes folder (`recipes_with_template`)."""
+template `TEMPLATE` in the recipes folder (`recipes_with_template`) and the model pinned to a
+commit (`pinned`: trustRemoteCode wants one)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ SAMPLES: dict[str, tuple[Any, list[str]]] = {
     "kvCacheDtype": ("fp8_e4m3", ["--kv-cache-dtype", "fp8_e4m3"]),
     "enablePrefixCaching": (False, ["--no-enable-prefix-caching"]),
     "loadFormat": ("safetensors", ["--load-format", "safetensors"]),
+    # with the model pinned to a commit (a config using the samples pins it: `pinned`)
+    "trustRemoteCode": (True, ["--trust-remote-code"]),
     "speculativeConfig": (SPEC, ["--speculative-config",
                                  '{"method":"mtp","num_speculative_tokens":2,'
                                  f'"revision":"{COMMIT}"}}']),
@@ -43,6 +46,10 @@ SAMPLES: dict[str, tuple[Any, list[str]]] = {
     "languageModelOnly": (True, ["--language-model-only"]),
     "enableExpertParallel": (True, ["--enable-expert-parallel"]),
     "reasoningParser": ("deepseek_r1", ["--reasoning-parser", "deepseek_r1"]),
+    # a file of the served repo (with trustRemoteCode), read from the served commit
+    "reasoningParserPlugin": ("reasoning_parser.py", [
+        "--reasoning-parser-plugin",
+        f"/root/.cache/huggingface/hub/models--org--m/snapshots/{COMMIT}/reasoning_parser.py"]),
     "enableAutoToolChoice": (True, ["--enable-auto-tool-choice"]),
     "toolCallParser": ("hermes", ["--tool-call-parser", "hermes"]),
     "chatTemplate": (TEMPLATE, ["--chat-template", CHAT_TEMPLATE]),
@@ -50,6 +57,12 @@ SAMPLES: dict[str, tuple[Any, list[str]]] = {
     "port": (8010, ["--port", "8010"]),
     "extraArgs": (["--disable-log-stats"], ["--disable-log-stats"]),
 }
+
+
+def pinned(raw: dict[str, Any]) -> dict[str, Any]:
+    """`raw` (a stack's top-level keys) with its model pinned to COMMIT."""
+    raw["model"] = {**raw["model"], "revision": COMMIT}
+    return raw
 
 
 def sample_vllm(keys: tuple[str, ...] | None = None) -> dict[str, Any]:

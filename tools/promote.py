@@ -14,7 +14,9 @@
    (config/serve.py: PROMOTED_KEYS; the environment's are where vLLM listens and the
    parallelism);
    for each entry of the target's `services` that the source served under the same name, its
-   repo and the commit it resolved (output `services.<name>`) as its `revision`.
+   repo and the commit it resolved (output `services.<name>`) as its `revision`; and the
+   speculative drafter of another repo the source served (`model.drafter`, output `drafter`),
+   its repo and resolved commit, with the model.
 3. Write them into the target stack's config (Pulumi.<to>.yaml) with `pulumi config set-all
    --json` (typed `config set`: floats, objects and empty lists stay typed), after showing the
    planned unified diff (computed on a scratch copy) and asking (unless --yes). --dry-run stops
@@ -86,6 +88,8 @@ class Artifacts:
     notes: list[str] = field(default_factory=list)
     # spark-vllm:services the source served: name -> (repo, resolved commit)
     services: dict[str, tuple[str, str]] = field(default_factory=dict)
+    # model.drafter the source served: (repo, resolved commit); None without one
+    drafter: tuple[str, str] | None = None
 
     @property
     def image_pinned(self) -> bool:
@@ -156,6 +160,10 @@ def promoted_view(config: Mapping[str, Any]) -> dict[str, Any]:
     image, model, vllm = section("image"), section("model"), serve_object(section("vllm"))
     view = {"image.ref": image.get("ref"), "model.repo": model.get("repo"),
             "model.revision": model.get("revision", "main")}
+    drafter = model.get("drafter")
+    if isinstance(drafter, dict):
+        view["model.drafter.repo"] = drafter.get("repo")
+        view["model.drafter.revision"] = drafter.get("revision", "main")
     view.update({f"vllm.{k}": vllm.get(k) for k in PROMOTED_VLLM_KEYS})
     services = config_value(config, "services")
     for entry in services if isinstance(services, list) else []:
@@ -244,7 +252,7 @@ def raw_config(text: str) -> dict[str, Any]:
 
 
 def promoted_problem_keys() -> tuple[str, ...]:
-    return ("image.ref", "model.repo", "model.revision",
+    return ("image.ref", "model.repo", "model.revision", "model.drafter",
             *(f"vllm.{k}" for k in PROMOTED_VLLM_KEYS))
 
 
@@ -438,8 +446,15 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
         for name, v in ((served.value if served is not None else None) or {}).items()
         if isinstance(v, dict) and v.get("repo") and v.get("modelCommit")
     }
+    exported = outputs.get("drafter")
+    d = exported.value if exported is not None else None
+    drafter = ((str(d["repo"]), str(d["commit"]))
+               if isinstance(d, dict) and d.get("repo") and d.get("commit") else None)
+    if isinstance(model.get("drafter"), dict) and drafter is None:
+        raise Refusal(EXIT_UNPINNED, f"source stack {stack.name!r} declares model.drafter but "
+                      "exports no drafter commit; `up` it with this release first")
     art = Artifacts(image_ref=pinned, model_repo=model.get("repo"), model_commit=str(commit),
-                    serve_flags=flags, services=services)
+                    serve_flags=flags, services=services, drafter=drafter)
     if note:
         art.notes.append(note)
     return art
@@ -452,6 +467,8 @@ def check_pinned(art: Artifacts, target_env: str | None) -> list[str]:
         problems.append(f"image {art.image_ref!r} is not pinned by digest (<repo>@sha256:<64 hex>)")
     if not art.commit_pinned:
         problems.append(f"model commit {art.model_commit!r} is not a 40-hex commit")
+    if art.drafter is not None and not is_commit(art.drafter[1]):
+        problems.append(f"drafter commit {art.drafter[1]!r} is not a 40-hex commit")
     return problems
 
 
@@ -459,11 +476,14 @@ def apply(stack: auto.Stack, art: Artifacts) -> None:
     """Write the artifacts into `stack`'s config (merged into its image/model/vllm objects)."""
     cm = stack.get_all_config()
     image = merge_object(config_value(cm, "image"), {"ref": art.image_ref}, ("ref",))
-    model_promoted = {"revision": art.model_commit}
-    owned: tuple[str, ...] = ("revision",)
+    model_promoted: dict[str, Any] = {"revision": art.model_commit}
+    owned: tuple[str, ...] = ("revision", "drafter")
     if art.model_repo:
         model_promoted["repo"] = art.model_repo
-        owned = ("repo", "revision")
+        owned = ("repo", "revision", "drafter")
+    # the drafter travels with the model (the serve keys name it): the source's, pinned, or none
+    if art.drafter is not None:
+        model_promoted["drafter"] = {"repo": art.drafter[0], "revision": art.drafter[1]}
     model = merge_object(config_value(cm, "model"), model_promoted, owned)
     vllm = merge_object(serve_object(config_value(cm, "vllm")), art.serve_flags,
                         PROMOTED_VLLM_KEYS)
@@ -555,6 +575,8 @@ def promote(o: Options) -> int:
     out(f"artifacts verified in {o.source!r}:")
     out(f"  image.ref       {art.image_ref}")
     out(f"  model           {art.model_repo} @ {art.model_commit}")
+    if art.drafter is not None:
+        out(f"  drafter         {art.drafter[0]} @ {art.drafter[1]}")
     out(f"  serve flags     {json.dumps(art.serve_flags, sort_keys=True)}")
 
     before, after = plan_in_scratch(o, art)

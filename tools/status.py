@@ -80,6 +80,7 @@ def collect(cfg: StackConfig, stack: str, key: str | None,
 STYLE = {"serving": "green", "starting": "yellow", "crash-looping": "bold red",
          "stopped": "red", "missing": "red", "unknown": "magenta"}
 ALERT_STYLE = {"firing": "bold red", "pending": "yellow"}
+DRAFTER_STYLE = {"present": "green", "missing": "bold red", "unknown": "magenta"}
 
 
 def _gib(n: int | None) -> str:
@@ -150,11 +151,23 @@ def render_gateway(head: str, nodes: dict[str, st.NodeStatus]) -> Text:
     return Text(text)
 
 
+def render_drafter(repo: str, drafter: list[st.DrafterStatus]) -> Text:
+    """One line: the speculative drafter (model.drafter) and where its commit is."""
+    text = Text(f"drafter {repo}: ")
+    for i, d in enumerate(drafter):
+        text.append(", " if i else "")
+        detail = (f"{d.commit[:12]}, {d.files} files" if d.state == "present"
+                  else recon.printable(d.why))
+        text.append(f"{d.node} {d.state} ({detail})", style=DRAFTER_STYLE[d.state])
+    return text
+
+
 def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus],
-           monitoring_on: str = "", head: str = "", firewall_on: bool = False) -> Group:
+           monitoring_on: str = "", head: str = "", firewall_on: bool = False,
+           drafter: tuple[str, list[st.DrafterStatus]] | None = None) -> Group:
     """The tables; `monitoring_on`: the head's name when the stack has monitoring on (then its
     alerts follow the models), "" when off; `firewall_on`: the drops of each node's firewall
-    last."""
+    last; `drafter`: model.drafter's repo and its state per node (a line after the models)."""
     mt = Table(title=f"stack {stack}: models", title_justify="left")
     for col in ("model", "kind", "state", "since", "restarts", "running", "waiting",
                 "KV cache", "tokens/s", "why"):
@@ -185,6 +198,8 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
             nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
                                         style="magenta"), "")
     parts: list[Table | Text] = [mt]
+    if drafter is not None:
+        parts.append(render_drafter(*drafter))
     if head:
         parts.append(render_gateway(head, nodes))
     if monitoring_on:
@@ -234,14 +249,18 @@ def render_firewall(nodes: dict[str, st.NodeStatus]) -> Table:
 
 
 def as_json(stack: str, models: list[st.ModelStatus],
-            nodes: dict[str, st.NodeStatus]) -> dict[str, Any]:
+            nodes: dict[str, st.NodeStatus],
+            drafter: tuple[str, list[st.DrafterStatus]] | None = None) -> dict[str, Any]:
     """`alerts`: Prometheus's pending and firing alerts; null with monitoring off, or when they
     could not be read (then the head's `problems` says why). Per node `dropped`: packets each
     rule of the stack's firewall dropped ({rule: packets}); null with the firewall off, or when
-    its table is not loaded or could not be read (its `problems` says why)."""
+    its table is not loaded or could not be read (its `problems` says why). `drafter`:
+    model.drafter's repo and per node whether its commit is there; null without one."""
     held = _alerts_of(nodes)
     return {
         "stack": stack,
+        "drafter": None if drafter is None else {
+            "repo": drafter[0], "nodes": {d.node: d.as_json() for d in drafter[1]}},
         "serving": all(m.state == "serving" for m in models),
         "models": [m.as_json() for m in models],
         "alerts": None if held is None or held.alerts is None else
@@ -270,6 +289,12 @@ def _gate_json(nodes: dict[str, st.NodeStatus]) -> dict[str, Any] | None:
 
 def _monitoring_on(cfg: StackConfig) -> str:
     return cfg.head.name if cfg.monitoring.enabled else ""
+
+
+def _drafter(cfg: StackConfig, nodes: dict[str, st.NodeStatus]
+             ) -> tuple[str, list[st.DrafterStatus]] | None:
+    d = cfg.model.drafter
+    return None if d is None else (d.repo, st.drafter_states(cfg, nodes))
 
 
 def _code(models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus]) -> int:
@@ -301,10 +326,11 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
     if watch is None:
         models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
         if as_json_:
-            click.echo(json.dumps(as_json(stack, models, nodes), indent=2, sort_keys=True))
+            click.echo(json.dumps(as_json(stack, models, nodes, _drafter(cfg, nodes)), indent=2,
+                                  sort_keys=True))
         else:
             console.print(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name,
-                                 cfg.firewall.enabled))
+                                 cfg.firewall.enabled, _drafter(cfg, nodes)))
         ctx.exit(_code(models, nodes))
     code = 1
     try:
@@ -313,7 +339,7 @@ def command(ctx: click.Context, stack: str, key: str | None, as_json_: bool,
                 models, nodes = collect(cfg, stack, key, runner=RUNNER[0])
                 code = _code(models, nodes)
                 live.update(Group(render(stack, models, nodes, _monitoring_on(cfg), cfg.head.name,
-                                         cfg.firewall.enabled),
+                                         cfg.firewall.enabled, _drafter(cfg, nodes)),
                                   Text(f"refreshed {time.strftime('%H:%M:%S')}, every "
                                        f"{watch:g} s; Ctrl-C ends")), refresh=True)
                 time.sleep(watch)

@@ -8,17 +8,25 @@
 # needed across nodes) or torch's default WORLD group (false), null when the loader is not found.
 #
 # With a request (argv[1], JSON: {"argv": the words after `vllm serve`, "env": the VLLM_*
-# variables the stack sets, "chatTemplate": {"path", "text"} or null, "strict": bool,
-# "timeout": seconds}) it also checks the serve command with the image's own vLLM, in a child
-# python (an import of vLLM can crash or hang; the answer is printed either way): every VLLM_*
-# variable of the container (the image's and the stack's) against vLLM's known variables
-# (`vllm.envs.environment_variables`, what vLLM's own validate_environ reads) and each known
-# one's value through vLLM's own getter; then the exact argv through vLLM's `vllm serve` parser
-# (`make_arg_parser` of vllm.entrypoints.launchers.cli_args, or vllm.entrypoints.openai.cli_args
-# in older releases), `validate_parsed_serve_args` and the engine arguments built from it.
-# The answer gets "serve": {checked, ok, parser, error, reason, unknownEnv, badEnv}; the probe
-# exits 1 (after printing) when the argv is rejected, a value is refused, or, with "strict",
-# a variable is unknown or the check could not run.
+# variables the stack sets, "declaredEnv": the names of those the stack file or a recipe set,
+# "extraArgs": the tail of argv that is the stack file's or recipe's own flags, "owned" and
+# "forbidden": {option string: why} of the flags extraArgs may not set, "chatTemplate":
+# {"path", "text"} or null, "strict": bool, "timeout": seconds}) it also checks the serve
+# command with the image's own vLLM, in a child python (an import of vLLM can crash or hang;
+# the answer is printed either way): every VLLM_* variable of the container (the image's and
+# the stack's) against vLLM's known variables (`vllm.envs.environment_variables`, what vLLM's
+# own validate_environ reads) and each known one's value through vLLM's own getter; then the
+# exact argv through vLLM's `vllm serve` parser (`make_arg_parser` of
+# vllm.entrypoints.launchers.cli_args, or vllm.entrypoints.openai.cli_args in older releases),
+# `validate_parsed_serve_args` and the engine arguments built from it; and first extraArgs alone
+# through a second such parser that notes the argparse destination each token resolves to, so
+# each token is resolved to its destination whatever its spelling (an abbreviation, `-n2`, a
+# `--flag.key` form) before any value is converted, and one that is an owned or forbidden
+# flag's destination is refused, even where this vLLM refuses the value too.
+# The answer gets "serve": {checked, ok, parser, error, reason, unknownEnv, badEnv,
+# extraDests, extraRefused}; the probe exits 1 (after printing) when the argv is rejected, a
+# value is refused, a declared variable is unknown, extraArgs set an owned or forbidden
+# destination, or, with "strict", any variable is unknown or the check could not run.
 #
 # With "nccl" in the request (the program text of payloads/nccl_library.py) it also runs that in
 # its `loaded` mode, in a child python with a timeout (it imports torch): the answer gets
@@ -76,15 +84,25 @@ def fastsafetensors_cluster():
 
 SERVE_CHECK = r"""
 import contextlib, importlib, io, json, os, sys
-argv = json.load(sys.stdin)
+request = json.load(sys.stdin)
+argv = request.get("argv") or []
 out = {"checked": False, "ok": None, "parser": None, "error": None, "reason": None,
-       "unknownEnv": [], "badEnv": {}}
+       "unknownEnv": [], "badEnv": {}, "extraDests": [], "extraRefused": []}
 
 
 def done(**kw):
     out.update(kw)
     print(json.dumps(out, sort_keys=True), flush=True)
     sys.exit(0)
+
+
+def said(text):
+    # the parser's message: from its `error:` line on, one line (a pydantic error spans lines)
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    at = next((i for i, ln in enumerate(lines) if "error:" in ln), None)
+    if at is None:
+        return lines[-1] if lines else "the parser exited"
+    return " ".join(lines[at:])[:500]
 
 
 try:
@@ -121,6 +139,62 @@ for mod in ("vllm.utils.argparse_utils", "vllm.utils"):
         pass
 if flexible is None:
     done(reason="no FlexibleArgumentParser in vllm.utils.argparse_utils or vllm.utils")
+
+
+def noting(parser, seen):
+    # argparse's own resolution of an option token (an abbreviation, `--a_b` after vLLM's
+    # rewrite, `-n2`, `--flag=value`) to its action, noted before any value is converted: a value
+    # this vLLM refuses does not hide where the token goes. `_parse_optional` returns a tuple
+    # (action, option string, ...) up to Python 3.12 and a list of them from 3.13 on.
+    resolve = parser._parse_optional
+
+    def noted(arg_string):
+        found = resolve(arg_string)
+        for item in found if isinstance(found, list) else [found] if found else []:
+            if isinstance(item, tuple) and item and hasattr(item[0], "dest") and item[0].dest:
+                seen.append([item[0].dest, item[1] if len(item) > 1 else None])
+        return found
+
+    parser._parse_optional = noted
+
+
+# extraArgs first, alone: every token resolved to the argparse destination it sets
+extra = request.get("extraArgs") or []
+if extra:
+    seen = []
+    err = io.StringIO()
+    failed = None
+    with contextlib.redirect_stderr(err):
+        parser = make(flexible(prog="vllm serve", usage="vllm serve [model_tag] [options]"))
+    if not callable(getattr(parser, "_parse_optional", None)):
+        done(checked=True, ok=False, error="extraArgs: this Python's argparse has no "
+             "_parse_optional to resolve their destinations with")
+    by_option = dict(parser._option_string_actions)
+    noting(parser, seen)
+    try:
+        with contextlib.redirect_stderr(err):
+            parser.parse_args([argv[0] if argv else "model", *extra])
+    except SystemExit:
+        failed = said(err.getvalue())
+    except Exception as exc:
+        failed = ("%s: %s" % (type(exc).__name__, exc))[:500]
+    dests = {}
+    for kind in ("forbidden", "owned"):
+        for option, why in sorted((request.get(kind) or {}).items()):
+            action = by_option.get(option)
+            if action is not None:
+                dests.setdefault(action.dest, (kind, option, why))
+    out["extraDests"] = seen
+    for dest, spelled in seen:
+        if dest in dests:
+            kind, option, why = dests[dest]
+            as_given = "" if spelled in (option, None) else " (as %s)" % spelled
+            out["extraRefused"].append(
+                "%s%s sets %s: %s" % (option, as_given, dest, why) if kind == "forbidden"
+                else "%s%s sets %s, owned by %s" % (option, as_given, dest, why))
+    if failed is not None:
+        done(checked=True, ok=False, error="extraArgs alone: " + failed)
+# then the whole command line: the parser, vLLM's serve validation, the engine arguments
 err = io.StringIO()
 try:
     with contextlib.redirect_stderr(err):
@@ -132,11 +206,11 @@ try:
         from vllm.engine.arg_utils import AsyncEngineArgs
         AsyncEngineArgs.from_cli_args(args)
 except SystemExit:
-    lines = [ln for ln in err.getvalue().strip().splitlines() if ln.strip()]
-    done(checked=True, ok=False, error=lines[-1] if lines else "the parser exited")
+    done(checked=True, ok=False, error=said(err.getvalue()))
 except Exception as exc:
     done(checked=True, ok=False, error=("%s: %s" % (type(exc).__name__, exc))[:500])
-done(checked=True, ok=True)
+out.update(checked=True, ok=True)
+done()
 """
 
 
@@ -152,9 +226,9 @@ def serve_check(request):
             fh.write(template["text"])
     timeout = int(request.get("timeout") or 300)
     try:
-        done = subprocess.run([sys.executable, "-c", SERVE_CHECK], input=json.dumps(
-            request.get("argv") or []), capture_output=True, text=True, env=env,
-            timeout=timeout)
+        child = {k: request.get(k) for k in ("argv", "extraArgs", "owned", "forbidden")}
+        done = subprocess.run([sys.executable, "-c", SERVE_CHECK], input=json.dumps(child),
+                              capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"checked": False, "reason": "vLLM's check did not answer within %d s" % timeout}
     lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
@@ -169,16 +243,19 @@ def serve_check(request):
             done.returncode, errors[-1][:300] if errors else "no output")}
 
 
-def serve_problems(check, strict):
+def serve_problems(check, strict, declared=()):
     """What stops the `up` (the node's old vLLM keeps serving)."""
     out = []
     if check.get("checked") and not check.get("ok"):
         out.append("the image's vLLM rejects the serve command: %s" % check.get("error"))
     for k, why in sorted((check.get("badEnv") or {}).items()):
         out.append("the image's vLLM refuses the value of %s: %s" % (k, why))
-    if strict:
-        for k in check.get("unknownEnv") or []:
+    for line in check.get("extraRefused") or []:
+        out.append("extraArgs, as the image's vLLM parses them: %s" % line)
+    for k in check.get("unknownEnv") or []:
+        if strict or k in declared:
             out.append("%s is not a variable the image's vLLM knows (it would be ignored)" % k)
+    if strict:
         if not check.get("checked"):
             out.append("the serve command could not be checked: %s" % check.get("reason"))
     return out
@@ -224,7 +301,8 @@ if request.get("nccl"):
     answer["nccl"] = nccl_check(request["nccl"], int(request.get("timeout") or 120))
 if "argv" in request:
     answer["serve"] = serve_check(request)
-    problems = serve_problems(answer["serve"], bool(request.get("strict")))
+    problems = serve_problems(answer["serve"], bool(request.get("strict")),
+                              set(request.get("declaredEnv") or ()))
 print(json.dumps(answer, sort_keys=True), flush=True)
 for problem in problems:
     print("serve check failed: " + problem, file=sys.stderr)

@@ -134,6 +134,7 @@ from .ray_exposure import (
     ray_not_exposed,
     validate_ray_not_exposed,
 )
+from .remote_code import remote_code_findings, remote_code_reviewed, validate_remote_code
 from .rendezvous import mp_rendezvous_fabric_only, validate_mp_rendezvous
 
 POLICIES: list[Policy] = [
@@ -156,6 +157,7 @@ POLICIES: list[Policy] = [
     monitoring_not_exposed,
     nccl_build_advisory,
     stack_ports_firewalled,
+    remote_code_reviewed,
 ]
 
 BY_NAME: dict[str, Policy] = {p.name: p for p in POLICIES}
@@ -240,6 +242,8 @@ __all__ = [
     "ray_exposure_findings",
     "ray_not_exposed",
     "read_stack_config_text",
+    "remote_code_findings",
+    "remote_code_reviewed",
     "same_image_everywhere",
     "secret_findings",
     "shell_tokens",
@@ -261,6 +265,7 @@ __all__ = [
     "validate_parallelism",
     "validate_prod_pinned",
     "validate_ray_not_exposed",
+    "validate_remote_code",
     "validate_same_image",
     "validate_stack_ports_firewalled",
     "validate_utilization_advisory",

@@ -405,7 +405,7 @@ def test_parse_listen():
 def test_mandatory_and_not_turned_off_by_the_sample_configs():
     policy = rules.BY_NAME["monitoring-not-exposed"]
     assert policy.enforcement_level == EnforcementLevel.MANDATORY
-    assert [p.name for p in rules.POLICIES][-4:-2] == ["fabric-addresses-unique",
+    assert [p.name for p in rules.POLICIES][-5:-3] == ["fabric-addresses-unique",
                                                       "monitoring-not-exposed"]
     for name in ("config.dev.json", "config.prod.json"):
         cfg = json.loads((POLICIES_DIR / name).read_text())

@@ -154,10 +154,10 @@ def test_importing_rules_starts_no_server():
             "assert threading.active_count() == 1, threading.enumerate(); print(len(rules.POLICIES))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "19"
+    assert out.stdout.strip() == "20"
 
 
-def test_main_lists_all_nineteen_policies():
+def test_main_lists_all_twenty_policies():
     tree = ast.parse((POLICIES_DIR / "__main__.py").read_text())
     calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
              and getattr(n.func, "id", None) == "PolicyPack"]
@@ -168,7 +168,7 @@ def test_main_lists_all_nineteen_policies():
                 for a in n.names}
     assert "POLICIES" in imported
     names = [p.name for p in rules.POLICIES]
-    assert set(names) == ALL_NAMES and len(names) == 19
+    assert set(names) == ALL_NAMES and len(names) == 20
     # __main__ does nothing but build the pack: imports + one expression statement
     kinds = {type(n).__name__ for n in tree.body}
     assert kinds <= {"Expr", "ImportFrom", "Import"}

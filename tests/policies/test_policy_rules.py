@@ -11,6 +11,7 @@ from policy_testkit import (
     FIREWALL,
     GIB,
     MEM,
+    POLICIES_DIR,
     QWEN_122B_FIT,
     RAY_CONFIG,
     STACK_FABRIC,
@@ -494,7 +495,7 @@ def test_levels_names_and_metadata():
         "hf-token-secret", "prod-pinned", "gpu-memory-utilization-advisory",
         "enforce-eager-advisory", "mp-rendezvous-fabric-only", "vllm-behind-gateway",
         "fabric-config", "fabric-addresses-unique", "monitoring-not-exposed",
-        "nccl-build-advisory", "stack-ports-firewalled"]
+        "nccl-build-advisory", "stack-ports-firewalled", "remote-code-reviewed"]
     for p in rules.POLICIES:
         assert p.description and p.remediation_steps, p.name
         advisory = p.name.endswith("-advisory")
@@ -995,3 +996,51 @@ def test_vllm_behind_gateway_skips_what_it_cannot_know():
                           gw={"routes": UNKNOWN_ARRAY_VALUE},
                           containers=[vllm_container(command=UNKNOWN_ARRAY_VALUE, name="u")])
     assert run(rules.vllm_behind_gateway, sargs(stack)) == []
+
+
+# ------------------------------------------------- 18. remote-code-reviewed (issue 44, item 1)
+REVIEWED_COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _trc(**over):
+    return vllm_server(trustRemoteCode=True, remoteCode=[
+        {"repo": "nvidia/Nemotron-Nano", "commit": REVIEWED_COMMIT},
+        {"repo": "z-lab/Drafter", "commit": "89abcdef0123456789abcdef0123456789abcdef"}], **over)
+
+
+def test_remote_code_is_a_review_item_until_the_pack_config_lists_it():
+    assert run(rules.remote_code_reviewed, rargs(VLLM_SERVER, vllm_server())) == []
+    msgs = run(rules.remote_code_reviewed, rargs(VLLM_SERVER, _trc()))
+    assert msgs == [
+        f"nvidia/Nemotron-Nano at {REVIEWED_COMMIT}: runs the repository's own Python code "
+        "(trustRemoteCode); read it at that commit, then list "
+        f"\"nvidia/Nemotron-Nano@{REVIEWED_COMMIT}\" in remote-code-reviewed's `reviewed`",
+        "z-lab/Drafter at 89abcdef0123456789abcdef0123456789abcdef: runs the repository's own "
+        "Python code (trustRemoteCode); read it at that commit, then list "
+        "\"z-lab/Drafter@89abcdef0123456789abcdef0123456789abcdef\" in remote-code-reviewed's "
+        "`reviewed`"]
+    reviewed = {"reviewed": [f"nvidia/Nemotron-Nano@{REVIEWED_COMMIT}"]}
+    msgs = run(rules.remote_code_reviewed, rargs(VLLM_SERVER, _trc(), config=reviewed))
+    assert len(msgs) == 1 and msgs[0].startswith("z-lab/Drafter at ")
+    # a service's code too
+    svc = {"trustRemoteCode": True, "remoteCode": [{"repo": "org/embed", "commit": "main"}]}
+    assert run(rules.remote_code_reviewed, rargs(VLLM_SERVICE, svc)) == [
+        "org/embed: runs the repository's own Python code from 'main', not a 40-hex commit"]
+
+
+def test_remote_code_unknown_during_a_preview_is_not_judged_yet():
+    from pulumi_policy.proxy import UNKNOWN_STRING_VALUE
+    props = vllm_server(trustRemoteCode=True, remoteCode=[{"repo": "a/b",
+                                                           "commit": UNKNOWN_STRING_VALUE}])
+    assert run(rules.remote_code_reviewed, rargs(VLLM_SERVER, props)) == []
+
+
+def test_remote_code_is_advisory_in_dev_and_mandatory_elsewhere():
+    import json
+
+    from pulumi_policy import EnforcementLevel
+    assert rules.remote_code_reviewed.enforcement_level == EnforcementLevel.MANDATORY
+    dev = json.loads((POLICIES_DIR / "config.dev.json").read_text())
+    prod = json.loads((POLICIES_DIR / "config.prod.json").read_text())
+    assert dev["remote-code-reviewed"] == "advisory"
+    assert prod["remote-code-reviewed"] == {"reviewed": []}

@@ -228,7 +228,9 @@ def test_every_promoted_serve_key_travels_from_staging_into_prod(project, run_pr
     as it was (floats, booleans, objects, lists), and nothing of prod's own."""
     recipes_with_template(tmp_path / "recipes", monkeypatch)  # chatTemplate names a template
     project.write_config("every", dev_config(ROOT, environment="staging",
-                                             vllm=sample_vllm(promote.PROMOTED_VLLM_KEYS)))
+                                             vllm=sample_vllm(promote.PROMOTED_VLLM_KEYS),
+                                             # trustRemoteCode wants the model pinned
+                                             model={"revision": COMMIT}))
     st = project.stack("every")
     project.set_secrets(st, {"vllmApiKey": "sk-every-key"})
     assert st.up().summary.result == "succeeded"
@@ -238,7 +240,7 @@ def test_every_promoted_serve_key_travels_from_staging_into_prod(project, run_pr
     r = run_promote("every", "prod")
     assert r.code == 0, r.err
     after = _config(project.file("prod"))
-    assert len(promote.PROMOTED_VLLM_KEYS) == 20
+    assert len(promote.PROMOTED_VLLM_KEYS) == 22
     for key in promote.PROMOTED_VLLM_KEYS:
         assert after["vllm"][key] == SAMPLES[key][0], key
         assert type(after["vllm"][key]) is type(SAMPLES[key][0]), key

@@ -105,8 +105,11 @@ def build(mocks, gb10_facts, config_raw):
             facts = {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}
         manifest = fake_manifest(cfg.model.repo, cfg.model.revision)
         services = {s.name: fake_manifest(s.repo, s.revision) for s in cfg.services}
+        d = cfg.model.drafter
+        drafter = fake_manifest(d.repo, d.revision) if d is not None else None
         return stack.build_stack(cfg, facts, plan or Plan(), secrets(api_key, hf_token, tls_key),
-                                 manifest=manifest, service_manifests=services)
+                                 manifest=manifest, service_manifests=services,
+                                 drafter_manifest=drafter)
 
     return _build
 
@@ -184,6 +187,10 @@ def settled(h, *outputs):
     leaves += [r for r in (*h.image.seeder, *h.model.seeder) if r is not None]
     leaves += [h.model.fetch, *h.model.syncs.values(), *h.model.verifies.values()]
     leaves += list(h.model.drops.values())
+    if h.drafter is not None:
+        d = h.drafter
+        leaves += [r for r in d.seeder if r is not None]
+        leaves += [d.fetch, *d.syncs.values(), *d.verifies.values(), *d.drops.values()]
     if h.ray is not None:
         leaves += [h.ray.head, *h.ray.workers.values(), h.ray.ready, *h.ray.tokens.values()]
     leaves += [h.vllm.serve, *h.vllm.headless.values(), *h.vllm.caches.values()]

@@ -24,13 +24,15 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
     """Run __main__.py with recon + preflight replaced by fixture facts; returns the exports."""
     calls = {}
 
-    def run_preflight(cfg, *, key_path=None, model=None, services=None):
+    def run_preflight(cfg, *, key_path=None, model=None, services=None, drafter=None):
         # the hub's answers are asked for once the nodes are surveyed (looked up meanwhile)
         assert callable(model) and callable(services)
+        assert (drafter is None) == (cfg.model.drafter is None)
         calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model().total_bytes)
         # what preflight judges the nodes' containers against: this stack's own label
         calls["label"] = preflight._stack_label()
         calls["services"] = services()
+        calls["drafter"] = drafter() if drafter is not None else None
         plan = _Plan()
         plan.warnings = calls.get("warnings", [])
         return {n.name: gb10_facts(n.name, index=i + 1) for i, n in enumerate(cfg.nodes)}, plan
@@ -65,8 +67,9 @@ def test_main_exports(program):
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
         "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
-        "gateway", "monitoring", "collectiveGate", "firewall",
+        "gateway", "monitoring", "collectiveGate", "firewall", "drafter",
     }
+    assert exports["drafter"] is None and calls["drafter"] is None
     assert exports["models"] == ["tiny-moe"]
     # Prometheus (monitoring on in the dev stack) where the head reaches it: its loopback
     assert exports["monitoring"]["url"] == "http://127.0.0.1:9090"
@@ -119,3 +122,22 @@ def test_preflights_warnings_are_shown_by_every_preview_and_up(program, monkeypa
     # (other warnings may come too: the committed dev passphrase's, when make sets it)
     assert [m for m in said if m.startswith("preflight: ")] == [f"preflight: {loop}"]
     return exports["endpoint"]
+
+
+@pulumi.runtime.test
+def test_main_resolves_the_drafter_at_the_hub_and_exports_it(program, fixed_model):
+    """model.drafter (issue 44, item 4): resolved at the hub beside the model (preflight counts
+    its bytes), fetched like the model, exported with its commit for promotion and status."""
+    raw = config_raw(2)
+    raw["model"] = {**raw["model"], "drafter": {"repo": "spark-lab/tiny-drafter"}}
+    raw["vllm"] = {**raw["vllm"], "speculativeConfig": {
+        "method": "draft_model", "model": "spark-lab/tiny-drafter", "num_speculative_tokens": 2}}
+    exports, calls = program(raw)
+    assert calls["drafter"].repo == "spark-lab/tiny-drafter"
+    assert ("spark-lab/tiny-drafter", "main") in [c[:2] for c in fixed_model]
+
+    def check(drafter):
+        assert drafter["repo"] == "spark-lab/tiny-drafter" and drafter["commit"] == COMMIT
+        assert set(drafter["verified"]) == {"spark-1", "spark-2"}
+
+    return pulumi.Output.from_input(exports["drafter"]).apply(check)

@@ -13,6 +13,7 @@ import yaml
 
 from hostscripts import vllm
 from hostscripts.common import payload
+from inspection.hub import ModelFile
 from tests.conftest import ROOT, config_raw, is_secret, monitoring_pinned, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
 from tests.unit.inspection.recon_helpers import fixture
@@ -777,3 +778,88 @@ def test_fastsafetensors_across_nodes_is_an_error_in_prod_unless_the_loader_hand
         return settled(h).apply(check)
 
     body()
+
+
+# ---------------------------------------------------------------------- issue 44 and 46
+@pulumi.runtime.test
+def test_the_serve_check_judges_extra_args_and_declared_variables_in_the_image(build, mocks):
+    """The request tells the image's check which tokens are extraArgs and which destinations
+    they may not set (config/serve.py OWNED_FLAGS and FORBIDDEN_FLAGS: the image resolves the
+    option strings to its own parser's destinations), and which VLLM_* names the stack file or
+    recipe declared (an unknown one fails the `up` in dev too)."""
+    from config.serve import FORBIDDEN_FLAGS, OWNED_FLAGS
+
+    raw = config_raw(2)
+    raw["vllm"] = {**raw["vllm"], "extraArgs": ["--cudagraph-capture-sizes", "1", "2", "4"]}
+    raw["nccl"] = {**raw["nccl"], "extraEnv": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1",
+                                               "OMP_NUM_THREADS": "4"}}
+    h = build(raw=raw)
+
+    def check(values):
+        (argv,) = values
+        for node in ("spark-1", "spark-2"):
+            r = _request(mocks, node)
+            assert r["extraArgs"] == ["--cudagraph-capture-sizes", "1", "2", "4"]
+            assert r["argv"][-4:] == r["extraArgs"] == argv[-4:]
+            assert r["owned"] == OWNED_FLAGS and r["forbidden"] == FORBIDDEN_FLAGS
+            # the recipe's VLLM_LOGGING_LEVEL and the stack file's own, VLLM_* only
+            assert r["declaredEnv"] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN", "VLLM_LOGGING_LEVEL"]
+
+    return settled(h, h.vllm.argv).apply(check)
+
+
+@pulumi.runtime.test
+def test_remote_code_runs_only_pinned_and_is_shown_to_the_policy_pack(build, mocks):
+    raw = config_raw(2)
+    raw["model"] = {**raw["model"], "revision": COMMIT}
+    raw["vllm"] = {**raw["vllm"], "trustRemoteCode": True}
+    h = build(raw=raw)
+
+    def check(values):
+        (argv,) = values
+        assert "--trust-remote-code" in argv
+        props = mocks.named("vllm").inputs
+        assert props["trustRemoteCode"] is True
+        assert props["remoteCode"] == [{"repo": "spark-lab/tiny-moe", "commit": COMMIT}]
+
+    return settled(h, h.vllm.argv).apply(check)
+
+
+@pulumi.runtime.test
+def test_without_remote_code_the_props_say_nothing_of_it(build, mocks):
+    h = build(2)
+
+    def check(_):
+        assert "trustRemoteCode" not in mocks.named("vllm").inputs
+
+    return settled(h).apply(check)
+
+
+@pulumi.runtime.test
+def test_a_plugin_of_the_model_repo_is_read_from_the_served_snapshot(build, monkeypatch):
+    """reasoningParserPlugin: a file of the served repo at the served commit, where the stack
+    put it (the HF cache, read-only in the container); a file the commit does not hold stops
+    the program before any resource, naming the key."""
+    from hostscripts.vllm import model_file
+    from tests.unit import conftest as unit
+
+    raw = config_raw(2)
+    raw["model"] = {**raw["model"], "revision": COMMIT}
+    raw["vllm"] = {**raw["vllm"], "trustRemoteCode": True,
+                   "reasoningParserPlugin": "nano_v3_reasoning_parser.py"}
+    with pytest.raises(ValueError, match=r"spark-vllm:vllm.reasoningParserPlugin: got "
+                                         r"'nano_v3_reasoning_parser.py'; expected a file of "
+                                         r"spark-lab/tiny-moe at 0123456789"):
+        build(raw=raw)
+    monkeypatch.setattr(unit, "MODEL_FILES", (*unit.MODEL_FILES, ModelFile(
+        path="nano_v3_reasoning_parser.py", size=5000, etag="e" * 40)))
+    h = build(raw=raw)
+    path = model_file("spark-lab/tiny-moe", COMMIT, "nano_v3_reasoning_parser.py")
+    assert path == ("/root/.cache/huggingface/hub/models--spark-lab--tiny-moe/snapshots/"
+                    f"{COMMIT}/nano_v3_reasoning_parser.py")
+
+    def check(values):
+        (argv,) = values
+        assert argv[argv.index("--reasoning-parser-plugin") + 1] == path
+
+    return settled(h, h.vllm.argv).apply(check)

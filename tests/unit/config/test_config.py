@@ -134,15 +134,35 @@ WEAKENING = [
     ("args-port", {"vllm.extraArgs": ["--port", "9"]},
      "spark-vllm:vllm.extraArgs", "spark-vllm:vllm.port"),
     ("args-trust-remote-code", {"vllm.extraArgs": ["--trust-remote-code"]},
-     "spark-vllm:vllm.extraArgs", "never runs a model's own code"),
+     "spark-vllm:vllm.extraArgs", "owned by spark-vllm:vllm.trustRemoteCode (set that key"),
+    ("trust-remote-code-unpinned", {"vllm.trustRemoteCode": True},
+     "spark-vllm:model.revision", "got 'main'; expected a 40-hex commit with trustRemoteCode"),
     # the spellings vLLM's parser reads as those flags (tests/e2e/test_vllm_flags.py shows it)
     ("args-api-key-underscore", {"vllm.extraArgs": ["--api_key=x"]},
      "spark-vllm:vllm.extraArgs", "--api-key (as '--api_key') is owned by the secret"),
     ("args-host-abbreviated", {"vllm.extraArgs": ["--hos", "0.0.0.0"]},
      "spark-vllm:vllm.extraArgs", "--host (as '--hos') is owned by spark-vllm:vllm.host"),
     ("args-trust-abbreviated", {"vllm.extraArgs": ["--trust_remote"]},
-     "spark-vllm:vllm.extraArgs", "--trust-remote-code (as '--trust_remote') is owned by the "
-                                  "stack: off, it never runs a model's own code"),
+     "spark-vllm:vllm.extraArgs", "--trust-remote-code (as '--trust_remote') is owned by "
+                                  "spark-vllm:vllm.trustRemoteCode"),
+    # issue 46, item 2: attached short options, and the flags that open a door or load code
+    ("args-nnodes-attached", {"vllm.extraArgs": ["-n2"]},
+     "spark-vllm:vllm.extraArgs", "-n (as '-n2') is owned by the stack"),
+    ("args-node-rank-attached", {"vllm.extraArgs": ["-r1"]},
+     "spark-vllm:vllm.extraArgs", "-r (as '-r1') is owned by the stack"),
+    ("args-kv-transfer", {"vllm.extraArgs": ["--kv-transfer-config", '{"kv_connector":"x"}']},
+     "spark-vllm:vllm.extraArgs", "--kv-transfer-config imports the KV connector module"),
+    ("args-data-parallel", {"vllm.extraArgs": ["-dp", "2"]},
+     "spark-vllm:vllm.extraArgs", "-dp starts data-parallel replicas"),
+    ("args-data-parallel-address", {"vllm.extraArgs": ["--data-parallel-addr=10.0.0.1"]},
+     "spark-vllm:vllm.extraArgs", "--data-parallel-address (as '--data-parallel-addr') starts"),
+    ("args-otlp", {"vllm.extraArgs": ["--otlp-traces-endpoint", "http://x:4317"]},
+     "spark-vllm:vllm.extraArgs", "--otlp-traces-endpoint sends every request's traces"),
+    ("args-local-media", {"vllm.extraArgs": ["--allowed_local_media_path=/"]},
+     "spark-vllm:vllm.extraArgs", "--allowed-local-media-path (as '--allowed_local_media_path') "
+                                  "lets a request read files of the node"),
+    ("args-spec-model", {"vllm.extraArgs": ["--spec-model", "org/drafter"]},
+     "spark-vllm:vllm.extraArgs", "--spec-model is owned by spark-vllm:vllm.speculativeConfig"),
     ("args-dotted-key", {"vllm.extraArgs": ["--speculative-config.revision", "main"]},
      "spark-vllm:vllm.extraArgs", "--speculative-config (as '--speculative-config.revision') is "
                                   "owned by spark-vllm:vllm.speculativeConfig"),
@@ -158,6 +178,12 @@ WEAKENING = [
      "spark-vllm:vllm.servedModelName", "at most 128 characters"),
     ("args-config-file", {"vllm.extraArgs": ["--config", "/tmp/flags.yaml"]},
      "spark-vllm:vllm.extraArgs", "--config reads flags from a file the stack cannot check"),
+    ("drafter-not-declared", {"vllm.speculativeConfig": {"method": "eagle3",
+                                                         "model": "org/eagle3-head"}},
+     "spark-vllm:vllm.speculativeConfig.model",
+     "declare it as spark-vllm:model.drafter {repo: org/eagle3-head"),
+    ("drafter-unused", {"model.drafter": {"repo": "org/eagle3-head"}},
+     "spark-vllm:model.drafter", "expected spark-vllm:vllm.speculativeConfig.model to name it"),
     ("port-seeder", {"vllm.port": 18472}, "spark-vllm:vllm.port", "the stack's seeders'"),
     ("ray-port-seeder", {"ray.port": 18471}, "spark-vllm:ray.port", "the stack's seeders'"),
     ("port-bool", {"ray.port": True}, "spark-vllm:ray.port", "expected an integer"),
@@ -343,7 +369,26 @@ def test_speculative_drafter_from_another_repo_or_with_its_own_revision_is_refus
     with pytest.raises(ConfigError) as err:
         validate_config(raw)
     assert "spark-vllm:vllm.speculativeConfig.model: got 'other/drafter'; expected the served " \
-           "repo 'spark-lab/tiny-moe'" in str(err.value)
+           "repo 'spark-lab/tiny-moe', no model (MTP) or the declared drafter (declare it as " \
+           "spark-vllm:model.drafter {repo: other/drafter, revision: <40-hex commit>})" \
+           in str(err.value)
+    # declared, it is the stack's to fetch and pin (issue 44, item 4)
+    raw["model"] = {**raw["model"], "drafter": {"repo": "other/drafter"}}
+    cfg = validate_config(raw)
+    assert cfg.model.drafter is not None and cfg.model.drafter.revision == "main"
+    drafter = cfg.drafter_model()
+    assert drafter is not None and (drafter.repo, drafter.cache_dir) == (
+        "other/drafter", cfg.model.cache_dir)
+    # with the drafter's code run (trustRemoteCode), the drafter is pinned too
+    raw["model"]["revision"] = "0123456789abcdef0123456789abcdef01234567"
+    raw["vllm"]["trustRemoteCode"] = True
+    with pytest.raises(ConfigError, match=r"spark-vllm:model.drafter.revision: got 'main'; "
+                                          "expected a 40-hex commit with trustRemoteCode"):
+        validate_config(raw)
+    raw["model"]["drafter"]["revision"] = "89abcdef0123456789abcdef0123456789abcdef"
+    assert validate_config(raw).vllm.trust_remote_code is True
+    raw["vllm"]["trustRemoteCode"] = False
+    raw["model"].pop("drafter")
     raw["vllm"]["speculativeConfig"] = {"method": "mtp", "revision": "main"}
     with pytest.raises(ConfigError, match=r"speculativeConfig\.revision: got 'main'; expected no "
                                           "revision"):
@@ -354,7 +399,7 @@ def test_speculative_drafter_from_another_repo_or_with_its_own_revision_is_refus
 
 
 @pytest.mark.parametrize("arg", ["--moe-backend", "--chat-template-content-format=string",
-                                 "--reasoning-parser-plugin", "--tokenizer-revision", "-O3",
+                                 "--reasoning-parser-x", "--tokenizer-revision", "-O3",
                                  "--enable", "main", "-"])
 def test_flags_the_stack_does_not_own_pass_extra_args(arg):
     """Longer flags that start like an owned one, a value, and an abbreviation that is

@@ -178,7 +178,7 @@ BAD_RECIPES = [
     ("stack-env", {"env": {"NCCL_IB_HCA": "mlx5_0", "VLLM_HOST_IP": "1.2.3.4"}},
      "expected variables the stack does not set itself (NCCL_IB_HCA, VLLM_HOST_IP)"),
     ("listener-env", {"env": {"NCCL_RAS_ADDR": "0.0.0.0:28028"}},
-     "; NCCL_RAS_ADDR: the address NCCL's RAS listens on for clients"),
+     "NCCL_RAS_ADDR: the address NCCL's RAS listens on for clients"),
     ("control", {"env": {"A": "1\n2"}}, "expected values without control characters (A)"),
     ("env-name", {"env": {"1A": "x"}}, "expected environment variable names, got ['1A']"),
     ("both", {"env": {"NCCL_A": "1"}, "launcherEnv": {"NCCL_A": "2"}},

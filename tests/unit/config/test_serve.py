@@ -12,6 +12,7 @@ from config import ConfigError, ServeSettings, ServiceConfig, VllmConfig, valida
 from config.recipes import Recipe
 from config.serve import (
     ENVIRONMENT_KEYS,
+    FORBIDDEN_FLAGS,
     OWNED_FLAGS,
     PROMOTED_KEYS,
     RECIPE_FIELDS,
@@ -22,7 +23,14 @@ from config.serve import (
 )
 from hostscripts.vllm import mp_node_flags, vllm_argv
 from tests.conftest import ROOT, config_raw
-from tests.serve_samples import COMMIT, SAMPLES, TEMPLATE, recipes_with_template, sample_vllm
+from tests.serve_samples import (
+    COMMIT,
+    SAMPLES,
+    TEMPLATE,
+    pinned,
+    recipes_with_template,
+    sample_vllm,
+)
 from tools import promote
 
 KEYS = [k.key for k in SERVE_KEYS]
@@ -37,7 +45,7 @@ def test_every_vllm_key_is_promoted_or_the_environments():
     assert not set(PROMOTED_KEYS) & set(ENVIRONMENT_KEYS)
     assert set(ENVIRONMENT_KEYS) == {"host", "port", "tensorParallelSize",
                                      "pipelineParallelSize", "masterPort"}
-    assert len(PROMOTED_KEYS) == 20 and len(vllm_keys) == 25
+    assert len(PROMOTED_KEYS) == 22 and len(vllm_keys) == 27
     assert promote.PROMOTED_VLLM_KEYS == PROMOTED_KEYS
     assert promote.ENV_VLLM_KEYS == ENVIRONMENT_KEYS
 
@@ -102,10 +110,16 @@ def test_a_service_runs_in_one_process_whatever_the_stacks_executor():
 
 def test_owned_flags_are_the_declarations_and_the_stacks_own():
     declared = {f for k in SERVE_KEYS for f in (k.flag.flag, *k.flag.spellings) if f}
-    stack_own = {"--api-key", "--trust-remote-code", "--model", "--revision", "--download-dir",
-                 "--nnodes", "-n", "--node-rank", "-r", "--master-addr", "--headless"}
+    stack_own = {"--api-key", "--model", "--revision", "--code-revision", "--download-dir",
+                 "--spec-model", "--spec-method", "--nnodes", "-n", "--node-rank", "-r",
+                 "--master-addr", "--headless", "--ssl-keyfile", "--ssl-certfile",
+                 "--ssl-ca-certs", "--enable-ssl-refresh", "--ssl-cert-reqs", "--ssl-ciphers"}
     assert set(OWNED_FLAGS) == declared | stack_own and not declared & stack_own
-    assert len(OWNED_FLAGS) == 41  # as the hand-written table of 0.18.0 had them
+    # 0.18.0's hand-written table had 41; trustRemoteCode's flag moved from the stack's own to
+    # its key; the code revision, the --spec-* shorthands, vLLM's own TLS (the gateway's) and
+    # reasoningParserPlugin's flag
+    assert len(OWNED_FLAGS) == 51
+    assert not set(OWNED_FLAGS) & set(FORBIDDEN_FLAGS)
     assert OWNED_FLAGS["--chat-template"] == (
         "spark-vllm:vllm.chatTemplate (a template shipped in config/recipes_data/)")
 
@@ -142,7 +156,7 @@ def test_a_service_takes_the_service_keys_and_a_recipes_share_of_them(tmp_path, 
     assert [a for a in ServiceConfig.accepted_keys() if a in KEYS] == service_keys
     assert set(SERVICE_FIELDS) == {k.name for k in SERVE_KEYS if k.flag.service}
     raw = config_raw(2)
-    raw["services"] = [{**SERVICE, **sample_vllm(tuple(service_keys))}]
+    raw["services"] = [{**SERVICE, "revision": COMMIT, **sample_vllm(tuple(service_keys))}]
     svc = validate_config(raw).services[0]
     for key in service_keys:
         name = next(k.name for k in SERVE_KEYS if k.key == key)
@@ -156,7 +170,7 @@ def test_a_service_takes_the_service_keys_and_a_recipes_share_of_them(tmp_path, 
 
 def test_the_whole_sample_is_a_valid_vllm_section(tmp_path, monkeypatch):
     recipes_with_template(tmp_path, monkeypatch)
-    raw = config_raw(2)
+    raw = pinned(config_raw(2))
     raw["vllm"] = sample_vllm()
     v = validate_config(raw).vllm
     for k in SERVE_KEYS:

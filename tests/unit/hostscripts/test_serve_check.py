@@ -50,10 +50,27 @@ class FlexibleArgumentParser(argparse.ArgumentParser):
     "vllm/entrypoints/__init__.py": "",
     "vllm/entrypoints/launchers/__init__.py": "",
     "vllm/entrypoints/launchers/cli_args.py": '''
+import argparse, json
+def _config(text):  # as vLLM's config types: pydantic's message spans lines
+    try:
+        return json.loads(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            "1 validation error for KVTransferConfig\\n  Value error, not JSON [input_value="
+            + repr(text) + "]\\n    For further information visit https://errors.pydantic.dev")
 def make_arg_parser(parser):
     parser.add_argument("model_tag", nargs="?")
     parser.add_argument("--model", default=None)
-    parser.add_argument("--tensor-parallel-size", type=int, default=1)
+    parser.add_argument("--tensor-parallel-size", "-tp", type=int, default=1)
+    parser.add_argument("--nnodes", "-n", type=int, default=1)
+    parser.add_argument("--node-rank", "-r", type=int, default=0)
+    parser.add_argument("--host", default=None)
+    parser.add_argument("--kv-transfer-config", default=None, type=_config)
+    parser.add_argument("--data-parallel-size", "-dp", type=int, default=1)
+    parser.add_argument("--data-parallel-address", "-dpa", default=None)
+    parser.add_argument("--cudagraph-capture-sizes", type=int, nargs="+", default=None)
+    parser.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction)
+    parser.add_argument("--middleware", action="append", default=[])
     parser.add_argument("--load-format", default="auto")
     parser.add_argument("--enable-auto-tool-choice", action="store_true")
     parser.add_argument("--tool-call-parser", default=None)
@@ -183,3 +200,101 @@ def test_without_a_request_the_probe_answers_as_before():
     out = subprocess.run([sys.executable, "-c", payload("image_probe.py")], capture_output=True,
                          text=True, timeout=60, check=True)
     assert "serve" not in json.loads(out.stdout)
+
+
+# ------------------------------------------------------------ issue 46, item 2: extraArgs
+OWNED = {"--nnodes": "the stack (mp)", "-n": "the stack (mp)", "--node-rank": "the stack (mp)",
+         "-r": "the stack (mp)", "--host": "spark-vllm:vllm.host",
+         "--tensor-parallel-size": "spark-vllm:vllm.tensorParallelSize"}
+FORBIDDEN = {"--kv-transfer-config": "imports a connector module", "-dp": "data parallel",
+             "--data-parallel-size": "data parallel", "--data-parallel-address": "a listener",
+             "--middleware": "imports ASGI middleware (code)", "--not-in-this-vllm": "x"}
+
+
+def extra_req(extra: list[str], strict: bool = False) -> dict:
+    return req(["org/model", "--host", "127.0.0.1", *extra], strict=strict, extraArgs=extra,
+               owned=OWNED, forbidden=FORBIDDEN)
+
+
+@pytest.mark.parametrize(("extra", "refused"), [
+    (["-n2"], "--nnodes (as -n) sets nnodes, owned by the stack (mp)"),
+    (["-r1"], "--node-rank (as -r) sets node_rank, owned by the stack (mp)"),
+    (["--node-r", "1"], "--node-rank sets node_rank, owned by the stack (mp)"),
+    (["--ho=0.0.0.0"], "--host sets host, owned by spark-vllm:vllm.host"),
+    (["--kv-transfer", "{}"], "--kv-transfer-config sets kv_transfer_config: imports a "
+                              "connector module"),
+    (["-dp", "2"], "--data-parallel-size (as -dp) sets data_parallel_size: data parallel"),
+    (["-dpa", "10.0.0.1"], "--data-parallel-address (as -dpa) sets data_parallel_address: a "
+                           "listener"),
+    (["--middleware", "x.y"], "--middleware sets middleware: imports ASGI middleware (code)"),
+])
+def test_extra_args_are_judged_by_the_destination_the_images_parser_gives_them(
+        fake_vllm, extra, refused):
+    """Whatever the spelling (attached short options, abbreviations, `=`), each token of
+    extraArgs is resolved by the image's own parser to its argparse destination; an owned or
+    forbidden one fails the `up` in every environment, named with how it was spelled."""
+    out = run(fake_vllm, extra_req(extra))
+    assert out.returncode == 1, out.stdout
+    check = parse_serve_check("n", out.stdout)
+    assert check.ok and check.extra_refused, check
+    (line,) = [ln for ln in out.stderr.splitlines() if "extraArgs" in ln]
+    assert line == f"serve check failed: extraArgs, as the image's vLLM parses them: {refused}"
+
+
+def test_extra_args_the_stack_allows_pass_with_every_destination_recorded(fake_vllm):
+    extra = ["--cudagraph-capture-sizes", "1", "2", "4", "8", "--no-enable-chunked-prefill",
+             "--cudagraph-capture-sizes=16"]
+    out = run(fake_vllm, extra_req(extra, strict=True))
+    assert out.returncode == 0, out.stderr
+    check = parse_serve_check("n", out.stdout)
+    assert check.ok and check.extra_refused == []
+    assert check.extra_dests == [["cudagraph_capture_sizes", "--cudagraph-capture-sizes"],
+                                 ["enable_chunked_prefill", "--no-enable-chunked-prefill"],
+                                 ["cudagraph_capture_sizes", "--cudagraph-capture-sizes"]]
+
+
+def test_extra_args_vllm_cannot_parse_are_a_rejection(fake_vllm):
+    out = run(fake_vllm, extra_req(["--nnodes", "two"]))
+    assert out.returncode == 1
+    assert ("the image's vLLM rejects the serve command: extraArgs alone: vllm serve: error: "
+            "argument --nnodes/-n: invalid int value: 'two'") in out.stderr
+
+
+def test_a_declared_variable_the_images_vllm_does_not_know_fails_in_dev_too(fake_vllm):
+    """A VLLM_* variable of the stack file or recipe (config accepts the family, issue 44 item
+    2) is the image's to know: unknown, it would be ignored in silence, so it fails the `up`
+    everywhere, named; one the image itself sets stays a finding of strict checks only."""
+    env = {"VLLM_USE_B12X_MOE": "1", "VLLM_HOST_IP": "192.168.177.11"}
+    dev = run(fake_vllm, req(["org/model"], env, strict=False, declaredEnv=["VLLM_USE_B12X_MOE"]))
+    assert dev.returncode == 1
+    assert ("serve check failed: VLLM_USE_B12X_MOE is not a variable the image's vLLM knows "
+            "(it would be ignored)") in dev.stderr
+    image_set = run(fake_vllm, req(["org/model"], strict=False, declaredEnv=[]),
+                    VLLM_FROM_THE_IMAGE="1")
+    assert image_set.returncode == 0, image_set.stderr
+
+
+def test_a_forbidden_flag_whose_value_the_image_refuses_is_still_refused_by_destination(
+        fake_vllm):
+    """The destination is noted when argparse resolves the token, before its value is
+    converted: a value this vLLM rejects (the real one validates JSON configs while it parses)
+    does not hide where the token goes."""
+    out = run(fake_vllm, extra_req(["-dp", "two"]))
+    assert out.returncode == 1
+    lines = [ln for ln in out.stderr.splitlines() if ln.startswith("serve check failed: ")]
+    assert lines == [
+        "serve check failed: the image's vLLM rejects the serve command: extraArgs alone: vllm "
+        "serve: error: argument --data-parallel-size/-dp: invalid int value: 'two'",
+        "serve check failed: extraArgs, as the image's vLLM parses them: --data-parallel-size "
+        "(as -dp) sets data_parallel_size: data parallel"]
+
+
+def test_a_message_of_several_lines_is_said_whole_on_one_line(fake_vllm):
+    out = run(fake_vllm, extra_req(["--kv-transfer-config", "{bad"]))
+    check = parse_serve_check("n", out.stdout)
+    assert check.error == (
+        "extraArgs alone: vllm serve: error: argument --kv-transfer-config: 1 validation error "
+        "for KVTransferConfig Value error, not JSON [input_value='{bad'] For further "
+        "information visit https://errors.pydantic.dev")
+    assert check.extra_refused == ["--kv-transfer-config sets kv_transfer_config: imports a "
+                                   "connector module"]

@@ -916,3 +916,26 @@ def test_the_port_block_must_lie_outside_the_ephemeral_ports_and_nft_be_recent()
                       nft_version=sample("nft-version-debian12.txt"),
                       firewall=sample("firewall-check-debian12.txt"))
     assert preflight.check(config(), fine, model_bytes=MODEL_BYTES).warnings == []
+# ------------------------------------------------- model.drafter (issue 44, item 4)
+def test_a_drafters_bytes_count_with_the_models_in_memory_and_on_disk():
+    """The drafter of another repo loads beside the model on every rank (its weights count in
+    the budget) and is fetched into the same cache (its bytes not cached yet count on disk)."""
+    cfg = config(model={"repo": "Qwen/Qwen3.5-122B-A10B-FP8",
+                        "drafter": {"repo": "z-lab/Qwen3.5-122B-DFlash"}},
+                 vllm={"speculativeConfig": {"method": "dflash",
+                                             "model": "z-lab/Qwen3.5-122B-DFlash"}})
+    err = fail(cfg, good_facts(disk="Avail\n900000000000"), model_bytes=200 * 10**9,
+               drafter_bytes=40 * 10**9)
+    (first, _second) = only(err, "memory")
+    assert "weights 111.8 GiB (model and drafter 223.5 GiB/(tp 2 x pp 1))" in first.fact
+    plan = preflight.check(cfg, good_facts(disk="Avail\n900000000000"), model_bytes=MODEL_BYTES,
+                           drafter_bytes=3 * 10**9)
+    without = preflight.check(config(), good_facts(disk="Avail\n900000000000"),
+                              model_bytes=MODEL_BYTES)
+    assert plan.model_bytes_missing["spark-1"] == without.model_bytes_missing["spark-1"] + 3 * 10**9
+    # the model and the drafter share the disk: each fits alone, not both
+    err = fail(cfg, good_facts(disk="Avail\n100000000000"), model_bytes=MODEL_BYTES,
+               drafter_bytes=30 * 10**9)
+    assert ("disk: 93.1 GiB free at /root/.cache/huggingface (73.6 GiB of it for the model), "
+            "z-lab/Qwen3.5-122B-DFlash needs 27.9 GiB more (27.9 GiB total, 0 B already "
+            "cached)") in [f.fact for f in only(err, "disk")]

@@ -549,3 +549,57 @@ def test_a_table_not_loaded_or_not_read_is_a_problem_never_no_drops(section, why
     ns = st.parse_node(cfg, NAMES, cfg.head, _head(firewall=section), NONCE)
     assert ns.dropped is None
     assert any(p.startswith(why) for p in ns.problems), ns.problems
+# ------------------------------------------------- model.drafter (issue 44, item 4)
+DRAFTER_COMMIT = "d" * 40
+
+
+def _drafter_cfg(revision: str = "main"):
+    raw = config_raw()
+    raw["model"] = {**raw["model"], "drafter": {"repo": "spark-lab/tiny-drafter",
+                                                "revision": revision}}
+    raw["vllm"] = {**raw["vllm"], "speculativeConfig": {
+        "method": "draft_model", "model": "spark-lab/tiny-drafter", "num_speculative_tokens": 2}}
+    return validate_config(raw)
+
+
+def _cache_listing(tmp_path, with_snapshot: bool) -> str:
+    """What the node's hf_cache.sh prints for a drafter cache made here (run for real)."""
+    repo = tmp_path / "hub" / "models--spark-lab--tiny-drafter"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(DRAFTER_COMMIT)
+    (repo / "blobs").mkdir()
+    (repo / "blobs" / "w").write_bytes(b"w" * 100)
+    if with_snapshot:
+        snap = repo / "snapshots" / DRAFTER_COMMIT
+        snap.mkdir(parents=True)
+        (snap / "model.safetensors").symlink_to("../../blobs/w")
+        (snap / "config.json").symlink_to("../../blobs/w")
+    done = subprocess.run(["bash", "-c", recon.snippet("hf_cache.sh"), "_", str(tmp_path),
+                           "", "models--spark-lab--tiny-drafter"], capture_output=True, text=True,
+                          check=True, timeout=30)
+    return done.stdout
+
+
+def test_status_names_the_drafter_and_where_its_commit_is(tmp_path):
+    cfg = _drafter_cfg()
+    script = st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
+    assert "sv_bg drafter" in script and "models--spark-lab--tiny-drafter" in script
+    assert subprocess.run(["bash", "-n"], input=script, text=True).returncode == 0
+    present = _cache_listing(tmp_path / "a", with_snapshot=True)
+    missing = _cache_listing(tmp_path / "b", with_snapshot=False)
+    nodes = _nodes(cfg, {"spark-1": _head(drafter=present),
+                         "spark-2": assemble({"clock": "2000.5", "drafter": missing})})
+    states = st.drafter_states(cfg, nodes)
+    assert [(d.node, d.state, d.commit, d.files) for d in states] == [
+        ("spark-1", "present", DRAFTER_COMMIT, 2), ("spark-2", "missing", DRAFTER_COMMIT, 0)]
+    assert states[1].why == f"no snapshot of {DRAFTER_COMMIT[:12]}"
+    # a pinned revision is looked for as it is; an unreadable listing is unknown, never present
+    pinned = _drafter_cfg("e" * 40)
+    nodes = _nodes(pinned, {"spark-1": _head(drafter=present), "spark-2": _worker()})
+    assert [(d.state, d.why) for d in st.drafter_states(pinned, nodes)] == [
+        ("missing", f"no snapshot of {'e' * 12}"), ("unknown", "no answer")]
+    assert "drafter: no answer" in nodes["spark-2"].problems
+    # without a drafter: nothing asked, nothing said
+    assert st.drafter_states(config(), _nodes(config(), {"spark-1": _head(),
+                                                          "spark-2": _worker()})) == []
+    assert "drafter" not in st.node_script(config(), NAMES, config().head, NONCE)

@@ -92,6 +92,7 @@ def staging(tmp_path, monkeypatch) -> FakeStack:
     recipes_with_template(tmp_path, monkeypatch)  # chatTemplate names a shipped template
     raw = _stack_file("staging")
     raw["image"]["ref"] = DIGEST
+    raw["model"] = {**raw["model"], "revision": COMMIT}  # trustRemoteCode wants a commit
     raw["vllm"] = {**raw["vllm"], **sample_vllm(PROMOTED_KEYS)}
     validate_config(raw)  # the source is a valid stack
     config = _as_config(raw)
@@ -101,7 +102,7 @@ def staging(tmp_path, monkeypatch) -> FakeStack:
 def test_promoting_staging_writes_every_promoted_serve_key_into_prod(staging):
     art = promote.collect_artifacts(staging, Update(staging.get_all_config()))
     assert art.serve_flags == sample_vllm(PROMOTED_KEYS)
-    assert len(art.serve_flags) == len(PROMOTED_KEYS) == 20
+    assert len(art.serve_flags) == len(PROMOTED_KEYS) == 22
 
     prod_raw = _stack_file("prod")
     before = copy.deepcopy(prod_raw["vllm"])
@@ -197,3 +198,46 @@ def test_what_the_target_already_had_stays_a_warning():
     after = after.replace("port: 8001", "port: 18472")
     mine, others = promote.check_target_config(after, broken)
     assert not mine and any("services[0].port" in p for p in others), (mine, others)
+
+
+# --------------------------------------------------------- model.drafter (issue 44, item 4)
+DRAFTER = "z-lab/Qwen3.5-122B-DFlash"
+DRAFTER_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
+
+
+def _with_drafter() -> FakeStack:
+    raw = _stack_file("staging")
+    raw["image"]["ref"] = DIGEST
+    raw["model"] = {**raw["model"], "drafter": {"repo": DRAFTER}}
+    raw["vllm"] = {**raw["vllm"], "speculativeConfig": {
+        "method": "dflash", "model": DRAFTER, "num_speculative_tokens": 15}}
+    validate_config(raw)
+    return FakeStack("staging", _as_config(raw), {
+        "modelCommit": Value(COMMIT), "services": Value({}),
+        "drafter": Value({"repo": DRAFTER, "commit": DRAFTER_COMMIT, "verified": {}})})
+
+
+def test_the_drafter_is_promoted_with_the_model_pinned_to_the_commit_the_source_served():
+    staging = _with_drafter()
+    art = promote.collect_artifacts(staging, Update(staging.get_all_config()))
+    assert art.drafter == (DRAFTER, DRAFTER_COMMIT) and promote.check_pinned(art, "prod") == []
+    prod = FakeStack("prod", _as_config(_stack_file("prod")))
+    promote.apply(prod, art)
+    after = prod.raw()
+    assert after["model"]["drafter"] == {"repo": DRAFTER, "revision": DRAFTER_COMMIT}
+    assert after["vllm"]["speculativeConfig"]["model"] == DRAFTER
+    # and a source without one takes the target's away (the serve keys no longer name it)
+    plain = FakeStack("staging", _as_config({**_stack_file("staging"),
+                                             "image": {"ref": DIGEST}}),
+                      {"modelCommit": Value(COMMIT), "services": Value({})})
+    art = promote.collect_artifacts(plain, Update(plain.get_all_config()))
+    promote.apply(prod, art)
+    assert "drafter" not in prod.raw()["model"]
+
+
+def test_a_source_that_declares_a_drafter_but_exports_none_is_refused():
+    staging = _with_drafter()
+    staging.outputs_.pop("drafter")
+    with pytest.raises(promote.Refusal, match=r"declares model\.drafter but exports no "
+                                              r"drafter commit"):
+        promote.collect_artifacts(staging, Update(staging.get_all_config()))

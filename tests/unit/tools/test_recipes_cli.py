@@ -22,8 +22,9 @@ QWEN = "qwen3.5-122b-a10b-fp8"
 COMMIT = "0" * 40
 
 
-def run(*args: str):
-    return CliRunner().invoke(group, list(args))
+def run(*args: str, columns: int | None = None):
+    env = {"COLUMNS": str(columns)} if columns else None
+    return CliRunner().invoke(group, list(args), env=env)
 
 
 def test_the_group_is_registered_on_the_operator_cli():
@@ -105,7 +106,9 @@ def test_import_writes_a_recipe_that_validates(tmp_path):
     recipe = Recipe.model_validate(doc)
     assert recipe.name == "example-moe" and recipe.max_num_seqs == 8
     assert "eugr-style.yaml: eugr format -> recipe example-moe" in result.stderr
-    assert "carried:\n  description: An example MoE in FP8 on two nodes" in result.stderr
+    assert "carried:\n  defaults: gpu_memory_utilization, host, max_model_len, port, " \
+           "tensor_parallel: the command's placeholders" in result.stderr
+    assert "\n  description: An example MoE in FP8 on two nodes" in result.stderr
     assert "noted:\n  container vllm-node: not carried" in result.stderr
     assert f"wrote {written}" in result.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["example-moe.yaml"]  # no temp left
@@ -158,8 +161,8 @@ def test_every_refusal_is_printed(tmp_path):
     result = run("import", str(FIXTURES / "eugr-refused.yaml"), "--out", str(tmp_path))
     refused = [line for line in result.stderr.splitlines()
                if line.startswith("  recipe file eugr-refused.yaml: ")]
-    assert len(refused) == 9
-    assert "Error: nothing written: 9 field(s) refused" in result.stderr
+    assert len(refused) == 8
+    assert "Error: nothing written: 8 field(s) refused" in result.stderr
 
 
 @pytest.mark.parametrize(("file", "message"), [
@@ -198,3 +201,50 @@ def test_show_names_the_chat_template_where_vllm_reads_it():
     from hostscripts.vllm import CHAT_TEMPLATE, key_flags
 
     assert key_flags("chat_template", "x.jinja", model="m", commit=None) == ["--chat-template", CHAT_TEMPLATE]
+
+
+# ------------------------------------------------------------------- a folder (issue 44)
+REAL = FIXTURES / "real"
+
+
+def test_a_folder_imports_every_recipe_a_stack_can_serve_and_ends_with_a_table(tmp_path):
+    """The real corpus (tests/fixtures/community_recipes/real): each vLLM recipe a stack
+    accepts is written, named by its file (or, where two share a name, with its folders); the
+    table says per file imported (into which recipe), refused (why, one line) or not vLLM; a
+    refused file makes the exit 1."""
+    result = run("import", str(REAL), "--out", str(tmp_path), columns=400)
+    assert result.exit_code == 1
+    written = sorted(p.name for p in tmp_path.iterdir())
+    assert len(written) == 67
+    for name in written:
+        Recipe.model_validate(yaml.safe_load((tmp_path / name).read_text()))
+    out = result.stdout
+    assert "86 file(s): 67 imported, 6 refused, 13 not vLLM; of the 73 vLLM recipe(s), 67 " \
+           "imported" in out
+    assert "Error: 6 file(s) not imported (see the table)" in result.stderr
+    for text in ("qwen3.6-35b-a3b-fp8-dflash", "not vLLM", "runtime sglang: this stack serves",
+                 "env.LAMPORT_RS_SCONV: not in the families"):
+        assert text in out, text
+    row = next(ln for ln in out.splitlines() if "recipes/inkling-small-nvfp4.yaml" in ln)
+    assert "│ refused " in row and "env.LAMPORT_RS_SCONV: not in the families" in row
+    # the same file name in two folders: told apart by the folder
+    assert {"recipes-qwen3.5-397b-int4-autoround.yaml", "3x-spark-cluster-qwen3.5-397b-int4-"
+            "autoround.yaml", "4x-spark-cluster-qwen3.5-397b-int4-autoround.yaml"} <= set(written)
+    # again: every recipe exists, nothing is overwritten without --force
+    again = run("import", str(REAL), "--out", str(tmp_path))
+    assert again.exit_code == 1 and "67 exists" in again.stdout
+
+
+def test_a_folder_dry_run_writes_nothing_and_a_stray_file_is_not_a_recipe(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    (folder / "a.yaml").write_text((FIXTURES / "eugr-style.yaml").read_text())
+    (folder / "profile.yml").write_text("benchmark_profile: x\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    result = run("import", str(folder), "--out", str(out), "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert list(out.iterdir()) == []
+    assert "2 file(s): 1 imported, 1 not a recipe; of the 1 vLLM recipe(s), 1 imported" \
+        in result.stdout
+    assert run("import", str(folder), "--name", "x").exit_code == 2

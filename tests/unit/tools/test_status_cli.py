@@ -296,3 +296,33 @@ def test_what_each_nodes_firewall_dropped_table_and_json(in_repo, monkeypatch):
     data = json.loads(result.output)
     assert data["nodes"]["spark-1"]["dropped"]["ray"] == 223
     assert not [p for p in data["nodes"]["spark-1"]["problems"] if p.startswith("firewall")]
+
+
+def test_the_drafter_is_named_with_where_its_commit_is(tmp_path, monkeypatch):
+    """model.drafter (issue 44, item 4): a line after the models (and `drafter` in --json) says
+    per node whether the drafter's snapshot is there; a node whose listing is missing is
+    unknown, never present. The exit code stays the models'."""
+    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    config = data["config"]
+    config["spark-vllm:model"]["drafter"] = {"repo": "spark-lab/tiny-drafter",
+                                              "revision": "d" * 40}
+    config["spark-vllm:vllm"]["speculativeConfig"] = {
+        "method": "draft_model", "model": "spark-lab/tiny-drafter", "num_speculative_tokens": 2}
+    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    listing = ("repo\tmodels--spark-lab--tiny-drafter\nlisted\n"
+               f"snapshot\t{'d' * 40}\nfile\t{'d' * 40}\tconfig.json\t20\n"
+               f"file\t{'d' * 40}\tmodel.safetensors\t1000\nblobs\t1020\n")
+    rc, head, err = _recorded("spark-1")
+    head += assemble({"drafter": listing}, nonce=RECORDED_NONCE)
+    run, _ = _runner({"10.77.0.11": (rc, head, err), "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output
+    line = next(ln for ln in result.output.splitlines() if ln.startswith("drafter "))
+    assert line == ("drafter spark-lab/tiny-drafter: spark-1 present (dddddddddddd, 2 files), "
+                    "spark-2 unknown (no answer)")
+    data = json.loads(CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"]).output)
+    assert data["drafter"]["repo"] == "spark-lab/tiny-drafter"
+    assert data["drafter"]["nodes"]["spark-1"]["state"] == "present"
+    assert data["drafter"]["nodes"]["spark-2"]["state"] == "unknown"

@@ -1,18 +1,20 @@
-"""config/recipe_import.py: community recipe files (eugr's spark-vllm-docker and sparkrun
-formats, tests/fixtures/community_recipes/, written for these tests) into typed recipes: each
-format carried into a Recipe that validates, every refusal and note named once per field."""
+"""tools/recipe_import.py: community recipe files (eugr's spark-vllm-docker and sparkrun
+formats) into typed recipes: each format carried into a Recipe that validates and a stack
+accepts, every refusal and note named once per field. The files here
+(tests/fixtures/community_recipes/*.yaml, and the short documents built below) are written for
+these tests, one case each; the real files operators run are test_recipe_corpus.py's."""
 
 from __future__ import annotations
 
 import pytest
 import yaml
 
-from config import recipe_import
-from config.recipe_import import ImportFormatError, detect_format, import_recipe, to_yaml
 from config.recipes import Recipe, load_recipe
 from config.serve import RECIPE_FIELDS
 from hostscripts.vllm import key_flags
 from tests.conftest import ROOT
+from tools import recipe_import
+from tools.recipe_import import ImportFormatError, detect_format, import_recipe, to_yaml
 
 FIXTURES = ROOT / "tests" / "fixtures" / "community_recipes"
 
@@ -194,17 +196,15 @@ EUGR_REFUSED = [
     "extra_setting: not a key of the eugr format (" + recipe_import.EUGR_FORMAT_DOC + "); the "
     "importer carries only what it knows",
     "command: {missing_default}: a placeholder with no value in defaults",
-    "command: --trust-remote-code: the stack never runs a model's own code (it is off); remove "
-    "it from the file if the model loads without it",
-    "command: --reasoning-parser-plugin example_parser.py: loads code from a file the launcher "
-    "ships; the stack's image.ref has no such file and the stack loads no plugin",
-    "command: --config extra.yaml: a vLLM flag that is not a serve key here, and extraArgs "
-    "refuses it: expected flags the stack does not set itself; --config reads flags from a file "
-    "the stack cannot check: give them here or in their typed keys",
-    "command: --max-num-seqs 8: given twice (also --max-num-seqs 4): say it once",
-    "env.VLLM_USE_V1: not in the allowed families or names: a recipe's env holds only NCCL_*, "
-    "UCX_*, GLOO_* and config/types.py EXTRA_ENV_NAMES (add it there, with its reason, to allow "
-    "it)",
+    "command: --kv-transfer-config {\"kv_connector\":\"ExampleConnector\"}: --kv-transfer-config "
+    "imports the KV connector module its JSON names (kv_connector_module_path) and opens the "
+    "connector's side channel (docs/design.md \"What extraArgs may set\")",
+    "command: --config extra.yaml: --config reads flags from a file the stack cannot check: "
+    "give them here or in their typed keys (docs/design.md \"What extraArgs may set\")",
+    "command: --max-num-seqs 8: given twice with different values (also --max-num-seqs 4): say "
+    "which",
+    "env.VLLM_SERVER_DEV_MODE: opens vLLM's development routes (/reset_prefix_cache, /sleep, "
+    "/collective_rpc...) beside the API (docs/design.md \"What extraEnv may set\")",
     "env.HF_TOKEN: a secret (not shown): a recipe holds none; the stack's secrets are "
     "spark-vllm:hfToken and spark-vllm:vllmApiKey",
     "command: --gpu-memory-utilization 1.5: gpuMemoryUtilization: got 1.5; expected a fraction "
@@ -215,8 +215,11 @@ EUGR_REFUSED = [
 
 def test_eugr_refusals_one_message_per_field():
     r = imported("eugr-refused.yaml")
-    assert r.recipe is None and r.document == {}
+    assert r.recipe is None and r.document == {} and r.outcome == "refused"
     assert r.refused == [f"recipe file eugr-refused.yaml: {m}" for m in EUGR_REFUSED]
+    # `-n2` is vLLM's `--nnodes 2`, the stack's own: noted, not carried
+    assert "command: -n2: not carried: owned by the stack (the nodes of spark-vllm:nodes, with " \
+           "vllm.executor mp)" in r.notes
     assert "not-a-real-token" not in " ".join(r.refused + r.notes)
 
 
@@ -230,23 +233,29 @@ def test_sparkrun_refusals_one_message_per_field():
         "runtime_config.some_setting: a runtime-specific setting the importer does not know",
         "command: --speculative-config {not json}: expected JSON (Expecting property name "
         "enclosed in double quotes: line 1 column 2 (char 1))",
-        "env.NCCL_DEBUG_FILE: names a library, plugin or file the library would load, read or "
-        "write: a recipe's env holds only NCCL_*, UCX_*, GLOO_* and config/types.py "
-        "EXTRA_ENV_NAMES (add it there, with its reason, to allow it)",
+        "env.NCCL_DEBUG_FILE: names code to load, a file or folder, an address, a port or a "
+        "command (PLUGIN, MODULE, _PATH, _DIR, _HOST, _PORT, _URL, ...) (docs/design.md "
+        "\"What extraEnv may set\")",
         "env.NCCL_IB_TC: expands the control machine's environment ($VAR); give the value itself",
     ]
     assert all(m.startswith(prefix) for m in r.refused)
 
 
-def test_another_runtime_is_refused():
+def test_another_runtime_is_not_vllm_in_one_line():
     r = imported("other-runtime.yaml")
-    assert r.recipe is None
-    assert r.refused == [
-        "recipe file other-runtime.yaml: runtime: llama-cpp: this stack serves with vLLM only "
-        "(runtimes eugr-vllm, vllm, vllm-distributed, vllm-ray)",
-        "recipe file other-runtime.yaml: command: 'llama-server -hf example-org/Example-GGUF': "
-        "expected a `vllm serve` line (this stack serves with vLLM only)",
-    ]
+    assert r.recipe is None and r.outcome == "not vLLM"
+    assert r.reason == ("runtime llama-cpp: this stack serves with vLLM only (runtimes "
+                        "eugr-vllm, vllm, vllm-distributed, vllm-ray)")
+    assert r.refused == [f"recipe file other-runtime.yaml: runtime: {r.reason}"]
+
+
+def test_a_command_that_is_not_vllm_serve_is_not_vllm():
+    r = import_recipe(yaml.safe_dump({"recipe_version": "1", "model": "a/b", "container": "c",
+                                      "command": "python3 -m sglang.launch_server --tp 2"}),
+                      file_name="t.yaml")
+    assert r.outcome == "not vLLM"
+    assert r.reason == ("command 'python3 -m sglang.launch_server': not a `vllm serve` line "
+                        "(this stack serves with vLLM only)")
 
 
 def eugr(command: str, **extra: object) -> recipe_import.Imported:
@@ -259,13 +268,23 @@ def eugr(command: str, **extra: object) -> recipe_import.Imported:
     ("--max-model-len", "command: --max-model-len: expected a value after the flag"),
     ("--enforce-eager=true", "command: --enforce-eager=true: expected the flag alone (a switch "
                              "takes no value)"),
+    ("--max-model-len 4096 8192", "command: --max-model-len 4096 8192: expected one value after "
+                                  "the flag, got 2"),
+    ("--kv_transfer_config={}", "command: --kv_transfer_config={}: --kv-transfer-config (as "
+                                "--kv_transfer_config) imports the KV connector module its JSON "
+                                "names (kv_connector_module_path) and opens the connector's side "
+                                "channel (docs/design.md \"What extraArgs may set\")"),
+    ("-dp 2", "command: -dp 2: -dp starts data-parallel replicas that coordinate through a "
+              "listener of their own (an address and RPC port beside the API, outside the "
+              "stack's fabric rules); the stack serves one replica (docs/design.md \"What "
+              "extraArgs may set\")"),
     ("other/model", "command: other/model: a second positional argument (vllm serve takes one "
                     "model)"),
     ("--model other/model", "command: --model other/model: serves another model than a/b"),
     ("--max-model-len 8 ; rm -rf x", None),
     ("--speculative-config '[1]'", "command: --speculative-config [1]: expected a JSON object"),
-    ("-tp 2 --tensor-parallel-size 2", "command: --tensor-parallel-size 2: given twice (also "
-                                       "-tp 2): say it once"),
+    ("-tp 2 --tensor-parallel-size 4", "command: --tensor-parallel-size 4: given twice with "
+                                       "different values (also -tp 2): say which"),
     ("--max-model-len abc", "command: --max-model-len abc: maxModelLen: got 'abc'; expected an integer"),
 ])
 def test_a_flag_that_cannot_be_carried_is_refused(command, refused):
@@ -319,7 +338,10 @@ def test_vllm_spellings_map_onto_the_typed_keys(command, settings):
 
 @pytest.mark.parametrize(("command", "note"), [
     ("--api-key sk-not-shown", "command: --api-key: not carried: owned by the secret "
-                               "spark-vllm:vllmApiKey"),
+                               "spark-vllm:vllmApiKey: the stack passes its own key (the value "
+                               "is not carried, nor shown)"),
+    ("-n2", "command: -n2: not carried: owned by the stack (the nodes of spark-vllm:nodes, with "
+            "vllm.executor mp)"),
     ("--revision abc", "command: --revision abc: not carried: owned by "
                        "spark-vllm:model.revision"),
     ("-pp 2", "command: -pp 2: not carried: the stack's key spark-vllm:vllm.pipelineParallelSize, "
@@ -392,3 +414,120 @@ def test_control_characters_of_a_recipe_file_never_reach_a_message(tmp_path):
     lines = r.refused + r.notes + r.carried
     assert any("container" in ln for ln in lines), lines
     assert all(ln.isprintable() for ln in lines), lines
+
+
+# ------------------------------------------------- issue 44: what real recipes need carried
+def sparkrun(**doc: object) -> recipe_import.Imported:
+    return import_recipe(yaml.safe_dump({"recipe_version": "2", "model": "a/b",
+                                         "runtime": "vllm", **doc}), file_name="t.yaml")
+
+
+def test_a_placeholder_is_named_as_sparkrun_names_it_hyphens_included():
+    """sparkrun fills any `{...}`; `{hf-overrides}` was carried literally before and the YaRN
+    override dropped while a note said the default was unused."""
+    yarn = '{"rope_scaling":{"rope_type":"yarn","factor":4.0}}'
+    r = sparkrun(defaults={"hf-overrides": yarn, "max.len": 8192},
+                 command="vllm serve {model} --hf-overrides '{hf-overrides}' "
+                         "--max-model-len {max.len}")
+    assert r.outcome == "imported", r.refused
+    assert r.recipe.serve_settings() == {"extra_args": ["--hf-overrides", yarn],
+                                         "max_model_len": 8192}
+    assert not any("hf-overrides" in n for n in r.notes)
+    assert r.carried[0].startswith("defaults: hf-overrides, max.len, model: the command's "
+                                   "placeholders")
+
+
+def test_a_flag_takes_every_value_up_to_the_next_flag():
+    r = eugr("--cudagraph-capture-sizes 1 2 4 8 16 24 32 --max-num-seqs 8 "
+             "--compilation-config.cudagraph_capture_sizes+ 64 --seed -1")
+    assert r.outcome == "imported", r.refused
+    s = r.recipe.serve_settings()
+    assert s["extra_args"] == ["--cudagraph-capture-sizes", "1", "2", "4", "8", "16", "24", "32",
+                               "--compilation-config.cudagraph_capture_sizes+", "64",
+                               "--seed", "-1"]
+    assert s["max_num_seqs"] == 8
+
+
+def test_a_flag_given_twice_the_same_way_is_carried_once_and_noted():
+    r = eugr("--enable-auto-tool-choice --tool-call-parser hermes --enable-auto-tool-choice "
+             "--async-scheduling --async-scheduling --seed 1 --seed 2")
+    assert r.outcome == "imported", r.refused
+    assert r.recipe.serve_settings()["extra_args"] == ["--async-scheduling", "--seed", "1",
+                                                       "--seed", "2"]
+    assert "command: --enable-auto-tool-choice: not carried: given twice with the same value " \
+           "(also --enable-auto-tool-choice): carried once" in r.notes
+    assert "command: --seed 2: not carried: given twice (also --seed 1): both carried in this " \
+           "order; vLLM's parser takes the last for a single-value flag" in r.notes
+
+
+def test_sparkrun_defaults_become_the_flags_sparkrun_makes_of_them():
+    """Without a command, sparkrun's vLLM runtimes make flags of api_key and
+    otlp_traces_endpoint too (its VLLM_FLAG_MAP): the key is the stack's own secret (noted, never
+    shown), the traces endpoint a door the security design keeps shut (refused by name)."""
+    r = sparkrun(defaults={"api_key": "sk-" + "k" * 30, "max_model_len": 4096,
+                           "trust_remote_code": True})
+    assert r.outcome == "imported", r.refused
+    assert r.recipe.serve_settings() == {"max_model_len": 4096, "trust_remote_code": True}
+    assert "defaults.api_key: --api-key: not carried: owned by the secret spark-vllm:vllmApiKey:" \
+           " the stack passes its own key (the value is not carried, nor shown)" in r.notes
+    assert "k" * 30 not in " ".join(r.notes + r.carried + r.refused) + to_yaml(r)
+    r = sparkrun(defaults={"otlp_traces_endpoint": "http://collector:4317"})
+    assert r.reason == ("defaults.otlp_traces_endpoint: --otlp-traces-endpoint "
+                        "http://collector:4317: --otlp-traces-endpoint sends every request's "
+                        "traces to an outside endpoint (docs/design.md \"What extraArgs may "
+                        "set\")")
+
+
+def test_trust_remote_code_is_carried_with_what_a_stack_must_pin():
+    r = eugr("--trust-remote-code")
+    assert r.outcome == "imported" and r.recipe.serve_settings() == {"trust_remote_code": True}
+    (line,) = [c for c in r.carried if c.startswith("trustRemoteCode")]
+    assert line == ("trustRemoteCode: true  <- command: --trust-remote-code; a stack serving it "
+                    "pins spark-vllm:model.revision to a 40-hex commit (config refuses it "
+                    "otherwise) and has that commit's code reviewed (policy "
+                    "remote-code-reviewed)")
+
+
+def test_the_model_repos_plugin_needs_remote_code():
+    r = eugr("--reasoning-parser-plugin nano_v3_reasoning_parser.py --reasoning-parser nano_v3")
+    assert r.reason == ("command: --reasoning-parser-plugin nano_v3_reasoning_parser.py: "
+                        "expected trustRemoteCode with reasoningParserPlugin (the plugin is the "
+                        "model repository's own Python code)")
+    r = eugr("--trust-remote-code --reasoning-parser-plugin ../../etc/x.py")
+    assert "expected the path of a Python file inside the model repository" in r.reason
+
+
+def test_environment_of_the_families_is_carried_where_it_belongs():
+    r = eugr("", env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": 1, "OMP_NUM_THREADS": "8",
+                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "NCCL_IB_GID_INDEX": 3,
+                      "B12X_MOE_FORCE_A8": "1"})
+    assert r.reason == ("env.B12X_MOE_FORCE_A8: not in the families the stack passes (VLLM_*, "
+                        "TORCH_*, PYTORCH_*, OMP_*, CUDA_*, NCCL_*, UCX_*, GLOO_*) "
+                        "(docs/design.md \"What extraEnv may set\")")
+    r = eugr("", env={"TORCH_NCCL_ASYNC_ERROR_HANDLING": 1, "OMP_NUM_THREADS": "8",
+                      "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "NCCL_IB_GID_INDEX": 3})
+    assert r.outcome == "imported"
+    assert r.recipe.env == {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "1", "OMP_NUM_THREADS": "8",
+                            "VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+    assert r.recipe.launcher_env == {"NCCL_IB_GID_INDEX": "3"}
+
+
+def test_a_drafter_of_another_repo_is_carried_for_a_stack_that_declares_it():
+    spec = '{"method":"eagle3","model":"org/eagle3-head","num_speculative_tokens":3}'
+    r = eugr(f"--speculative-config '{spec}'")
+    assert r.outcome == "imported" and r.drafter == "org/eagle3-head"
+    stack = recipe_import.reference_stack(r.recipe)
+    assert stack["model"] == {"repo": "a/b", "revision": recipe_import.REFERENCE_COMMIT,
+                              "drafter": {"repo": "org/eagle3-head",
+                                          "revision": recipe_import.REFERENCE_DRAFTER_COMMIT}}
+
+
+def test_imported_means_a_stack_accepts_it():
+    """A recipe that is a valid Recipe but that no stack would accept is refused with the
+    stack config's own message: a speculative config naming its own revision (the stack pins
+    the drafter)."""
+    r = eugr("--speculative-config '{\"method\":\"mtp\",\"revision\":\"main\"}'")
+    assert r.outcome == "refused" and r.recipe is None
+    assert r.reason == ("a stack on this recipe: spark-vllm:vllm.speculativeConfig.revision: got "
+                        "'main'; expected no revision: the stack pins the drafter to its commit "
+                        "(spark-vllm:model.revision, or spark-vllm:model.drafter.revision)")
