@@ -150,6 +150,35 @@ class IbPort(_Facts):
         return self.state == "Active" and self.physical_state == "LinkUp"
 
 
+class GuardFacts(_Facts):
+    """What recon found of the node's guard (inspection/snippets/guard.sh; hostscripts/guard.py
+    writes what it looks for)."""
+
+    # earlyoom, systemctl, apt-get, systemd-oomd: where each is, None when absent
+    tools: dict[str, str | None] = Field(default_factory=dict)
+    # earlyoom.service, systemd-oomd.service: `systemctl is-active`'s answer
+    active: dict[str, str] = Field(default_factory=dict)
+    records_present: bool = False  # the guard's folder with its kill hook
+    # the stack's drop-ins: path -> sha256, None when absent
+    files: dict[str, str | None] = Field(default_factory=dict)
+
+    def has(self, tool: str) -> bool:
+        return self.tools.get(tool) is not None
+
+
+class OomKill(_Facts):
+    """An OOM kill, in the control machine's clock: one the node's early OOM killer recorded
+    (the guard's `kills`), or one vLLM's watchdog recorded as the end of its vLLM (`source`
+    earlyoom or kernel)."""
+
+    time: float
+    source: str = "earlyoom"  # earlyoom | kernel
+    available_bytes: int | None = None  # the node's MemAvailable then (None: not known)
+    total_bytes: int | None = None
+    pid: int | None = None
+    name: str = ""  # the victim's process name, as recorded ("" when not known)
+
+
 class NodeFacts(_Facts):
     node: str  # the config name of the node
     hostname: str = ""
@@ -189,6 +218,13 @@ class NodeFacts(_Facts):
     # file is absent; {} when the survey could not read them (each counts as missing); None when
     # not surveyed
     fabric_files: dict[str, str | None] | None = None
+    # the node's guard (config/guard.py) as recon found it; None: not surveyed (guard off, or no
+    # stack named)
+    guard: GuardFacts | None = None
+    # the kills the node's early OOM killer recorded (the guard's record, newest last), and the
+    # OOM kills the liveness watchdog recorded as the end of its vLLM, by container
+    oom_kills: list[OomKill] = Field(default_factory=list)
+    liveness_ooms: dict[str, list[OomKill]] = Field(default_factory=dict)
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output
     # could not be read or timed out: {section: readable reason}. Preflight reports these.
