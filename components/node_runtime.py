@@ -22,7 +22,7 @@ share (docs/design.md says why that is safe).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import pulumi
@@ -35,12 +35,19 @@ from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from hostscripts.paths import (
     COMPILE_CACHE_MOUNT,
+    GUARD_DIR,
+    GUARD_MOUNT,
     HF_MOUNT,
     RAY_SESSION_MOUNT,
     RAY_TOKEN_MOUNT,
     StackNames,
 )
 from hostscripts.ray import compile_cache_dir
+from hostscripts.vllm import OomWatch
+
+# the label that names the command which made the node's guard folder (components/guard.py):
+# a folder made again (it was gone) replaces the containers whose mount held the old one
+GUARD_LABEL = "spark-vllm.guard-records"
 
 # Where each compiler keeps its cache, inside COMPILE_CACHE_MOUNT. vLLM: VLLM_CACHE_ROOT holds
 # torch_compile_cache/ (and points inductor there while compiling); TORCHINDUCTOR_CACHE_DIR is
@@ -76,6 +83,27 @@ class NodeRuntime:
     image_ids: Mapping[str, pulumi.Input[str]]
     nofile: int
     ray: bool  # Ray runs (vllm.executor ray): its token auth in the env, its token mounted
+    # the nodes' guard (components/guard.py): vLLM's oom_score_adj and its watchdog's OOM
+    # records (None: guard off), and per node the command that made the guard's folder, which
+    # the API containers mount read-only
+    oom: OomWatch | None = None
+    guard_records: Mapping[str, remote.Command] = field(default_factory=dict)
+
+    def guard_mounts(self, node: SparkNode) -> list[docker.ContainerMountArgs]:
+        """The node's guard folder, read-only, for an API container's watchdog."""
+        if node.name not in self.guard_records:
+            return []
+        return [docker.ContainerMountArgs(target=GUARD_MOUNT, type="bind", source=GUARD_DIR,
+                                          read_only=True)]
+
+    def guard_labels(self, node: SparkNode) -> list[docker.ContainerLabelArgs]:
+        records = self.guard_records.get(node.name)
+        return [] if records is None else [docker.ContainerLabelArgs(label=GUARD_LABEL,
+                                                                     value=records.id)]
+
+    def guard_after(self, node: SparkNode) -> list[pulumi.Resource]:
+        records = self.guard_records.get(node.name)
+        return [] if records is None else [records]
 
     def env(self, node: SparkNode) -> dict[str, str]:
         """The environment of the stack's containers on `node`: its NCCL/launcher values, the

@@ -1,7 +1,9 @@
 """build_stack: wire the components in dependency order; __main__ only calls this.
 
 Order of things on the hosts (each arrow a dependency the engine enforces):
-fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
+the nodes' guard against memory exhaustion (components/guard.py; only the API vLLM containers
+wait for its folder) | fabric pinged at the MTU between every pair -> stopped foreign
+containers, serving image on
 every node -> model fetched on the head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
 the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
@@ -24,6 +26,7 @@ from components import gateway as gateway_component
 from components import monitoring as monitoring_component
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
+from components.guard import NodeGuard, NodeGuardArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
@@ -38,6 +41,7 @@ from config import Secrets, StackConfig
 from config.listen import service_host, vllm_host
 from hostscripts.gateway import Route, Server
 from hostscripts.paths import StackNames
+from hostscripts.vllm import OomWatch
 from inspection.facts import ContainerFacts, NodeFacts
 from inspection.hub import ModelManifest
 from inspection.preflight import Plan
@@ -77,6 +81,7 @@ class StackHandles:
     services: dict[str, VllmService]
     gateway: Gateway
     monitoring: Monitoring | None  # monitoring.enabled
+    guards: dict[str, NodeGuard]  # guard.enabled: per node
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -125,6 +130,11 @@ class StackHandles:
             # Prometheus on the head (monitoring.enabled): where the head reaches it, its gate
             "monitoring": None if self.monitoring is None else {
                 "url": self.monitoring.url, "health": self.monitoring.gate.stdout},
+            # the nodes' guard (guard.enabled): what its commands applied, per node
+            "guard": None if not self.guards else {
+                name: {"killer": gd.args_killer, "applied": gd.killer.stdout,
+                       "daemons": gd.daemons.stdout}
+                for name, gd in self.guards.items()},
         }
 
     @property
@@ -166,6 +176,13 @@ def build_stack(
             node=n, fabric=cfg.fabric, subnets=cfg.nccl.fabric_subnets, stack=stack))
         for n in cluster.nodes
     ] if cfg.fabric.manage else []
+    # the nodes' guard against memory exhaustion (guard.enabled): nothing waits for it but the
+    # API vLLM containers, which mount its folder
+    guards = {
+        n.name: NodeGuard(f"guard-{n.name}", NodeGuardArgs(
+            node=n, guard=cfg.guard, reserve_bytes=cfg.preflight.os_reserve_bytes, stack=stack))
+        for n in cluster.nodes
+    } if cfg.guard.enabled else {}
     nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(
         nccl=cfg.nccl, cluster=cluster,
         configured=[c for f in fabrics for c in f.commands.values()],
@@ -195,8 +212,12 @@ def build_stack(
     )
     stopped = [c for n in cluster.nodes for c in n.stopped]
     with_ray = cfg.vllm.executor == "ray"
-    runtime = NodeRuntime(names=names, nccl=nccl, cache_dir=cfg.model.cache_dir,
-                          image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray)
+    runtime = NodeRuntime(
+        names=names, nccl=nccl, cache_dir=cfg.model.cache_dir, image_ids=image.image_ids,
+        nofile=cfg.ray.nofile, ray=with_ray,
+        oom=OomWatch(cfg.guard.vllm_score_adj, cfg.guard.oom_backoff_seconds)
+        if cfg.guard.enabled else None,
+        guard_records={name: gd.records for name, gd in guards.items()})
     ray = RayCluster(
         "ray",
         RayClusterArgs(
@@ -277,6 +298,7 @@ def build_stack(
             environment=cfg.environment,
             spec=monitoring_spec(cfg, cluster.nodes, stack, [r.name for r in routes]),
             api_key=made.api_key,
+            guard=cfg.guard.enabled,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[gateway.gate],
             restart_reason=gateway_component.restart_reason(
@@ -285,7 +307,7 @@ def build_stack(
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,
-                        monitoring)
+                        monitoring, guards)
 
 
 def _containers(f: NodeFacts) -> list[ContainerFacts]:
