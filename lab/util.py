@@ -21,7 +21,15 @@ APT_PKGS = {"dockerd": "docker.io", "debootstrap": "debootstrap",
             "docker-registry": "docker-registry", "sshd": "openssh-server",
             "ssh": "openssh-client", "ssh-keygen": "openssh-client", "ip": "iproute2",
             "ping": "iputils-ping", "ethtool": "ethtool", "git": "git", "nsenter": "util-linux",
-            "iptables": "iptables", "unpigz": "pigz"}  # unpigz: dockerd's fast layer unpacking
+            "iptables": "iptables", "unpigz": "pigz",  # unpigz: dockerd's fast layer unpacking
+            # each node's init (tini), its /proc/meminfo (lxcfs: lab/memory.py) and the OOM
+            # killer the stack's guard configures on a node (earlyoom: the nodes share this
+            # machine's /usr, so it is installed here; never started here: lab/standins/systemctl
+            # starts it inside a node)
+            "tini": "tini", "lxcfs": "lxcfs", "earlyoom": "earlyoom"}
+# the packages whose service must never run on the machine itself (only inside a node, or not at
+# all): their boot links are removed after the install (policy-rc.d already keeps them stopped)
+NO_SERVICE = ("earlyoom", "lxcfs")
 
 
 # --------------------------------------------------------------------------- the session lock
@@ -217,6 +225,10 @@ def ensure_prereqs(extra=()) -> None:
     finally:
         if made_policy:
             os.unlink(policy)
+    for pkg in NO_SERVICE:
+        if pkg in need:
+            run(["deb-systemd-helper", "disable", f"{pkg}.service"], check=False, quiet=True)
+            run(["update-rc.d", pkg, "disable"], check=False, quiet=True)
 
 
 def host_pip() -> list:
