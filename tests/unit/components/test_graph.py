@@ -29,6 +29,7 @@ COMPONENTS = {
     "spark-vllm:vllm_server:VllmServer",
     "spark-vllm:gateway:Gateway",
     "spark-vllm:monitoring:Monitoring",
+    "spark-vllm:guard:NodeGuard",
 }
 
 
@@ -48,6 +49,7 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:vllm_server:VllmServer": 1,
             "spark-vllm:gateway:Gateway": 1,
             "spark-vllm:monitoring:Monitoring": 1,  # monitoring.enabled (the dev stack's)
+            "spark-vllm:guard:NodeGuard": n,  # guard.enabled (the default)
             PROVIDER: n,
             # the serving image and the node exporter's on every node, the gateway's and
             # Prometheus's on the head
@@ -61,8 +63,9 @@ def expected_counts(n: int) -> Counter:
             # compile-cache folders; n serve checks (the serve command in the image's vLLM);
             # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
             # configuration, one per interface (two twins per node); Prometheus's key file,
-            # data folder, configuration and gate
-            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4,
+            # data folder, configuration and gate; per node the guard's install (the dev stack
+            # installs earlyoom), records, daemons and earlyoom
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4 + 4 * n,
         }
     )
 
@@ -97,8 +100,11 @@ def test_parent_chains(build, mocks, n):
             return qualified.split("$")[0]
 
         for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1", "gateway",
-                     "fabric-spark-1"]:
+                     "fabric-spark-1", "guard-spark-1"]:
             assert parent_type(comp) == "pulumi:pulumi:Stack"
+        for node in ("spark-1", *workers):
+            for what in ("install", "records", "daemons", "earlyoom"):
+                assert parent_type(f"guard-{node}-{what}") == "spark-vllm:guard:NodeGuard"
         for iface in ("enp1s0f1np1", "enP2p1s0f1np1"):
             assert parent_type(f"fabric-spark-2-{iface}") == "spark-vllm:fabric:NodeFabric"
         for child in ("gateway-image", "gateway-key", "gateway-config", "gateway-haproxy",

@@ -33,6 +33,17 @@ COMMIT = "b" * 40
 
 BAD = [
     # (id, environment, edits, key path in message, expected form in message)
+    # issue 48: the node's guard
+    ("guard-unknown-killer", "dev", {"guard.killer": "oomd"}, "spark-vllm:guard.killer",
+     "'earlyoom' or 'systemd-oomd'"),
+    ("guard-sshd-unkillable", "dev", {"guard.protectScoreAdj": -1000},
+     "spark-vllm:guard.protectScoreAdj", "greater than or equal to -999"),
+    ("guard-vllm-protected", "dev", {"guard.vllmScoreAdj": -1},
+     "spark-vllm:guard.vllmScoreAdj", "greater than or equal to 0"),
+    ("guard-unknown-key", "dev", {"guard.reserve": 1},
+     "spark-vllm:guard.reserve", "unknown key; expected one of: enabled, killer, install"),
+    ("guard-install-not-bool", "dev", {"guard.install": "maybe"},
+     "spark-vllm:guard.install", "expected"),
     ("fabric-ip", "dev", {"nodes.1.fabric.0.ip": "300.1.1.1"},
      "spark-vllm:nodes[1].fabric[0].ip", "expected an IPv4 address"),
     ("fabric-ip-outside-subnet", "dev", {"nodes.1.fabric.0.ip": "10.9.9.9"},
