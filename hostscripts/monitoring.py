@@ -276,6 +276,12 @@ def rules(spec: MonitoringSpec) -> str:
             f"({int(spec.os_reserve_bytes)} bytes, preflight.osReserveBytes)"
             f"{_lasting(spec.memory_seconds)}: the kernel may kill a process."),
         *_alert(
+            "SparkNodeExporterDown", 'up{job="node"} == 0', NODE_EXPORTER_DOWN_SECONDS,
+            "warning", f"Node {node}'s exporter is down (stack {stack})",
+            f"Prometheus could not scrape {node}'s node exporter"
+            f"{_lasting(NODE_EXPORTER_DOWN_SECONDS)}: the node, its exporter or the fabric "
+            "between it and the head is down."),
+        *_alert(
             # the guard's early OOM killer counts its kills in the node exporter's textfile
             # (hostscripts/guard.py); the kernel's own in /proc/vmstat (oom_kill): either one
             # within the window, once per node
@@ -287,12 +293,6 @@ def rules(spec: MonitoringSpec) -> str:
             "the stack's guard (at the OS reserve, preflight.osReserveBytes) or the kernel "
             "killed a process, the stack's vLLM first. `spark-vllm status` says which and how "
             "much memory the node had left."),
-        *_alert(
-            "SparkNodeExporterDown", 'up{job="node"} == 0', NODE_EXPORTER_DOWN_SECONDS,
-            "warning", f"Node {node}'s exporter is down (stack {stack})",
-            f"Prometheus could not scrape {node}'s node exporter"
-            f"{_lasting(NODE_EXPORTER_DOWN_SECONDS)}: the node, its exporter or the fabric "
-            "between it and the head is down."),
     ]
     return "\n".join(lines) + "\n"
 
