@@ -86,8 +86,10 @@ def holder_pid(name: str) -> int | None:
 
 
 # The node's init: PID 1 of its PID namespace (reaps what is orphaned there; Debian's tini, which
-# docker.io brings), and its only child, what keeps the node up
-INIT = ["tini", "-s", "--", "sleep", "infinity"]
+# docker.io brings), and its only child, what keeps the node up. The child ignores SIGTERM, which
+# tini passes on: stopping a node (stop_host: SIGTERM to all, SIGKILL after 10 s) gives its
+# dockerd time to stop its containers before the namespace goes with its init
+INIT = ["tini", "-s", "--", "/bin/sh", "-c", "trap '' TERM; exec sleep infinity"]
 SBIN = "/usr/local/sbin"  # the node's stand-ins (its own bin folder, bound there)
 
 
@@ -166,7 +168,7 @@ def start_holder(name: str, i: int) -> int:
         # writing the token at once raced (seen: `mv: cannot stat .../auth-token.new`)
         steps += [f"mkdir -p {STACK_DIR}",
                   f"mount --bind {q(d + '/var-lib-spark-vllm')} {STACK_DIR}"]
-    steps.append("exec " + " ".join(INIT))
+    steps.append("exec " + " ".join(q(w) for w in INIT))
     # --fork --pid: the shell (then the init) is PID 1 of the node's PID namespace; --mount-proc:
     # the node's /proc shows that namespace's processes only
     argv = ["nsenter", f"--net=/var/run/netns/{netns(name)}", "unshare", "--mount", "--uts",
