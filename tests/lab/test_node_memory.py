@@ -65,23 +65,27 @@ def test_a_node_sees_only_its_own_processes(lab):
 
 def test_earlyoom_in_a_node_picks_among_that_nodes_processes_only(lab):
     """A process of the machine holding 1 GiB with oom_score_adj 1000 would be any killer's
-    first choice, were it visible: earlyoom in the node (--dryrun, acting at once: -m 100)
-    chooses a process of the node instead."""
+    first choice, were it visible: earlyoom in the node (--dryrun, acting at once: -m 99 while
+    a process of the node holds 512 MiB of its 8) chooses a process of the node instead."""
     a = next(iter(lab.nodes))
     bait = subprocess.Popen([sys.executable, "-c",
                              "import time; open('/proc/self/oom_score_adj', 'w').write('1000'); "
                              "b = bytearray(b'\\x01') * (1 << 30); time.sleep(120)"])
     try:
         time.sleep(2)
-        out = lab.ssh(a, "timeout 3 earlyoom --dryrun -m 100,100 -s 100,100 -r 0 2>&1 || true"
-                      ).stdout
-        picked = re.findall(r"sending SIG\w+ to process (\d+) uid \d+ \"([^\"]*)\"", out)
-        assert picked, out
-        pid, _name = picked[0]
-        # a process of the node (the pid is of its namespace), never the machine's bait
-        cmd = lab.ssh(a, f"tr '\\0' ' ' < /proc/{pid}/cmdline").stdout
-        assert cmd and "1 << 30" not in cmd, cmd
-        assert "dryrun" in out
+        hold = "import time; b = bytearray(b'\\x01') * (512 << 20); time.sleep(8)"
+        # the victim's command line read in the node (its pid is of the node's namespace)
+        out = lab.ssh(a, f"python3 -c \"{hold}\" & sleep 2; "
+                         "out=$(timeout 3 earlyoom --dryrun -m 99,99 -s 100,100 -r 0 2>&1); "
+                         "echo \"$out\"; pid=$(echo \"$out\" | sed -n 's/.*sending SIG[A-Z]* "
+                         "to process \\([0-9]*\\) .*/\\1/p' | head -n 1); echo '=== victim'; "
+                         "tr '\\0' ' ' < /proc/$pid/cmdline; wait").stdout
+        said, _, victim = out.partition("=== victim\n")
+        assert re.search(r"sending SIG\w+ to process \d+ uid \d+ ", said), out
+        assert "dryrun" in said
+        # a process of the node (the one holding 512 MiB of it), never the machine's bait
+        assert victim and "1 << 30" not in victim, out
+        assert "512 << 20" in victim, out
     finally:
         bait.kill()
         bait.wait()
