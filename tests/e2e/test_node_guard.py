@@ -89,10 +89,13 @@ def test_the_guard_is_in_place_on_every_node(stack):
     top = d.ssh(HEAD, f"docker top {SERVE} -eo pid,args")
     pids = {int(line.split()[0]): line for line in top.splitlines()[1:] if line.strip()}
     adj = {pid: int(d.ssh(HEAD, f"cat /proc/{pid}/oom_score_adj")) for pid in pids}
-    vllm = [p for p, line in pids.items() if "vllm serve" in line or "VLLM::" in line]
+    # the watchdog (python3 -c <its payload> ... vllm serve ...) and what vLLM started: its
+    # API server (vllm serve ...), its processes (VLLM::...), their helpers (python3 -c ...)
+    watchdog = [p for p, line in pids.items() if "spark-vllm-liveness" in line]
+    vllm = [p for p in pids if p not in watchdog]
+    assert len(watchdog) == 1 and adj[watchdog[0]] == 0, (pids, adj)
+    assert [p for p in vllm if "vllm serve" in pids[p] or "VLLM::" in pids[p]], pids
     assert vllm and all(adj[p] == 1000 for p in vllm), (pids, adj)
-    watchdog = [p for p, line in pids.items() if "python3 -c" in line]
-    assert watchdog and all(adj[p] == 0 for p in watchdog), (pids, adj)
     assert d.ssh(HEAD, f"docker exec {SERVE} test -f /run/spark-vllm-guard/kills && echo ok"
                  ).strip() == "ok"
 
