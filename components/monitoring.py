@@ -22,7 +22,8 @@ Children:
   `unless-stopped`); none of the configuration is in its inputs, so it is reloaded, never
   replaced, by a new configuration;
 * `monitoring-node-exporter-<node>`: the exporter on every node (host network and pid
-  namespace, the node's / read-only at /host);
+  namespace, the node's / read-only at /host, its /proc read there too; with the guard, the
+  guard's count of OOM kills through its textfile collector);
 * `monitoring-health`: from the head, Prometheus ready, every target up, the stack's rules
   loaded (payloads/monitoring_health.py), again after every new configuration or container.
 
@@ -89,6 +90,7 @@ def monitoring_spec(cfg: StackConfig, nodes: Sequence[SparkNode], stack: str,
         crash_loop_restarts=live.crash_loop_restarts,
         crash_loop_window_seconds=live.crash_loop_window_seconds,
         os_reserve_bytes=cfg.preflight.os_reserve_bytes,
+        oom_killed_seconds=a.oom_killed_seconds,
     )
 
 
@@ -101,6 +103,7 @@ class MonitoringArgs:
     environment: str
     spec: mon.MonitoringSpec
     api_key: pulumi.Output[str]  # the stack's: secret
+    guard: bool = False  # guard.enabled: the exporters read the guard's OOM kill count too
     gate_timeout_seconds: int = 300
     after: list[pulumi.Resource] = field(default_factory=list)  # the gateway's gate
     # what every listener waits for: the nodes' firewall tables (components/firewall.py); the
@@ -228,7 +231,7 @@ class Monitoring(pulumi.ComponentResource):
                 image=exporter_images[node.name].image_id,
                 entrypoints=mon.node_exporter_entrypoint(),
                 command=mon.node_exporter_command(exporter_address(node, head),
-                                                  m.node_exporter_port),
+                                                  m.node_exporter_port, guard=args.guard),
                 network_mode="host",
                 pid_mode="host",
                 restart="unless-stopped",

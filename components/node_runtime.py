@@ -31,7 +31,7 @@ outside its containers.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypedDict
 
 import pulumi
@@ -45,12 +45,19 @@ from components.spark_node import Cluster, SparkNode
 from hostscripts.firewall import PROBE_ENV, probe_target
 from hostscripts.paths import (
     COMPILE_CACHE_MOUNT,
+    GUARD_DIR,
+    GUARD_MOUNT,
     HF_MOUNT,
     RAY_SESSION_MOUNT,
     RAY_TOKEN_MOUNT,
     StackNames,
 )
 from hostscripts.ray import compile_cache_dir
+from hostscripts.vllm import OomWatch
+
+# the label that names the command which made the node's guard folder (components/guard.py):
+# a folder made again (it was gone) replaces the containers whose mount held the old one
+GUARD_LABEL = "spark-vllm.guard-records"
 
 # Where each compiler keeps its cache, inside COMPILE_CACHE_MOUNT. vLLM: VLLM_CACHE_ROOT holds
 # torch_compile_cache/ (and points inductor there while compiling); TORCHINDUCTOR_CACHE_DIR is
@@ -107,6 +114,27 @@ class NodeRuntime:
     # the firewall's probe port (config/firewall.PortBlock.probe): the vLLM launcher starts
     # vLLM only when the stack's table answers it; None: no firewall (dev may go without)
     firewall_probe: int | None = None
+    # the nodes' guard (components/guard.py): vLLM's oom_score_adj and its watchdog's OOM
+    # records (None: guard off), and per node the command that made the guard's folder, which
+    # the API containers mount read-only
+    oom: OomWatch | None = None
+    guard_records: Mapping[str, remote.Command] = field(default_factory=dict)
+
+    def guard_mounts(self, node: SparkNode) -> list[docker.ContainerMountArgs]:
+        """The node's guard folder, read-only, for an API container's watchdog."""
+        if node.name not in self.guard_records:
+            return []
+        return [docker.ContainerMountArgs(target=GUARD_MOUNT, type="bind", source=GUARD_DIR,
+                                          read_only=True)]
+
+    def guard_labels(self, node: SparkNode) -> list[docker.ContainerLabelArgs]:
+        records = self.guard_records.get(node.name)
+        return [] if records is None else [docker.ContainerLabelArgs(label=GUARD_LABEL,
+                                                                     value=records.id)]
+
+    def guard_after(self, node: SparkNode) -> list[pulumi.Resource]:
+        records = self.guard_records.get(node.name)
+        return [] if records is None else [records]
 
     def env(self, node: SparkNode) -> dict[str, str]:
         """The environment of the stack's containers on `node`: its NCCL/launcher values, the

@@ -2,8 +2,9 @@
 
 Order of things on the hosts (each arrow a dependency the engine enforces):
 every node's firewall table (components/firewall.py) and the fabric pinged at the MTU between
-every pair -> stopped foreign containers, serving image on every node -> the collective
-bandwidth gate (components/collective.py) -> model fetched on the
+every pair, the nodes' guard against memory exhaustion (components/guard.py; only the API vLLM
+containers wait for its folder) -> stopped foreign containers, serving image on every node ->
+the collective bandwidth gate (components/collective.py) -> model fetched on the
 head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
 the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
@@ -29,6 +30,7 @@ from components.collective import CollectiveGate, CollectiveGateArgs
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.firewall import NodeFirewall, NodeFirewallArgs
 from components.gateway import Gateway, GatewayArgs
+from components.guard import NodeGuard, NodeGuardArgs
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
@@ -44,6 +46,7 @@ from config.listen import service_host, vllm_host
 from config.ports import node_ports, public_ports
 from hostscripts.gateway import Route, Server
 from hostscripts.paths import StackNames
+from hostscripts.vllm import OomWatch
 from inspection.facts import ContainerFacts, NodeFacts
 from inspection.hub import ModelManifest
 from inspection.preflight import Plan
@@ -86,6 +89,7 @@ class StackHandles:
     monitoring: Monitoring | None  # monitoring.enabled
     gate: CollectiveGate
     firewalls: dict[str, NodeFirewall]  # per node (firewall.enabled)
+    guards: dict[str, NodeGuard]  # guard.enabled: per node
 
     @property
     def nodes(self) -> dict[str, SparkNode]:
@@ -143,6 +147,11 @@ class StackHandles:
             "firewall": {n: f.table.stdout for n, f in self.firewalls.items()},
             "monitoring": None if self.monitoring is None else {
                 "url": self.monitoring.url, "health": self.monitoring.gate.stdout},
+            # the nodes' guard (guard.enabled): what its commands applied, per node
+            "guard": None if not self.guards else {
+                name: {"killer": gd.args_killer, "applied": gd.killer.stdout,
+                       "daemons": gd.daemons.stdout}
+                for name, gd in self.guards.items()},
         }
 
     @property
@@ -188,6 +197,13 @@ def build_stack(
     ] if cfg.fabric.manage else []
     # the stack's nftables table on every node (firewall.enabled), before any of its containers
     firewalls = _firewalls(cfg, cluster, stack) if cfg.firewall.enabled else {}
+    # the nodes' guard against memory exhaustion (guard.enabled): nothing waits for it but the
+    # API vLLM containers, which mount its folder
+    guards = {
+        n.name: NodeGuard(f"guard-{n.name}", NodeGuardArgs(
+            node=n, guard=cfg.guard, reserve_bytes=cfg.preflight.os_reserve_bytes, stack=stack))
+        for n in cluster.nodes
+    } if cfg.guard.enabled else {}
     nccl = NcclEnvironment("nccl", NcclEnvironmentArgs(
         nccl=cfg.nccl, cluster=cluster,
         configured=[c for f in fabrics for c in f.commands.values()],
@@ -235,11 +251,15 @@ def build_stack(
     fetched: list[pulumi.Resource] = [model, *([drafter] if drafter is not None else [])]
     stopped = [c for n in cluster.nodes for c in n.stopped]
     with_ray = cfg.vllm.executor == "ray"
-    runtime = NodeRuntime(names=names, nccl=nccl, cache_dir=cfg.model.cache_dir,
-                          image_ids=image.image_ids, nofile=cfg.ray.nofile, ray=with_ray,
-                          shm_bytes=shm_bytes(cfg.ray.object_store_bytes if with_ray else None),
-                          vllm_port=cfg.firewall.block.vllm[0],
-                          firewall_probe=cfg.firewall.block.probe if firewalls else None)
+    runtime = NodeRuntime(
+        names=names, nccl=nccl, cache_dir=cfg.model.cache_dir, image_ids=image.image_ids,
+        nofile=cfg.ray.nofile, ray=with_ray,
+        shm_bytes=shm_bytes(cfg.ray.object_store_bytes if with_ray else None),
+        vllm_port=cfg.firewall.block.vllm[0],
+        firewall_probe=cfg.firewall.block.probe if firewalls else None,
+        oom=OomWatch(cfg.guard.vllm_score_adj, cfg.guard.oom_backoff_seconds)
+        if cfg.guard.enabled else None,
+        guard_records={name: gd.records for name, gd in guards.items()})
     ray = RayCluster(
         "ray",
         RayClusterArgs(
@@ -325,6 +345,7 @@ def build_stack(
             environment=cfg.environment,
             spec=monitoring_spec(cfg, cluster.nodes, stack, [r.name for r in routes]),
             api_key=made.api_key,
+            guard=cfg.guard.enabled,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[gateway.gate],
             firewall=[f.table for f in firewalls.values()],
@@ -334,7 +355,7 @@ def build_stack(
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, drafter, ray, vllm, services,
-                        gateway, monitoring, gate, firewalls)
+                        gateway, monitoring, gate, firewalls, guards)
 
 
 def _fabric_mtu(cfg: StackConfig, facts: Mapping[str, NodeFacts]) -> int | None:

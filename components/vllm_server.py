@@ -365,6 +365,11 @@ class VllmServer(pulumi.ComponentResource):
             labels.update(port_labels(v, args.cluster))
             mounts.append(docker.ContainerMountArgs(
                 target=VLLM_KEY, type="bind", source=names.vllm_key_file, read_only=True))
+            # the node's guard: its watchdog reads the node's OOM kills (components/guard.py)
+            if args.health.liveness.enabled:
+                mounts += runtime.guard_mounts(node)
+                extra_labels += runtime.guard_labels(node)
+                depends += runtime.guard_after(node)
             extra_labels.append(docker.ContainerLabelArgs(
                 label="spark-vllm.api-key",
                 value=args.secrets.api_key_label(self.api_key_file.stdout)))
@@ -406,8 +411,8 @@ class VllmServer(pulumi.ComponentResource):
             # the head's vLLM restarted when it stops serving (payloads/vllm_liveness.py); a
             # headless rank follows the head's restarts (payloads/vllm_rank_watch.py)
             entrypoints=watched_entrypoint(local_url(args.host, v.port), v.served_model_name,
-                                           "generate", args.health.liveness)
-            if is_head else serve_entrypoint(head_health_url(args.host, v.port)),
+                                           "generate", args.health.liveness, runtime.oom)
+            if is_head else serve_entrypoint(head_health_url(args.host, v.port), runtime.oom),
             command=self.argv if is_head else self._argv(args, node),
             envs=[f"{k}={val}" for k, val in sorted(env.items())],
             mounts=mounts,

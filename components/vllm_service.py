@@ -167,13 +167,16 @@ class VllmService(pulumi.ComponentResource):
                   "spark-vllm.port": str(svc.port)}
         mounts = [*runtime.mounts(), docker.ContainerMountArgs(
             target=VLLM_KEY, type="bind", source=self.key_file, read_only=True)]
+        watchdog = args.health.liveness.enabled  # it reads the node's guard folder
+        if watchdog:
+            mounts += runtime.guard_mounts(node)
         template = chat_template_text(svc.chat_template) if svc.chat_template else None
         return docker.Container(
             res_name,
             name=self.container_name,
             # restarted when it stops serving (payloads/vllm_liveness.py)
             entrypoints=watched_entrypoint(self.direct_urls[node.name], svc.served_name,
-                                           svc.task, args.health.liveness),
+                                           svc.task, args.health.liveness, runtime.oom),
             command=self.model.commit.apply(
                 lambda c: service_argv(svc, c, args.hosts[node.name])),
             envs=[f"{k}={v}" for k, v in sorted(runtime.vllm_env(node).items())],
@@ -184,6 +187,7 @@ class VllmService(pulumi.ComponentResource):
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
                 docker.ContainerLabelArgs(label="spark-vllm.api-key",
                                           value=args.secrets.api_key_label(key.stdout)),
+                *(runtime.guard_labels(node) if watchdog else []),
             ],
             destroy_grace_seconds=60,
             **runtime.runtime(node),
@@ -192,7 +196,8 @@ class VllmService(pulumi.ComponentResource):
                 provider=node.provider,
                 # its name, and its port and GPU on the host network: the old one goes first
                 delete_before_replace=True,
-                depends_on=[self.model, key, args.caches[node.name]],
+                depends_on=[self.model, key, args.caches[node.name],
+                            *(runtime.guard_after(node) if watchdog else [])],
             ),
         )
 

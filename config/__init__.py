@@ -7,6 +7,7 @@
                     the flags extraArgs may not set, what promotion carries, a recipe's keys
     errors.py       ConfigError and key-path messages
     recipes.py      recipes (vllm.recipe): the Recipe model, loading, the env they add
+    guard.py        spark-vllm:guard: what each node does when its memory runs out
     models.py       the pydantic models (keys, forms, defaults)
     validate.py     validate_config: single values + rules that span keys
     known_hosts.py  host keys pinned through an OpenSSH known_hosts file
@@ -16,6 +17,7 @@
 
 from config.errors import ConfigError, key_path
 from config.forms import NAMESPACE, PLACEHOLDER, SECRET_KEYS
+from config.guard import GuardConfig
 from config.known_hosts import known_host_keys, pin_host_keys
 from config.load import Secrets, load_config, load_secrets, secret_plaintext, ssh_key_path
 from config.models import (
@@ -41,8 +43,8 @@ from config.validate import validate_config
 
 __all__ = [
     "NAMESPACE", "PLACEHOLDER", "SECRET_KEYS", "CollectiveConfig", "ConfigError", "FabricConfig",
-    "FabricInterface", "HealthConfig", "ImageConfig", "ModelConfig", "NcclConfig", "NodeConfig",
-    "PreflightConfig", "RayConfig",
+    "FabricInterface", "GuardConfig", "HealthConfig", "ImageConfig", "ModelConfig", "NcclConfig",
+    "NodeConfig", "PreflightConfig", "RayConfig",
     "Recipe", "RecipeError", "Secrets", "ServeSettings", "ServiceConfig", "SshConfig",
     "StackConfig", "VllmConfig",
     "chat_template_text", "key_path", "known_host_keys", "load_config", "load_recipe",

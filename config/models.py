@@ -31,6 +31,7 @@ from config.forms import (
     is_digest_ref,
 )
 from config.gateway import GatewayConfig
+from config.guard import GuardConfig
 from config.monitoring import MonitoringConfig
 from config.recipe_files import RecipeError
 from config.serve import MAIN_ONLY_FIELDS, RECIPE_FIELDS, SERVICE_FIELDS, ServeSettings
@@ -620,6 +621,7 @@ class StackConfig(ConfigModel):
     gateway: GatewayConfig  # the stack's one endpoint (config/gateway.py)
     monitoring: MonitoringConfig = Field(default_factory=MonitoringConfig)  # config/monitoring.py
     firewall: FirewallConfig = Field(default_factory=FirewallConfig)  # config/firewall.py
+    guard: GuardConfig = Field(default_factory=GuardConfig)  # config/guard.py
 
     @model_validator(mode="after")
     def _mp_head_reachable(self) -> StackConfig:

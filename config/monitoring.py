@@ -44,7 +44,8 @@ DEFAULT_NODE_EXPORTER_PORT = 9100
 class AlertsConfig(ConfigModel):
     """Thresholds of the alert rules (hostscripts/monitoring.py `rules`). The crash-loop rule
     takes `health.liveness.crashLoopRestarts` / `crashLoopWindowSeconds` and the memory rule
-    `preflight.osReserveBytes`, so the alerts and `spark-vllm status` agree."""
+    `preflight.osReserveBytes`, so the alerts and `spark-vllm status` agree. The OOM rule reads
+    the guard's record of the kills (config/guard.py) through each node exporter."""
 
     # a model's target down (its vLLM not answering through the gateway) this long
     not_serving_seconds: int = Field(default=60, ge=0, le=86400)
@@ -56,6 +57,9 @@ class AlertsConfig(ConfigModel):
     waiting_seconds: int = Field(default=60, ge=0, le=86400)
     # a node's available memory below the OS reserve this long
     memory_seconds: int = Field(default=120, ge=0, le=86400)
+    # an OOM kill on a node (earlyoom's, the guard's record; or the kernel's) fires
+    # SparkVllmOomKilled for this long after it
+    oom_killed_seconds: int = Field(default=3600, ge=60, le=86400)
 
 
 class MonitoringConfig(ConfigModel):

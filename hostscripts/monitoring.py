@@ -39,6 +39,7 @@ from hostscripts.common import (
     q,
     secret_file_write,
 )
+from hostscripts.guard import METRICS_DIR as GUARD_METRICS_DIR
 from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
 
 _GATE_PY = payload("monitoring_health.py")
@@ -51,6 +52,7 @@ ALERTS = (
     "SparkVllmRequestsWaiting",
     "SparkNodeMemoryLow",
     "SparkNodeExporterDown",
+    "SparkVllmOomKilled",
 )
 NODE_EXPORTER_DOWN_SECONDS = 120
 CONFIG_FILE = "prometheus.yml"
@@ -94,6 +96,7 @@ class MonitoringSpec:
     crash_loop_restarts: int
     crash_loop_window_seconds: int
     os_reserve_bytes: int
+    oom_killed_seconds: int = 3600  # SparkVllmOomKilled fires this long after a kill
 
     def __post_init__(self) -> None:
         StackNames(self.stack)  # a stack name, or ValueError
@@ -113,7 +116,8 @@ class MonitoringSpec:
         if self.scrape_interval_seconds < 1 or self.crash_loop_window_seconds < 1:
             raise ValueError("the scrape interval and the crash-loop window are 1 s or more")
         for what in ("not_serving_seconds", "kv_cache_seconds", "waiting_seconds",
-                     "memory_seconds", "crash_loop_restarts", "os_reserve_bytes"):
+                     "memory_seconds", "crash_loop_restarts", "os_reserve_bytes",
+                     "oom_killed_seconds"):
             value = getattr(self, what)
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise ValueError(f"{what}: expected an integer >= 0, not {value!r}")
@@ -228,6 +232,7 @@ def rules(spec: MonitoringSpec) -> str:
     stack = plain(spec.stack)
     model, node = "{{ $labels.model }}", "{{ $labels.node }}"
     window = _seconds(spec.crash_loop_window_seconds)
+    oom_window = _seconds(spec.oom_killed_seconds)
     kv = repr(float(spec.kv_cache_usage))
     lines = [
         "# spark-vllm's alert rules: written by the stack (hostscripts/monitoring.py), loaded by",
@@ -276,6 +281,18 @@ def rules(spec: MonitoringSpec) -> str:
             f"Prometheus could not scrape {node}'s node exporter"
             f"{_lasting(NODE_EXPORTER_DOWN_SECONDS)}: the node, its exporter or the fabric "
             "between it and the head is down."),
+        *_alert(
+            # the guard's early OOM killer counts its kills in the node exporter's textfile
+            # (hostscripts/guard.py); the kernel's own in /proc/vmstat (oom_kill): either one
+            # within the window, once per node
+            "SparkVllmOomKilled",
+            f'increase(spark_vllm_oom_kills_total{{job="node"}}[{oom_window}]) > 0 or '
+            f'increase(node_vmstat_oom_kill{{job="node"}}[{oom_window}]) > 0', None,
+            "critical", f"A process was OOM-killed on node {node} (stack {stack})",
+            f"{node} ran out of memory within the last {oom_window}: the early OOM killer of "
+            "the stack's guard (at the OS reserve, preflight.osReserveBytes) or the kernel "
+            "killed a process, the stack's vLLM first. `spark-vllm status` says which and how "
+            "much memory the node had left."),
     ]
     return "\n".join(lines) + "\n"
 
@@ -431,10 +448,16 @@ def node_exporter_entrypoint() -> list[str]:
     return ["node_exporter"]
 
 
-def node_exporter_command(listen: str, port: int) -> list[str]:
+def node_exporter_command(listen: str, port: int, *, guard: bool = False) -> list[str]:
     """The exporter on `listen`:`port`, reading the node's / that its container sees read-only
-    at HOST_ROOT."""
-    return [f"--web.listen-address={plain(listen)}:{int(port)}", f"--path.rootfs={HOST_ROOT}"]
+    at HOST_ROOT, and the node's /proc as the node's own processes see it (HOST_ROOT/proc: the
+    same as the container's on a Spark; in the lab, each simulated node's memory: lab/README.md).
+    `guard`: the guard's OOM kill count too (its textfile, hostscripts/guard.py)."""
+    out = [f"--web.listen-address={plain(listen)}:{int(port)}", f"--path.rootfs={HOST_ROOT}",
+           f"--path.procfs={HOST_ROOT}/proc"]
+    if guard:
+        out.append(f"--collector.textfile.directory={HOST_ROOT}{GUARD_METRICS_DIR}")
+    return out
 
 
 def gate_targets(spec: MonitoringSpec) -> list[dict[str, str]]:

@@ -13,6 +13,9 @@ __all__ = [
            "GATEWAY_MOUNT",
            "GATEWAY_RUN_MOUNT",
            "GATEWAY_STATS_SOCKET",
+           "GUARD_DIR",
+           "GUARD_KILLS_MOUNT",
+           "GUARD_MOUNT",
            "HF_MOUNT",
            "IMAGE_SEED_PORT",
            "LEGACY_COMPILE_CACHE_DIR",
@@ -42,6 +45,14 @@ STOPPED_DIR = "/var/lib/spark-vllm/stopped"  # markers of foreign containers the
 # where the liveness watchdog records vLLM's starts, in the container's own writable layer
 # (payloads/vllm_liveness.py; read by `spark-vllm status` and recon)
 LIVENESS_STARTS = "/var/lib/spark-vllm-liveness/starts"
+# The node's guard (config/guard.py, hostscripts/guard.py): one folder per node, whichever
+# stacks guard it (a marker per stack in it), with the record of every OOM kill its early OOM
+# killer made, the kill hook that writes it and the count the node exporter reads. Not secret:
+# readable by all (the node exporter runs as nobody).
+GUARD_DIR = f"{STATE_DIR}/guard"
+GUARD_MOUNT = "/run/spark-vllm-guard"  # that folder in the API vLLM containers (read-only)
+GUARD_KILLS_MOUNT = f"{GUARD_MOUNT}/kills"  # where their watchdog reads the node's kills
+SYSTEMD_UNITS_DIR = "/etc/systemd/system"  # where the stack's drop-ins go (<unit>.d/)
 VLLM_KEY = "/run/spark-vllm/api-key"  # where a vLLM container reads its API key
 VLLM_CONFIG_ROOT = "/etc/spark-vllm/vllm-config"  # the stack's own VLLM_CONFIG_ROOT (container)
 GATEWAY_MOUNT = "/etc/spark-vllm/gateway"  # the stack's gateway folder in the gateway container
@@ -142,6 +153,13 @@ class StackNames:
     def run_dir(self) -> str:
         """The stack's folder under /run (a reboot empties it)."""
         return f"{STACK_RUN_DIR}/{self.stack}"
+
+    def guard_dropin(self, unit: str) -> str:
+        """The stack's systemd drop-in for `unit` (hostscripts/guard.py): sorted after the
+        unit's own and its packages' (50-), named by the stack, removed on destroy."""
+        if not re.fullmatch(r"[a-z0-9][a-z0-9.-]{0,60}\.(service|slice)", unit):
+            raise ValueError(f"not a systemd service or slice name: {unit!r}")
+        return f"{SYSTEMD_UNITS_DIR}/{unit}.d/50-spark-vllm-{self.stack}.conf"
 
     def fabric_netplan(self, interface: str) -> str:
         """The stack's netplan file for one fabric interface (hostscripts/fabric_config.py)."""

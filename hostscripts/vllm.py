@@ -21,7 +21,9 @@ from hostscripts.common import (
     stack_file_remove,
 )
 from hostscripts.firewall import probe_launcher
+from hostscripts.guard import PREFER
 from hostscripts.paths import (
+    GUARD_KILLS_MOUNT,
     HF_MOUNT,
     LEGACY_VLLM_KEY_FILE,
     LIVENESS_STARTS,
@@ -169,48 +171,81 @@ def pinned_speculative_config(
     return out
 
 
-# The container's entrypoint: `sh -c LAUNCHER LAUNCHER_NAME <argv...>`. With the stack's
-# firewall, vLLM starts only when the node's table answers the launcher's probe
-# (hostscripts/firewall.py). The API key is read from its root-only file and exported for vLLM
-# (VLLM_API_KEY) by this shell only, so it is in no command line, no `docker inspect` and no
-# container environment.
-LAUNCHER = "; ".join(
-    [
-        f"echo {q(START_MARKER)}",
-        probe_launcher(),
-        f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi",
-        'exec "$@"',
-    ]
-)
+@dataclass(frozen=True)
+class OomWatch:
+    """What a vLLM container does for the node's guard (config/guard.py): vLLM raises its own
+    oom_score_adj to `score_adj` (raising needs no privilege; its processes inherit it), so any
+    OOM killer takes it first; the watchdog (payloads/vllm_liveness.py) reads the node's kill
+    records at `kills` (the guard's folder, mounted read-only) and waits `backoff_seconds`
+    before a start that follows an OOM kill."""
+
+    score_adj: int
+    backoff_seconds: int
+    kills: str = GUARD_KILLS_MOUNT
+
+    def __post_init__(self) -> None:
+        if not 0 <= int(self.score_adj) <= 1000 or int(self.backoff_seconds) < 0:
+            raise ValueError(f"not an oom_score_adj of 0..1000 and a wait: {self}")
 
 
-def serve_entrypoint(head_health_url: str | None = None) -> list[str]:
+def launcher(score_adj: int | None = None) -> str:
+    """The container's entrypoint: `sh -c <launcher> LAUNCHER_NAME <argv...>`. With the stack's
+    firewall, vLLM starts only when the node's table answers the launcher's probe
+    (hostscripts/firewall.py). The API key is read from its root-only file and exported for vLLM
+    (VLLM_API_KEY) by this shell only, so it is in no command line, no `docker inspect` and no
+    container environment. `score_adj`: the shell raises its own oom_score_adj first, which vLLM
+    (exec'd) and its processes keep."""
+    raise_adj = [] if score_adj is None else [
+        f"echo {int(score_adj)} > /proc/self/oom_score_adj || "
+        "echo 'spark-vllm: could not raise the oom_score_adj of vLLM' >&2"]
+    return "; ".join(
+        [
+            f"echo {q(START_MARKER)}",
+            probe_launcher(),
+            *raise_adj,
+            f"if [ -s {VLLM_KEY} ]; then VLLM_API_KEY=$(cat {VLLM_KEY}); export VLLM_API_KEY; fi",
+            'exec "$@"',
+        ]
+    )
+
+
+LAUNCHER = launcher()  # without the guard
+
+
+def serve_entrypoint(head_health_url: str | None = None,
+                     guard: OomWatch | None = None) -> list[str]:
     """What precedes the argv in the vLLM container (Docker runs entrypoint + command).
 
     `head_health_url`: in a `--headless` container (vllm.executor mp), the head's /health; the
     container's main process is then payloads/vllm_rank_watch.py, which ends the container when
-    the head's vLLM went away, so Docker starts this rank again to meet the head's next start."""
-    launcher = ["/bin/sh", "-c", LAUNCHER, LAUNCHER_NAME]
+    the head's vLLM went away, so Docker starts this rank again to meet the head's next start.
+    `guard`: vLLM's oom_score_adj (OomWatch)."""
+    shell = ["/bin/sh", "-c", launcher(guard.score_adj if guard else None), LAUNCHER_NAME]
     if head_health_url is None:
-        return launcher
+        return shell
     return ["python3", "-c", _RANK_WATCH_PY, head_health_url, str(RANK_WATCH_INTERVAL_S),
-            str(RANK_WATCH_MISSES), *launcher]
+            str(RANK_WATCH_MISSES), *shell]
 
 
-def watched_entrypoint(url: str, served_name: str, task: str,
-                       liveness: LivenessConfig) -> list[str]:
+def watched_entrypoint(url: str, served_name: str, task: str, liveness: LivenessConfig,
+                       guard: OomWatch | None = None) -> list[str]:
     """The entrypoint of a vLLM container that serves the API (the head's, a service's): with
     `liveness.enabled`, payloads/vllm_liveness.py runs the launcher and restarts vLLM when it is
     alive but no longer serves (probing `url`, the container's own vLLM, for `served_name` with
-    `task`'s request; the key from the mounted VLLM_KEY file); else the launcher alone."""
-    launcher = serve_entrypoint()
+    `task`'s request; the key from the mounted VLLM_KEY file), and records an OOM kill that
+    ended it (`guard`: the node's kill records; without, the kernel's kills only); else the
+    launcher alone. The watchdog itself keeps the container's oom_score_adj: only vLLM raises
+    its own."""
+    shell = serve_entrypoint(guard=guard)
     if not liveness.enabled:
-        return launcher
+        return shell
+    kills, backoff = ((guard.kills, guard.backoff_seconds) if guard is not None
+                      else ("-", liveness.backoff_seconds))
     return ["python3", "-c", _LIVENESS_PY, url, served_name, task,
             str(liveness.interval_seconds), str(liveness.probe_timeout_seconds),
             str(liveness.failures), VLLM_KEY, LIVENESS_STARTS, str(liveness.backoff_seconds),
             str(liveness.backoff_max_seconds), str(liveness.crash_loop_restarts),
-            str(liveness.crash_loop_window_seconds), *launcher]
+            str(liveness.crash_loop_window_seconds), kills, PREFER, str(backoff), *shell]
 
 
 def api_key_write(path: str) -> str:

@@ -199,6 +199,8 @@ class ImageNccl(_Facts):
         if others:
             text += "; torch's own: " + ", ".join(t.line() for t in others)
         return text
+
+
 class FirewallFacts(_Facts):
     """The stack's nftables table on a node as recon read it (hostscripts/firewall.py
     check_script): each digest a sha256, None when absent."""
@@ -209,6 +211,35 @@ class FirewallFacts(_Facts):
     enabled: bool = False  # `systemctl is-enabled` of that unit
     # what the last load recorded: the file's and the listed table's digests
     record: tuple[str, str] | None = None
+
+
+class GuardFacts(_Facts):
+    """What recon found of the node's guard (inspection/snippets/guard.sh; hostscripts/guard.py
+    writes what it looks for)."""
+
+    # earlyoom, systemctl, apt-get, systemd-oomd: where each is, None when absent
+    tools: dict[str, str | None] = Field(default_factory=dict)
+    # earlyoom.service, systemd-oomd.service: `systemctl is-active`'s answer
+    active: dict[str, str] = Field(default_factory=dict)
+    records_present: bool = False  # the guard's folder with its kill hook
+    # the stack's drop-ins: path -> sha256, None when absent
+    files: dict[str, str | None] = Field(default_factory=dict)
+
+    def has(self, tool: str) -> bool:
+        return self.tools.get(tool) is not None
+
+
+class OomKill(_Facts):
+    """An OOM kill, in the control machine's clock: one the node's early OOM killer recorded
+    (the guard's `kills`), or one vLLM's watchdog recorded as the end of its vLLM (`source`
+    earlyoom or kernel)."""
+
+    time: float
+    source: str = "earlyoom"  # earlyoom | kernel
+    available_bytes: int | None = None  # the node's MemAvailable then (None: not known)
+    total_bytes: int | None = None
+    pid: int | None = None
+    name: str = ""  # the victim's process name, as recorded ("" when not known)
 
 
 class NodeFacts(_Facts):
@@ -264,6 +295,13 @@ class NodeFacts(_Facts):
     # and whether it stopped an up; None: not surveyed
     collective_record_present: bool | None = None
     collective_stopped: bool | None = None
+    # the node's guard (config/guard.py) as recon found it; None: not surveyed (guard off, or no
+    # stack named)
+    guard: GuardFacts | None = None
+    # the kills the node's early OOM killer recorded (the guard's record, newest last), and the
+    # OOM kills the liveness watchdog recorded as the end of its vLLM, by container
+    oom_kills: list[OomKill] = Field(default_factory=list)
+    liveness_ooms: dict[str, list[OomKill]] = Field(default_factory=dict)
     # added by recon: every host key the node holds (/etc/ssh/ssh_host_*_key.pub), the tools the
     # survey did not find (nvidia-smi, docker, ibdev2netdev, ...), and the sections whose output
     # could not be read or timed out: {section: readable reason}. Preflight reports these.

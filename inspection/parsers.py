@@ -28,6 +28,7 @@ from inspection.facts import (
     DockerFacts,
     FirewallFacts,
     GpuFacts,
+    GuardFacts,
     HfRepoFacts,
     IbPort,
     ImageFacts,
@@ -35,6 +36,7 @@ from inspection.facts import (
     InterfaceFacts,
     MemoryFacts,
     NcclLibrary,
+    OomKill,
     RoceFacts,
 )
 
@@ -1018,6 +1020,8 @@ def parse_collective_record(text: str) -> tuple[bool, bool | None]:
     if not isinstance(stopped, bool):
         raise ParseError("the collective gate's record", "no stopped: true|false", lines[0])
     return True, stopped
+
+
 def parse_nft_version(text: str) -> str:
     """`nftables v1.0.6 (Lester Gooch #5)` (nft --version) -> `1.0.6`."""
     m = re.fullmatch(r"nftables v(\d+(?:\.\d+){1,3})(?: \([\x20-\x7e]*\))?",
@@ -1063,3 +1067,67 @@ def parse_firewall(text: str) -> FirewallFacts:
     return FirewallFacts(table=d("table"), file=d("file"), unit=d("unit"),
                          enabled=seen["enabled"] == "yes",
                          record=(record[0], record[1]) if record else None)
+
+
+_GUARD_TOOLS = ("earlyoom", "systemctl", "apt-get", "systemd-oomd")
+_GUARD_UNITS = ("earlyoom.service", "systemd-oomd.service")
+
+
+def parse_guard(text: str) -> GuardFacts:
+    """inspection/snippets/guard.sh's records -> GuardFacts. Every line is one of its four
+    kinds, exactly; anything else is refused."""
+    kind = "guard"
+    tools: dict[str, str | None] = {}
+    active: dict[str, str] = {}
+    files: dict[str, str | None] = {}
+    records: bool | None = None
+    for line in _nonblank(text):
+        parts = line.split("\t")
+        if parts[0] == "tool" and len(parts) == 3 and parts[1] in _GUARD_TOOLS and (
+                parts[2] == "absent" or re.fullmatch(r"/[\x21-\x7e]{1,255}", parts[2])):
+            tools[parts[1]] = None if parts[2] == "absent" else parts[2]
+        elif parts[0] == "active" and len(parts) == 3 and parts[1] in _GUARD_UNITS and \
+                re.fullmatch(r"[a-z-]{1,20}", parts[2]):
+            active[parts[1]] = parts[2]
+        elif parts[0] == "records" and len(parts) == 2 and parts[1] in ("present", "absent"):
+            records = parts[1] == "present"
+        elif parts[0] == "file" and len(parts) == 3 and re.fullmatch(
+                r"[0-9a-f]{64}|absent", parts[1]) and re.fullmatch(r"/[\x21-\x7e]{1,255}",
+                                                                  parts[2]):
+            files[parts[2]] = None if parts[1] == "absent" else parts[1]
+        else:
+            raise ParseError(kind, "not a tool, active, records or file record", line)
+    if records is None or set(tools) != set(_GUARD_TOOLS):
+        raise ParseError(kind, "no records line, or not every tool said", text[:200])
+    return GuardFacts(tools=tools, active=active, records_present=records, files=files)
+
+
+def parse_oom_kills(text: str) -> list[OomKill]:
+    """The guard's record of the node's kills (hostscripts/guard.py's hook: `<epoch>
+    <MemAvailable bytes|-> <MemTotal bytes|-> <pid> <name>` per line, oldest first; the
+    available memory when earlyoom acted) -> OomKill in the node's clock. A line of another
+    shape (a cut write) is left out."""
+    out: list[OomKill] = []
+    for line in split_lines(text):
+        m = re.fullmatch(r"([0-9]{1,12}(?:\.[0-9]{1,6})?) ([0-9]{1,20}|-) ([0-9]{1,20}|-) "
+                         r"([0-9]{1,10}) ([A-Za-z0-9_.:+-]{1,32})", line.strip())
+        if m:
+            avail, total = (None if v == "-" else int(v) for v in (m.group(2), m.group(3)))
+            out.append(OomKill(time=float(m.group(1)), available_bytes=avail,
+                               total_bytes=total, pid=int(m.group(4)), name=m.group(5)))
+    return out
+
+
+def parse_liveness_ooms(text: str) -> list[OomKill]:
+    """The OOM kills in the liveness watchdog's starts file (`<time> oom <earlyoom|kernel>
+    <available|-> <total|-> <victim|->`, hostscripts/payloads/vllm_liveness.py) -> OomKill in
+    the node's clock, oldest first. Lines of another shape are left out."""
+    out: list[OomKill] = []
+    for line in split_lines(text):
+        m = re.fullmatch(r"([0-9]{1,12}(?:\.[0-9]{1,6})?) oom (earlyoom|kernel) ([0-9]{1,20}|-) "
+                         r"([0-9]{1,20}|-) ([A-Za-z0-9_.:+-]{1,32})", line.strip())
+        if m:
+            avail, total = (None if v == "-" else int(v) for v in (m.group(3), m.group(4)))
+            out.append(OomKill(time=float(m.group(1)), source=m.group(2), available_bytes=avail,
+                               total_bytes=total, name="" if m.group(5) == "-" else m.group(5)))
+    return out

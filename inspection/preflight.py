@@ -23,6 +23,9 @@ Checks (each a function below, each with a passing and a failing test in tests/u
   nccl          which NCCL each node's serving vLLM loads (the image probe's record of the
                 image the stack runs there) and the host's, in Plan.nccl; nodes running the
                 same image whose records show different NCCL builds are refused (check_nccl)
+  guard         with guard.enabled: systemctl, and the OOM killer's program or guard.install
+                with apt-get (check_guard); the guard's section unreadable is an error outside
+                dev
 
 MEMORY BUDGET (per node; GB10 has one unified memory, so "GPU memory" is MemTotal):
     claim   = vllm.gpuMemoryUtilization x MemTotal     vLLM takes this much up front and refuses
@@ -50,7 +53,8 @@ MEMORY BUDGET (per node; GB10 has one unified memory, so "GPU memory" is MemTota
 
 Warnings (in Plan.warnings, never fatal): clock more than 2 s off, a fabric link below
 200000 Mb/s on a Spark, a /etc/dgx-release that does not say Spark, sections the survey could not
-read, the pinned host key absent from /etc/ssh (ssh itself verified it).
+read, the pinned host key absent from /etc/ssh (ssh itself verified it), a crash loop, an OOM
+kill on the node in the last 24 h with the memory it had left (check_oom_kills).
 """
 
 from __future__ import annotations
@@ -67,7 +71,7 @@ from config.errors import key_path
 from config.forms import GIB, MODEL_SEED_PORT, is_image_id
 from hostscripts.paths import StackNames
 from inspection import memory_fit
-from inspection.facts import ContainerFacts, ImageNccl, MemoryFacts, NodeFacts
+from inspection.facts import ContainerFacts, ImageNccl, MemoryFacts, NodeFacts, OomKill
 from inspection.hub import ModelManifest
 from inspection.memory_fit import Estimate, ModelShape
 from inspection.recon import UNMATCHED_LABELS, ReconError, Runner, recent_restarts
@@ -854,6 +858,85 @@ def check_crash_loops(cfg: StackConfig, f: NodeFacts, now: float) -> list[Findin
     return out
 
 
+OOM_WARN_SECONDS = 86400  # an OOM kill this recent is a warning of the next preview and up
+
+
+def check_guard(cfg: StackConfig, f: NodeFacts) -> list[Finding]:
+    """With guard.enabled: what the node's guard needs (hostscripts/guard.py): systemd's
+    systemctl, and the killer's program, or guard.install and apt-get to install it. The guard's
+    state unread is an error outside dev (fail closed: the up could not tell what it changes)."""
+    g = cfg.guard
+    if not g.enabled:
+        return []
+    off = "or set spark-vllm:guard.enabled: false (the node then has no OOM guard)"
+    if f.guard is None:
+        # not surveyed (no stack named): nothing to judge; unreadable: notes() warns of it,
+        # and outside dev it stops the change
+        if "guard" not in f.unreadable or cfg.environment == "dev":
+            return []
+        why = f.unreadable["guard"]
+        return [Finding(node=f.node, check="guard",
+                        fact=f"the node's OOM guard could not be read ({why})",
+                        fix=f"see the node: recon runs inspection/snippets/guard.sh there; {off}")]
+    out = []
+    if not f.guard.has("systemctl"):
+        out.append(Finding(
+            node=f.node, check="guard", fact="systemctl is not on the node: the guard keeps "
+            "sshd, dockerd and its OOM killer through their systemd units",
+            fix=f"run the node under systemd (DGX OS does), {off}"))
+    if not f.guard.has(g.killer):
+        pkg = g.package
+        if not g.install:
+            out.append(Finding(
+                node=f.node, check="guard", fact=f"{pkg} is not installed (guard.killer "
+                f"{g.killer}; installing a package is your decision: guard.install is false)",
+                fix=f"install it on the node (`apt-get install {pkg}`: Debian's and Ubuntu's "
+                f"package; the stack configures it), or set spark-vllm:guard.install: true for "
+                f"`up` to install it from the node's package sources, {off}"))
+        elif not f.guard.has("apt-get"):
+            out.append(Finding(
+                node=f.node, check="guard", fact=f"{pkg} is not installed and the node has no "
+                "apt-get to install it with (guard.install)",
+                fix=f"install {pkg} on the node by hand, {off}"))
+    return out
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def oom_text(k: OomKill) -> str:
+    """`OOM-killed at <UTC> (node available X of Y)` with who killed what, for a warning or
+    `spark-vllm status`."""
+    avail = "?" if k.available_bytes is None else gib(k.available_bytes)
+    total = "" if k.total_bytes is None else f" of {gib(k.total_bytes)}"
+    who = (f"earlyoom killed {k.name}" if k.source == "earlyoom" else
+           "the kernel killed a process" + (f" ({k.name})" if k.name else ""))
+    return f"OOM-killed at {_when(k.time)} (node available {avail}{total}; {who})"
+
+
+def check_oom_kills(cfg: StackConfig, f: NodeFacts, now: float) -> list[Finding]:
+    """Warnings: the node's OOM kills of the last OOM_WARN_SECONDS, as its guard recorded them
+    (earlyoom's) and as the stack's vLLM watchdogs did (the kernel's too), with the node's
+    available memory at the time. Not an error: the up may be the fix (a smaller share, a
+    shorter maxModelLen)."""
+    since = now - OOM_WARN_SECONDS
+    kills = [k for k in f.oom_kills if k.time >= since]
+    kills += [k for ks in f.liveness_ooms.values() for k in ks
+              if k.time >= since and k.source == "kernel"]
+    if not kills:
+        return []
+    last = max(kills, key=lambda k: k.time)
+    return [Finding(
+        node=f.node, check="oom",
+        fact=f"{oom_text(last)}; {len(kills)} OOM kill(s) on this node in the last "
+             f"{OOM_WARN_SECONDS // 3600} h (the OS reserve, preflight.osReserveBytes: "
+             f"{gib(cfg.preflight.os_reserve_bytes)})",
+        fix="the node runs out of memory while it serves: lower vllm.gpuMemoryUtilization (or "
+            "kvCacheMemoryBytes), maxModelLen or maxNumSeqs, or a service's share, or move what "
+            "else runs there; `spark-vllm status` shows the restarts")]
+
+
 def notes(cfg: StackConfig, node_cfg: NodeConfig, f: NodeFacts) -> list[Finding]:
     out = []
     if abs(f.clock_offset_seconds) > CLOCK_WARN_SECONDS:
@@ -942,8 +1025,10 @@ def check(cfg: StackConfig, facts: Mapping[str, NodeFacts | ReconError], *,
                                  reserved=missing[f.node])
             errors += e
             missing[f.node] += more
+        errors += check_guard(cfg, f)
         warnings += notes(cfg, node_cfg, f)
         warnings += check_crash_loops(cfg, f, time.time() if now is None else now)
+        warnings += check_oom_kills(cfg, f, time.time() if now is None else now)
 
     estimate = memory_estimate(cfg, weights, shape) if weights else None
     if (estimate is not None and shape is not None and not shape.known and surveyed

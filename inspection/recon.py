@@ -47,11 +47,13 @@ from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
 from hostscripts.common import plain, repo_dir
 from hostscripts.firewall import check_script as firewall_check_script
+from hostscripts.guard import KILLS as GUARD_KILLS
+from hostscripts.guard import survey_files as guard_files
 from hostscripts.images import NCCL_PY
 from hostscripts.monitoring import CONFIG_FILE as PROMETHEUS_CONFIG
-from hostscripts.paths import LIVENESS_STARTS, STOPPED_DIR, StackNames
+from hostscripts.paths import GUARD_DIR, LIVENESS_STARTS, STOPPED_DIR, StackNames
 from inspection import parsers as p
-from inspection.facts import DockerFacts, NodeFacts, OsFacts
+from inspection.facts import DockerFacts, NodeFacts, OomKill, OsFacts
 from inspection.parsers import ParseError
 
 try:  # ConfigError's base: the Pulumi CLI prints the message of a RunError without a traceback
@@ -81,6 +83,8 @@ IMAGE_RECORDS = ('for f in "$1"/*.json; do [ -f "$f" ] || continue; n=${f##*/}; 
                  'printf \'%s\\t\' "${n%.json}"; head -c 65536 "$f" | head -n 1; done')
 # the collective gate's record (its first line), or absent
 FIRST_LINE = 'if [ -s "$1" ]; then head -c 65536 "$1" | head -n 1; else echo absent; fi'
+# the newest kills the node's guard recorded ($1: its record; nothing when there is none)
+READ_KILLS = 'if [ -f "$1" ]; then tail -n 200 -- "$1"; fi'
 
 
 class ReconError(Exception):
@@ -219,6 +223,14 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
         # what the image probe found in each image of the stack on this node (its NCCL)
         lines.append(f"sv_bg image_nccl {COMMAND_TIMEOUT} bash -c {q(IMAGE_RECORDS)} _ "
                      f"{q(names.image_probe_dir)}")
+        if cfg.guard.enabled:
+            # the node's guard: its tools, its killer running, its folder and the stack's
+            # drop-ins (a drift repaired by the up), and the kills it recorded (preflight warns)
+            lines += [
+                f"sv_bg guard {COMMAND_TIMEOUT} bash -c {q(snippet('guard.sh'))} _ "
+                f"{q(GUARD_DIR)} " + " ".join(q(f) for f in guard_files(names)),
+                f"sv_bg oom_kills {COMMAND_TIMEOUT} bash -c {q(READ_KILLS)} _ {q(GUARD_KILLS)}",
+            ]
         if cfg.fabric.manage:
             # the stack's netplan file of each fabric interface (a drift repaired by the up)
             lines.append(f"sv_bg fabric_files {COMMAND_TIMEOUT} bash -c {q(DIGESTS)} _ "
@@ -529,10 +541,20 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
     # the watchdog's records, in the control machine's clock; a container without one (none
     # made yet, liveness off, no such container) is left out: nothing to report
     starts: dict[str, list[float]] = {}
+    ooms: dict[str, list[OomKill]] = {}
     for name, s in sections.items():
         if name.startswith("starts:") and s.problem is None and s.rc == 0:
-            starts[name.split(":", 1)[1]] = [t - clock_offset for t, what in
-                                             p.parse_liveness_starts(s.stdout) if what == "start"]
+            container = name.split(":", 1)[1]
+            starts[container] = [t - clock_offset for t, what in
+                                 p.parse_liveness_starts(s.stdout) if what == "start"]
+            got = [k.model_copy(update={"time": k.time - clock_offset})
+                   for k in p.parse_liveness_ooms(s.stdout)]
+            if got:
+                ooms[container] = got
+    node_guard = r.parse("guard", p.parse_guard) if "guard" in sections else None
+    kills = [k.model_copy(update={"time": k.time - clock_offset})
+             for k in ((r.parse("oom_kills", p.parse_oom_kills) or [])
+                       if "oom_kills" in sections else [])]
 
     return NodeFacts(
         node=node_name,
@@ -561,6 +583,9 @@ def parse_recon_output(node_name: str, text: str, *, nonce: str, sent_at: float 
         ephemeral_ports=ephemeral,
         clock_offset_seconds=clock_offset,
         liveness_starts=starts,
+        liveness_ooms=ooms,
+        guard=node_guard,
+        oom_kills=kills,
         fabric_files=fabric_files,
         nccl_host=nccl_host,
         image_nccl=image_nccl,

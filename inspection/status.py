@@ -21,6 +21,10 @@ fresh nonce, every command under `timeout`), with these sections:
 - `drafter` (only with `model.drafter`): the node's HF cache listing for the speculative
   drafter's repo (recon's hf_cache.sh), so status names the drafter and whether its commit's
   snapshot is on every node (`drafter_states`);
+- `oom_kills` (with `guard.enabled`): the kills the node's early OOM killer recorded (the
+  guard's record, hostscripts/guard.py), each with the node's available memory then; with the
+  watchdog's `oom` records and Docker's `State.OOMKilled`, what makes a model "OOM-killed at T
+  (node available X GiB)";
 - `alerts` (the head, only with `monitoring.enabled`): the alerts the stack's Prometheus has
   pending or firing (its /api/v1/alerts, asked with the head's own python3 at
   `prometheus_url`); an answer that cannot be read is a problem, never "no alerts";
@@ -53,12 +57,14 @@ from config.listen import LOOPBACK, service_host, vllm_host
 from hostscripts.common import payload, plain, repo_dir
 from hostscripts.firewall import counters_script as firewall_counters
 from hostscripts.gateway import SOURCE_TABLE
+from hostscripts.guard import KILLS as GUARD_KILLS
 from hostscripts.paths import GATEWAY_STATS_SOCKET, LIVENESS_STARTS, StackNames
 from inspection import parsers as p
 from inspection import recon
 from inspection.collective import GateRecord, parse_record
-from inspection.facts import HfRepoFacts
+from inspection.facts import HfRepoFacts, OomKill
 from inspection.parsers import ParseError
+from inspection.preflight import oom_text
 from inspection.recon import recent_restarts
 
 STATE_TIMEOUT = 15
@@ -179,6 +185,9 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
         f"sv_bg container_memory {recon.DOCKER_TIMEOUT} bash -c "
         f"{q(recon.snippet('container_memory.sh'))} _ {q(recon.CGROUP_ROOT)}",
     ]
+    if cfg.guard.enabled:
+        lines.append(f"sv_bg oom_kills {recon.COMMAND_TIMEOUT} bash -c {q(recon.READ_KILLS)} _ "
+                     f"{q(GUARD_KILLS)}")
     for w in watched(cfg, names, node):
         c = q(w.container)
         lines.append(f"sv_bg state:{w.container} {STATE_TIMEOUT} docker inspect -f "
@@ -228,6 +237,8 @@ class ContainerStatus:
     last_start: float | None = None
     last_serving: float | None = None
     unready_starts: int = 0  # starts in a row since vLLM last answered
+    oom_killed: bool = False  # Docker's State.OOMKilled: its last exit was the kernel's OOM kill
+    ooms: list[OomKill] = field(default_factory=list)  # the watchdog's OOM records (node clock)
     probe: dict[str, Any] | None = None
     probe_problem: str = ""
 
@@ -354,6 +365,8 @@ class NodeStatus:
     # asked, or it could not be read: a problem says why)
     drafter: HfRepoFacts | None = None
     drafter_read: bool = False  # the listing was read (the repo may be absent from it)
+    # the kills the node's guard recorded (node clock, oldest first); None: not read
+    oom_kills: list[OomKill] | None = None
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -518,6 +531,12 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
     for c in ps:
         if c.state == "running":
             out.memory[c.name] = usage.get(c.id)
+    if cfg.guard.enabled:
+        kills, why = _section_text(sections, "oom_kills")
+        if kills is None:
+            out.problems.append(f"OOM kills: {why}")
+        else:
+            out.oom_kills = p.parse_oom_kills(kills)
     window = float(cfg.health.liveness.crash_loop_window_seconds)
     for w in watched(cfg, names, node):
         cs = out.containers[w.container] = ContainerStatus(w.container)
@@ -538,6 +557,7 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
                 cs.started_at = str(state.get("StartedAt", ""))
                 code = state.get("ExitCode")
                 cs.exit_code = code if isinstance(code, int) else None
+                cs.oom_killed = state.get("OOMKilled") is True
             except (ValueError, AttributeError) as exc:
                 cs.problem = f"docker inspect printed something else ({exc})"
         if not w.url:
@@ -546,6 +566,7 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
         if starts is not None and out.clock is not None:
             (cs.restarts_in_window, cs.last_start, cs.last_serving,
              cs.unready_starts) = parse_starts(starts, out.clock, window)
+            cs.ooms = p.parse_liveness_ooms(starts)
         probe, why = _section_text(sections, f"probe:{w.container}")
         if probe is None:
             cs.probe_problem = why
@@ -678,6 +699,9 @@ class ModelStatus:
     kv_cache: float | None = None  # 0..1
     tokens_per_second: float | None = None  # prompt + generated
     ranks: dict[str, str] = field(default_factory=dict)  # node/container -> Docker status
+    # its vLLM's last OOM kill: "OOM-killed at <UTC> (node available X GiB of Y; who)", from
+    # its watchdog's record, else Docker's OOMKilled of one of its containers; "" when none
+    oom: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -735,6 +759,7 @@ def model_states(cfg: StackConfig, names: StackNames,
             continue
         m.since, m.restarts = api.started_at, api.restart_count if api.exists else None
         m.restarts_in_window = api.restarts_in_window
+        m.oom = _oom(model, api, nodes)
         m.ranks[f"{api_node}/{api_name}"] = api.status if api.exists else "missing"
         rank_problem = rank_unknown = ""
         for rank_node, rank_name in model.needs:
@@ -766,7 +791,9 @@ def model_states(cfg: StackConfig, names: StackNames,
         elif looping:
             m.state = "crash-looping"
             m.why = (f"{api.restarts_in_window} restarts in the last "
-                     f"{cfg.health.liveness.crash_loop_window_seconds} s (more than {limit})")
+                     f"{cfg.health.liveness.crash_loop_window_seconds} s (more than {limit})"
+                     + (f", the last one {m.oom}: the node runs out of memory"
+                        if m.oom else ""))
         elif api.status in ("running", "restarting"):
             m.state = "starting"
             m.why = rank_problem or (f"vLLM does not answer yet: /health {health}"
@@ -776,4 +803,18 @@ def model_states(cfg: StackConfig, names: StackNames,
             m.why = f"{api_name} is {api.status} (exit code {api.exit_code})"
     for m in out:  # what came from the nodes is shown as one printable line, never as markup
         m.why, m.since = recon.printable(m.why), recon.printable(m.since, 60)
+        m.oom = recon.printable(m.oom)
     return out
+
+
+def _oom(model: Model, api: ContainerStatus, nodes: dict[str, NodeStatus]) -> str:
+    """The model's last OOM kill as text (ModelStatus.oom): its watchdog's record, else a
+    container of it whose last exit Docker says was an OOM kill; "" when neither."""
+    if api.ooms:
+        return oom_text(max(api.ooms, key=lambda k: k.time))
+    for node, name in (model.api, *model.needs):
+        ns = nodes.get(node)
+        c = ns.containers.get(name) if ns is not None and not ns.error else None
+        if c is not None and c.oom_killed:
+            return f"OOM-killed (Docker: {node}/{name}'s last exit was the kernel's OOM kill)"
+    return ""

@@ -107,12 +107,15 @@ def proc_desc(pid: int) -> str:
         return "[gone]"
 
 
-def spawn(argv: list, logfile: str, cg_sub: str, env=None) -> int:
-    """Start a background process (own session, survives us) inside the lab cgroup sub-tree."""
+def spawn(argv: list, logfile: str, cg_sub: str, env=None, memory_procs: str | None = None) -> int:
+    """Start a background process (own session, survives us) inside the lab cgroup sub-tree;
+    `memory_procs`: also into that memory cgroup (a node's: lab/memory.py)."""
     procs = cg_track(cg_sub)
     os.makedirs(os.path.dirname(logfile), exist_ok=True)
-    wrapper = ["/bin/sh", "-c", f'echo $$ > {shlex.quote(procs)} && exec "$@"', "lab-spawn",
-               *argv]
+    join = f"echo $$ > {shlex.quote(procs)}"
+    if memory_procs is not None:
+        join += f" && echo $$ > {shlex.quote(memory_procs)}"
+    wrapper = ["/bin/sh", "-c", f'{join} && exec "$@"', "lab-spawn", *argv]
     with open(logfile, "ab") as lf:
         # cwd: the log's folder, never the caller's (olah writes ./logs wherever it starts)
         p = subprocess.Popen(wrapper, stdin=subprocess.DEVNULL, stdout=lf,

@@ -27,6 +27,7 @@ from lab.hosts import (
     ensure_host,
     forget_rules,
     holder_pid,
+    in_node,
     node_docker,
     retire_docker,
     shm_dev,
@@ -58,6 +59,7 @@ from lab.layout import (
     node_dir,
     node_name,
 )
+from lab.memory import ensure_lxcfs, stop_lxcfs
 from lab.net import (
     ensure_host_net,
     ensure_outsider,
@@ -108,6 +110,7 @@ def cmd_up(args) -> None:
         stop_host(node_name(j), j, keep_data=False)
     save_state({**state(), "nodes": n})
     ensure_host_net()
+    ensure_lxcfs()  # each node's /proc/meminfo (lab/memory.py); a new one rebuilds the nodes
     ensure_registry()
     log("registry up on " + REGISTRY)
     with Builder() as b:  # the build dockerd starts only if something must be built
@@ -159,6 +162,7 @@ def cmd_down(args) -> None:
         retire_docker(name, keep)
         problems += stop_host(name, i, keep_data=False)
     problems += stop_host(BUILD, 0, keep_data=False)
+    problems += stop_lxcfs()
     problems += cg_kill_remove("hf")
     problems += cg_kill_remove("registry")
     problems += cg_kill_remove("")
@@ -258,10 +262,10 @@ def cmd_kill(args) -> None:
 
 
 def cmd_crash(args) -> None:
-    """A crash, not a stop: SIGKILL to the container's main process, sent from the machine (it
-    sees every lab process). `docker kill`/`docker stop` count as a manual stop, after which
-    Docker's restart policy leaves the container stopped; a process that dies of a signal is
-    restarted by it."""
+    """A crash, not a stop: SIGKILL to the container's main process, sent inside the node (whose
+    PID namespace Docker's pid is of). `docker kill`/`docker stop` count as a manual stop, after
+    which Docker's restart policy leaves the container stopped; a process that dies of a signal
+    is restarted by it."""
     require_root()
     node_index(args.node)
     dk = node_docker(args.node)
@@ -273,10 +277,11 @@ def cmd_crash(args) -> None:
     pid = int(pid_s or 0)
     if status != "running" or pid <= 0:
         die(f"{args.node}: {args.container} is {status}, not running: nothing to crash")
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not pid_alive(pid), 30, f"pid {pid} of {args.container} to die")
-    log(f"{args.node}: crashed {args.container}: kill -9 of its main process (host pid {pid}); "
-        f"restart count was {restarts}, restart policy {policy or 'no'}")
+    run(in_node(args.node, ["kill", "-KILL", str(pid)]))
+    wait_for(lambda: not ok(in_node(args.node, ["kill", "-0", str(pid)])), 30,
+             f"pid {pid} of {args.container} to die")
+    log(f"{args.node}: crashed {args.container}: kill -9 of its main process (pid {pid} in the "
+        f"node); restart count was {restarts}, restart policy {policy or 'no'}")
 
 
 def cmd_dockerd_restart(args) -> None:

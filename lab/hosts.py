@@ -1,9 +1,12 @@
 """One simulated host: namespace holder, mounts, identity files, dockerd, sshd; create or repair.
 
-A node is a network namespace (svl-spark-i) plus a mount + UTS namespace anchored by a holder
-process (`sleep infinity`). Its /run, /etc (overlay), /usr/local/sbin (the stand-ins), /tmp and
-/root (with the HF cache /root/.cache/huggingface in it) and /var/lib/spark-vllm (the stack's
-own folder: Ray token, compile caches) are bound from
+A node is a network namespace (svl-spark-i) plus a mount, UTS and PID namespace anchored by a
+holder process, the PID namespace's init (`tini`, which reaps what is orphaned in the node,
+running `sleep infinity`). The node's processes see only the node's processes (a Spark's early
+OOM killer picks among its own: config/guard.py), all of them in the node's memory cgroup, whose
+limit /proc/meminfo shows (lab/memory.py). Its /run, /etc (overlay), /usr/local/sbin (the
+stand-ins), /tmp and /root (with the HF cache /root/.cache/huggingface in it) and
+/var/lib/spark-vllm (the stack's own folder: Ray token, compile caches) are bound from
 /var/lib/spark-vllm-lab/spark-i, /dev/shm is its own tmpfs, and its Docker data-root is bound
 from the cache (/root/.cache/spark-vllm/lab/nodes/spark-i/docker), so pulled image layers outlive
 `down`. `up` checks these mounts on every running node and rebuilds a node whose mounts are wrong.
@@ -41,6 +44,7 @@ from lab.layout import (
     node_dir,
     node_name,
 )
+from lab.memory import MEMINFO, node_cgroup_procs, node_sees_its_memory
 from lab.net import ensure_ns_net, remove_ns_net
 from lab.util import (
     log,
@@ -70,24 +74,50 @@ def holder_pid(name: str) -> int | None:
             cmd = f.read()
     except OSError:
         return None
-    if not cmd.startswith(b"sleep\0"):
+    if not cmd.startswith(INIT[0].encode() + b"\0"):
         return None
     # never hand out a process that still shares the host's namespaces
     try:
-        if os.readlink(f"/proc/{pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt") or \
-                os.readlink(f"/proc/{pid}/ns/net") == os.readlink("/proc/self/ns/net"):
+        if any(os.readlink(f"/proc/{pid}/ns/{ns}") == os.readlink(f"/proc/self/ns/{ns}")
+               for ns in ("mnt", "net", "pid")):
             return None
     except OSError:
         return None
     return pid
 
 
+# The node's init: PID 1 of its PID namespace (reaps what is orphaned there; Debian's tini, which
+# docker.io brings), and its only child, what keeps the node up. The child ignores SIGTERM, which
+# tini passes on: stopping a node (stop_host: SIGTERM to all, SIGKILL after 10 s) gives its
+# dockerd time to stop its containers before the namespace goes with its init
+INIT = ["tini", "-s", "--", "/bin/sh", "-c", "trap '' TERM; exec sleep infinity"]
+SBIN = "/usr/local/sbin"  # the node's stand-ins (its own bin folder, bound there)
+
+
 def in_node(name: str, argv: list, pid: int | None = None) -> list:
-    """argv to run a command inside the node's net + mount + uts namespaces."""
+    """argv to run a command inside the node's net + mount + uts + pid namespaces."""
     pid = holder_pid(name)
     if not pid:
         raise RuntimeError(f"{name} is not running (no namespace holder)")
-    return ["nsenter", f"--target={pid}", "--net", "--mount", "--uts", "--", *argv]
+    return ["nsenter", f"--target={pid}", "--net", "--mount", "--uts", "--pid", "--", *argv]
+
+
+def _child(pid: int, what: str) -> int:
+    """The one child of `pid` (nsenter's and unshare's with --fork, whose child is the process
+    that runs in the node's PID namespace): the process the lab keeps the pid of."""
+    def child() -> int | None:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                kids = [int(x) for x in f.read().split()]
+        except OSError:
+            return None
+        return kids[0] if len(kids) == 1 else None
+    return wait_for(child, 10, what)
+
+
+def _memory(name: str, i: int) -> str | None:
+    """The node's memory cgroup for what the lab starts in it (the build host has none)."""
+    return node_cgroup_procs(name) if i > 0 else None
 
 
 def node_docker(name: str) -> list:
@@ -132,6 +162,8 @@ def start_holder(name: str, i: int) -> int:
         f"mount --bind {q(d + '/sysfs/class/net')} /sys/class/net",
         f"mount --bind {q(d + '/sysfs/devices/virtual/net')} /sys/devices/virtual/net",
     ]
+    if i > 0:  # its memory, as lxcfs reads it for the node (lab/memory.py)
+        steps.append(f"mount --bind {q(MEMINFO)} /proc/meminfo")
     if i > 0:  # root's home (and with it the HF cache /root/.cache/huggingface) is the node's own
         steps.append(f"mount --bind {q(d + '/root')} /root")
         # the stack's own folder on a Spark (the Ray token, the compile caches, the records of
@@ -139,10 +171,15 @@ def start_holder(name: str, i: int) -> int:
         # writing the token at once raced (seen: `mv: cannot stat .../auth-token.new`)
         steps += [f"mkdir -p {STACK_DIR}",
                   f"mount --bind {q(d + '/var-lib-spark-vllm')} {STACK_DIR}"]
-    steps.append("exec sleep infinity")
+    steps.append("exec " + " ".join(q(w) for w in INIT))
+    # --fork --pid: the shell (then the init) is PID 1 of the node's PID namespace; --mount-proc:
+    # the node's /proc shows that namespace's processes only
     argv = ["nsenter", f"--net=/var/run/netns/{netns(name)}", "unshare", "--mount", "--uts",
-            "--propagation", "private", "--", "/bin/sh", "-c", " && ".join(steps)]
-    pid = spawn(argv, os.path.join(d, "logs", "holder.log"), name + "/daemons")
+            "--pid", "--fork", "--mount-proc", "--propagation", "private", "--", "/bin/sh", "-c",
+            " && ".join(steps)]
+    spawned = spawn(argv, os.path.join(d, "logs", "holder.log"), name + "/daemons",
+                    memory_procs=_memory(name, i))
+    pid = _child(spawned, f"{name}'s init (see {d}/logs/holder.log)")
     write(os.path.join(d, "holder.pid"), f"{pid}\n")
     wait_for(lambda: holder_pid(name) == pid, 10,
              f"{name} namespace holder (see {d}/logs/holder.log)")
@@ -197,6 +234,21 @@ def mount_problems(name: str, i: int, pid: int) -> list:
     for inside, host in binds.items():
         if not _same(root + inside, host):
             bad.append(f"{inside} is not {host}")
+    if i > 0:
+        if mounts.get("/proc/meminfo") != "fuse.lxcfs":
+            bad.append("/proc/meminfo is not lxcfs's")
+        else:
+            seen = node_sees_its_memory(
+                ["nsenter", f"--target={pid}", "--mount", "--pid", "--"])
+            if seen:
+                bad.append(seen)
+        try:
+            with open(f"/proc/{pid}/cgroup") as f:
+                cgroups = f.read()
+        except OSError:
+            cgroups = ""
+        if f":memory:/{CG_ROOT}/{name}\n" not in cgroups:
+            bad.append(f"its init is not in the memory cgroup {CG_ROOT}/{name}")
     return bad
 
 
@@ -263,6 +315,9 @@ def write_identity(name: str, i: int, n_nodes: int) -> None:
     write(os.path.join(bindir, "ibdev2netdev"), src, 0o755)
     write(os.path.join(bindir, "nvidia-container-runtime-hook"),
           _read(os.path.join(standins, "nvidia-container-runtime-hook")), 0o755)
+    # the lab runs no systemd: what the stack asks of systemctl and journalctl (each says)
+    for tool in ("systemctl", "journalctl"):
+        write(os.path.join(bindir, tool), _read(os.path.join(standins, tool)), 0o755)
     up = os.path.join(d, "etc-upper")
     os.makedirs(os.path.join(d, "etc-work"), exist_ok=True)
     write(os.path.join(up, "dgx-release"), _fixture_body("dgx-release-sionna-rk.txt"))
@@ -381,10 +436,14 @@ def start_dockerd(name: str, i: int, hpid: int, keep_base: str | None = None) ->
                           "--cgroup-parent", f"/{CG_ROOT}/{name}/containers",
                           "--bip", f"172.31.{i if i > 0 else 250}.1/24",
                           "--storage-driver", "overlay2", "--log-level", "warn"], hpid)
-    pid = spawn(argv, os.path.join(d, "logs", "dockerd.log"), name + "/daemons", env=env)
+    spawned = spawn(argv, os.path.join(d, "logs", "dockerd.log"), name + "/daemons", env=env,
+                    memory_procs=_memory(name, i))
+    pid = _child(spawned, f"dockerd of {name} (see {d}/logs/dockerd.log)")
     write(os.path.join(d, "dockerd.pid"), f"{pid}\n")
     wait_for(lambda: ok([*node_docker(name), "version"]), 60,
              f"dockerd of {name} (see {d}/logs/dockerd.log)")
+    if i > 0:
+        unit_started(name, "docker.service")
     marker = os.path.join(node_cache(name), "retired")
     if i > 0 and os.path.exists(marker):  # first start after `down`: a fresh machine again
         scrub_docker(name, keep_base)
@@ -506,10 +565,29 @@ def start_sshd(name: str, i: int) -> None:
     d = node_dir(name)
     os.makedirs(f"{d}/run/sshd", exist_ok=True)
     argv = in_node(name, ["/usr/sbin/sshd", "-D", "-e", "-f", f"{d}/ssh/sshd_config"])
-    pid = spawn(argv, os.path.join(d, "logs", "sshd.log"), name + "/daemons",
-                env={"PATH": NODE_PATH})
+    spawned = spawn(argv, os.path.join(d, "logs", "sshd.log"), name + "/daemons",
+                    env={"PATH": NODE_PATH}, memory_procs=_memory(name, i))
+    pid = _child(spawned, f"sshd of {name} (see {d}/logs/sshd.log)")
     write(os.path.join(d, "sshd.pid"), f"{pid}\n")
     wait_for(lambda: tcp_open(mgmt_ip(i), 22), 15, f"sshd of {name} (see {d}/logs/sshd.log)")
+    unit_started(name, "ssh.service")
+
+
+def unit_started(name: str, unit: str) -> None:
+    """What systemd does when it starts `unit` on a Spark, as far as the stack relies on it:
+    the unit's OOMScoreAdjust, drop-ins of the stack's guard included, on its main process
+    (the node's systemctl stand-in reads them: lab/standins/systemctl)."""
+    p = run(in_node(name, [f"{SBIN}/systemctl", "x-lab-started", unit]), check=False,
+            capture=True)
+    if p.returncode != 0:
+        log(f"{name}: {unit} started without its unit's settings: {(p.stderr or '').strip()}")
+
+
+def boot_units(name: str) -> None:
+    """The units enabled in the node (the guard's earlyoom) started, as a Spark's boot does."""
+    p = run(in_node(name, [f"{SBIN}/systemctl", "x-lab-boot"]), check=False, capture=True)
+    if p.returncode != 0:
+        log(f"{name}: its enabled units did not start: {(p.stderr or '').strip()}")
 
 
 def stop_sshd(name: str) -> None:
@@ -587,3 +665,4 @@ def ensure_host(name: str, i: int, n_nodes: int, sshd: bool = True,
         prune_old_lab_images(name, keep_base)
     if sshd and i > 0:
         start_sshd(name, i)
+        boot_units(name)

@@ -11,6 +11,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))  # lab/: stand-ins, identity f
 LAB = "/var/lib/spark-vllm-lab"  # lab state: removed by `down`
 CACHE = "/root/.cache/spark-vllm/lab"  # caches + lab key + stack.json: kept by `down`
 CG_ROOT = "svl-lab"  # cgroup (v1) sub-tree that holds every lab process
+# Each node's own memory (lab/memory.py): its memory cgroup's limit, what its /proc/meminfo says
+NODE_MEMORY_BYTES = 8 * 1024**3
+LXCFS_DIR = os.path.join(LAB, "lxcfs")  # the lab's lxcfs (its /proc/meminfo bound into nodes)
 # One user of the lab at a time, for a whole session (a test run, `make demo`, `make lab-up`):
 # an exclusive flock on this file. The holder names itself in SESSION_ENV (its pid), so the
 # lab.py runs it starts (its children) do not wait for their own parent.

@@ -23,8 +23,15 @@ APT_PKGS = {"dockerd": "docker.io", "debootstrap": "debootstrap",
             "ping": "iputils-ping", "ethtool": "ethtool", "git": "git", "nsenter": "util-linux",
             "iptables": "iptables", "unpigz": "pigz",  # unpigz: dockerd's fast layer unpacking
             # the nodes share this machine's /usr: the stack's firewall loads its table with the
-            # node's nft (hostscripts/firewall.py), and the lab's boot replays its unit
-            "nft": "nftables", "systemctl": "systemd"}
+            # node's nft (hostscripts/firewall.py), and the lab's boot replays its unit; each
+            # node's init (tini), its /proc/meminfo (lxcfs: lab/memory.py) and the OOM killer
+            # the stack's guard configures on a node (earlyoom: installed here; never started
+            # here: lab/standins/systemctl starts it inside a node)
+            "nft": "nftables", "systemctl": "systemd",
+            "tini": "tini", "lxcfs": "lxcfs", "earlyoom": "earlyoom"}
+# the packages whose service must never run on the machine itself (only inside a node, or not at
+# all): their boot links are removed after the install (policy-rc.d already keeps them stopped)
+NO_SERVICE = ("earlyoom", "lxcfs")
 
 
 # --------------------------------------------------------------------------- the session lock
@@ -220,6 +227,10 @@ def ensure_prereqs(extra=()) -> None:
     finally:
         if made_policy:
             os.unlink(policy)
+    for pkg in NO_SERVICE:
+        if pkg in need:
+            run(["deb-systemd-helper", "disable", f"{pkg}.service"], check=False, quiet=True)
+            run(["update-rc.d", pkg, "disable"], check=False, quiet=True)
 
 
 def host_pip() -> list:

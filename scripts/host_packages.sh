@@ -15,6 +15,10 @@
 #               their unit tests; its prometheus scrapes a stand-in gateway in the unit tier
 #               (tests/unit/hostscripts/test_monitoring.py). The lab's image is built from it.
 #   wrk         the load generator of `make bench`'s gateway section (bench/gateway.py).
+#   earlyoom    the OOM killer the stack's guard configures: the unit tier runs it for real in a
+#               PID namespace of its own (tests/unit/hostscripts/test_guard.py), and the lab's
+#               nodes, which share this machine's /usr, run it. Never on the machine itself: its
+#               boot links are removed after the install.
 # `make setup` runs this. Missing and root: `apt-get update` once, then `apt-get install -y
 # --no-install-recommends` (no service is started by the install). Missing and not root: it
 # says how to install and exits 0; the tests that need the binary then fail saying the same,
@@ -23,7 +27,7 @@ set -euo pipefail
 
 # Debian package[:its binary, when the names differ] (SPARK_VLLM_HOST_PACKAGES: another list,
 # for its own test)
-read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables nftables:nft systemd:systemd-analyze prometheus:promtool wrk}"
+read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables nftables:nft systemd:systemd-analyze prometheus:promtool wrk earlyoom}"
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 
@@ -62,5 +66,13 @@ apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 for entry in "${PACKAGES[@]}"; do
   have "${entry#*:}" || { echo "host packages: ${entry%%:*} still missing after apt-get install" >&2; exit 1; }
+done
+# a machine-wide earlyoom would kill this machine's processes (the tests', the lab's): its
+# package's boot links go (policy-rc.d kept it from starting now)
+for entry in "${missing[@]}"; do
+  if [ "$entry" = earlyoom ]; then
+    deb-systemd-helper disable earlyoom.service >/dev/null 2>&1 || true
+    update-rc.d earlyoom disable >/dev/null 2>&1 || true
+  fi
 done
 echo "host packages: ${missing[*]} installed"

@@ -1,11 +1,12 @@
 """`spark-vllm status -s STACK [--json] [--watch [SECONDS]] [--key PATH]`: per model (the main
 one and each service) serving / starting / crash-looping / stopped / missing / unknown, since
-when, restarts, requests running and waiting, KV cache use and tokens/s; per node the memory
-each container holds and what is available; with `monitoring.enabled`, the alerts the stack's
-Prometheus has pending or firing (asked on the head); the fabric's collective bandwidth as the
-stack's collective gate last measured it (its record on the head, components/collective.py).
-Read-only: one ssh round trip per node, all in parallel (inspection/status.py says what each
-reads).
+when, restarts, requests running and waiting, KV cache use and tokens/s, and its last OOM kill
+("OOM-killed at T (node available X GiB)"); per node the memory each container holds, what is
+available and the newest OOM kills the node's guard recorded; with `monitoring.enabled`, the
+alerts the stack's Prometheus has pending or firing (asked on the head); the fabric's collective
+bandwidth as the stack's collective gate last measured it (its record on the head,
+components/collective.py). Read-only: one ssh round trip per node, all in parallel
+(inspection/status.py says what each reads).
 
 Exit codes: 0 every model serves, 1 at least one does not (or a node could not be reached),
 2 a config or usage problem. An alert, firing or not, does not change the exit code.
@@ -32,12 +33,14 @@ from config import ConfigError, NodeConfig, StackConfig
 from hostscripts.paths import StackNames
 from inspection import recon
 from inspection import status as st
+from inspection.preflight import oom_text
 from tools import stack_access
 from tools.recon_report import load_stack_config
 
 # (argv, script, timeout) -> (rc, stdout, stderr): the ssh round trip; tests replace it
 Runner = Callable[[list[str], str, float], tuple[int, str, str]]
 ROUND_TRIP_TIMEOUT = 60.0
+OOM_KILLS_SHOWN = 5  # a node's newest OOM kills (the guard's record) in the table and the JSON
 
 
 def ssh_runner(argv: list[str], script: str, timeout: float) -> tuple[int, str, str]:
@@ -177,10 +180,13 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         restarts = "-" if m.restarts is None else str(m.restarts)
         if m.restarts_in_window:
             restarts += f" ({m.restarts_in_window} recent)"
+        why = Text(m.why)
+        if m.oom and m.oom not in m.why:  # its last OOM kill, serving again or not
+            why = Text(f"{m.why}; {m.oom}" if m.why else m.oom, style="yellow")
         mt.add_row(Text(m.name), m.kind, Text(m.state, style=STYLE[m.state]), Text(_since(m.since)),
                    restarts, _num(m.running, ".0f"), _num(m.waiting, ".0f"),
                    "-" if m.kv_cache is None else f"{m.kv_cache * 100:.1f}%",
-                   _num(m.tokens_per_second, ".1f"), Text(m.why))
+                   _num(m.tokens_per_second, ".1f"), why)
     nt = Table(title="nodes: memory", title_justify="left")
     for col in ("node", "total", "available", "container", "holds"):
         nt.add_column(col, justify="right" if col in ("total", "available", "holds") else "left")
@@ -194,6 +200,8 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
             nt.add_row(ns.node if first else "", _gib(ns.memory_total) if first else "",
                        _gib(ns.memory_available) if first else "", Text(name),
                        "" if name.startswith("(") else _gib(held))
+        for kill in (ns.oom_kills or [])[-OOM_KILLS_SHOWN:]:  # the guard's record, newest last
+            nt.add_row("", "", "", Text(oom_text(kill), style="yellow"), "")
         for problem in ns.problems:
             nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
                                         style="magenta"), "")
@@ -273,6 +281,10 @@ def as_json(stack: str, models: list[st.ModelStatus],
                         None),
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
+                           # the guard's record of its OOM kills (null: guard off or unread)
+                           "oomKills": None if n.oom_kills is None else [
+                               {**k.model_dump(), "text": oom_text(k)}
+                               for k in n.oom_kills[-OOM_KILLS_SHOWN:]],
                            "problems": n.problems, "dropped": n.dropped}
                   for n in nodes.values()},
     }

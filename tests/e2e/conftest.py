@@ -68,6 +68,9 @@ MODULE_ORDER = (
     # Prometheus turned on, its targets, a counter, an alert, a reload; off again (its ports on
     # the head are then free for any stack beside this one)
     "test_monitoring.py",
+    # the nodes' guard (issue 48): a drift repaired, then a node's memory exhausted from inside
+    # vLLM (monitoring on for its alert, off again); after every module that needs a quiet node
+    "test_node_guard.py",
     "test_seed_scenario.py",  # foreign containers stopped and started again; destroys the stack
 )
 

@@ -7,7 +7,7 @@ worker, and it waits for the cluster's GPUs when it starts. On the session's sha
 (tests/e2e/conftest.py: converged, Ray, 2 nodes); then, ordered on purpose, three faults, none
 followed by an `up` before the stack serves again:
 
-(a) vLLM crashes: `lab crash` sends kill -9 to its container's main process from the machine.
+(a) vLLM crashes: `lab crash` sends kill -9 to its container's main process in the node.
     A crash, not `docker kill`/`docker stop`: Docker counts those as a manual stop and its
     restart policy leaves such a container stopped (that case is the drift test in
     test_lab_stack.py);

@@ -14,6 +14,8 @@ from tests.conftest import config_raw, reveal
 from tests.unit.components.test_vllm_server import _changed, _registered
 from tests.unit.conftest import settled, waits_for
 
+OOM = vllm.OomWatch(1000, 5)  # the dev stack file's guard: vllmScoreAdj, oomBackoffSeconds
+
 MP = {"executor": "mp"}
 
 
@@ -78,12 +80,13 @@ def test_mp_runs_a_vllm_container_per_node_and_no_ray(build, mocks, dependencies
         # head's /health there
         ep = list(head["entrypoints"])
         assert ep[:3] == ["python3", "-c", payload("vllm_liveness.py")], ep[:2]
-        assert ep[3] == "http://192.168.177.11:8000" and ep[15:] == vllm.serve_entrypoint()
+        assert ep[3] == "http://192.168.177.11:8000" and ep[18:] == vllm.serve_entrypoint(
+            guard=OOM)
         for rank in range(1, n):
             ep = list(mocks.named(f"vllm-serve-spark-{rank + 1}").inputs["entrypoints"])
             assert ep[:3] == ["python3", "-c", payload("vllm_rank_watch.py")], ep[:2]
             assert ep[3:6] == ["http://192.168.177.11:8000/health", "5", "3"], ep[3:6]
-            assert ep[6:] == vllm.serve_entrypoint()
+            assert ep[6:] == vllm.serve_entrypoint(guard=OOM)  # vLLM raises its own score
         # nothing to restart on a healthy or new cluster: the restart's reason is ignored
         restart = mocks.named("vllm-ranks-restart").inputs
         assert restart["create"] == "true" and restart["stdin"] == "none"

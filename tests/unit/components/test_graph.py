@@ -31,6 +31,7 @@ COMPONENTS = {
     "spark-vllm:gateway:Gateway",
     "spark-vllm:monitoring:Monitoring",
     "spark-vllm:collective:CollectiveGate",
+    "spark-vllm:guard:NodeGuard",
 }
 
 
@@ -52,6 +53,7 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:gateway:Gateway": 1,
             "spark-vllm:monitoring:Monitoring": 1,  # monitoring.enabled (the dev stack's)
             "spark-vllm:collective:CollectiveGate": 1,
+            "spark-vllm:guard:NodeGuard": n,  # guard.enabled (the default)
             PROVIDER: n,
             # the serving image and the node exporter's on every node, the gateway's and
             # Prometheus's on the head
@@ -66,9 +68,10 @@ def expected_counts(n: int) -> Counter:
             # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
             # configuration, one per interface (two twins per node); Prometheus's key file,
             # data folder, configuration and gate; the collective gate's rank per node and its
-            # check; the firewall's table, one per node
+            # check; the firewall's table, one per node; per node the guard's install (the dev
+            # stack installs earlyoom), records, daemons and earlyoom
             COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4
-            + n + 1 + n,
+            + n + 1 + n + 4 * n,
         }
     )
 
@@ -103,12 +106,15 @@ def test_parent_chains(build, mocks, n):
             return qualified.split("$")[0]
 
         for comp in ["secrets", "nccl", "image", "model", "ray", "vllm", "spark-1", "gateway",
-                     "fabric-spark-1", "collective",
+                     "fabric-spark-1", "collective", "guard-spark-1",
                      *(f"firewall-spark-{i}" for i in range(1, n + 1))]:
             assert parent_type(comp) == "pulumi:pulumi:Stack"
             if comp.startswith("firewall-"):
                 assert parent_type(f"{comp}-table") == "spark-vllm:firewall:NodeFirewall"
         assert parent_type("collective-check") == "spark-vllm:collective:CollectiveGate"
+        for node in ("spark-1", *workers):
+            for what in ("install", "records", "daemons", "earlyoom"):
+                assert parent_type(f"guard-{node}-{what}") == "spark-vllm:guard:NodeGuard"
         for iface in ("enp1s0f1np1", "enP2p1s0f1np1"):
             assert parent_type(f"fabric-spark-2-{iface}") == "spark-vllm:fabric:NodeFabric"
         for child in ("gateway-image", "gateway-key", "gateway-config", "gateway-haproxy",

@@ -67,10 +67,13 @@ def test_main_exports(program):
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
         "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
-        "gateway", "monitoring", "collectiveGate", "firewall", "drafter",
+        "gateway", "monitoring", "collectiveGate", "firewall", "drafter", "guard",
     }
     assert exports["drafter"] is None and calls["drafter"] is None
     assert exports["models"] == ["tiny-moe"]
+    # the nodes' guard (on in the dev stack): its killer per node
+    assert {n: g["killer"] for n, g in exports["guard"].items()} == {
+        "spark-1": "earlyoom", "spark-2": "earlyoom"}
     # Prometheus (monitoring on in the dev stack) where the head reaches it: its loopback
     assert exports["monitoring"]["url"] == "http://127.0.0.1:9090"
     # the direct address is for diagnosis on the node, never the endpoint

@@ -9,11 +9,14 @@ import pytest
 from config import ConfigError, validate_config
 from hostscripts import vllm
 from hostscripts.common import payload
+from hostscripts.guard import PREFER
 from hostscripts.paths import StackNames
 from inspection.facts import ContainerFacts
 from tests.conftest import config_raw, gb10_facts, reveal
 from tests.unit.components.test_vllm_server import _changed, _registered
 from tests.unit.conftest import settled
+
+OOM = vllm.OomWatch(1000, 5)  # the dev stack file's guard: vllmScoreAdj, oomBackoffSeconds
 
 EMBED = {"name": "embed", "repo": "spark-lab/tiny-embed", "task": "embed", "port": 8100,
          "gpuMemoryUtilization": 0.05, "kvCacheMemoryBytes": 67108864, "enforceEager": True}
@@ -55,7 +58,10 @@ def test_an_embedding_service_is_its_own_container_model_and_gate(build, mocks):
         # the crash-loop settings (the dev stack file's): backoff 2 s up to 30 s, more than 2
         # restarts in 300 s
         assert ep[10:15] == ["/var/lib/spark-vllm-liveness/starts", "2", "30", "2", "300"], ep[10:15]
-        assert ep[15:] == vllm.serve_entrypoint()
+        assert ep[15:18] == ["/run/spark-vllm-guard/kills", PREFER, "5"], ep[15:18]
+        assert ep[18:] == vllm.serve_entrypoint(guard=OOM)
+        assert {"target": "/run/spark-vllm-guard", "type": "bind",
+                "source": "/var/lib/spark-vllm/guard", "readOnly": True} in c["mounts"]
         labels = {x["label"]: x["value"] for x in c["labels"]}
         assert labels["spark-vllm.role"] == "vllm-service"
         assert labels["spark-vllm.service"] == "embed" and labels["spark-vllm.port"] == "8100"
@@ -91,7 +97,11 @@ def test_without_liveness_the_vllm_containers_run_the_launcher_alone(build, mock
 
     def check(_):
         for name in ("vllm-serve", "svc-embed-serve-spark-1"):
-            assert list(mocks.named(name).inputs["entrypoints"]) == vllm.serve_entrypoint(), name
+            c = mocks.named(name).inputs
+            # vLLM still raises its oom_score_adj (the dev stack's guard); no watchdog, so no
+            # guard folder to read
+            assert list(c["entrypoints"]) == vllm.serve_entrypoint(guard=OOM), name
+            assert not any(m["target"] == "/run/spark-vllm-guard" for m in c["mounts"]), name
 
     return settled(h).apply(check)
 

@@ -13,6 +13,7 @@ import yaml
 
 from hostscripts import vllm
 from hostscripts.common import payload
+from hostscripts.guard import PREFER
 from inspection.hub import ModelFile
 from tests.conftest import ROOT, config_raw, is_secret, monitoring_pinned, reveal
 from tests.unit.conftest import API_KEY, COMMIT, SSH_KEY, settled
@@ -122,8 +123,16 @@ def test_vllm_command_line_exactly(build, mocks):
         # the crash-loop settings (the dev stack file's): backoff 2 s up to 30 s, more than 2
         # restarts in 300 s
         assert ep[10:15] == ["/var/lib/spark-vllm-liveness/starts", "2", "30", "2", "300"], ep[10:15]
-        assert ep[15:] == ["/bin/sh", "-c", vllm.LAUNCHER, "spark-vllm-serve"]
-        assert vllm.LAUNCHER.endswith('exec "$@"')
+        # the node's guard (the dev stack file's): the kills it reads, vLLM's processes as
+        # earlyoom prefers them, the wait after an OOM kill; vLLM raises its oom_score_adj
+        assert ep[15:18] == ["/run/spark-vllm-guard/kills", PREFER, "5"], ep[15:18]
+        assert ep[18:] == ["/bin/sh", "-c", vllm.launcher(1000), "spark-vllm-serve"]
+        assert vllm.launcher(1000).endswith('exec "$@"')
+        assert "echo 1000 > /proc/self/oom_score_adj" in vllm.launcher(1000)
+        assert {"target": "/run/spark-vllm-guard", "type": "bind",
+                "source": "/var/lib/spark-vllm/guard", "readOnly": True} in serve["mounts"]
+        labels = {x["label"]: x["value"] for x in serve["labels"]}
+        assert labels["spark-vllm.guard-records"] == "guard-spark-1-records-id"  # its ID
         # a container of its own on the head, joined to the stack's Ray cluster
         assert serve["name"] == "spark-vllm-dev-serve" and serve["restart"] == "unless-stopped"
         # the Ray head's PID and IPC namespaces (its /dev/shm: Ray's object store), the

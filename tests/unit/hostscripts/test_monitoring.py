@@ -100,7 +100,7 @@ def _spec(**over: Any) -> MonitoringSpec:
                NodeTarget("spark-2", "192.168.177.12:9100")),
         scrape_interval_seconds=15, not_serving_seconds=60, kv_cache_usage=0.9,
         kv_cache_seconds=300, waiting_seconds=60, memory_seconds=120, crash_loop_restarts=3,
-        crash_loop_window_seconds=600, os_reserve_bytes=8 * GIB)
+        crash_loop_window_seconds=600, os_reserve_bytes=8 * GIB, oom_killed_seconds=3600)
     values.update(over)
     return MonitoringSpec(**values)
 
@@ -108,7 +108,7 @@ def _spec(**over: Any) -> MonitoringSpec:
 # Other thresholds, every duration that may be 0 at 0: the tests take them from the spec
 OTHER = dict(scrape_interval_seconds=5, not_serving_seconds=0, kv_cache_usage=0.5,
              kv_cache_seconds=10, waiting_seconds=0, memory_seconds=30, crash_loop_restarts=1,
-             crash_loop_window_seconds=30, os_reserve_bytes=GIB)
+             crash_loop_window_seconds=30, os_reserve_bytes=GIB, oom_killed_seconds=60)
 
 
 def _write(root: Path, files: dict[str, str], key: str | None = KEY) -> None:
@@ -250,6 +250,17 @@ def _rule_tests(spec: MonitoringSpec, rules_file: str) -> dict[str, Any]:
          fired("SparkVllmCrashLoop", VLLM, restarts + 1))
     case("SparkVllmCrashLoop", series, [1000 + min(k, restarts) for k in range(restarts + 2)],
          at, None)
+    # an OOM kill: the guard's count (earlyoom's, through the node exporter's textfile) or the
+    # kernel's (/proc/vmstat) goes up by one; the alert fires for the node at the next
+    # evaluation and stops once the kill is older than oom_killed_seconds; a count that stays
+    # (kills before the window, none since) fires nothing
+    oom = spec.oom_killed_seconds
+    for metric in ("spark_vllm_oom_kills_total", "node_vmstat_oom_kill"):
+        series = _series(metric, NODE)
+        kill = [0.0] * 4 + [1.0] * (oom // i + 6)  # the kill between the 4th and 5th scrape
+        case("SparkVllmOomKilled", series, kill, 5 * i, fired("SparkVllmOomKilled", NODE, 1))
+        case("SparkVllmOomKilled", series, kill, 4 * i + oom + 2 * i, None)
+        case("SparkVllmOomKilled", series, [3.0] * (oom // i + 6), oom + 2 * i, None)
     return {"rule_files": [rules_file], "evaluation_interval": f"{i}s", "tests": tests}
 
 
@@ -712,8 +723,13 @@ def test_commands_and_entrypoints():
         "--web.listen-address=127.0.0.1:9090"]
     assert monitoring.entrypoint() == ["prometheus"]
     assert node_exporter_entrypoint() == ["node_exporter"]
+    # the node's / and its /proc as the node's processes see them (a lab node's memory: its own)
     assert node_exporter_command("192.168.177.11", 9100) == [
-        "--web.listen-address=192.168.177.11:9100", "--path.rootfs=/host"]
+        "--web.listen-address=192.168.177.11:9100", "--path.rootfs=/host",
+        "--path.procfs=/host/proc"]
+    # with the guard, its count of OOM kills (the textfile its kill hook writes)
+    assert node_exporter_command("127.0.0.1", 9100, guard=True)[-1] == (
+        "--collector.textfile.directory=/host/var/lib/spark-vllm/guard/metrics")
     with pytest.raises(ValueError):
         command("127.0.0.1 --web.enable-lifecycle", 9090, 15)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from hostscripts.common import payload
+from hostscripts.guard import PREFER
 from tests.conftest import ROOT
 
 INTERVAL, DEADLINE, FAILURES = 0.3, 0.5, 3
@@ -32,7 +33,8 @@ def _port() -> int:
 class Watched:
     """The watchdog over the fake, its state file and request log in tmp_path."""
 
-    def __init__(self, tmp_path: Path, *flags: str, task: str = "generate") -> None:
+    def __init__(self, tmp_path: Path, *flags: str, task: str = "generate",
+                 kills: str = "-") -> None:
         self.state, self.log = tmp_path / "state", tmp_path / "requests.log"
         self.state.write_text("ok")
         self.log.write_text("")
@@ -42,6 +44,7 @@ class Watched:
         self.argv = [sys.executable, "-c", payload("vllm_liveness.py"), f"http://127.0.0.1:{port}",
                      "tiny", task, str(INTERVAL), str(DEADLINE), str(FAILURES), str(key),
                      str(tmp_path / "liveness" / "starts"), "0.01", "0.04", "2", "600",
+                     kills, PREFER, "0.5",
                      sys.executable, str(ROOT / "tests" / "fake_vllm_engine.py"), str(port),
                      str(self.state), str(self.log), *flags]
         self.p = subprocess.Popen(self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -231,7 +234,8 @@ def _start_and_exit(tmp_path: Path, starts: Path) -> str:
     done = subprocess.run(
         [sys.executable, "-c", payload("vllm_liveness.py"), f"http://127.0.0.1:{_port()}", "tiny",
          "generate", str(INTERVAL), str(DEADLINE), str(FAILURES), str(key), str(starts),
-         "0.01", "0.04", "2", "600", sys.executable, "-c", "raise SystemExit(3)"],
+         "0.01", "0.04", "2", "600", "-", PREFER, "0.5", sys.executable, "-c",
+         "raise SystemExit(3)"],
         capture_output=True, text=True, timeout=60)
     assert done.returncode == 3, done  # vLLM's own exit code, for Docker
     return done.stdout
@@ -282,3 +286,111 @@ def test_restarts_are_counted_as_status_counts_them_and_the_first_start_is_kept(
     assert len(lines) == 100 and lines[0] == old[0], (len(lines), lines[:2])
     times = [float(ln.split()[0]) for ln in lines]
     assert recent_restarts(times, time.time(), 600) == 3
+
+
+# --------------------------------------------------------------------------- OOM kills (issue 48)
+
+
+def _kill_line(name: str, at: float | None = None, avail: int = 900 << 20,
+               total: int = 8 << 30) -> str:
+    """A line of the node guard's record, as its hook writes it (hostscripts/guard.hook_text)."""
+    return f"{int(time.time() if at is None else at)} {avail} {total} 4242 {name}\n"
+
+
+def _lines(starts: Path) -> list[list[str]]:
+    return [line.split() for line in starts.read_text().splitlines()]
+
+
+def test_a_vllm_the_nodes_earlyoom_killed_is_recorded_as_oom_killed(tmp_path, watched):
+    """vLLM killed from outside (SIGKILL, as earlyoom escalates) and, a moment later, the node's
+    guard records the kill of a vLLM process (earlyoom's hook runs once the victim is gone): the
+    watchdog says so with the node's memory, records it, and exits with vLLM's code."""
+    kills = tmp_path / "kills"
+    kills.write_text(_kill_line("vllm", at=time.time() - 3600))  # an old one: not this start's
+    w = Watched(tmp_path, kills=str(kills))
+    watched.append(w)
+    w.armed()
+    (child,) = _children(w.p.pid)
+    os.kill(child, signal.SIGKILL)
+    time.sleep(0.5)
+    with kills.open("a") as f:
+        f.write(_kill_line("VLLM::EngineCor"))
+    code, out = w.end()
+    assert code == 137, out
+    assert re.search(r"vLLM was OOM-killed at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(node available "
+                     r"0\.9 GiB of 8\.0 GiB; earlyoom killed VLLM::EngineCor\)", out), out
+    last = _lines(tmp_path / "liveness" / "starts")[-1]
+    assert last[1:] == ["oom", "earlyoom", str(900 << 20), str(8 << 30), "VLLM::EngineCor"]
+
+
+def test_an_exit_with_no_kill_of_vllm_recorded_is_no_oom_kill(tmp_path, watched):
+    """A kill the node recorded of another process (not vLLM's), and no kill at all: vLLM's end
+    is no OOM kill (the watchdog looks for 3 s after an exit with a code)."""
+    kills = tmp_path / "kills"
+    kills.write_text(_kill_line("python3"))
+    w = Watched(tmp_path, kills=str(kills))
+    watched.append(w)
+    w.armed()
+    (child,) = _children(w.p.pid)
+    os.kill(child, signal.SIGTERM)  # the fake exits 15
+    code, out = w.end()
+    assert code == 15 and "OOM" not in out, out
+    assert [p[1] for p in _lines(tmp_path / "liveness" / "starts")] == ["start", "serving"]
+
+
+def test_docker_stop_is_never_taken_for_an_oom_kill(tmp_path, watched):
+    """SIGTERM to the watchdog (docker stop) goes to vLLM; its end then is Docker's doing, even
+    with a fresh kill of a vLLM process in the node's record (another stack's, say)."""
+    kills = tmp_path / "kills"
+    kills.write_text(_kill_line("vllm", at=time.time() + 1))
+    w = Watched(tmp_path, kills=str(kills))
+    watched.append(w)
+    w.armed()
+    w.p.send_signal(signal.SIGTERM)
+    code, out = w.end()
+    assert code == 15 and "OOM" not in out, out
+
+
+def _start(tmp_path: Path, starts: Path, backoff_max: str = "0.04",
+           oom_backoff: str = "0.2") -> str:
+    key = tmp_path / "api-key"
+    key.write_text(KEY)
+    done = subprocess.run(
+        [sys.executable, "-c", payload("vllm_liveness.py"), f"http://127.0.0.1:{_port()}", "tiny",
+         "generate", str(INTERVAL), str(DEADLINE), str(FAILURES), str(key), str(starts),
+         "0.01", backoff_max, "2", "600", "-", PREFER, oom_backoff, sys.executable, "-c",
+         "raise SystemExit(3)"],
+        capture_output=True, text=True, timeout=60)
+    assert done.returncode == 3, done
+    return done.stdout
+
+
+def test_a_start_after_an_oom_kill_waits_longer_and_says_why(tmp_path):
+    """After an OOM kill the next start waits oomBackoffSeconds, doubling with each OOM kill in
+    the window, at most the larger of it and backoffMaxSeconds; a crash loop of OOM kills says
+    it is memory."""
+    starts = tmp_path / "liveness" / "starts"
+    starts.parent.mkdir()
+    now = time.time()
+    oom = f"oom earlyoom {1 << 30} {8 << 30} vllm"
+    starts.write_text(f"{now - 50:.3f} start\n{now - 40:.3f} serving\n{now - 30:.3f} {oom}\n")
+    out = _start(tmp_path, starts)
+    assert re.search(r"vLLM was OOM-killed at \S+ \(node available 1\.0 GiB of 8\.0 GiB; "
+                     r"earlyoom killed vllm\): 1 OOM kill\(s\) in the last 600s; waiting 0\.2s "
+                     r"before starting it again", out), out
+    # two more OOM kills in the window: 0.2 x 2 x 2, at most max(backoff_max 1, 0.2)
+    with starts.open("a") as f:
+        f.write(f"{now - 20:.3f} serving\n{now - 15:.3f} {oom}\n{now - 12:.3f} start\n"
+                f"{now - 11:.3f} serving\n{now - 10:.3f} {oom}\n")
+    out = _start(tmp_path, starts, backoff_max="1")
+    assert "3 OOM kill(s) in the last 600s; waiting 0.8s" in out, out
+    assert "crash-looping: 3 restarts in the last 600s (more than 2), 3 of them OOM kills: the " \
+           "node runs out of memory" in out, out
+    # what status and recon read back: the starts, and the OOM kills with their figures
+    from inspection.parsers import parse_liveness_ooms, parse_liveness_starts
+
+    text = starts.read_text()
+    assert [w for _t, w in parse_liveness_starts(text)].count("start") == 4
+    ooms = parse_liveness_ooms(text)
+    assert [(k.source, k.available_bytes, k.name) for k in ooms] == [
+        ("earlyoom", 1 << 30, "vllm")] * 3

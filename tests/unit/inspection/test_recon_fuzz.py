@@ -85,9 +85,20 @@ def _base(sections: dict[str, Any], pinned: str) -> Base:
     return Base(text, pinned, clean, tuple(sections), spans, _marker_names(text))
 
 
+# the guard's sections (issue 48) in guard.sh's and the kill hook's formats (the snippet runs
+# for real in tests/unit/inspection/test_guard.py, the hook in tests/unit/hostscripts/test_guard.py)
+GUARD = ("tool\tearlyoom\t/usr/bin/earlyoom\ntool\tsystemctl\t/usr/bin/systemctl\n"
+         "tool\tapt-get\t/usr/bin/apt-get\ntool\tsystemd-oomd\tabsent\n"
+         "active\tearlyoom.service\tactive\nactive\tsystemd-oomd.service\tinactive\n"
+         "records\tpresent\nfile\t" + "ab" * 32 + "\t/etc/systemd/system/ssh.service.d/"
+         "50-spark-vllm-dev.conf\nfile\tabsent\t/etc/systemd/system/earlyoom.service.d/"
+         "50-spark-vllm-dev.conf\n")
+KILLS = "1764470000 805306368 8589934592 4242 VLLM::EngineCor\n1764470100 - - 77 python3\n"
+
 BASES = [
-    # the reference head: foreign containers, a stopped marker, a partial HF cache
-    _base(spark_sections(1, seed=True, stopped="marker\tvllm_node\tspark-vllm/dev\n"), KEY_1),
+    # the reference head: foreign containers, a stopped marker, a partial HF cache, the guard
+    _base(spark_sections(1, seed=True, stopped="marker\tvllm_node\tspark-vllm/dev\n",
+                         guard=GUARD, oom_kills=KILLS), KEY_1),
     # a worker where some tools are missing or answer with errors
     _base(spark_sections(2, ibdev2netdev=("", 127, "ibdev2netdev: command not found"),
                          dgx_release=("", 1, "cat: /etc/dgx-release: No such file or directory"),
@@ -126,6 +137,8 @@ GROUPS: dict[str, tuple[Callable[[NodeFacts], Any], set[str]]] = {
     "disk": (lambda f: f.disk_free_bytes, {"disk"}),
     "host_keys": (lambda f: (f.host_keys, f.host_key), {"host_keys"}),
     "clock": (lambda f: f.clock_offset_seconds, {"clock_start", "clock_end"}),
+    "guard": (lambda f: f.guard, {"guard"}),
+    "oom_kills": (lambda f: f.oom_kills, {"oom_kills", "clock_start", "clock_end"}),
 }
 
 

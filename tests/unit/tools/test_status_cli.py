@@ -42,9 +42,21 @@ def _recorded(node: str) -> tuple[int, str, str]:
     return 0, with_gateway(text) if node == "spark-1" else text, ""
 
 
+def _stack_file(tmp_path, **sections) -> None:
+    """Pulumi.dev.yaml in tmp_path, its guard off: the recorded outputs (tests/fixtures/status)
+    predate the guard (0.20), so they are read as the stack they came from; `sections` patch
+    more of it."""
+    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    data["config"]["spark-vllm:guard"]["enabled"] = False
+    for key, values in sections.items():
+        data["config"][f"spark-vllm:{key}"].update(values)
+    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data))
+
+
 @pytest.fixture
-def in_repo(monkeypatch):
-    monkeypatch.chdir(ROOT)  # Pulumi.dev.yaml
+def in_repo(monkeypatch, tmp_path):
+    _stack_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
 
 
 def test_status_of_the_serving_lab_exits_0_with_every_figure(in_repo, monkeypatch):
@@ -199,9 +211,7 @@ def test_alerts_that_cannot_be_read_are_said_so_not_taken_for_none(in_repo, monk
 def test_a_stack_without_monitoring_shows_no_alerts(tmp_path, monkeypatch):
     """The recorded outputs, of the dev stack before it turned monitoring on: no alerts section
     asked, none shown, no problem; JSON "alerts": null."""
-    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
-    data["config"]["spark-vllm:monitoring"]["enabled"] = False
-    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data))
+    _stack_file(tmp_path, monitoring={"enabled": False})
     monkeypatch.chdir(tmp_path)
     scripts: list[str] = []
     run, _ = _runner({"10.77.0.11": _recorded("spark-1"), "10.77.0.12": _recorded("spark-2")})
