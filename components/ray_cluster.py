@@ -30,6 +30,7 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
+from components.deployment import restore_labels
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
@@ -195,6 +196,8 @@ class RayCluster(pulumi.ComponentResource):
             labels=[
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
                 self.token_label(node),
+                # a restore's id when recon found it put back by one (components/deployment.py)
+                *restore_labels(node, container_name, args.labels["spark-vllm.stack"]),
             ],
             **args.runtime.runtime(node),
             opts=pulumi.ResourceOptions(

@@ -4,7 +4,9 @@ Order of things on the hosts (each arrow a dependency the engine enforces):
 fabric pinged at the MTU between every pair -> stopped foreign containers, serving image on
 every node -> model fetched on the head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
-the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
+the vLLM container on the head -> health gate -> the verified deployment recorded on every
+node (or, when the gate failed, the last verified one put back and the up failed: issue 49) ->
+NCCL's transport read from its log. With
 vllm.executor mp there is no Ray: a vLLM container on every node follows the model. Each of
 `spark-vllm:services` (components/vllm_service.py) follows the main model's cache: its own model,
 container and gate on its nodes; nothing of the main model waits for a service. Last, the
@@ -14,6 +16,7 @@ model and every service, after their gates; every vLLM listens only where it rea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +25,7 @@ import pulumi
 
 from components import gateway as gateway_component
 from components import monitoring as monitoring_component
+from components.deployment import held, shape_problem
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
@@ -62,6 +66,23 @@ def vllm_restart_reason(facts: Mapping[str, NodeFacts], stack_label: str) -> str
             if mine and role in ("ray-head", "ray-worker", "vllm-serve") and c.state != "running":
                 reasons.append(f"{name}: {c.name} is {c.state or 'not running'}")
     return "; ".join(reasons) or None
+
+
+MAIN_ROLES = ("ray-head", "ray-worker", "vllm-serve")
+
+
+def main_not_restorable(cfg: StackConfig, cluster: Cluster, names: StackNames,
+                        stack_label: str) -> str | None:
+    """Why a failed gate of this up cannot put the main model's last verified deployment back
+    (components/deployment.shape_problem): its containers per node as the program declares
+    them against what recon found there before the up."""
+    if cfg.vllm.executor == "ray":
+        declared = {n.name: [names.ray_head, names.serve] if n is cluster.head
+                    else [names.ray_worker] for n in cluster.nodes}
+    else:
+        declared = {n.name: [names.serve] for n in cluster.nodes}
+    found = {n.name: held(n, stack_label, MAIN_ROLES) for n in cluster.nodes}
+    return shape_problem(declared, found)
 
 
 @dataclass
@@ -106,6 +127,9 @@ class StackHandles:
             },
             "recon": {name: n.summary for name, n in self.nodes.items()},
             "ncclTransport": self.vllm.transport,  # per node, as NCCL's INFO lines show it
+            # the last verified deployment of the main model (issue 49): image, commit, argv,
+            # VLLM_* env, when, the gate's figures (hostscripts/payloads/deployment.py)
+            "deployment": self.vllm.deployment.stdout.apply(summary),
             # spark-vllm:services, by name: what each serves (through the gateway) and its gates
             "services": {
                 name: {
@@ -114,6 +138,7 @@ class StackHandles:
                     "servedModelName": s.args.service.served_name,
                     "modelCommit": s.model.commit,
                     "health": {n: g.stdout for n, g in s.gates.items()},
+                    "deployment": {n: d.stdout.apply(summary) for n, d in s.deployments.items()},
                 }
                 for name, s in self.services.items()
             },
@@ -234,6 +259,8 @@ def build_stack(
             fabric_subnets=cfg.nccl.fabric_subnets,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
+            not_restorable=main_not_restorable(cfg, cluster, names, labels["spark-vllm.stack"]),
+            image_ref=cfg.image.ref,
             service_shares={n.name: {s.name: s.gpu_memory_utilization
                                      for s in cfg.services_on(n.name)} for n in cfg.nodes},
         ),
@@ -259,7 +286,9 @@ def build_stack(
             key_file=vllm.api_key_file,
             tls_key=secrets.gateway_tls_key,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
-            after=[vllm.health, *(g for s in services.values() for g in s.gates.values())],
+            # after every model's verified deployment (issue 49)
+            after=[vllm.deployment, *(d for s in services.values()
+                                      for d in s.deployments.values())],
             backends=[vllm.serve.id, vllm.health.id,
                       *(r.id for s in services.values()
                         for r in (*s.containers.values(), *s.gates.values()))],
@@ -286,6 +315,16 @@ def build_stack(
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,
                         monitoring)
+
+
+def summary(stdout: str | None) -> Any:
+    """A deployment step's stdout (the verified deployment's summary, one JSON line) as data;
+    what is not JSON stays text."""
+    lines = [ln for ln in (stdout or "").splitlines() if ln.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return lines[-1]
 
 
 def _containers(f: NodeFacts) -> list[ContainerFacts]:
@@ -329,6 +368,11 @@ def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets
                 restart_reasons=restart_reasons(
                     {n.name: containers.get(n.name, []) for n in nodes},
                     labels["spark-vllm.stack"], svc.name),
+                not_restorable={n.name: shape_problem(
+                    {n.name: [runtime.names.service(svc.name)]},
+                    {n.name: held(n, labels["spark-vllm.stack"], ("vllm-service",), svc.name)})
+                    for n in nodes},
+                image_ref=cfg.image.ref,
             ),
         )
         after.append(out[svc.name].model)

@@ -52,6 +52,7 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
+from components.deployment import deployment_steps, drafter, restore_labels
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import RayCluster, session_volume
@@ -60,6 +61,7 @@ from components.spark_node import Cluster, SparkNode
 from components.stack_secrets import StackSecrets
 from config import HealthConfig, VllmConfig, chat_template_text
 from hostscripts.common import verdict_script
+from hostscripts.deployment import GateRestore, GateVerdict, Held, NodeDeployment, summary_facts
 from hostscripts.firewall import FabricSource, master_port_guard, master_port_unguard
 from hostscripts.images import image_probe
 from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
@@ -71,6 +73,7 @@ from hostscripts.vllm import (
     non_carry_over_json,
     serve_entrypoint,
     vllm_argv,
+    vllm_deployment_final,
     vllm_health_gate,
     vllm_nccl_lines,
     vllm_ranks_restart,
@@ -188,6 +191,10 @@ class VllmServerArgs:
     # per node, the memory shares (gpuMemoryUtilization) of the services placed there: the
     # policy pack adds them to this model's (policies/rules/memory.py)
     service_shares: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # why this up cannot put the last verified deployment back when it fails its gate (another
+    # shape than what ran before it: components/deployment.shape_problem), or None
+    not_restorable: str | None = None
+    image_ref: str = ""  # the image as the stack names it (the verified deployment's summary)
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -198,6 +205,8 @@ class VllmServer(pulumi.ComponentResource):
     serve_checks: dict[str, remote.Command]  # per node: the serve command in the image's vLLM
     serve_check: pulumi.Output[dict[str, str]]
     health: remote.Command
+    deployment_nodes: dict[str, remote.Command]  # the other nodes' record or put-back step
+    deployment: remote.Command  # the head's: the summary, or the up's failure (issue 49)
     nccl_log: remote.Command
     transport_check: remote.Command
     transport: pulumi.Output[dict[str, str]]
@@ -263,6 +272,7 @@ class VllmServer(pulumi.ComponentResource):
                 depends_on=gate_after,
             )
             gate_after.append(self.ranks_restart)
+        parts = self._parts(args)
         ids = pulumi.Output.all(
             self.serve.id, *[c.id for c in self.headless.values()],
             *([ray.container_ids] if ray is not None else [])
@@ -282,6 +292,10 @@ class VllmServer(pulumi.ComponentResource):
                     args.health.smoke_prompt,
                     args.health.timeout_seconds,
                     key_file=names.vllm_key_file,
+                    deployment=GateRestore(
+                        node=parts[head.name][1], api=names.serve,
+                        nodes=tuple(args.cluster.names), on_failure=args.health.on_failure,
+                        not_restorable=args.not_restorable),
                 )
             ),
             triggers=[marker],
@@ -290,6 +304,7 @@ class VllmServer(pulumi.ComponentResource):
             depends_on=gate_after,
             timeout_seconds=args.health.timeout_seconds + 300,
         )
+        self._deployment(name, args, parts)
         self._transport(name, args)
         # where the head reaches vLLM (the gateway's backend); not for clients, which use the
         # gateway (components/gateway.py)
@@ -303,6 +318,7 @@ class VllmServer(pulumi.ComponentResource):
                 "servedModelName": v.served_model_name,
                 "container": self.serve.name,
                 "health": self.health.stdout,
+                "deployment": self.deployment.stdout,
                 "ncclTransport": self.transport,
                 "serveCheck": self.serve_check,
             }
@@ -330,7 +346,9 @@ class VllmServer(pulumi.ComponentResource):
         env = runtime.env(node)
         mounts = runtime.mounts()
         labels = {**args.labels, "spark-vllm.role": "vllm-serve", "spark-vllm.node": node.name}
-        extra_labels: list[docker.ContainerLabelArgs] = []
+        # a restore's id when recon found this node's vLLM put back by one (components/deployment)
+        extra_labels: list[docker.ContainerLabelArgs] = restore_labels(
+            node, names.serve, args.labels["spark-vllm.stack"])
         uploads: list[docker.ContainerUploadArgs] = []
         # the serve command checked in the image on every node before a container is replaced
         depends: list[pulumi.Resource] = [self.caches[node.name], *args.after,
@@ -402,6 +420,51 @@ class VllmServer(pulumi.ComponentResource):
                 delete_before_replace=True,
                 depends_on=depends,
             ),
+        )
+
+    @staticmethod
+    def _parts(args: VllmServerArgs) -> dict[str, tuple[SparkNode, NodeDeployment]]:
+        """Per node, the containers of the main model in start order (the Ray head before the
+        head's vLLM) with the files the stack uploads into them, and the node's record folder."""
+        names, v = args.runtime.names, args.vllm
+        folder = names.deployment_dir()
+        template: tuple[str, ...] = (CHAT_TEMPLATE,) if v.chat_template is not None else ()
+        out: dict[str, tuple[SparkNode, NodeDeployment]] = {}
+        for node in args.cluster.nodes:
+            held: tuple[Held, ...]
+            if node is args.cluster.head:
+                files = template
+                if args.ray is not None:
+                    files += (f"{VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json",)
+                held = ((Held(names.ray_head),) if args.ray is not None else ()) + (
+                    Held(names.serve, files),)
+            else:
+                held = (Held(names.ray_worker if args.ray is not None else names.serve),)
+            out[node.name] = (node, NodeDeployment(folder, held))
+        return out
+
+    def _deployment(self, name: str, args: VllmServerArgs,
+                    parts: dict[str, tuple[SparkNode, NodeDeployment]]) -> None:
+        """After the gate (issue 49): every other node's record or put-back step, then the
+        head's, which records the summary or fails the `up` (components/deployment.py)."""
+        v, head, names = args.vllm, args.cluster.head, args.runtime.names
+
+        def final(verdict: GateVerdict, others: dict[str, str], commit: str) -> str:
+            return vllm_deployment_final(
+                parts[head.name][1], verdict, others, api_container=names.serve,
+                probe_container=names.ray_head if args.ray is not None else names.serve,
+                health_url=local_url(args.host, v.port), served_model_name=v.served_model_name,
+                smoke_prompt=args.health.smoke_prompt, timeout=args.health.timeout_seconds,
+                key_file=names.vllm_key_file,
+                facts=summary_facts(
+                    image=args.image_ref, repo=args.model, commit=commit,
+                    served_name=v.served_model_name, nodes=args.cluster.names,
+                    drafter=drafter(v.speculative_config, args.model, commit)))
+
+        self.deployment_nodes, self.deployment = deployment_steps(
+            name, self, self.health, head, parts, names, final,
+            timeout_seconds=args.health.timeout_seconds + 300,
+            extra=[pulumi.Output.from_input(args.commit)],
         )
 
     def _master_guard(self, name: str, args: VllmServerArgs) -> remote.Command | None:
@@ -491,7 +554,7 @@ class VllmServer(pulumi.ComponentResource):
                 )
             ),
             logging=remote.Logging.STDERR,  # the lines are kept in its stdout, not logged
-            depends_on=[self.health],
+            depends_on=[self.deployment],  # a verified deployment only
         )
         judged = self.nccl_log.stdout.apply(
             lambda text: verdict(

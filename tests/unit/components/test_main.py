@@ -58,7 +58,7 @@ def test_main_exports(program):
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
         "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
-        "gateway", "monitoring",
+        "gateway", "monitoring", "deployment",
     }
     assert exports["models"] == ["tiny-moe"]
     # Prometheus (monitoring on in the dev stack) where the head reaches it: its loopback
