@@ -243,3 +243,31 @@ def test_a_recorded_outage_with_monitoring_on_exits_1_with_why_and_the_alerts(in
     assert all(n["problems"] == [] for n in data["nodes"].values())
     table = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
     assert table.exit_code == 1 and "alerts (Prometheus on spark-1)" in table.output
+
+
+@pytest.mark.parametrize("which", ["verified", "other", "none"])
+def test_the_deployments_table_says_whether_the_last_verified_one_runs(in_repo, monkeypatch,
+                                                                       tmp_path, which):
+    """Issue 49: the running deployment against the last verified one (the head's record, read
+    by payloads/deployment.py: tests/unit/inspection/test_status.py makes its answers)."""
+    from tests.unit.inspection.test_status import _deployment_outputs
+
+    rc, head, err = _recorded("spark-1")
+    if which != "none":
+        first, second = _deployment_outputs(tmp_path)
+        head += assemble({"deployment:spark-vllm-dev-serve":
+                          first if which == "verified" else second}, nonce=RECORDED_NONCE)
+    run, _ = _runner({"10.77.0.11": (rc, head, err), "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output  # serving: what was verified does not count
+    assert "deployments: what runs now, the last verified one" in result.output
+    row = next(ln for ln in result.output.splitlines()
+               if "tiny-moe" in ln and ("verified" in ln or "unknown" in ln))
+    if which == "none":  # recorded before 0.20: the section is not there
+        assert "unknown (no answer)" in row, row
+        return
+    assert ("the last verified" if which == "verified" else "not verified") in row, row
+    assert "org/m@cccccccccccc" in row and "21.5 s" in row, row
+    data = json.loads(CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"]).output)
+    assert data["models"][0]["deployment"]["matches"] is (which == "verified")
