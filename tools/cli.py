@@ -3,7 +3,7 @@
     spark-vllm init -s STACK HOST...    survey new hosts, write their stack file (tools/init_cli.py)
     spark-vllm recon -s STACK           survey the nodes, run preflight (tools/recon_report.py)
     spark-vllm promote --from A --to B  promote verified artifacts (tools/promote.py)
-    spark-vllm rollback -s STACK [--to N]  back to a verified deployment, then up (tools/rollback.py)
+    spark-vllm rollback -s STACK        back to a verified deployment, then up (tools/rollback.py)
     spark-vllm status -s STACK          every model's state and figures, every node's memory
     spark-vllm logs -s STACK [MODEL]    every rank's vLLM log, merged in time order (-f follows)
     spark-vllm recipes list|show|import the typed recipes; import a community recipe file
