@@ -67,12 +67,14 @@ PULUMI_UP: Callable[[Sequence[str]], int] = pulumi_up
 
 
 class RollbackError(click.ClickException):
+    """A refusal or a failure: printed as `rollback: ...`, exit `code`."""
+
     def __init__(self, message: str, code: int = EXIT_ENGINE):
         super().__init__(message)
-        self.exit_code = code
+        setattr(self, "exit_code", code)  # noqa: B010 (click's ClassVar, per refusal here)
 
-    def format_message(self) -> str:
-        return self.message
+    def show(self, file: Any = None) -> None:
+        click.echo(f"rollback: {self.message}", err=True)
 
 
 @dataclass
@@ -177,7 +179,7 @@ def verified_deployments(history: list[dict[str, Any]]) -> list[Deployment]:
 
 
 def _revisions(view: dict[str, Any]) -> list[tuple[str, Any]]:
-    model = view.get("model") if isinstance(view.get("model"), dict) else {}
+    model: dict[str, Any] = view["model"] if isinstance(view.get("model"), dict) else {}
     out = [("model.revision", model.get("revision", "main"))]
     for s in view.get("services") or []:
         if isinstance(s, dict):
@@ -195,7 +197,7 @@ def _when(text: str) -> str:
 def _summary(view: dict[str, Any]) -> str:
     image = (view.get("image") or {}).get("ref", "?") if isinstance(view.get("image"), dict) \
         else "?"
-    model = view.get("model") if isinstance(view.get("model"), dict) else {}
+    model: dict[str, Any] = view["model"] if isinstance(view.get("model"), dict) else {}
     return f"image {image}, {model.get('repo', '?')}@{model.get('revision', 'main')}"
 
 
