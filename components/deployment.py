@@ -32,22 +32,42 @@ from hostscripts.deployment import (
     deployment_remove,
     node_step,
     parse_gate,
+    restored_remove,
     results_of,
 )
 from hostscripts.paths import StackNames
 from hostscripts.vllm import NO_DRAFTER_WEIGHTS
 
 
+def _restore_of(node: SparkNode, container: str, stack_label: str) -> str | None:
+    for c in node.facts.docker.containers if node.facts.docker else []:
+        if c.name == container and c.labels.get("spark-vllm.stack") == stack_label:
+            return after_restore(c.labels)
+    return None
+
+
 def restore_labels(node: SparkNode, container: str,
                    stack_label: str) -> list[docker.ContainerLabelArgs]:
     """[`spark-vllm.after-restore=<id>`] when recon found `container` of this stack on `node`
     carrying a restore's id (module docstring), else []."""
-    for c in node.facts.docker.containers if node.facts.docker else []:
-        if c.name == container and c.labels.get("spark-vllm.stack") == stack_label:
-            rid = after_restore(c.labels)
-            if rid is not None:
-                return [docker.ContainerLabelArgs(label=AFTER_RESTORE_LABEL, value=rid)]
-    return []
+    rid = _restore_of(node, container, stack_label)
+    return [] if rid is None else [docker.ContainerLabelArgs(label=AFTER_RESTORE_LABEL,
+                                                             value=rid)]
+
+
+def restored_removal(res_name: str, parent: pulumi.Resource, node: SparkNode, container: str,
+                     stack_label: str, after: Sequence[pulumi.Resource]) -> list[remote.Command]:
+    """[`<res_name>-restored`] with the restore labels' condition: the container a restore put
+    back under `container`'s name is not the stack's (the state holds the one it replaced), so
+    it is removed right before the stack makes its own (after `after`, what that container
+    waits for: the deployment put back serves until then); the container resource depends on
+    it. [] when no restore is known there."""
+    rid = _restore_of(node, container, stack_label)
+    if rid is None:
+        return []
+    return [node.command(f"{res_name}-restored", parent,
+                         create=restored_remove(container, stack_label, rid),
+                         depends_on=list(after))]
 
 
 def held(node: SparkNode, stack_label: str, roles: Sequence[str],

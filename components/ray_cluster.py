@@ -30,7 +30,7 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
-from components.deployment import restore_labels
+from components.deployment import restore_labels, restored_removal
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
@@ -183,6 +183,10 @@ class RayCluster(pulumi.ComponentResource):
             if node is args.cluster.head
             else None
         )
+        after = [*depends_on, self.tokens[node.name], self.caches[node.name]]
+        # a container a restore put back under this name goes first (components/deployment.py)
+        after += restored_removal(res_name, self, node, container_name,
+                                  args.labels["spark-vllm.stack"], after)
         return docker.Container(
             res_name,
             name=container_name,
@@ -204,6 +208,6 @@ class RayCluster(pulumi.ComponentResource):
                 parent=self,
                 provider=node.provider,
                 delete_before_replace=True,
-                depends_on=[*depends_on, self.tokens[node.name], self.caches[node.name]],
+                depends_on=after,
             ),
         )

@@ -52,7 +52,7 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
-from components.deployment import deployment_steps, drafter, restore_labels
+from components.deployment import deployment_steps, drafter, restore_labels, restored_removal
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import RayCluster, session_volume
@@ -392,6 +392,9 @@ class VllmServer(pulumi.ComponentResource):
                 "pid_mode": ray.head.id.apply(lambda i: f"container:{i}"),
             }
             depends += [ray.ready, ray.head, *ray.workers.values()]
+        # a container a restore put back under this name goes first (components/deployment.py)
+        depends += restored_removal(res_name, self, node, names.serve,
+                                    args.labels["spark-vllm.stack"], depends)
         return docker.Container(
             res_name,
             name=names.serve,

@@ -32,7 +32,7 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components.deployment import deployment_steps, restore_labels
+from components.deployment import deployment_steps, restore_labels, restored_removal
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.node_runtime import NodeRuntime
 from components.spark_node import Cluster, SparkNode
@@ -176,6 +176,10 @@ class VllmService(pulumi.ComponentResource):
         mounts = [*runtime.mounts(), docker.ContainerMountArgs(
             target=VLLM_KEY, type="bind", source=self.key_file, read_only=True)]
         template = chat_template_text(svc.chat_template) if svc.chat_template else None
+        after: list[pulumi.Resource] = [self.model, key, args.caches[node.name]]
+        # a container a restore put back under this name goes first (components/deployment.py)
+        after += restored_removal(res_name, self, node, self.container_name,
+                                  args.labels["spark-vllm.stack"], after)
         return docker.Container(
             res_name,
             name=self.container_name,
@@ -202,7 +206,7 @@ class VllmService(pulumi.ComponentResource):
                 provider=node.provider,
                 # its name, and its port and GPU on the host network: the old one goes first
                 delete_before_replace=True,
-                depends_on=[self.model, key, args.caches[node.name]],
+                depends_on=after,
             ),
         )
 

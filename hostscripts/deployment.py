@@ -165,6 +165,29 @@ def after_restore(labels: Mapping[str, str]) -> str | None:
     return None
 
 
+def restored_remove(container: str, stack_label: str, restore: str) -> str:
+    """On a node, before the stack makes `container` again after a restore (issue 49): the
+    container restore `restore` put back under that name (the stack's, carrying its
+    RESTORED_LABEL) stopped and removed, so the name is free; any other container of that name
+    is left alone (the create then fails naming it). Its text names only the restore, so it
+    runs once per restore."""
+    c = q(container_name(container))
+    label = "{{index .Config.Labels " + json.dumps(RESTORED_LABEL) + "}} " \
+        "{{index .Config.Labels \"spark-vllm.stack\"}}"
+    return "\n".join([
+        "set -eu",
+        f"# restore {deployment_id(restore)}",
+        f"if [ \"$(docker inspect -f {q(label)} {c} 2>/dev/null || true)\" = "
+        f"{q(f'{restore} {stack_label}')} ]; then",
+        f"  docker stop -t 60 {c} >/dev/null || true",
+        f"  docker rm -f {c} >/dev/null",
+        f"  echo {q(f'removed {container}, put back by restore {restore}')}",
+        "else",
+        f"  echo {q(f'{container} is not the one restore {restore} put back: nothing removed')}",
+        "fi",
+    ])
+
+
 def deployment_remove(names: StackNames, folder: str) -> str:
     """A node's record of a model (the step's delete: the model left the node, or destroy):
     its files, and its folders up to the stack's as far as they are empty."""

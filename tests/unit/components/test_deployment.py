@@ -218,3 +218,22 @@ def test_on_failure_is_restore_by_default_keep_on_request_and_nothing_else():
         "keep"
     with pytest.raises(ConfigError, match=r"spark-vllm:health\.onFailure: got 'rollback'"):
         validate_config(config_raw(2, health={"onFailure": "rollback"}))
+
+
+@pulumi.runtime.test
+def test_a_container_a_restore_put_back_is_removed_right_before_the_stack_makes_its_own(
+        build, mocks, dependencies):
+    """Its name is the stack's container's: the docker provider's create would fail on it."""
+    h = build(2, facts=ray_facts(head_extra={RESTORED_LABEL: "a" * 16}))
+
+    def check(_):
+        text = mocks.named("vllm-serve-restored").inputs["create"]
+        assert "# restore " + "a" * 16 in text and "docker rm -f spark-vllm-dev-serve" in text
+        assert "vllm-serve-restored" in dependencies["vllm-serve"]
+        # as late as it can be: after what vLLM's container waits for (the deployment put back
+        # serves until then)
+        assert {"vllm-serve-check-spark-1", "ray-ready"} <= dependencies["vllm-serve-restored"]
+        names = {r.name for r in mocks.resources}
+        assert not {"ray-head-restored", "ray-worker-spark-2-restored"} & names
+
+    return settled(h).apply(check)

@@ -363,3 +363,28 @@ def test_the_records_removal_stays_in_the_stacks_folder():
 ])
 def test_a_restores_id_is_read_from_a_containers_labels_only_in_its_exact_form(labels, rid):
     assert dep.after_restore(labels) == rid
+
+
+@pytest.mark.parametrize(("labels", "removed"), [
+    ("e" * 16 + " spark-vllm/dev", True),
+    ("f" * 16 + " spark-vllm/dev", False),  # another restore's: not this run's to remove
+    ("e" * 16 + " spark-vllm/other", False),  # another stack's container
+    ("", False),  # none there (docker inspect fails)
+])
+def test_the_container_a_restore_put_back_is_removed_only_when_it_is_that_one(tmp_path, labels,
+                                                                             removed):
+    calls = tmp_path / "calls"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+case "$1" in inspect) [ -n "{labels}" ] && echo "{labels}" || exit 1 ;; esac
+""")
+    (bin_dir / "docker").chmod(0o755)
+    script = dep.restored_remove("spark-vllm-dev-serve", "spark-vllm/dev", "e" * 16)
+    done = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    assert done.returncode == 0, done.stderr
+    said = calls.read_text()
+    assert ("rm -f spark-vllm-dev-serve" in said) is removed, said
+    assert ("removed spark-vllm-dev-serve, put back by restore " in done.stdout) is removed
