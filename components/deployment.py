@@ -7,10 +7,8 @@ Not a component: what VllmServer, VllmService and RayCluster share about it.
   recreated (label `spark-vllm.restored`), or one made after such a restore
   (`spark-vllm.after-restore`), gets `spark-vllm.after-restore=<that restore's id>`: the next
   preview shows it replaced (only a new restore changes the value again).
-* `shape_problem`: the program's reason that this `up` cannot be put back: before it, a node
-  of the model did not hold exactly the containers the program now declares there (a node
-  added, the executor switched, a container gone), so there is no verified deployment of this
-  shape to return to.
+* `restored_removal`: the container a restore put back holds the name of the container the
+  stack makes again: it goes right before.
 * `deployment_steps`: after the gate, `<prefix>-deployment-<node>` on every other node of the
   model (record, or put back) and last on the API node (record and summary, or fail the `up`).
 """
@@ -70,28 +68,6 @@ def restored_removal(res_name: str, parent: pulumi.Resource, node: SparkNode, co
                          depends_on=list(after))]
 
 
-def held(node: SparkNode, stack_label: str, roles: Sequence[str],
-         service: str | None = None) -> set[str]:
-    """The names of this stack's containers of `roles` (and of `service`) on `node`, as recon
-    found them, running or not."""
-    return {c.name for c in (node.facts.docker.containers if node.facts.docker else [])
-            if c.labels.get("spark-vllm.stack") == stack_label
-            and c.labels.get("spark-vllm.role") in roles
-            and (service is None or c.labels.get("spark-vllm.service") == service)}
-
-
-def shape_problem(declared: Mapping[str, Sequence[str]], found: Mapping[str, set[str]]) -> \
-        str | None:
-    """Why this up has another shape than what ran before it (module docstring), or None:
-    `declared` the containers the program declares per node, `found` what recon saw there."""
-    for node, names in declared.items():
-        now = found.get(node, set())
-        if now != set(names):
-            return (f"before this up {node} held {', '.join(sorted(now)) or 'none of them'}, "
-                    f"this one has {', '.join(names)}: no verified deployment of this shape")
-    return None
-
-
 def deployment_steps(
     prefix: str,
     parent: pulumi.Resource,
@@ -142,6 +118,11 @@ def deployment_steps(
         timeout_seconds=timeout_seconds,
     )
     return others, done
+
+
+def shape(parts: Mapping[str, tuple[SparkNode, NodeDeployment]]) -> dict[str, list[str]]:
+    """A model's containers per node, in start order (what its record's shape holds)."""
+    return {n: [h.name for h in part.containers] for n, (_, part) in sorted(parts.items())}
 
 
 def drafter(speculative: Mapping[str, Any] | None, repo: str,

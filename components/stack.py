@@ -25,7 +25,6 @@ import pulumi
 
 from components import gateway as gateway_component
 from components import monitoring as monitoring_component
-from components.deployment import held, shape_problem
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
@@ -66,23 +65,6 @@ def vllm_restart_reason(facts: Mapping[str, NodeFacts], stack_label: str) -> str
             if mine and role in ("ray-head", "ray-worker", "vllm-serve") and c.state != "running":
                 reasons.append(f"{name}: {c.name} is {c.state or 'not running'}")
     return "; ".join(reasons) or None
-
-
-MAIN_ROLES = ("ray-head", "ray-worker", "vllm-serve")
-
-
-def main_not_restorable(cfg: StackConfig, cluster: Cluster, names: StackNames,
-                        stack_label: str) -> str | None:
-    """Why a failed gate of this up cannot put the main model's last verified deployment back
-    (components/deployment.shape_problem): its containers per node as the program declares
-    them against what recon found there before the up."""
-    if cfg.vllm.executor == "ray":
-        declared = {n.name: [names.ray_head, names.serve] if n is cluster.head
-                    else [names.ray_worker] for n in cluster.nodes}
-    else:
-        declared = {n.name: [names.serve] for n in cluster.nodes}
-    found = {n.name: held(n, stack_label, MAIN_ROLES) for n in cluster.nodes}
-    return shape_problem(declared, found)
 
 
 @dataclass
@@ -259,7 +241,6 @@ def build_stack(
             fabric_subnets=cfg.nccl.fabric_subnets,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
-            not_restorable=main_not_restorable(cfg, cluster, names, labels["spark-vllm.stack"]),
             image_ref=cfg.image.ref,
             service_shares={n.name: {s.name: s.gpu_memory_utilization
                                      for s in cfg.services_on(n.name)} for n in cfg.nodes},
@@ -368,10 +349,6 @@ def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets
                 restart_reasons=restart_reasons(
                     {n.name: containers.get(n.name, []) for n in nodes},
                     labels["spark-vllm.stack"], svc.name),
-                not_restorable={n.name: shape_problem(
-                    {n.name: [runtime.names.service(svc.name)]},
-                    {n.name: held(n, labels["spark-vllm.stack"], ("vllm-service",), svc.name)})
-                    for n in nodes},
                 image_ref=cfg.image.ref,
             ),
         )

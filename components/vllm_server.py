@@ -52,7 +52,13 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
-from components.deployment import deployment_steps, drafter, restore_labels, restored_removal
+from components.deployment import (
+    deployment_steps,
+    drafter,
+    restore_labels,
+    restored_removal,
+    shape,
+)
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.ray_cluster import RayCluster, session_volume
@@ -191,9 +197,6 @@ class VllmServerArgs:
     # per node, the memory shares (gpuMemoryUtilization) of the services placed there: the
     # policy pack adds them to this model's (policies/rules/memory.py)
     service_shares: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
-    # why this up cannot put the last verified deployment back when it fails its gate (another
-    # shape than what ran before it: components/deployment.shape_problem), or None
-    not_restorable: str | None = None
     image_ref: str = ""  # the image as the stack names it (the verified deployment's summary)
 
 
@@ -293,9 +296,8 @@ class VllmServer(pulumi.ComponentResource):
                     args.health.timeout_seconds,
                     key_file=names.vllm_key_file,
                     deployment=GateRestore(
-                        node=parts[head.name][1], api=names.serve,
-                        nodes=tuple(args.cluster.names), on_failure=args.health.on_failure,
-                        not_restorable=args.not_restorable),
+                        node=parts[head.name][1], api=names.serve, shape=shape(parts),
+                        on_failure=args.health.on_failure),
                 )
             ),
             triggers=[marker],
@@ -461,7 +463,7 @@ class VllmServer(pulumi.ComponentResource):
                 key_file=names.vllm_key_file,
                 facts=summary_facts(
                     image=args.image_ref, repo=args.model, commit=commit,
-                    served_name=v.served_model_name, nodes=args.cluster.names,
+                    served_name=v.served_model_name, shape=shape(parts),
                     drafter=drafter(v.speculative_config, args.model, commit)))
 
         self.deployment_nodes, self.deployment = deployment_steps(

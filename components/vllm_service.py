@@ -105,9 +105,6 @@ class VllmServiceArgs:
     fabric_subnets: Sequence[str] = ()
     after: list[pulumi.Resource] = field(default_factory=list)  # the main model's cache, ...
     restart_reasons: Mapping[str, str | None] = field(default_factory=dict)
-    # per node, why this up cannot put its last verified deployment back (its container was
-    # not there before it: components/deployment.shape_problem), or None
-    not_restorable: Mapping[str, str | None] = field(default_factory=dict)
     image_ref: str = ""  # the image as the stack names it (the verified deployment's summary)
 
 
@@ -229,9 +226,9 @@ class VllmService(pulumi.ComponentResource):
                 f"http://{args.hosts[node.name]}:{svc.port}",
                 svc.served_name, health.smoke_prompt, health.timeout_seconds,
                 task=svc.task, dimension=dim, key_file=self.key_file,
-                deployment=GateRestore(node=part, api=self.container_name, nodes=(node.name,),
-                                       on_failure=health.on_failure,
-                                       not_restorable=args.not_restorable.get(node.name)))),
+                deployment=GateRestore(node=part, api=self.container_name,
+                                       shape={node.name: [self.container_name]},
+                                       on_failure=health.on_failure))),
             triggers=[marker],
             ignore_changes=ignore,
             delete_before_replace=True,
@@ -254,8 +251,8 @@ class VllmService(pulumi.ComponentResource):
                 timeout=health.timeout_seconds, task=svc.task, dimension=dim,
                 key_file=self.key_file,
                 facts=summary_facts(image=args.image_ref, repo=svc.repo, commit=commit,
-                                    served_name=svc.served_name, nodes=[node.name],
-                                    drafter=None))
+                                    served_name=svc.served_name,
+                                    shape={node.name: [self.container_name]}, drafter=None))
 
         _, done = deployment_steps(
             prefix, self, self.gates[node.name], node, {node.name: (node, part)},

@@ -61,26 +61,24 @@ class NodeDeployment:
 
 @dataclass(frozen=True)
 class GateRestore:
-    """What the health gate does on its node when vLLM fails it: with `on_failure` restore and
-    nothing in the way (`not_restorable`: the program's reason, from recon, that this up has
-    another shape than the last verified one), the recorded containers of `node` put back, when
-    the node's record names these `nodes`."""
+    """What the health gate does on its node when vLLM fails it: with `on_failure` restore, this
+    node's recorded containers put back, when the last verified deployment (its summary on this
+    node) had this `shape`, the containers per node this up declares (another shape: a node
+    added or gone, the executor switched; nothing of that shape was verified)."""
 
     node: NodeDeployment
     api: str  # the container whose vLLM the gate probes
-    nodes: tuple[str, ...]
+    shape: Mapping[str, Sequence[str]]  # node -> the model's containers there, in start order
     on_failure: OnFailure
-    not_restorable: str | None = None
 
     def args(self) -> dict[str, Any]:
-        restore: dict[str, Any] | None
-        if self.on_failure == "keep":
-            restore = None
-        elif self.not_restorable:
-            restore = {"not": self.not_restorable}
-        else:
-            restore = {"nodes": list(self.nodes)}
+        restore = None if self.on_failure == "keep" else {"shape": shape_of(self.shape)}
         return self.node.args(restore=restore, api=container_name(self.api))
+
+
+def shape_of(shape: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+    """A model's containers per node, as the record and the gate compare them."""
+    return {node: [container_name(c) for c in names] for node, names in sorted(shape.items())}
 
 
 def run_payload(command: str, args: Mapping[str, Any], *extra: str) -> str:
@@ -214,9 +212,11 @@ def status_args(folder: str, container: str) -> str:
 
 
 def summary_facts(*, image: str, repo: str, commit: str, served_name: str,
-                  nodes: Sequence[str], drafter: Mapping[str, str] | None) -> dict[str, Any]:
+                  shape: Mapping[str, Sequence[str]],
+                  drafter: Mapping[str, str] | None) -> dict[str, Any]:
     """What the program adds to a verified deployment's summary (the rest is read on the
-    node): the image as the stack names it, the model and its drafter, the nodes."""
+    node): the image as the stack names it, the model and its drafter, its nodes and the
+    containers on each (the shape a later gate compares)."""
     return {"image": image, "model": {"repo": repo, "commit": commit},
             "drafter": dict(drafter) if drafter else None, "servedModelName": served_name,
-            "nodes": list(nodes)}
+            "nodes": sorted(shape), "shape": shape_of(shape)}

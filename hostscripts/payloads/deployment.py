@@ -212,6 +212,12 @@ def restore(a, expect, rid):
     return {"deployment": rec["deployment"], "restore": rid, "restored": done, "kept": kept}
 
 
+def shape(value):
+    if not isinstance(value, dict):
+        return "(unknown)"
+    return "; ".join("%s: %s" % (n, ", ".join(c)) for n, c in sorted(value.items()))
+
+
 def read_text(path, limit=20000):
     try:
         with open(path, errors="replace") as f:
@@ -234,17 +240,15 @@ def gate(a, outcome, probe_file, why, tail_file):
     r = a.get("restore")
     if not isinstance(r, dict):
         verdict["notRestored"] = "health.onFailure is keep: the failing version stays"
-    elif r.get("not"):
-        verdict["notRestored"] = r["not"]
     else:
         summary = load(os.path.join(d, "verified.json"))
         rec = load(os.path.join(d, "containers.json"))
         if summary is None or rec is None:
             verdict["notRestored"] = "no verified deployment is recorded on this node"
-        elif summary.get("nodes") != r.get("nodes"):
-            verdict["notRestored"] = ("the verified deployment ran on %s, this one on %s"
-                                      % (", ".join(summary.get("nodes") or []),
-                                         ", ".join(r.get("nodes") or [])))
+        elif summary.get("shape") != r.get("shape"):
+            verdict["notRestored"] = ("the last verified deployment ran %s, this one %s: "
+                                      "nothing of this shape was verified"
+                                      % (shape(summary.get("shape")), shape(r.get("shape"))))
         else:
             verdict["restoreStarted"] = time.time()
             try:
@@ -277,6 +281,7 @@ def summary(a, rec, verdict):
                   "repoDigests": sorted(image.get("RepoDigests") or [])},
         "model": facts.get("model"), "drafter": facts.get("drafter"),
         "servedModelName": facts.get("servedModelName"), "nodes": facts.get("nodes"),
+        "shape": facts.get("shape"),
         "container": a["container"], "argv": api_c["Config"].get("Cmd") or [],
         "env": dict(e.split("=", 1) for e in env),
         "gate": {k: verdict.get(k) for k in ("seconds", "smokeSeconds", "at")},

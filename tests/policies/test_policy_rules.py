@@ -553,7 +553,7 @@ def test_the_programs_vllm_scripts_pass_the_secret_rules():
                                                    key_file=names.vllm_key_file,
                                                    deployment=GateRestore(
                                                        part, api=names.serve,
-                                                       nodes=("spark-1",),
+                                                       shape={"spark-1": [names.serve]},
                                                        on_failure="restore"))}, "health")
     # the deployment step after it, a pass and a failure that put the last one back
     steps = [res(REMOTE, {"create": vllm_deployment_final(

@@ -93,26 +93,24 @@ def test_with_mp_every_rank_is_recorded_on_its_node(build, mocks):
     return settled(h).apply(check)
 
 
+RAY_SHAPE = {"spark-1": ["spark-vllm-dev-ray-head", "spark-vllm-dev-serve"],
+             "spark-2": ["spark-vllm-dev-ray-worker"]}
+
+
 @pytest.mark.parametrize(("facts", "raw", "restore"), [
-    # the same shape as before: put back on both nodes' records
-    (ray_facts(), {}, {"nodes": ["spark-1", "spark-2"]}),
-    # the first up: nothing ran before it
+    # the gate puts back what its record holds only when it had this up's shape, the
+    # containers per node the config declares: the same text whatever recon found (a no-op
+    # up must not run the gate again)
+    (ray_facts(), {}, {"shape": RAY_SHAPE}),
     ({"spark-1": gb10_facts("spark-1"), "spark-2": gb10_facts("spark-2", index=2)}, {},
-     {"not": "before this up spark-1 held none of them, this one has spark-vllm-dev-ray-head, "
-             "spark-vllm-dev-serve: no verified deployment of this shape"}),
-    # a node joins (its Ray worker is new)
-    (ray_facts(worker=False), {},
-     {"not": "before this up spark-2 held none of them, this one has "
-             "spark-vllm-dev-ray-worker: no verified deployment of this shape"}),
-    # the executor switched to mp: Ray's containers ran before it
+     {"shape": RAY_SHAPE}),
     (ray_facts(), {"vllm": {**config_raw(2)["vllm"], "executor": "mp"}},
-     {"not": "before this up spark-1 held spark-vllm-dev-ray-head, spark-vllm-dev-serve, this "
-             "one has spark-vllm-dev-serve: no verified deployment of this shape"}),
+     {"shape": {"spark-1": ["spark-vllm-dev-serve"], "spark-2": ["spark-vllm-dev-serve"]}}),
     # health.onFailure: keep
     (ray_facts(), {"health": {"onFailure": "keep"}}, None),
 ])
 @pulumi.runtime.test
-def test_the_gate_puts_back_only_a_deployment_of_the_same_shape(build, mocks, facts, raw,
+def test_the_gate_puts_back_only_a_deployment_of_this_ups_shape(build, mocks, facts, raw,
                                                                  restore):
     h = build(2, facts=facts, **raw)
 
@@ -120,6 +118,9 @@ def test_the_gate_puts_back_only_a_deployment_of_the_same_shape(build, mocks, fa
         args = _args(mocks, "vllm-health")
         assert args["restore"] == restore
         assert args["api"] == "spark-vllm-dev-serve"
+        if restore is not None and "executor" not in json.dumps(raw):
+            # the head's record keeps the shape the next gate compares
+            assert _args(mocks, "vllm-deployment-spark-1")["facts"]["shape"] == RAY_SHAPE
 
     return settled(h).apply(check)
 
@@ -200,7 +201,7 @@ def test_a_service_records_and_puts_back_its_own_container_on_its_node(build, mo
 
     def check(_):
         gate = _args(mocks, "svc-embed-health-spark-1")
-        assert gate["restore"] == {"nodes": ["spark-1"]}
+        assert gate["restore"] == {"shape": {"spark-1": ["spark-vllm-dev-embed"]}}
         assert gate["dir"] == "/var/lib/spark-vllm/stacks/dev/services/embed/deployment"
         assert dependencies["svc-embed-deployment-spark-1"] >= {"svc-embed-health-spark-1"}
         assert "svc-embed-deployment-spark-1" in dependencies["gateway-health"]

@@ -53,7 +53,7 @@ def test_other_stacks_containers_do_not_count():
 
 def test_gate_starts_a_stopped_container_and_carries_no_recon_state():
     """The reason is not in the script: the script would change back once vLLM runs again."""
-    keep = GateRestore(NodeDeployment("/d", (Held("c"),)), api="c", nodes=("spark-1",),
+    keep = GateRestore(NodeDeployment("/d", (Held("c"),)), api="c", shape={"spark-1": ["c"]},
                        on_failure="keep")
     text = vllm.vllm_health_gate("c", "head", "ab" * 32, "http://127.0.0.1:8000", "m", "hi", 60,
                                  key_file="/k", deployment=keep)

@@ -201,11 +201,13 @@ esac
 """
 
 
-def _gate_script(folder: Path, on_failure: str = "restore",
-                 not_restorable: str | None = None) -> str:
+SHAPE = {"spark-1": ["spark-vllm-dev-ray-head", "spark-vllm-dev-serve"],
+         "spark-2": ["spark-vllm-dev-ray-worker"]}
+
+
+def _gate_script(folder: Path, on_failure: str = "restore", shape: dict | None = None) -> str:
     spec = GateRestore(NodeDeployment(str(folder), HEAD), api="spark-vllm-dev-serve",
-                       nodes=("spark-1", "spark-2"), on_failure=on_failure,  # type: ignore[arg-type]
-                       not_restorable=not_restorable)
+                       shape=shape or SHAPE, on_failure=on_failure)  # type: ignore[arg-type]
     return vllm.vllm_health_gate("spark-vllm-dev-serve", "spark-vllm-dev-ray-head", "ab" * 32,
                                  "http://127.0.0.1:8000", "m", "hi", 60, key_file="/dev/null",
                                  deployment=spec)
@@ -217,7 +219,7 @@ def _final(folder: Path, verdict: GateVerdict, others: dict[str, str]) -> str:
         probe_container="spark-vllm-dev-ray-head", health_url="http://127.0.0.1:8000",
         served_model_name="m", smoke_prompt="hi", timeout=60, key_file="/dev/null",
         facts=dep.summary_facts(image="reg/vllm:lab", repo="org/m", commit="c" * 40,
-                                served_name="m", nodes=["spark-1", "spark-2"], drafter=None))
+                                served_name="m", shape=SHAPE, drafter=None))
 
 
 def _sh(tmp_path, fake, script: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -248,6 +250,7 @@ def test_a_pass_records_the_summary_the_stack_outputs(tmp_path, docker):
     assert s["argv"] == ["vllm", "serve", "org/m", "--revision", "c" * 40]
     assert s["env"] == {"VLLM_RPC_BASE_PATH": "/tmp/ray"}  # VLLM_* only
     assert s["gate"]["seconds"] == 4.5 and s["nodes"] == ["spark-1", "spark-2"]
+    assert s["shape"] == SHAPE  # what the next gate compares its up's shape with
     assert json.loads((folder / "verified.json").read_text()) == s
     assert oct((folder / "verified.json").stat().st_mode & 0o777) == "0o600"
 
@@ -289,23 +292,27 @@ def test_a_failed_gate_puts_the_verified_deployment_back_and_the_final_step_fail
     assert json.loads((folder / "verified.json").read_text())["restoredAfter"] == answer["why"]
 
 
-@pytest.mark.parametrize(("on_failure", "not_restorable", "others", "why"), [
+@pytest.mark.parametrize(("on_failure", "shape", "others", "why"), [
     ("keep", None, {}, "health.onFailure is keep: the failing version stays"),
-    ("restore", "before this up spark-3 held none of them", {},
-     "before this up spark-3 held none of them"),
+    # a node joins: nothing of this shape was verified
+    ("restore", {**SHAPE, "spark-3": ["spark-vllm-dev-ray-worker"]}, {},
+     "the last verified deployment ran spark-1: spark-vllm-dev-ray-head, spark-vllm-dev-serve; "
+     "spark-2: spark-vllm-dev-ray-worker, this one spark-1: spark-vllm-dev-ray-head, "
+     "spark-vllm-dev-serve; spark-2: spark-vllm-dev-ray-worker; spark-3: "
+     "spark-vllm-dev-ray-worker: nothing of this shape was verified"),
     ("restore", None, {"spark-2": "not-restored"}, "spark-2: not-restored"),
 ])
 def test_a_failed_gate_that_cannot_put_it_back_fails_with_the_log_tail_and_why(
-        tmp_path, docker, on_failure, not_restorable, others, why):
+        tmp_path, docker, on_failure, shape, others, why):
     ray, old = _deployed(docker, IMAGE_OLD, ["vllm", "serve", "org/m"])
     folder = tmp_path / "deployment"
     _verified_summary(tmp_path, docker, folder)
     del docker.containers[old]
     _deployed(docker, IMAGE_OLD, ["vllm", "serve", "org/m", "--bad"], ray_head=ray)
-    gate = _sh(tmp_path, docker, _gate_script(folder, on_failure, not_restorable),
+    gate = _sh(tmp_path, docker, _gate_script(folder, on_failure, shape),
                STATE="restarting 1", PROBE="hang")
     verdict = dep.parse_gate(gate.stdout)
-    if on_failure == "keep" or not_restorable:
+    if on_failure == "keep" or shape:
         assert verdict == GateVerdict(ok=False)
         assert _by_name(docker, "spark-vllm-dev-serve")["Config"]["Cmd"][-1] == "--bad"
     done = _sh(tmp_path, docker, _final(folder, verdict, others), STATE="running 0", PROBE="ok")

@@ -291,7 +291,7 @@ case "$1" in
 esac
 """)
     keep = GateRestore(NodeDeployment(str(tmp_path / "deployment"), (Held("serve"),)),
-                       api="serve", nodes=("spark-1",), on_failure="keep")
+                       api="serve", shape={"spark-1": ["serve"]}, on_failure="keep")
     script = vllm.vllm_health_gate("serve", "head", ID_A, "http://127.0.0.1:8000", "m", "hi", 60,
                                    key_file=KEY, deployment=keep)
     script = script.replace(KEY, "/dev/null")
@@ -353,7 +353,7 @@ def test_container_ids_read_from_a_host_must_be_ids_before_a_comment(bad):
         vllm.vllm_health_gate("serve", "head", bad, "http://127.0.0.1:8000", "m", "hi", 60,
                               key_file=KEY, deployment=GateRestore(
                                   NodeDeployment("/d", (Held("serve"),)), api="serve",
-                                  nodes=("spark-1",), on_failure="keep"))
+                                  shape={"spark-1": ["serve"]}, on_failure="keep"))
     with pytest.raises(common.RemoteValueError):
         ray.ray_ready("head", 2, 2, 5, bad)
 

@@ -95,7 +95,13 @@ def staging(tmp_path, monkeypatch) -> FakeStack:
     raw["vllm"] = {**raw["vllm"], **sample_vllm(PROMOTED_KEYS)}
     validate_config(raw)  # the source is a valid stack
     config = _as_config(raw)
-    return FakeStack("staging", config, {"modelCommit": Value(COMMIT), "services": Value({})})
+    # its health gate verified that deployment (the stack output `deployment`, issue 49)
+    image_id = "sha256:" + "e" * 64
+    verified = {"deployment": "d" * 16, "image": {"ref": DIGEST, "id": image_id},
+                "model": {"repo": raw["model"]["repo"], "commit": COMMIT}}
+    return FakeStack("staging", config, {"modelCommit": Value(COMMIT), "services": Value({}),
+                                         "imageIds": Value({"spark-a": image_id}),
+                                         "deployment": Value(verified)})
 
 
 def test_promoting_staging_writes_every_promoted_serve_key_into_prod(staging):
