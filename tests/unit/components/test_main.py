@@ -27,6 +27,9 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
         # the hub's answers are asked for once the nodes are surveyed (looked up meanwhile)
         assert callable(model) and callable(services)
         calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model().total_bytes)
+        # the stack's label, as preflight reads it where __main__ runs it (a thread of its own):
+        # another stack's containers are told from this one's by it
+        calls["label"] = preflight._stack_label()
         calls["services"] = services()
         plan = _Plan()
         plan.warnings = calls.get("warnings", [])
@@ -55,6 +58,7 @@ def test_main_exports(program):
     assert key_path.endswith("/.cache/spark-vllm/keys/project.dev") or key_path.endswith(".dev")
     assert oct(__import__("os").stat(key_path).st_mode & 0o777) == "0o600"
     assert model_bytes == sum(f.size for f in MODEL_FILES)
+    assert calls["label"] == f"{pulumi.get_project()}/dev", calls["label"]
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
         "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
