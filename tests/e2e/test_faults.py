@@ -422,6 +422,7 @@ def test_a_flag_vllm_dies_of_puts_the_last_verified_deployment_back_in_the_same_
         code, data = d.status()
         shown = data["models"][0]["deployment"]
         assert code == 0 and shown["matches"] is True, data
+        print(d.cli("status", "-s", "dev").stdout)  # what the README's day-two section shows
         assert shown["verified"]["deployment"] == verified["deployment"]
         assert shown["verified"]["restoredAt"], shown
 
