@@ -79,7 +79,8 @@ def api(method, path, body=None, raw=None, ctype="application/json", timeout=120
 
 
 def quote(text):
-    return urllib.parse.quote(text, safe="")
+    """A container name or an image ID (`sha256:<hex>`) as one path segment."""
+    return urllib.parse.quote(text, safe=":")
 
 
 def inspect(name):
