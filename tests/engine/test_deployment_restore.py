@@ -30,8 +30,9 @@ __all__ = ["daemon"]  # the fixture, shared with the docker plugin's test
 UPLOAD = "/etc/spark-vllm/chat-template.jinja"
 
 
-def _payload(host: str, command: str, args: dict) -> dict:
-    done = subprocess.run([sys.executable, "-c", DEPLOYMENT_PY, command, json.dumps(args)],
+def _payload(host: str, command: str, args: dict, *extra: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", DEPLOYMENT_PY, command, json.dumps(args),
+                           *extra],
                           env={"DOCKER_HOST": host, "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -84,13 +85,23 @@ def test_a_replaced_container_is_put_back_as_recorded_on_a_real_daemon(
         ray_id, verified_id = up.outputs["ray"].value, up.outputs["serve"].value
         assert _payload(daemon, "record", part.args(deployment="d" * 16))["result"] == "recorded"
         verified = _inspect(verified_id)
+        # a gate that passed, and the summary read from the daemon (the image by its ID)
+        (tmp_path / "probe").write_text('{"health": "ok", "seconds": 2.0}\n')
+        gate = _payload(daemon, "gate", part.args(restore=None, api=serve_name), "ok",
+                        str(tmp_path / "probe"), "", "/dev/null")
+        summary = _payload(daemon, "final", part.args(
+            mode="ok", deployment=gate["deployment"], container=serve_name,
+            facts={"model": {"repo": "org/m", "commit": "c" * 40}}))
+        assert summary["image"]["id"] == verified["Image"] and summary["argv"] == ["3601"]
+        assert summary["env"] == {"VLLM_FLAG": "verified"}
 
         flag["value"] = "failing"  # the upgrade: the provider replaces vLLM's container
         up2 = stack.up()
         assert up2.outputs["serve"].value != verified_id
         assert "VLLM_FLAG=failing" in _inspect(serve_name)["Config"]["Env"]
 
-        out = _payload(daemon, "restore", part.args(expect="d" * 16, restore="e" * 16))
+        out = _payload(daemon, "restore", part.args(expect=gate["deployment"],
+                                                    restore="e" * 16))
         assert out["restored"] == [serve_name] and out["kept"] == [ray_name], out
         back = _inspect(serve_name)
         assert back["Id"] not in (verified_id, up2.outputs["serve"].value)
