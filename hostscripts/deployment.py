@@ -81,10 +81,17 @@ def shape_of(shape: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
     return {node: [container_name(c) for c in names] for node, names in sorted(shape.items())}
 
 
+# The shell function a script defines once (PAYLOAD_DEFINE) and calls as often as it needs:
+# the payload's text is in the script (and in an error's echo of it) once.
+PAYLOAD_FN = "spark_vllm_deployment"
+PAYLOAD_DEFINE = f"{PAYLOAD_FN}() {{ python3 -c {q(DEPLOYMENT_PY)} \"$@\"; }}"
+
+
 def run_payload(command: str, args: Mapping[str, Any], *extra: str) -> str:
-    """`python3 -c <payloads/deployment.py> <command> '<args as JSON>' <extra...>` (quoted)."""
+    """A call of payloads/deployment.py `<command> '<args as JSON>' <extra...>` (quoted),
+    through the function PAYLOAD_DEFINE defines: the script must hold that line first."""
     words = [q(json.dumps(dict(args), sort_keys=True, separators=(",", ":"))), *extra]
-    return f"python3 -c {q(DEPLOYMENT_PY)} {command} " + " ".join(words)
+    return f"{PAYLOAD_FN} {command} " + " ".join(words)
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,7 @@ def node_step(node: NodeDeployment, verdict: GateVerdict) -> str:
     recorded under the new deployment's id (a pass), or the last verified ones put back (the
     gate put them back on its node: the same deployment, the same restore id), or nothing. Its
     text changes with every run of the gate (the ids), so it runs exactly then."""
-    lines = ["set -eu"]
+    lines = ["set -eu", PAYLOAD_DEFINE]
     if verdict.ok:
         lines.append(run_payload("record", node.args(deployment=verdict.deployment)))
     elif verdict.restored_from is not None:
@@ -207,8 +214,10 @@ def results_of(nodes: Mapping[str, str | None]) -> dict[str, str]:
 
 
 def status_args(folder: str, container: str) -> str:
-    """The `status` call of payloads/deployment.py for `spark-vllm status`."""
-    return run_payload("status", {"dir": folder, "container": container_name(container)})
+    """The `status` call of payloads/deployment.py for `spark-vllm status` (a script of its
+    own)."""
+    return "\n".join([PAYLOAD_DEFINE, run_payload(
+        "status", {"dir": folder, "container": container_name(container)})])
 
 
 def summary_facts(*, image: str, repo: str, commit: str, served_name: str,

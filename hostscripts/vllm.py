@@ -20,7 +20,13 @@ from hostscripts.common import (
     secret_file_write,
     stack_file_remove,
 )
-from hostscripts.deployment import GateRestore, GateVerdict, NodeDeployment, run_payload
+from hostscripts.deployment import (
+    PAYLOAD_DEFINE,
+    GateRestore,
+    GateVerdict,
+    NodeDeployment,
+    run_payload,
+)
 from hostscripts.paths import LEGACY_VLLM_KEY_FILE, LIVENESS_STARTS, VLLM_KEY, StackNames
 
 _HEALTH_PY = payload("vllm_health.py")
@@ -308,6 +314,7 @@ def vllm_health_gate(
             "  [ -n \"$fail\" ] || fail=$(tail -n 20 \"$out\")",
             f"  docker logs --tail 50 {c} > \"$logs\" 2>&1 || true",
             "fi",
+            PAYLOAD_DEFINE,
             run_payload("gate", deployment.args(), "\"$outcome\"", "\"$out\"", "\"$fail\"",
                         "\"$logs\""),
         ]
@@ -338,7 +345,7 @@ def vllm_deployment_final(
     it answers the gate's probe again and says "serving the last verified deployment again".
     Its text changes with every run of the gate (the ids), so it runs exactly then."""
     if verdict.ok:
-        return "\n".join(["set -eu", run_payload("final", node.args(
+        return "\n".join(["set -eu", PAYLOAD_DEFINE, run_payload("final", node.args(
             mode="ok", deployment=verdict.deployment, container=container_name(api_container),
             facts=dict(facts)))])
     fail_args = node.args(mode="failed", container=container_name(api_container),
@@ -348,6 +355,7 @@ def vllm_deployment_final(
     return "\n".join(
         [
             "set -eu",
+            PAYLOAD_DEFINE,
             "rc=0",
             run_payload("final", fail_args) + " || rc=$?",
             "[ $rc -eq 2 ] || exit 1",

@@ -363,12 +363,15 @@ def _variant(d: Deployment, node: str, base_ref: str, repo: str, tag: str, lines
 
 class Outage:
     """Completions through the stack's endpoint every `every` seconds in a thread while the
-    block runs (an `up`): how long the model did not answer. `longest` is the longest stretch
-    from the last answer before a run of failures to the first answer after it (the whole
-    block's end when none came back), in seconds."""
+    block runs (an `up`) and, when the last one before the block's end failed, on until one
+    answers (at most `settle` seconds more: the gateway's health check sees a vLLM that came
+    back within 5 s): how long the model did not answer. `longest` is the longest stretch from
+    the last answer before a run of failures to the first answer after it (the end of the
+    polling when none came back), in seconds."""
 
-    def __init__(self, d: Deployment, every: float = 0.5, model: str = "tiny-moe") -> None:
-        self.d, self.every, self.model = d, every, model
+    def __init__(self, d: Deployment, every: float = 0.5, model: str = "tiny-moe",
+                 settle: float = 60) -> None:
+        self.d, self.every, self.model, self.settle = d, every, model, settle
         self.samples: list[tuple[float, bool]] = []
         self._stop = None  # threading.Event, made on enter
 
@@ -394,6 +397,9 @@ class Outage:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        end = time.monotonic() + self.settle
+        while time.monotonic() < end and not (self.samples and self.samples[-1][1]):
+            time.sleep(self.every)
         self._stop.set()
         self._thread.join(timeout=30)
 

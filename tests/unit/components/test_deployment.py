@@ -11,7 +11,12 @@ import pulumi
 import pytest
 
 from config import ConfigError, validate_config
-from hostscripts.deployment import AFTER_RESTORE_LABEL, DEPLOYMENT_PY, RESTORED_LABEL
+from hostscripts.deployment import (
+    AFTER_RESTORE_LABEL,
+    DEPLOYMENT_PY,
+    PAYLOAD_FN,
+    RESTORED_LABEL,
+)
 from inspection.facts import ContainerFacts
 from tests.conftest import config_raw, gb10_facts
 from tests.unit.conftest import COMMIT, settled
@@ -42,8 +47,9 @@ def _args(mocks, name: str) -> dict:
     """The JSON arguments of the (first) payloads/deployment.py call in a command's create
     text."""
     words = shlex.split(mocks.named(name).inputs["create"])
-    assert DEPLOYMENT_PY in words, f"{name} does not call payloads/deployment.py"
-    return json.loads(words[words.index(DEPLOYMENT_PY) + 2])
+    assert DEPLOYMENT_PY in words and PAYLOAD_FN in words, \
+        f"{name} does not call payloads/deployment.py"
+    return json.loads(words[words.index(PAYLOAD_FN) + 2])
 
 
 def _labels(mocks, name: str) -> dict[str, str]:
