@@ -352,7 +352,8 @@ def _variant(d: Deployment, node: str, base_ref: str, repo: str, tag: str, lines
     script = (
         f"set -e; docker pull -q {base_ref} >/dev/null; "
         f"ctx=$(mktemp -d); printf %s {shlex.quote(dockerfile)} > $ctx/Dockerfile; {put}"
-        f"DOCKER_BUILDKIT=0 docker build -q -t {repo}:{tag} $ctx >/dev/null; rm -rf $ctx; "
+        f"DOCKER_BUILDKIT=0 docker build -q --network none -t {repo}:{tag} $ctx >/dev/null; "
+        "rm -rf $ctx; "
         f"docker push -q {repo}:{tag} >/dev/null 2>&1 || docker push {repo}:{tag} >/dev/null; "
         f"docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:{tag}"
     )
