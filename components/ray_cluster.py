@@ -30,6 +30,7 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
+from components.deployment import restore_labels, restored_removal
 from components.node_runtime import NodeRuntime, compile_cache_dirs
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
@@ -197,6 +198,10 @@ class RayCluster(pulumi.ComponentResource):
             if node is args.cluster.head
             else None
         )
+        after = [*depends_on, self.tokens[node.name], self.caches[node.name]]
+        # a container a restore put back under this name goes first (components/deployment.py)
+        after += restored_removal(res_name, self, node, container_name,
+                                  args.labels["spark-vllm.stack"], after)
         return docker.Container(
             res_name,
             name=container_name,
@@ -210,6 +215,8 @@ class RayCluster(pulumi.ComponentResource):
             labels=[
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
                 self.token_label(node),
+                # a restore's id when recon found it put back by one (components/deployment.py)
+                *restore_labels(node, container_name, args.labels["spark-vllm.stack"]),
             ],
             # the head's IPC namespace is the one the vLLM driver joins (its /dev/shm holds
             # Ray's object store, which the driver and the workers share)
@@ -219,6 +226,6 @@ class RayCluster(pulumi.ComponentResource):
                 parent=self,
                 provider=node.provider,
                 delete_before_replace=True,
-                depends_on=[*depends_on, self.tokens[node.name], self.caches[node.name]],
+                depends_on=after,
             ),
         )

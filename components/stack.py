@@ -7,7 +7,9 @@ containers wait for its folder) -> stopped foreign containers, serving image on 
 the collective bandwidth gate (components/collective.py) -> model fetched on the
 head -> fanned
 out and verified on every node -> Ray head -> Ray workers -> `ray status` shows every GPU ->
-the vLLM container on the head -> health gate -> NCCL's transport read from its log. With
+the vLLM container on the head -> health gate -> the verified deployment recorded on every
+node (or, when the gate failed, the last verified one put back and the up failed: issue 49) ->
+NCCL's transport read from its log. With
 vllm.executor mp there is no Ray: a vLLM container on every node follows the model. Each of
 `spark-vllm:services` (components/vllm_service.py) follows the main model's cache: its own model,
 container and gate on its nodes; nothing of the main model waits for a service. Last, the
@@ -17,6 +19,7 @@ model and every service, after their gates; every vLLM listens only where it rea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -126,6 +129,9 @@ class StackHandles:
             },
             "recon": {name: n.summary for name, n in self.nodes.items()},
             "ncclTransport": self.vllm.transport,  # per node, as NCCL's INFO lines show it
+            # the last verified deployment of the main model (issue 49): image, commit, argv,
+            # VLLM_* env, when, the gate's figures (hostscripts/payloads/deployment.py)
+            "deployment": self.vllm.deployment.stdout.apply(summary),
             # spark-vllm:services, by name: what each serves (through the gateway) and its gates
             "services": {
                 name: {
@@ -134,6 +140,7 @@ class StackHandles:
                     "servedModelName": s.args.service.served_name,
                     "modelCommit": s.model.commit,
                     "health": {n: g.stdout for n, g in s.gates.items()},
+                    "deployment": {n: d.stdout.apply(summary) for n, d in s.deployments.items()},
                 }
                 for name, s in self.services.items()
             },
@@ -301,6 +308,7 @@ def build_stack(
             rdma=cfg.nccl.rdma,
             nccl_debug=cfg.nccl.debug,
             restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
+            image_ref=cfg.image.ref,
             service_shares={n.name: {s.name: s.gpu_memory_utilization
                                      for s in cfg.services_on(n.name)} for n in cfg.nodes},
             declared_env=sorted(k for k in cfg.nccl.extra_env if k.startswith("VLLM_")),
@@ -327,7 +335,9 @@ def build_stack(
             key_file=vllm.api_key_file,
             tls_key=secrets.gateway_tls_key,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
-            after=[vllm.health, *(g for s in services.values() for g in s.gates.values())],
+            # after every model's verified deployment (issue 49)
+            after=[vllm.deployment, *(d for s in services.values()
+                                      for d in s.deployments.values())],
             backends=[vllm.serve.id, vllm.health.id,
                       *(r.id for s in services.values()
                         for r in (*s.containers.values(), *s.gates.values()))],
@@ -403,6 +413,16 @@ def _drafter(cfg: StackConfig, manifest: ModelManifest | None, cluster: Cluster,
     )
 
 
+def summary(stdout: str | None) -> Any:
+    """A deployment step's stdout (the verified deployment's summary, one JSON line) as data;
+    what is not JSON stays text."""
+    lines = [ln for ln in (stdout or "").splitlines() if ln.strip()]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return lines[-1]
+
+
 def _containers(f: NodeFacts) -> list[ContainerFacts]:
     return list(f.docker.containers) if f.docker else []
 
@@ -444,6 +464,7 @@ def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets
                 restart_reasons=restart_reasons(
                     {n.name: containers.get(n.name, []) for n in nodes},
                     labels["spark-vllm.stack"], svc.name),
+                image_ref=cfg.image.ref,
             ),
         )
         after.append(out[svc.name].model)

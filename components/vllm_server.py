@@ -51,6 +51,13 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components import rerun
+from components.deployment import (
+    deployment_steps,
+    drafter,
+    restore_labels,
+    restored_removal,
+    shape,
+)
 from components.model_cache import ModelCache
 from components.nccl import PER_NODE_KEYS
 from components.node_runtime import NodeRuntime, compile_cache_dirs
@@ -61,6 +68,7 @@ from components.stack_secrets import StackSecrets
 from config import HealthConfig, VllmConfig, chat_template_text
 from config.serve import FORBIDDEN_FLAGS, OWNED_FLAGS
 from hostscripts.common import verdict_script
+from hostscripts.deployment import GateRestore, GateVerdict, Held, NodeDeployment, summary_facts
 from hostscripts.images import image_probe
 from hostscripts.paths import VLLM_CONFIG_ROOT, VLLM_KEY
 from hostscripts.vllm import (
@@ -72,6 +80,7 @@ from hostscripts.vllm import (
     non_carry_over_json,
     serve_entrypoint,
     vllm_argv,
+    vllm_deployment_final,
     vllm_health_gate,
     vllm_nccl_lines,
     vllm_ranks_restart,
@@ -206,6 +215,7 @@ class VllmServerArgs:
     # model.drafter (another repo's speculative drafter) at its commit, fetched and verified
     # like the model (components/model_cache.py): vLLM's speculative config is pinned to it
     drafter: ModelCache | None = None
+    image_ref: str = ""  # the image as the stack names it (the verified deployment's summary)
 
 
 class VllmServer(pulumi.ComponentResource):
@@ -215,6 +225,8 @@ class VllmServer(pulumi.ComponentResource):
     serve_checks: dict[str, remote.Command]  # per node: the serve command in the image's vLLM
     serve_check: pulumi.Output[dict[str, str]]
     health: remote.Command
+    deployment_nodes: dict[str, remote.Command]  # the other nodes' record or put-back step
+    deployment: remote.Command  # the head's: the summary, or the up's failure (issue 49)
     nccl_log: remote.Command
     transport_check: remote.Command
     transport: pulumi.Output[dict[str, str]]
@@ -283,6 +295,7 @@ class VllmServer(pulumi.ComponentResource):
                 depends_on=gate_after,
             )
             gate_after.append(self.ranks_restart)
+        parts = self._parts(args)
         ids = pulumi.Output.all(
             self.serve.id, *[c.id for c in self.headless.values()],
             *([ray.container_ids] if ray is not None else [])
@@ -302,6 +315,9 @@ class VllmServer(pulumi.ComponentResource):
                     args.health.smoke_prompt,
                     args.health.timeout_seconds,
                     key_file=names.vllm_key_file,
+                    deployment=GateRestore(
+                        node=parts[head.name][1], api=names.serve, shape=shape(parts),
+                        on_failure=args.health.on_failure),
                 )
             ),
             triggers=[marker],
@@ -310,6 +326,7 @@ class VllmServer(pulumi.ComponentResource):
             depends_on=gate_after,
             timeout_seconds=args.health.timeout_seconds + 300,
         )
+        self._deployment(name, args, parts)
         self._transport(name, args)
         # where the head reaches vLLM (the gateway's backend); not for clients, which use the
         # gateway (components/gateway.py)
@@ -323,6 +340,7 @@ class VllmServer(pulumi.ComponentResource):
                 "servedModelName": v.served_model_name,
                 "container": self.serve.name,
                 "health": self.health.stdout,
+                "deployment": self.deployment.stdout,
                 "ncclTransport": self.transport,
                 "serveCheck": self.serve_check,
             }
@@ -354,7 +372,9 @@ class VllmServer(pulumi.ComponentResource):
         env = runtime.vllm_env(node)
         mounts = runtime.mounts()
         labels = {**args.labels, "spark-vllm.role": "vllm-serve", "spark-vllm.node": node.name}
-        extra_labels: list[docker.ContainerLabelArgs] = []
+        # a restore's id when recon found this node's vLLM put back by one (components/deployment)
+        extra_labels: list[docker.ContainerLabelArgs] = restore_labels(
+            node, names.serve, args.labels["spark-vllm.stack"])
         uploads: list[docker.ContainerUploadArgs] = []
         # the serve command checked in the image on every node before a container is replaced
         depends: list[pulumi.Resource] = [self.caches[node.name], *args.after,
@@ -405,6 +425,9 @@ class VllmServer(pulumi.ComponentResource):
             # head's IPC namespace, the stack's own on this node, never the host's
             ipc = ray.head.id.apply(lambda i: f"container:{i}")
             depends += [ray.ready, ray.head, *ray.workers.values()]
+        # a container a restore put back under this name goes first (components/deployment.py)
+        depends += restored_removal(res_name, self, node, names.serve,
+                                    args.labels["spark-vllm.stack"], depends)
         return docker.Container(
             res_name,
             name=names.serve,
@@ -433,6 +456,51 @@ class VllmServer(pulumi.ComponentResource):
                 delete_before_replace=True,
                 depends_on=depends,
             ),
+        )
+
+    @staticmethod
+    def _parts(args: VllmServerArgs) -> dict[str, tuple[SparkNode, NodeDeployment]]:
+        """Per node, the containers of the main model in start order (the Ray head before the
+        head's vLLM) with the files the stack uploads into them, and the node's record folder."""
+        names, v = args.runtime.names, args.vllm
+        folder = names.deployment_dir()
+        template: tuple[str, ...] = (CHAT_TEMPLATE,) if v.chat_template is not None else ()
+        out: dict[str, tuple[SparkNode, NodeDeployment]] = {}
+        for node in args.cluster.nodes:
+            held: tuple[Held, ...]
+            if node is args.cluster.head:
+                files = template
+                if args.ray is not None:
+                    files += (f"{VLLM_CONFIG_ROOT}/ray_non_carry_over_env_vars.json",)
+                held = ((Held(names.ray_head),) if args.ray is not None else ()) + (
+                    Held(names.serve, files),)
+            else:
+                held = (Held(names.ray_worker if args.ray is not None else names.serve),)
+            out[node.name] = (node, NodeDeployment(folder, held))
+        return out
+
+    def _deployment(self, name: str, args: VllmServerArgs,
+                    parts: dict[str, tuple[SparkNode, NodeDeployment]]) -> None:
+        """After the gate (issue 49): every other node's record or put-back step, then the
+        head's, which records the summary or fails the `up` (components/deployment.py)."""
+        v, head, names = args.vllm, args.cluster.head, args.runtime.names
+
+        def final(verdict: GateVerdict, others: dict[str, str], commit: str) -> str:
+            return vllm_deployment_final(
+                parts[head.name][1], verdict, others, api_container=names.serve,
+                probe_container=names.ray_head if args.ray is not None else names.serve,
+                health_url=local_url(args.host, v.port), served_model_name=v.served_model_name,
+                smoke_prompt=args.health.smoke_prompt, timeout=args.health.timeout_seconds,
+                key_file=names.vllm_key_file,
+                facts=summary_facts(
+                    image=args.image_ref, repo=args.model, commit=commit,
+                    served_name=v.served_model_name, shape=shape(parts),
+                    drafter=drafter(v.speculative_config, args.model, commit)))
+
+        self.deployment_nodes, self.deployment = deployment_steps(
+            name, self, self.health, head, parts, names, final,
+            timeout_seconds=args.health.timeout_seconds + 300,
+            extra=[pulumi.Output.from_input(args.commit)],
         )
 
     def _serve_checks(self, name: str, args: VllmServerArgs) -> None:
@@ -501,7 +569,7 @@ class VllmServer(pulumi.ComponentResource):
                 )
             ),
             logging=remote.Logging.STDERR,  # the lines are kept in its stdout, not logged
-            depends_on=[self.health],
+            depends_on=[self.deployment],  # a verified deployment only
         )
         judged = self.nccl_log.stdout.apply(
             lambda text: verdict(

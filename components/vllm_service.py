@@ -32,12 +32,14 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
+from components.deployment import deployment_steps, restore_labels, restored_removal
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.node_runtime import NodeRuntime
 from components.spark_node import Cluster, SparkNode
 from components.stack_secrets import StackSecrets
 from components.vllm_server import model_file_problem
 from config import HealthConfig, ModelConfig, ServiceConfig, chat_template_text
+from hostscripts.deployment import GateRestore, GateVerdict, Held, NodeDeployment, summary_facts
 from hostscripts.paths import VLLM_KEY
 from hostscripts.vllm import (
     CHAT_TEMPLATE,
@@ -45,6 +47,7 @@ from hostscripts.vllm import (
     api_key_write,
     service_key_remove,
     vllm_argv,
+    vllm_deployment_final,
     vllm_health_gate,
     watched_entrypoint,
 )
@@ -103,6 +106,7 @@ class VllmServiceArgs:
     fabric_subnets: Sequence[str] = ()
     after: list[pulumi.Resource] = field(default_factory=list)  # the main model's cache, ...
     restart_reasons: Mapping[str, str | None] = field(default_factory=dict)
+    image_ref: str = ""  # the image as the stack names it (the verified deployment's summary)
 
 
 class VllmService(pulumi.ComponentResource):
@@ -110,6 +114,7 @@ class VllmService(pulumi.ComponentResource):
     model: ModelCache
     containers: dict[str, docker.Container]
     gates: dict[str, remote.Command]
+    deployments: dict[str, remote.Command]  # per node: its summary, or the up's failure
     direct_urls: dict[str, str]  # per node, where the gateway reaches its vLLM
 
     def __init__(
@@ -134,7 +139,7 @@ class VllmService(pulumi.ComponentResource):
                            hf_token=args.hf_token, fabric_subnets=args.fabric_subnets),
             opts=pulumi.ResourceOptions(parent=self, depends_on=args.after),
         )
-        self.containers, self.gates, self.direct_urls = {}, {}, {}
+        self.containers, self.gates, self.deployments, self.direct_urls = {}, {}, {}, {}
         for node in args.cluster.nodes:
             key = node.command(
                 f"{name}-api-key-{node.name}",
@@ -149,13 +154,18 @@ class VllmService(pulumi.ComponentResource):
             self.direct_urls[node.name] = f"http://{args.hosts[node.name]}:{svc.port}"
             container = self._container(f"{name}-serve-{node.name}", args, node, key)
             self.containers[node.name] = container
+            part = NodeDeployment(names.deployment_dir(svc.name), (
+                Held(self.container_name, (CHAT_TEMPLATE,) if svc.chat_template else ()),))
             self.gates[node.name] = self._gate(f"{name}-health-{node.name}", args, node,
-                                               container)
+                                               container, part)
+            self.deployments[node.name] = self._deployment(name, args, node,
+                                                           part)
         self.register_outputs({
             **props,
             "directUrls": self.direct_urls,
             "containers": {n: c.name for n, c in self.containers.items()},
             "health": {n: g.stdout for n, g in self.gates.items()},
+            "deployment": {n: d.stdout for n, d in self.deployments.items()},
         })
 
     def _container(self, res_name: str, args: VllmServiceArgs, node: SparkNode,
@@ -171,6 +181,10 @@ class VllmService(pulumi.ComponentResource):
         if watchdog:
             mounts += runtime.guard_mounts(node)
         template = chat_template_text(svc.chat_template) if svc.chat_template else None
+        after: list[pulumi.Resource] = [self.model, key, args.caches[node.name]]
+        # a container a restore put back under this name goes first (components/deployment.py)
+        after += restored_removal(res_name, self, node, self.container_name,
+                                  args.labels["spark-vllm.stack"], after)
         return docker.Container(
             res_name,
             name=self.container_name,
@@ -188,6 +202,8 @@ class VllmService(pulumi.ComponentResource):
                 docker.ContainerLabelArgs(label="spark-vllm.api-key",
                                           value=args.secrets.api_key_label(key.stdout)),
                 *(runtime.guard_labels(node) if watchdog else []),
+                # a restore's id when recon found it put back by one (components/deployment.py)
+                *restore_labels(node, self.container_name, args.labels["spark-vllm.stack"]),
             ],
             destroy_grace_seconds=60,
             **runtime.runtime(node),
@@ -196,13 +212,12 @@ class VllmService(pulumi.ComponentResource):
                 provider=node.provider,
                 # its name, and its port and GPU on the host network: the old one goes first
                 delete_before_replace=True,
-                depends_on=[self.model, key, args.caches[node.name],
-                            *(runtime.guard_after(node) if watchdog else [])],
+                depends_on=[*after, *(runtime.guard_after(node) if watchdog else [])],
             ),
         )
 
     def _gate(self, res_name: str, args: VllmServiceArgs, node: SparkNode,
-              container: docker.Container) -> remote.Command:
+              container: docker.Container, part: NodeDeployment) -> remote.Command:
         """The task's endpoint answers (run in the service's own container: the gate fails as
         soon as vLLM exits). A container found stopped behind the stack gets a fresh marker."""
         svc, health = args.service, args.health
@@ -219,13 +234,40 @@ class VllmService(pulumi.ComponentResource):
                 self.container_name, self.container_name, i,
                 f"http://{args.hosts[node.name]}:{svc.port}",
                 svc.served_name, health.smoke_prompt, health.timeout_seconds,
-                task=svc.task, dimension=dim, key_file=self.key_file)),
+                task=svc.task, dimension=dim, key_file=self.key_file,
+                deployment=GateRestore(node=part, api=self.container_name,
+                                       shape={node.name: [self.container_name]},
+                                       on_failure=health.on_failure))),
             triggers=[marker],
             ignore_changes=ignore,
             delete_before_replace=True,
             depends_on=[container],
             timeout_seconds=health.timeout_seconds + 300,
         )
+
+    def _deployment(self, prefix: str, args: VllmServiceArgs, node: SparkNode,
+                    part: NodeDeployment) -> remote.Command:
+        """After the node's gate (issue 49): the service's summary on this node, or the `up`'s
+        failure with its last verified container put back (components/deployment.py)."""
+        svc, health = args.service, args.health
+        dim = expected_dimension(svc, args.manifest)
+
+        def final(verdict: GateVerdict, others: dict[str, str], commit: str) -> str:
+            return vllm_deployment_final(
+                part, verdict, others, api_container=self.container_name,
+                probe_container=self.container_name, health_url=self.direct_urls[node.name],
+                served_model_name=svc.served_name, smoke_prompt=health.smoke_prompt,
+                timeout=health.timeout_seconds, task=svc.task, dimension=dim,
+                key_file=self.key_file,
+                facts=summary_facts(image=args.image_ref, repo=svc.repo, commit=commit,
+                                    served_name=svc.served_name,
+                                    shape={node.name: [self.container_name]}, drafter=None))
+
+        _, done = deployment_steps(
+            prefix, self, self.gates[node.name], node, {node.name: (node, part)},
+            args.runtime.names, final, timeout_seconds=health.timeout_seconds + 300,
+            extra=[self.model.commit])
+        return done
 
     @staticmethod
     def _props(args: VllmServiceArgs) -> dict[str, Any]:

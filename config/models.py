@@ -600,8 +600,18 @@ class LivenessConfig(ConfigModel):
 
 
 class HealthConfig(ConfigModel):
+    """The health gates (the main model's, each service's) and the liveness watchdog.
+
+    `on_failure`: what an `up` does when a changed vLLM fails its gate (issue 49, docs/design.md
+    "An upgrade that fails"): `restore` puts the last verified deployment back in the same `up`
+    (its containers recreated from the record on their nodes) and fails naming the new version's
+    failure; `keep` leaves the failing version in place for diagnosis and fails. `restore` in
+    every environment by default: dev is where a failing upgrade is seen first, and behaves as
+    the stacks it promotes to."""
+
     timeout_seconds: int = Field(default=900, ge=10, le=7200)
     smoke_prompt: str = "Say hello"
+    on_failure: Literal["restore", "keep"] = "restore"
     liveness: LivenessConfig = Field(default_factory=LivenessConfig)
 
 

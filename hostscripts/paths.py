@@ -270,6 +270,15 @@ class StackNames:
         `pulumi destroy`."""
         return f"{self.dir}/prometheus-data"
 
+    def deployment_dir(self, service: str | None = None) -> str:
+        """Where a node keeps the record of a model's last verified deployment (the main
+        model's, or a service's): its containers as they passed (containers.json), on the node
+        of its API the summary (verified.json) and the last gate's verdict (verdict.json); root
+        only (hostscripts/deployment.py)."""
+        if service is None:
+            return f"{self.dir}/vllm/deployment"
+        return f"{self.dir}/services/{service}/deployment"
+
     def service_key_file(self, service: str) -> str:
         """Where a service's node keeps its copy of the API key (root only), its own folder:
         adding or removing a service never touches the main vLLM's key file or another stack's."""

@@ -1,5 +1,6 @@
 """The vLLM container's pieces: its `vllm serve` argv, the launcher that hands it the API key,
-the API key's file on the head, the health gate after it starts and the NCCL lines of its log."""
+the API key's file on the head, the health gate after it starts (and the step that records or
+puts back a deployment after it) and the NCCL lines of its log."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from config.models import LivenessConfig
 from config.serve import SERVE_KEYS, Argv, Place, ServeKey, ServeSettings
 from hostscripts.common import (
     container_ids,
+    container_name,
     legacy_file_remove,
     payload,
     plain,
@@ -19,6 +21,13 @@ from hostscripts.common import (
     repo_dir,
     secret_file_write,
     stack_file_remove,
+)
+from hostscripts.deployment import (
+    PAYLOAD_DEFINE,
+    GateRestore,
+    GateVerdict,
+    NodeDeployment,
+    run_payload,
 )
 from hostscripts.firewall import probe_launcher
 from hostscripts.guard import PREFER
@@ -292,6 +301,39 @@ def non_carry_over_json(keys: Sequence[str]) -> str:
     return json.dumps(sorted(keys)) + "\n"
 
 
+def _probe(probe_container: str, health_url: str, served_model_name: str, smoke_prompt: str,
+           timeout: int, task: str, dimension: int, key_file: str) -> str:
+    """payloads/vllm_health.py run in `probe_container`, the key on stdin from its file."""
+    return (f"docker exec -i {q(probe_container)} python3 -c {q(_HEALTH_PY)} {q(health_url)} "
+            f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)}"
+            + ("" if task == "generate" else f" {q(task)} {int(dimension)}")
+            + f" < {q(key_file)}")
+
+
+def _watched(container: str, probe: str) -> list[str]:
+    """Lines that run `probe` in the background while watching `container`: `$out` holds the
+    probe's output; `$fail` says why when vLLM exited or restarted meanwhile (the probe is then
+    stopped); `$outcome` is ok or failed."""
+    c = q(container)
+    state = f"docker inspect -f '{{{{.State.Status}}}} {{{{.RestartCount}}}}' {c}"
+    return [
+        f"n0=$(docker inspect -f '{{{{.RestartCount}}}}' {c})",
+        f"{probe} > \"$out\" 2>&1 &",
+        "probe=$!",
+        "fail=",
+        "while kill -0 $probe 2>/dev/null; do",
+        f"  s=$({state} 2>&1 || echo gone)",
+        "  case $s in",
+        "    \"running $n0\") ;;",
+        "    *) fail=\"vllm serve exited while the gate waited (now: $s)\"; "
+        "kill $probe 2>/dev/null || true; break ;;",
+        "  esac",
+        "  sleep 1",
+        "done",
+        "if [ -z \"$fail\" ] && wait $probe; then outcome=ok; else outcome=failed; fi",
+    ]
+
+
 def vllm_health_gate(
     container: str,
     probe_container: str,
@@ -304,17 +346,24 @@ def vllm_health_gate(
     task: str = "generate",
     dimension: int = 0,
     key_file: str,
+    deployment: GateRestore,
 ) -> str:
     """On the head, after the vLLM container is created: wait for `/health`, `/v1/models`
     listing the served name and one smoke completion (payloads/vllm_health.py, run in
     `probe_container`, the Ray head container, which shares the host network and outlives
-    vLLM's restarts), or fail with the tail of the vLLM container's log.
+    vLLM's restarts).
 
     A container stopped behind the stack (recon's restart reason) is started first. Docker
     restarts the container whenever vLLM exits (its restart policy); the gate watches the
-    container while it waits and fails as soon as vLLM exits or restarts, so a flag vLLM refuses
-    fails the `up` in seconds, not after the timeout. The API key reaches the probe on stdin
+    container while it waits and stops as soon as vLLM exits or restarts, so a setting vLLM dies
+    of is known in seconds, not after the timeout. The API key reaches the probe on stdin
     from its root-only file.
+
+    The gate does not fail the `up` itself (issue 49): payloads/deployment.py `gate` keeps its
+    verdict on the node (with vLLM's log tail when it failed) and prints it as one JSON line;
+    on a failure with `deployment` restorable it first puts this node's containers of the last
+    verified deployment back. The model's `-deployment-<node>` steps follow it
+    (`vllm_deployment_final` fails the `up`).
 
     `ids_marker`: the vLLM and Ray container IDs, so a replaced container re-runs the gate.
     `task`/`dimension`: a service's smoke request (an embedding of `dimension` values when that
@@ -322,7 +371,8 @@ def vllm_health_gate(
     """
     ids_marker = container_ids(ids_marker)
     c = q(container)
-    state = f"docker inspect -f '{{{{.State.Status}}}} {{{{.RestartCount}}}}' {c}"
+    probe = _probe(probe_container, health_url, served_model_name, smoke_prompt, timeout, task,
+                   dimension, key_file)
     return "\n".join(
         [
             "set -eu",
@@ -330,29 +380,68 @@ def vllm_health_gate(
             f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
             f"  docker start {c} >/dev/null",
             "fi",
-            f"n0=$(docker inspect -f '{{{{.RestartCount}}}}' {c})",
+            "out=$(mktemp)",
+            "logs=$(mktemp)",
+            "trap 'rm -f \"$out\" \"$logs\"' EXIT",
+            *_watched(container, probe),
+            "if [ $outcome = failed ]; then",
+            "  [ -n \"$fail\" ] || fail=$(tail -n 20 \"$out\")",
+            f"  docker logs --tail 50 {c} > \"$logs\" 2>&1 || true",
+            "fi",
+            PAYLOAD_DEFINE,
+            run_payload("gate", deployment.args(), "\"$outcome\"", "\"$out\"", "\"$fail\"",
+                        "\"$logs\""),
+        ]
+    )
+
+
+def vllm_deployment_final(
+    node: NodeDeployment,
+    verdict: GateVerdict,
+    others: Mapping[str, str],
+    *,
+    api_container: str,
+    probe_container: str,
+    health_url: str,
+    served_model_name: str,
+    smoke_prompt: str,
+    timeout: int,
+    task: str = "generate",
+    dimension: int = 0,
+    key_file: str,
+    facts: Mapping[str, Any],
+) -> str:
+    """On the node of a model's API, after the gate and the model's other nodes' steps
+    (hostscripts/deployment.node_step; `others`: what each did): a pass records this node's
+    containers and the deployment's summary (verified.json), printed as JSON (the stack output
+    `deployment`). A failure fails the `up` with the new version's failure (why and log tail,
+    kept by the gate) and, when the last verified deployment was put back everywhere, waits until
+    it answers the gate's probe again and says "serving the last verified deployment again".
+    Its text changes with every run of the gate (the ids), so it runs exactly then."""
+    if verdict.ok:
+        return "\n".join(["set -eu", PAYLOAD_DEFINE, run_payload("final", node.args(
+            mode="ok", deployment=verdict.deployment, container=container_name(api_container),
+            facts=dict(facts)))])
+    fail_args = node.args(mode="failed", container=container_name(api_container),
+                          nodes=dict(others), restore=verdict.restore)
+    probe = _probe(probe_container, health_url, served_model_name, smoke_prompt, timeout, task,
+                   dimension, key_file)
+    return "\n".join(
+        [
+            "set -eu",
+            PAYLOAD_DEFINE,
+            "rc=0",
+            run_payload("final", fail_args) + " || rc=$?",
+            "[ $rc -eq 2 ] || exit 1",
             "out=$(mktemp)",
             "trap 'rm -f \"$out\"' EXIT",
-            f"docker exec -i {q(probe_container)} python3 -c {q(_HEALTH_PY)} {q(health_url)} "
-            f"{q(served_model_name)} {q(smoke_prompt)} {int(timeout)}"
-            + ("" if task == "generate" else f" {q(task)} {int(dimension)}")
-            + f" < {q(key_file)} > \"$out\" 2>&1 &",
-            "probe=$!",
-            "fail=",
-            "while kill -0 $probe 2>/dev/null; do",
-            f"  s=$({state} 2>&1 || echo gone)",
-            "  case $s in",
-            "    \"running $n0\") ;;",
-            "    *) fail=\"vllm serve exited while the gate waited (now: $s)\"; "
-            "kill $probe 2>/dev/null || true; break ;;",
-            "  esac",
-            "  sleep 1",
-            "done",
-            "if [ -z \"$fail\" ] && wait $probe; then cat \"$out\"; exit 0; fi",
-            "cat \"$out\" >&2",
-            "[ -z \"$fail\" ] || echo \"$fail\" >&2",
-            f"echo '--- vllm serve in {plain(container)}: the last 50 lines of its log ---' >&2",
-            f"docker logs --tail 50 {c} >&2 2>&1 || true",
+            *_watched(api_container, probe),
+            "if [ $outcome = ok ]; then",
+            "  " + run_payload("restored", fail_args) + " || true",
+            "else",
+            "  echo \"the last verified deployment did not answer again either: "
+            "${fail:-$(tail -n 5 \"$out\")}\" >&2",
+            "fi",
             "exit 1",
         ]
     )

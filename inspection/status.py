@@ -25,6 +25,9 @@ fresh nonce, every command under `timeout`), with these sections:
   guard's record, hostscripts/guard.py), each with the node's available memory then; with the
   watchdog's `oom` records and Docker's `State.OOMKilled`, what makes a model "OOM-killed at T
   (node available X GiB)";
+- `deployment:<container>`: for the same containers, the model's last verified deployment
+  recorded on the node and whether the running container is it (hostscripts/payloads/
+  deployment.py `status`, the node's python3: issue 49);
 - `alerts` (the head, only with `monitoring.enabled`): the alerts the stack's Prometheus has
   pending or firing (its /api/v1/alerts, asked with the head's own python3 at
   `prometheus_url`); an answer that cannot be read is a problem, never "no alerts";
@@ -55,6 +58,7 @@ from typing import Any, Literal
 from config import NodeConfig, StackConfig
 from config.listen import LOOPBACK, service_host, vllm_host
 from hostscripts.common import payload, plain, repo_dir
+from hostscripts.deployment import status_args
 from hostscripts.firewall import counters_script as firewall_counters
 from hostscripts.gateway import SOURCE_TABLE
 from hostscripts.guard import KILLS as GUARD_KILLS
@@ -117,6 +121,7 @@ class Watched:
     container: str
     url: str = ""  # "" for a container with no API of its own (a rank, Ray, the gateway)
     key_file: str = ""
+    record: str = ""  # the model's record folder on this node (StackNames.deployment_dir)
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,7 @@ def watched(cfg: StackConfig, names: StackNames, node: NodeConfig) -> list[Watch
     head = node.name == cfg.head.name
     if head:
         out.append(Watched(names.serve, f"http://{vllm_host(cfg)}:{cfg.vllm.port}",
-                           names.vllm_key_file))
+                           names.vllm_key_file, names.deployment_dir()))
     elif cfg.vllm.executor == "mp":
         out.append(Watched(names.serve))
     if cfg.vllm.executor != "mp":
@@ -164,7 +169,8 @@ def watched(cfg: StackConfig, names: StackNames, node: NodeConfig) -> list[Watch
         if node.name in svc_nodes:
             out.append(Watched(names.service(svc.name),
                                f"http://{service_host(cfg, node.name)}:{svc.port}",
-                               names.service_key_file(svc.name)))
+                               names.service_key_file(svc.name),
+                               names.deployment_dir(svc.name)))
     if head:
         out.append(Watched(names.gateway))
     return out
@@ -197,6 +203,8 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
                          f"{q(recon.READ_STARTS)} _ {c} {q(LIVENESS_STARTS)}")
             probe = f"docker exec -i {c} python3 -c {q(_probe_py())} {q(w.url)} < {q(w.key_file)}"
             lines.append(f"sv_bg probe:{w.container} {PROBE_TIMEOUT} bash -c {q(probe)}")
+            lines.append(f"sv_bg deployment:{w.container} {STATE_TIMEOUT} bash -c "
+                         f"{q(status_args(w.record, w.container))}")
     if node.name == cfg.head.name:
         lines.append(f"sv_bg collective {STATE_TIMEOUT} bash -c {q(GATE_RECORD)} _ "
                      f"{q(names.collective_record)}")
@@ -241,6 +249,10 @@ class ContainerStatus:
     ooms: list[OomKill] = field(default_factory=list)  # the watchdog's OOM records (node clock)
     probe: dict[str, Any] | None = None
     probe_problem: str = ""
+    # the model's last verified deployment on this node and whether this container is it
+    # (parse_deployment); None with deployment_problem when it could not be read
+    deployment: dict[str, Any] | None = None
+    deployment_problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -488,6 +500,48 @@ def parse_drops(text: str) -> dict[str, int]:
         what = recon.printable(str(rule.get("comment", "?")), 40)
         out[what] = out.get(what, 0) + packets
     return out
+def parse_deployment(text: str) -> dict[str, Any]:
+    """payloads/deployment.py `status` -> what `status` shows of a model's deployment (pure):
+    `matches` (the running container is the last verified deployment), `verified` (its id,
+    when, the image, the model, the gate's seconds, when it was last put back and after what),
+    `current` (the running container's image), each value checked for its type and printable.
+    ValueError when the answer is not that."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    try:
+        body = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        body = None
+    if not isinstance(body, dict) or not isinstance(body.get("matches"), bool):
+        raise ValueError("the deployment record's answer is not JSON with `matches`")
+
+    def text_of(d: Any, *keys: str, limit: int = 80) -> str:
+        for k in keys:
+            d = d.get(k) if isinstance(d, dict) else None
+        return recon.printable(d, limit) if isinstance(d, str) else ""
+
+    v, cur = body.get("verified"), body.get("current")
+    verified = None
+    if isinstance(v, dict):
+        seconds = (v.get("gate") or {}).get("seconds") if isinstance(v.get("gate"), dict) \
+            else None
+        verified = {
+            "deployment": text_of(v, "deployment", limit=16),
+            "verifiedAt": text_of(v, "verifiedAt", limit=40),
+            "image": text_of(v, "image", "id", limit=71),
+            "repoDigest": recon.printable(next(iter(
+                (v.get("image") or {}).get("repoDigests") or []), ""), 200)
+            if isinstance(v.get("image"), dict) else "",
+            "model": text_of(v, "model", "repo", limit=200),
+            "commit": text_of(v, "model", "commit", limit=40),
+            "gateSeconds": float(seconds) if isinstance(seconds, int | float) else None,
+            "restoredAt": text_of(v, "restoredAt", limit=40),
+            "restoredAfter": text_of(v, "restoredAfter", limit=200),
+        }
+    current = None
+    if isinstance(cur, dict):
+        current = {"image": text_of(cur, "image", limit=71),
+                   "restored": text_of(cur, "restored", limit=16)}
+    return {"matches": body["matches"], "verified": verified, "current": current}
 
 
 def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
@@ -567,6 +621,13 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             (cs.restarts_in_window, cs.last_start, cs.last_serving,
              cs.unready_starts) = parse_starts(starts, out.clock, window)
             cs.ooms = p.parse_liveness_ooms(starts)
+        record, why = _section_text(sections, f"deployment:{w.container}")
+        try:
+            cs.deployment = parse_deployment(record) if record is not None else None
+        except ValueError as exc:
+            why = str(exc)
+        if cs.deployment is None:
+            cs.deployment_problem = recon.printable(why)
         probe, why = _section_text(sections, f"probe:{w.container}")
         if probe is None:
             cs.probe_problem = why
@@ -702,6 +763,9 @@ class ModelStatus:
     # its vLLM's last OOM kill: "OOM-killed at <UTC> (node available X GiB of Y; who)", from
     # its watchdog's record, else Docker's OOMKilled of one of its containers; "" when none
     oom: str = ""
+    # the API container's deployment (parse_deployment), or None with deployment_why
+    deployment: dict[str, Any] | None = None
+    deployment_why: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items()}
@@ -757,6 +821,7 @@ def model_states(cfg: StackConfig, names: StackNames,
         if api is None or api.problem:
             m.why = api.problem if api else "not surveyed"
             continue
+        m.deployment, m.deployment_why = api.deployment, api.deployment_problem
         m.since, m.restarts = api.started_at, api.restart_count if api.exists else None
         m.restarts_in_window = api.restarts_in_window
         m.oom = _oom(model, api, nodes)

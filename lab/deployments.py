@@ -102,10 +102,12 @@ class Deployment:
 
     def cli(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         """`spark-vllm <args>` (the console entry point of this checkout's venv) in the stack's
-        folder, where it reads Pulumi.<stack>.yaml: as an operator runs it."""
+        folder, where it reads Pulumi.<stack>.yaml, with the stack's backend and passphrase in
+        its environment: as an operator runs it."""
         exe = ROOT / "venv" / "bin" / "spark-vllm"
+        env = {**os.environ, **(self.stack.workspace.env_vars or {})}
         return subprocess.run([str(exe), *args], cwd=self.workdir, capture_output=True,
-                              text=True, timeout=timeout)
+                              text=True, timeout=timeout, env=env)
 
     def cli_follow(self, *args: str) -> subprocess.Popen:
         """`spark-vllm <args>` started in the stack's folder and left running (`logs -f`); its
@@ -314,17 +316,111 @@ def second_image(d: Deployment, node: str, base_ref: str, repo: str) -> tuple[st
     Another image ID with the same layers. Built on `node`'s dockerd with the legacy builder:
     FROM a local image needs no network.
     """
+    return _variant(d, node, base_ref, repo, "v2", ["LABEL spark-vllm.test=v2"])
+
+
+FAULT = ROOT / "lab" / "faults" / "fail_at_model_load.py"
+
+
+def faulty_image(d: Deployment, node: str, base_ref: str, repo: str) -> tuple[str, str]:
+    """The lab image with one more layer whose vLLM fails while it loads the model (LAB ONLY
+    FAULT, lab/faults/fail_at_model_load.py appended to the lab's platform plugin), pushed as
+    `repo`:fail-at-model-load: (ref by digest, image ID). Its vLLM, Ray, serve check and image
+    probe are the lab image's; only building the model fails, in every rank (issue 49)."""
+    import base64
+
+    code = base64.b64encode(FAULT.read_bytes()).decode()
+    return _variant(d, node, base_ref, repo, "fail-at-model-load", [
+        "LABEL spark-vllm.test=fail-at-model-load",
+        "COPY fault.py /tmp/spark-lab-fault.py",
+        "RUN set -e; plugin=$(python3 -c 'import os, vllm_lab_cpu; "
+        "print(os.path.dirname(vllm_lab_cpu.__file__))'); "
+        "cat /tmp/spark-lab-fault.py >> $plugin/platform.py; rm /tmp/spark-lab-fault.py",
+    ], files={"fault.py": code})
+
+
+def _variant(d: Deployment, node: str, base_ref: str, repo: str, tag: str, lines: list[str],
+             files: dict[str, str] | None = None) -> tuple[str, str]:
+    """`FROM base_ref` + `lines` built on `node`'s dockerd (the legacy builder: FROM a local
+    image needs no network) with `files` (name -> base64) in its context, pushed as
+    `repo`:`tag`: (ref by digest, image ID)."""
+    import shlex
+
+    dockerfile = "\n".join([f"FROM {base_ref}", *lines]) + "\n"
+    put = "".join(f"printf %s {shlex.quote(b64)} | base64 -d > $ctx/{name}; "
+                  for name, b64 in (files or {}).items())
     script = (
         f"set -e; docker pull -q {base_ref} >/dev/null; "
-        f"ctx=$(mktemp -d); printf 'FROM {base_ref}\\nLABEL spark-vllm.test=v2\\n' "
-        "> $ctx/Dockerfile; "
-        f"DOCKER_BUILDKIT=0 docker build -q -t {repo}:v2 $ctx >/dev/null; rm -rf $ctx; "
-        f"docker push -q {repo}:v2 >/dev/null 2>&1 || docker push {repo}:v2 >/dev/null; "
-        f"docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:v2"
+        f"ctx=$(mktemp -d); printf %s {shlex.quote(dockerfile)} > $ctx/Dockerfile; {put}"
+        f"DOCKER_BUILDKIT=0 docker build -q --network none -t {repo}:{tag} $ctx >/dev/null; "
+        "rm -rf $ctx; "
+        f"docker push -q {repo}:{tag} >/dev/null 2>&1 || docker push {repo}:{tag} >/dev/null; "
+        f"docker inspect --format '{{{{index .RepoDigests 0}}}} {{{{.Id}}}}' {repo}:{tag}"
     )
     ref, image_id = d.ssh(node, script).split()
     assert ref.startswith(repo + "@sha256:"), ref
     return ref, image_id
+
+
+class Outage:
+    """Completions through the stack's endpoint every `every` seconds in a thread while the
+    block runs (an `up`) and, when the last one before the block's end failed, on until one
+    answers (at most `settle` seconds more: the gateway's health check sees a vLLM that came
+    back within 5 s): how long the model did not answer. `longest` is the longest stretch from
+    the last answer before a run of failures to the first answer after it (the end of the
+    polling when none came back), in seconds."""
+
+    def __init__(self, d: Deployment, every: float = 0.5, model: str = "tiny-moe",
+                 settle: float = 60) -> None:
+        self.d, self.every, self.model, self.settle = d, every, model, settle
+        self.samples: list[tuple[float, bool]] = []
+        self._stop = None  # threading.Event, made on enter
+
+    def __enter__(self) -> Outage:
+        import threading
+
+        url, key = self.d.endpoint() + "/completions", self.d.api_key()
+        self._stop = threading.Event()
+
+        def poll() -> None:
+            while not self._stop.is_set():
+                t = time.monotonic()
+                try:
+                    ok = http(url, {"model": self.model, "prompt": "Say hello", "max_tokens": 4},
+                              timeout=5, key=key)[0] == 200
+                except Exception:  # any failure (a 503, a timeout) is a moment without service
+                    ok = False
+                self.samples.append((t, ok))
+                self._stop.wait(max(0.0, self.every - (time.monotonic() - t)))
+
+        self._thread = threading.Thread(target=poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = time.monotonic() + self.settle
+        while time.monotonic() < end and not (self.samples and self.samples[-1][1]):
+            time.sleep(self.every)
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    @property
+    def longest(self) -> float:
+        worst, last_ok, down = 0.0, None, False
+        for t, ok in self.samples:
+            if ok:
+                if down and last_ok is not None:
+                    worst = max(worst, t - last_ok)
+                last_ok, down = t, False
+            else:
+                down = True
+        if down and last_ok is not None and self.samples:
+            worst = max(worst, self.samples[-1][0] - last_ok)
+        return worst
+
+    @property
+    def answered_at_the_end(self) -> bool:
+        return bool(self.samples) and self.samples[-1][1]
 
 
 def project_dir(work: Path) -> Path:

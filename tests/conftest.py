@@ -19,6 +19,7 @@ import concurrent.futures
 import hashlib
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -274,6 +275,13 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 else "monitoring config " + hashlib.sha256(
                     str(args.inputs.get("create")).encode()).hexdigest()[:16]
                 if args.name.endswith("monitoring-config")
+                # a vLLM health gate that passed (payloads/deployment.py `gate`): the probe's
+                # answer and the new deployment's id
+                else json.dumps({"health": "ok", "models": ["m"], "smoke": "hi",
+                                 "seconds": 1.0, "smokeSeconds": 0.1,
+                                 "deployment": hashlib.sha256(args.name.encode()).hexdigest()[:16],
+                                 "at": "2026-12-06T00:00:00Z"}, sort_keys=True) + "\n"
+                if re.fullmatch(r"vllm-health|svc-.+-health-.+", args.name)
                 else f"{args.name}: ok")
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID

@@ -3,6 +3,7 @@
     spark-vllm init -s STACK HOST...    survey new hosts, write their stack file (tools/init_cli.py)
     spark-vllm recon -s STACK           survey the nodes, run preflight (tools/recon_report.py)
     spark-vllm promote --from A --to B  promote verified artifacts (tools/promote.py)
+    spark-vllm rollback -s STACK        back to a verified deployment, then up (tools/rollback.py)
     spark-vllm status -s STACK          every model's state and figures, every node's memory
     spark-vllm logs -s STACK [MODEL]    every rank's vLLM log, merged in time order (-f follows)
     spark-vllm recipes list|show|import the typed recipes; import a community recipe file
@@ -11,7 +12,8 @@
 Every subcommand reads the stack file Pulumi.<stack>.yaml of the current folder (like the Pulumi
 CLI) and reaches the nodes over SSH with the stack's pinned host keys; none of them changes a
 node (init reads them too; it writes the stack file; fabric test runs its short-lived rank
-containers, removed when done). Built on click
+containers, removed when done; rollback writes the stack file and runs `pulumi up`). Built on
+click
 (https://click.palletsprojects.com) and rich (https://rich.readthedocs.io).
 """
 
@@ -21,7 +23,7 @@ import sys
 
 import click
 
-from tools import fabric_cli, init_cli, logs, recipes_cli, status
+from tools import fabric_cli, init_cli, logs, recipes_cli, rollback, status
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
@@ -31,8 +33,8 @@ PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="spark-vllm", prog_name="spark-vllm")
 def main() -> None:
-    """Deploy-side tools for a spark-vllm stack: init, recon, promote, status, logs, recipes,
-    fabric."""
+    """Deploy-side tools for a spark-vllm stack: init, recon, promote, rollback, status, logs,
+    recipes, fabric."""
 
 
 @main.command(context_settings=PASS_THROUGH, add_help_option=False)
@@ -54,6 +56,7 @@ def promote(args: tuple[str, ...]) -> None:
 
 
 main.add_command(init_cli.command)
+main.add_command(rollback.command)
 main.add_command(status.command)
 main.add_command(logs.command)
 main.add_command(recipes_cli.group)

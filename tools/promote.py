@@ -7,7 +7,9 @@
    its latest `update` succeeded (`stack.history`); nothing drifted (`refresh --preview-only`
    shows no change); the program with the source's config changes nothing (`preview`, the same
    project's program, run by the CLI; skipped with --refresh-only); the promoted keys in
-   Pulumi.<from>.yaml equal the config the last update ran with.
+   Pulumi.<from>.yaml equal the config the last update ran with; and the deployment the last
+   update left is one its health gates verified (the stack output `deployment`, issue 49: the
+   commit and image it promotes, and each promoted service's).
 2. Take the artifacts of that last update: `image.ref` pinned by digest (a tag is pinned with the
    repo digest recorded in the state), `model.repo` + the resolved commit (output `modelCommit`)
    as `model.revision`, and every serve key under `vllm.*` but the environment's own
@@ -23,7 +25,8 @@
    after the planned diff. Secrets are never read, copied or changed.
 
 Exit codes: 0 promoted (or dry run shown), 1 engine/CLI failure, 2 usage or environment problem,
-3 source not verified (never deployed, last update failed, destroyed), 4 source drifted or its
+3 source not verified (never deployed, last update failed, destroyed, no deployment its health
+gates verified), 4 source drifted or its
 config changed since the last update, 5 an artifact is unpinned or missing (always fatal for a
 prod target), 6 not confirmed, 7 the promoted values make the target config invalid (a promoted
 key, or any other key such as `services.*` that was valid before the promotion).
@@ -438,6 +441,7 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
     commit = commit.value if commit is not None else None
     if not commit:
         raise Refusal(EXIT_UNPINNED, f"source stack {stack.name!r} exports no modelCommit")
+    check_verified(stack.name, {k: v.value for k, v in outputs.items()})
     pinned, note = pin_image(ref, stack.export_stack().deployment or {})
     flags = {k: vllm[k] for k in PROMOTED_VLLM_KEYS if k in vllm}
     served = outputs.get("services")
@@ -458,6 +462,40 @@ def collect_artifacts(stack: auto.Stack, last_update: auto.UpdateSummary) -> Art
     if note:
         art.notes.append(note)
     return art
+
+
+def check_verified(name: str, outputs: Mapping[str, Any]) -> None:
+    """Refuse a source whose deployment its health gates did not verify (issue 49): the stack
+    output `deployment` (the summary the head's `vllm-deployment-<head>` prints once the gate
+    passed) must be there and name the commit and image the source's outputs promote; so must
+    each promoted service's, on every node."""
+    where = f"source stack {name!r}"
+    d = outputs.get("deployment")
+    if not isinstance(d, dict) or not d.get("deployment"):
+        raise Refusal(EXIT_UNVERIFIED, f"{where} records no verified deployment (the stack "
+                      "output `deployment`, written when the model's health gate passes): `up` "
+                      "it until its gates pass, then promote")
+    commit = outputs.get("modelCommit")
+    if (d.get("model") or {}).get("commit") != commit:
+        raise Refusal(EXIT_UNVERIFIED, f"{where}: its verified deployment {d['deployment']} "
+                      f"served commit {(d.get('model') or {}).get('commit')!r}, not the "
+                      f"modelCommit {commit!r} it would promote")
+    ids = set((outputs.get("imageIds") or {}).values())
+    if (d.get("image") or {}).get("id") not in ids:
+        raise Refusal(EXIT_UNVERIFIED, f"{where}: its verified deployment {d['deployment']} "
+                      f"ran image {(d.get('image') or {}).get('id')!r}, not the one its nodes "
+                      f"hold ({', '.join(sorted(ids)) or 'none'})")
+    for svc, v in (outputs.get("services") or {}).items():
+        if not isinstance(v, dict) or not v.get("modelCommit"):
+            continue
+        per_node = v.get("deployment")
+        bad = [n for n, s in (per_node or {}).items()
+               if not isinstance(s, dict) or (s.get("model") or {}).get("commit")
+               != v["modelCommit"]]
+        if not per_node or bad:
+            raise Refusal(EXIT_UNVERIFIED, f"{where}: service {svc!r} has no verified "
+                          f"deployment of commit {v['modelCommit']} on "
+                          f"{', '.join(bad) if per_node else 'its nodes'}")
 
 
 def check_pinned(art: Artifacts, target_env: str | None) -> list[str]:

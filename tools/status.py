@@ -187,6 +187,7 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
                    restarts, _num(m.running, ".0f"), _num(m.waiting, ".0f"),
                    "-" if m.kv_cache is None else f"{m.kv_cache * 100:.1f}%",
                    _num(m.tokens_per_second, ".1f"), why)
+    dt = render_deployments(models)
     nt = Table(title="nodes: memory", title_justify="left")
     for col in ("node", "total", "available", "container", "holds"):
         nt.add_column(col, justify="right" if col in ("total", "available", "holds") else "left")
@@ -205,7 +206,7 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         for problem in ns.problems:
             nt.add_row("", "", "", Text(f"could not read {recon.printable(problem)}",
                                         style="magenta"), "")
-    parts: list[Table | Text] = [mt]
+    parts: list[Table | Text] = [mt, dt]
     if drafter is not None:
         parts.append(render_drafter(*drafter))
     if head:
@@ -254,6 +255,35 @@ def render_firewall(nodes: dict[str, st.NodeStatus]) -> Table:
         hits = {k: v for k, v in sorted(ns.dropped.items()) if v}
         ft.add_row(ns.node, Text(", ".join(f"{k} {v}" for k, v in hits.items()) or "none"))
     return ft
+
+
+def render_deployments(models: list[st.ModelStatus]) -> Table:
+    """Per model, what runs now against its last verified deployment (issue 49): `verified`
+    when the API container is it, `not verified` when it is another (an up that failed with
+    health.onFailure keep, a change by hand), and when it was last put back."""
+    t = Table(title="deployments: what runs now, the last verified one", title_justify="left")
+    for col in ("model", "running now", "last verified", "at", "image", "model commit",
+                "gate", "put back"):
+        t.add_column(col, justify="right" if col == "gate" else "left")
+    for m in models:
+        d = m.deployment
+        if d is None:
+            t.add_row(Text(m.name), Text(f"unknown ({m.deployment_why or 'not read'})",
+                                         style="magenta"), "", "", "", "", "", "")
+            continue
+        v = d.get("verified")
+        if v is None:
+            t.add_row(Text(m.name), Text("none verified", style="yellow"), "-", "", "", "", "",
+                      "")
+            continue
+        now = Text("the last verified", style="green") if d["matches"] else \
+            Text("not verified", style="bold red")
+        gate = "-" if v.get("gateSeconds") is None else f"{v['gateSeconds']:.1f} s"
+        back = v.get("restoredAt") or "-"
+        t.add_row(Text(m.name), now, Text(v.get("deployment") or "?"),
+                  Text(_since(v.get("verifiedAt") or "")), Text((v.get("image") or "?")[:19]),
+                  Text(f"{v.get('model')}@{(v.get('commit') or '?')[:12]}"), gate, Text(back))
+    return t
 
 
 def as_json(stack: str, models: list[st.ModelStatus],

@@ -2,7 +2,8 @@
 # /v1/models lists the served name and runs one smoke request on the endpoint the task uses.
 # argv = url name prompt timeout [task [dim]]: task generate (the default: one completion), embed
 # (one embedding, of dim values when dim > 0) or score (the prompt scored against two texts).
-# The API key on stdin (possibly empty). Prints one JSON line.
+# The API key on stdin (possibly empty). Prints one JSON line, with the gate's figures: `seconds`
+# until /health answered, `smokeSeconds` the smoke request took.
 # Built by hostscripts/vllm.py; the lines above are not sent to the node.
 
 import json, sys, time, urllib.request
@@ -18,7 +19,8 @@ def call(path, body=None):
     req = urllib.request.Request(url + path, data=data, headers=hdr)
     with urllib.request.urlopen(req, timeout=60) as r:
         return r.status, r.read()
-end, last = time.time() + timeout, ""
+t0 = time.time()
+end, last = t0 + timeout, ""
 while True:
     try:
         if call("/health")[0] == 200:
@@ -28,6 +30,7 @@ while True:
     if time.time() > end:
         sys.exit("vllm serve not healthy after %ds: %s" % (timeout, last))
     time.sleep(1)
+healthy = time.time() - t0
 ids = [m["id"] for m in json.loads(call("/v1/models")[1])["data"]]
 if name not in ids:
     sys.exit("/v1/models lists %s, not %s" % (ids, name))
@@ -47,4 +50,5 @@ elif task == "score":
 else:
     out = json.loads(call("/v1/completions", {"model": name, "prompt": prompt, "max_tokens": 8})[1])
     smoke = out["choices"][0]["text"]
-print(json.dumps({"health": "ok", "models": ids, "smoke": smoke}))
+print(json.dumps({"health": "ok", "models": ids, "smoke": smoke, "seconds": round(healthy, 1),
+                  "smokeSeconds": round(time.time() - t0 - healthy, 2)}))

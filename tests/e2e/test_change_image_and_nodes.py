@@ -10,8 +10,10 @@ lab to 3 nodes (the lab lock is re-entrant in this process) and shrinks it back 
 even on failure. Ordered on purpose:
 1. the stack grows to spark-3 (TP 3): spark-3 is new (the lab creates it empty), so its image
    is pulled and its model copy must come over the fabric from the head, not from the hub;
-2. image.ref moves to a second image (the lab image plus a label: another image ID, the same
-   layers) on all three nodes. In this order spark-3 pulls the lab image itself first, which
+2. image.ref moves first to an image whose vLLM fails while it loads the model: the `up` fails
+   and puts the last verified deployment back on all three nodes (issue 49, the time without
+   service measured); then to a second image (the lab image plus a label: another image ID,
+   the same layers) on all three nodes. In this order spark-3 pulls the lab image itself first, which
    the lab keeps on it across runs (lab/hosts.py scrub_docker), so a later run's add-node pulls
    nothing and the second image's pull is a manifest;
 3. the stack shrinks back to spark-1 and spark-2 (TP 2), for the modules after this one.
@@ -35,13 +37,16 @@ import pytest
 from lab.deployments import (
     LAB_CACHE,
     Deployment,
+    Outage,
     complete,
+    faulty_image,
     hf_file_bytes,
     lab,
     second_image,
     set_nodes,
     sync_bytes_moved,
 )
+from tests import reporting
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
 
@@ -189,6 +194,8 @@ def test_image_change_restarts_everything_moves_no_model(stack, lab3):
     assert v2_id != old_id, "the second image must have another ID"
     print(f"second image: {v2_ref} ({v2_id})")
 
+    _an_image_that_fails_at_model_load_is_put_back_on_every_node(d, base, old_id, nodes)
+
     before, vllm_before = _ray(d.snapshot()), _vllm(d)
     bytes_before = hf_file_bytes()
     d.set("image.ref", v2_ref)
@@ -232,6 +239,48 @@ def test_image_change_restarts_everything_moves_no_model(stack, lab3):
     assert not any(f"model-verify-{n}" in ops for n in nodes), ops
     assert complete(d)
     d.run("preview", expect_no_changes=True)
+
+
+def _an_image_that_fails_at_model_load_is_put_back_on_every_node(d, base: str, old_id: str,
+                                                                  nodes: tuple[str, ...]):
+    """Issue 49, on the way to the second image: first an image whose vLLM fails while it loads
+    the model (lab/deployments.faulty_image: the serve check and the image probe pass, every
+    rank fails building the model). The plain `up` pulls it and replaces every container (Ray's
+    on the three nodes, vLLM's), the gate fails, and the last verified deployment is put back
+    on every node in the same `up` (the Ray head and vLLM by the gate on the head, each worker's
+    Ray container by vllm-deployment-<node>); a completion is served again with no human, and
+    the time without service is measured (goal: the restored deployment's own start plus under
+    30 s)."""
+    import pulumi.automation as auto
+
+    bad_ref, bad_id = faulty_image(d, HEAD, base, V2_REPO)
+    print(f"image that fails at model load: {bad_ref} ({bad_id})")
+    verified = d.stack.outputs()["deployment"].value
+    assert verified["image"]["id"] == old_id, verified
+    d.set("image.ref", bad_ref)
+    t0 = time.monotonic()
+    with Outage(d) as outage, pytest.raises(auto.CommandError) as info:
+        d.run("up")
+    print(f"WALL image that fails at model load (restored, fails): {time.monotonic() - t0:.1f} s")
+    text = str(info.value)
+    assert "the new version failed its health gate" in text, text[-3000:]
+    assert "this image's vLLM fails while it loads the model" in text, text[-3000:]
+    m = re.search(r"serving the last verified deployment again \([^\n]*", text)
+    assert m and verified["deployment"] in m.group(0), text[-3000:]
+    assert "spark-2: restored" in m.group(0) and "spark-3: restored" in m.group(0), m.group(0)
+    print(f"[observed] {m.group(0)}")
+    # every container of the model runs the verified image again, on every node
+    for node in nodes:
+        for name in (*_ray(d.snapshot())[node], *([SERVE] if node == HEAD else [])):
+            image = d.ssh(node, f"docker inspect -f '{{{{.Image}}}}' {name}").strip()
+            assert image == old_id, f"{node}: {name} runs {image}, not the verified {old_id}"
+    assert complete(d)
+    assert outage.answered_at_the_end, outage.samples[-5:]
+    start = verified["gate"]["seconds"]
+    reporting.record("image: without service, an image that fails at model load (restored on "
+                     "3 nodes in the up)", outage.longest,
+                     f"the restored deployment's own start: {start:.1f} s")
+    assert outage.longest < start + 30, (outage.longest, start)
 
 
 def test_a_node_leaves_and_serving_restarts_at_tp2(stack, lab3):

@@ -10,8 +10,10 @@ Ordered on purpose, on the session's shared stack (tests/e2e/conftest.py: conver
 3. a vLLM flag the image's vLLM rejects: the serve check in the image (issue 32) fails the `up`
    with vLLM's own message before the vLLM container is replaced, the old one keeps serving;
    putting the last good value back converges without touching it; a setting the parser
-   accepts but vLLM dies of at start: the health gate fails the `up` in seconds with vLLM's
-   log tail, and the last good config converges;
+   accepts but vLLM dies of at start: the gate notices in seconds, the last verified vLLM is
+   put back in the same `up`, which fails with vLLM's log tail (issue 49: the time without
+   service measured); with health.onFailure keep it crash-loops instead, and `spark-vllm
+   rollback` brings the last verified flag back;
 4. two `up`s at once: the second is refused by the stack lock, the first completes, the stack is
    quiet afterwards;
 5. the worker lost in the middle of an `up`, and Ctrl-C during the health gate: the next `up`
@@ -39,7 +41,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.deployments import LAB_CACHE, lab
+from lab.deployments import LAB_CACHE, Outage, lab
 from tests import reporting
 
 pytestmark = [pytest.mark.lab, pytest.mark.engine]
@@ -372,28 +374,68 @@ def test_vllm_bad_flag_is_refused_by_the_images_vllm_before_vllm_is_replaced(dep
     d.run("preview", expect_no_changes=True)
 
 
-def test_vllm_that_dies_at_start_fails_the_gate_with_its_log_tail(deployment):
-    """A serve setting vLLM's parser accepts but the model cannot serve (a context far beyond
-    the lab model's 4096 positions): the serve check passes, the vLLM container is replaced and
-    vLLM exits at start. The health gate watches the container: it fails the `up` as soon as
-    vLLM exits, not at its timeout, with vLLM's log tail; the last good config converges."""
+def test_a_flag_vllm_dies_of_puts_the_last_verified_deployment_back_in_the_same_up(deployment):
+    """Issue 49. A serve setting vLLM's parser accepts but the model cannot serve (a context far
+    beyond the lab model's 4096 positions): the serve check passes, vLLM's container is replaced
+    and vLLM exits at start. With a plain `up` (health.onFailure restore, the default) the gate
+    puts the last verified vLLM back on the head and the `up` fails naming the new version's
+    failure (vLLM's log tail) and "serving the last verified deployment again"; a completion is
+    served again with no human, and the time without service is measured (goal: the restored
+    vLLM's own start plus under 30 s). The state stays truthful: the next preview replaces the
+    restored container. Then with health.onFailure keep the failing version stays, crash-loops
+    and `spark-vllm status` says so (issue 34); `spark-vllm rollback` puts the last verified
+    flag back and serves it."""
     import pulumi.automation as auto
 
     d = deployment
+    verified = d.stack.outputs()["deployment"].value
+    assert verified["model"]["commit"] == d.stack.outputs()["modelCommit"].value, verified
     d.set("vllm.maxModelLen", 1048576)
     try:
-        with timed("up with maxModelLen 1048576 (fails)"), \
+        with Outage(d) as outage, timed("up with maxModelLen 1048576, restored (fails)"), \
                 pytest.raises(auto.CommandError) as info:
             d.run("up")
         text = str(info.value)
-        assert "vllm serve exited while the gate waited" in text, text[-3000:]
+        assert ("the new version failed its health gate: vllm serve exited while the gate "
+                "waited" in text), text[-3000:]
         assert ("--- vllm serve in spark-vllm-dev-serve: the last 50 lines of its log ---"
                 in text), text[-3000:]
         m = re.search(r"[^\n]*(max_model_len|max seq len)[^\n]*", text)
         assert m, f"vLLM's own error is not in the failure:\n{text[-3000:]}"
         print(f"[observed] {m.group(0).strip()}")
+        m = re.search(r"serving the last verified deployment again \([^\n]*", text)
+        assert m and verified["deployment"] in m.group(0), text[-3000:]
+        print(f"[observed] {m.group(0)}")
+        # served again by the last verified deployment, with no human: vLLM's argv is its own
+        status, body = complete(d, key=d.api_key())
+        assert status == 200, (status, body)
+        assert outage.answered_at_the_end, outage.samples[-5:]
+        assert _serve_argv(d) == verified["argv"]
+        start = verified["gate"]["seconds"]
+        reporting.record("faults: without service, a flag vLLM dies of (restored in the up)",
+                         outage.longest, f"the restored vLLM's own start: {start:.1f} s")
+        assert outage.longest < start + 30, (outage.longest, start)
+        # the state is truthful: the restored container is replaced by the next up, nothing else
+        d.run("preview")
+        ops = d.ops()
+        assert ops.get("vllm-serve") == "replace" and "ray-head" not in ops, ops
+        code, data = d.status()
+        shown = data["models"][0]["deployment"]
+        assert code == 0 and shown["matches"] is True, data
+        print(d.cli("status", "-s", "dev").stdout)  # what the README's day-two section shows
+        assert shown["verified"]["deployment"] == verified["deployment"]
+        assert shown["verified"]["restoredAt"], shown
+
+        # health.onFailure keep: the failing version stays, for diagnosis
+        d.set("health.onFailure", "keep")
+        with timed("up with maxModelLen 1048576, kept (fails)"), \
+                pytest.raises(auto.CommandError) as info:
+            d.run("up")
+        text = str(info.value)
+        assert "not put back: health.onFailure is keep: the failing version stays" in text, \
+            text[-3000:]
         timeout = int(d.stack.get_config("spark-vllm:health.timeoutSeconds", path=True).value)
-        took = TIMES["up with maxModelLen 1048576 (fails)"]
+        took = TIMES["up with maxModelLen 1048576, kept (fails)"]
         assert took < timeout, f"the failing up took {took} s: the gate waited for its timeout"
         # Docker keeps starting it and vLLM keeps exiting: the watchdog waits longer before each
         # start (dev: 2 s doubling) and, past the dev stack's crashLoopRestarts (2 in 300 s),
@@ -405,18 +447,37 @@ def test_vllm_that_dies_at_start_fails_the_gate_with_its_log_tail(deployment):
         assert any("waiting 2s before starting it" in ln for ln in said), said
         assert any("waiting 4s before starting it" in ln for ln in said), said
         assert any("crash-looping: " in ln for ln in said), said
-    finally:  # the recipe's value again: the key is not in the stack file
-        d.stack.remove_config("spark-vllm:vllm.maxModelLen", path=True)
-    with timed("up back to the recipe's maxModelLen"):
+        code, data = d.status()
+        assert data["models"][0]["deployment"]["matches"] is False, data  # not verified
+
+        # `spark-vllm rollback`: the last verified config back, and the up that serves it
+        with timed("spark-vllm rollback -s dev --yes"):
+            r = d.cli("rollback", "-s", "dev", "--yes", timeout=900)
+        print(r.stdout[-4000:], r.stderr[-2000:])
+        assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+        assert "planned change to Pulumi.dev.yaml (back to deployment 1" in r.stdout
+        assert "-    maxModelLen: 1048576" in r.stdout
+        # the up that follows a crash loop says so (preflight's warning, before it replaces vLLM)
+        assert re.search(r"preflight: spark-1: spark-vllm-dev-serve is crash-looping: \d+ "
+                         r"restarts", r.stdout), r.stdout[-3000:]
+    finally:  # the stack file's own values (the recipe's maxModelLen, the default onFailure)
+        for key in ("vllm.maxModelLen", "health.onFailure"):
+            d.stack.remove_config(f"spark-vllm:{key}", path=True)
+    status, body = complete(d, key=d.api_key())
+    assert status == 200, (status, body)
+    code, data = d.status()
+    assert code == 0 and data["models"][0]["deployment"]["matches"] is True, data
+    with timed("up back to the default onFailure"):
         r = d.run("up")
     assert r.summary.result == "succeeded"
-    # the up that follows a crash loop says so (preflight's warning, before it replaces vLLM)
-    assert re.search(r"preflight: spark-1: spark-vllm-dev-serve is crash-looping: \d+ restarts",
-                     r.stdout), r.stdout[-3000:]
-    assert d.ops().get("vllm-serve") == "replace", d.ops()
-    status, body = complete(d)
-    assert status == 200, (status, body)
+    assert "vllm-serve" not in d.ops(), d.ops()  # onFailure is no container's input
     d.run("preview", expect_no_changes=True)
+
+
+def _serve_argv(d) -> list[str]:
+    """The argv of the head's vLLM container (its Cmd), as Docker holds it."""
+    return json.loads(d.ssh("spark-1", "docker inspect -f '{{json .Config.Cmd}}' "
+                                       "spark-vllm-dev-serve"))
 
 
 def _until_crash_looping(d, within: float) -> dict:

@@ -545,18 +545,32 @@ def test_nested_sh_c_scripts_are_inspected():
 def test_the_programs_vllm_scripts_pass_the_secret_rules():
     """The program's own API key file and health gate scripts (not copies) against the secret
     rules."""
+    from hostscripts.deployment import GateRestore, GateVerdict, Held, NodeDeployment
     from hostscripts.paths import StackNames
-    from hostscripts.vllm import main_key_write, vllm_health_gate
+    from hostscripts.vllm import main_key_write, vllm_deployment_final, vllm_health_gate
 
     names = StackNames("dev")
     key = res(REMOTE, {"create": main_key_write(names), "stdin": secret("sk-live-123")},
               "api-key", aso=["stdin"])
+    part = NodeDeployment(names.deployment_dir(), (Held(names.ray_head), Held(names.serve)))
     gate = res(REMOTE, {"create": vllm_health_gate(names.serve, names.ray_head,
                                                    "ab" * 32, "http://127.0.0.1:8000", "m",
                                                    "Say hello", 60,
-                                                   key_file=names.vllm_key_file)}, "health")
-    assert run(rules.vllm_api_key, sargs([key, gate])) == []
-    assert run(rules.hf_token_secret, sargs([key, gate])) == []
+                                                   key_file=names.vllm_key_file,
+                                                   deployment=GateRestore(
+                                                       part, api=names.serve,
+                                                       shape={"spark-1": [names.serve]},
+                                                       on_failure="restore"))}, "health")
+    # the deployment step after it, a pass and a failure that put the last one back
+    steps = [res(REMOTE, {"create": vllm_deployment_final(
+        part, verdict, {}, api_container=names.serve, probe_container=names.ray_head,
+        health_url="http://127.0.0.1:8000", served_model_name="m", smoke_prompt="Say hello",
+        timeout=60, key_file=names.vllm_key_file, facts={"image": "img"})}, f"deployment-{i}")
+        for i, verdict in enumerate([GateVerdict(ok=True, deployment="a" * 16),
+                                     GateVerdict(ok=False, restored_from="a" * 16,
+                                                 restore="b" * 16)])]
+    assert run(rules.vllm_api_key, sargs([key, gate, *steps])) == []
+    assert run(rules.hf_token_secret, sargs([key, gate, *steps])) == []
 
 
 def test_memory_fit_reserve_check_runs_while_model_bytes_are_unknown():

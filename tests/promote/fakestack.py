@@ -1,7 +1,7 @@
 """A stand-in for the spark-vllm program, cheap enough to `up` in a second or two.
 
 It exports what components/stack.py exports (endpoint, servedModelName, modelCommit, imageIds,
-nodes, recon), reads the real stack config (so a config change shows in `preview`), and holds
+nodes, recon, deployment, services), reads the real stack config (so a config change shows in `preview`), and holds
 two dynamic-provider resources:
 - `serve`, whose inputs are the `vllm` and `image` config: editing them without `up` makes
   `preview` want an update;
@@ -88,10 +88,22 @@ def program_for(folder: Path, commit: str):
         })
         pulumi.export("recon", {n["name"]: {"gpu": "NVIDIA GB10"} for n in nodes})
         # spark-vllm:services, each with the commit its revision resolved to (here: derived)
+        services = conf.get_object("services") or []
         pulumi.export("services", {
             s["name"]: {"task": s["task"], "repo": s["repo"],
-                        "modelCommit": hashlib.sha1(s["name"].encode()).hexdigest()}
-            for s in conf.get_object("services") or []})
+                        "modelCommit": hashlib.sha1(s["name"].encode()).hexdigest(),
+                        "deployment": {head["name"]: {"model": {
+                            "repo": s["repo"],
+                            "commit": hashlib.sha1(s["name"].encode()).hexdigest()}}}}
+            for s in services})
+        # the verified deployment the head's deployment step prints once the gate passed
+        # (hostscripts/payloads/deployment.py); UNVERIFIED next to the marker leaves it out,
+        # as an `up` that never ran the gate would
+        if not (folder / "UNVERIFIED").exists():
+            pulumi.export("deployment", {
+                "deployment": hashlib.sha256(json.dumps(vllm).encode()).hexdigest()[:16],
+                "image": {"ref": image["ref"], "id": image_id},
+                "model": {"repo": conf.require_object("model")["repo"], "commit": commit}})
         # the secrets are read (like the real program) but never exported in plaintext
         conf.get_secret("vllmApiKey")
 

@@ -271,6 +271,32 @@ def test_refuses_when_the_last_update_failed(project, run_promote):
     assert project.file("staging").read_text() == before
 
 
+def test_refuses_a_deployment_its_health_gates_did_not_verify(project, run_promote):
+    """Issue 49: an update that succeeded but left no verified deployment (no stack output
+    `deployment`, the summary the head's deployment step prints once the gate passed) is not
+    promoted; nor is one whose verified deployment served another commit than it promotes."""
+    project.write_config("devunverified", dev_config(ROOT))
+    st = project.stack("devunverified")
+    (project.folder("devunverified") / "UNVERIFIED").write_text("")
+    assert st.up().summary.result == "succeeded"
+    _target(project, "staging", {"vllmApiKey": STAGING_KEY})
+    before = project.file("staging").read_text()
+    r = run_promote("devunverified", "staging")
+    assert r.code == promote.EXIT_UNVERIFIED, r.err
+    assert "records no verified deployment (the stack output `deployment`" in r.err, r.err
+    assert project.file("staging").read_text() == before
+    with pytest.raises(promote.Refusal, match="served commit 'x', not the modelCommit"):
+        promote.check_verified("dev", {"modelCommit": "c" * 40, "imageIds": {"a": "i"},
+                                       "deployment": {"deployment": "d" * 16,
+                                                      "model": {"commit": "x"},
+                                                      "image": {"id": "i"}}})
+    with pytest.raises(promote.Refusal, match="ran image 'j', not the one its nodes hold"):
+        promote.check_verified("dev", {"modelCommit": "c" * 40, "imageIds": {"a": "i"},
+                                       "deployment": {"deployment": "d" * 16,
+                                                      "model": {"commit": "c" * 40},
+                                                      "image": {"id": "j"}}})
+
+
 def test_refuses_a_stack_never_deployed_missing_or_destroyed(project, run_promote):
     _target(project, "staging", {"vllmApiKey": STAGING_KEY})
     project.write_config("devnew", dev_config(ROOT))

@@ -198,10 +198,11 @@ def settled(h, *outputs):
     leaves += [*h.nccl.fabric_checks.values(), *h.image.probes.values(), h.image.check]
     leaves += [*h.gate.ranks.values(), *h.gate.done]
     leaves += [h.vllm.api_key_file, h.vllm.health, h.vllm.nccl_log, h.vllm.transport_check]
+    leaves += [h.vllm.deployment, *h.vllm.deployment_nodes.values()]
     for svc in h.services.values():
         m = svc.model
         leaves += [m.fetch, *m.syncs.values(), *m.verifies.values(), *m.drops.values()]
-        leaves += [*svc.containers.values(), *svc.gates.values()]
+        leaves += [*svc.containers.values(), *svc.gates.values(), *svc.deployments.values()]
     g = h.gateway
     leaves += [g.image, g.key, g.config, g.container, g.gate, *([g.tls] if g.tls else [])]
     if h.monitoring is not None:

@@ -62,16 +62,17 @@ def expected_counts(n: int) -> Counter:
             # Prometheus on the head
             CONTAINER: 2 * n + 3,
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
-            # ray ready; vLLM's API key file + health gate + NCCL log + transport check; n
-            # fabric checks; n image probes + the image check; n page-cache drops; n
+            # ray ready; vLLM's API key file + health gate + NCCL log + transport check; the
+            # verified deployment's step on every node (issue 49); n fabric checks; n image probes + the image check; n page-cache drops; n
             # compile-cache folders; n serve checks (the serve command in the image's vLLM);
             # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
             # configuration, one per interface (two twins per node); Prometheus's key file,
             # data folder, configuration and gate; the collective gate's rank per node and its
             # check; the firewall's table, one per node; per node the guard's install (the dev
-            # stack installs earlyoom), records, daemons and earlyoom
+            # stack installs earlyoom), records, daemons and earlyoom; the verified
+            # deployment's step per node
             COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4
-            + n + 1 + n + 4 * n,
+            + n + 1 + n + 4 * n + n,
         }
     )
 

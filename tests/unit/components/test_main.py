@@ -29,7 +29,8 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
         assert callable(model) and callable(services)
         assert (drafter is None) == (cfg.model.drafter is None)
         calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model().total_bytes)
-        # what preflight judges the nodes' containers against: this stack's own label
+        # the stack's label, as preflight reads it where __main__ runs it (a thread of its own):
+        # another stack's containers are told from this one's by it
         calls["label"] = preflight._stack_label()
         calls["services"] = services()
         calls["drafter"] = drafter() if drafter is not None else None
@@ -64,10 +65,11 @@ def test_main_exports(program):
     assert key_path.endswith("/.cache/spark-vllm/keys/project.dev") or key_path.endswith(".dev")
     assert oct(__import__("os").stat(key_path).st_mode & 0o777) == "0o600"
     assert model_bytes == sum(f.size for f in MODEL_FILES)
+    assert calls["label"] == f"{pulumi.get_project()}/dev", calls["label"]
     assert set(exports) == {
         "endpoint", "vllmApiKey", "servedModelName", "modelCommit", "imageIds", "imageProbe",
         "fabricCheck", "nodes", "recon", "ncclTransport", "services", "models", "backends",
-        "gateway", "monitoring", "collectiveGate", "firewall", "drafter", "guard",
+        "gateway", "monitoring", "collectiveGate", "firewall", "drafter", "guard", "deployment",
     }
     assert exports["drafter"] is None and calls["drafter"] is None
     assert exports["models"] == ["tiny-moe"]

@@ -8,6 +8,7 @@ import pytest
 
 from components.stack import vllm_restart_reason
 from hostscripts import vllm
+from hostscripts.deployment import GateRestore, Held, NodeDeployment
 from inspection.facts import ContainerFacts
 from tests.conftest import gb10_facts
 from tests.unit.conftest import settled
@@ -52,8 +53,10 @@ def test_other_stacks_containers_do_not_count():
 
 def test_gate_starts_a_stopped_container_and_carries_no_recon_state():
     """The reason is not in the script: the script would change back once vLLM runs again."""
+    keep = GateRestore(NodeDeployment("/d", (Held("c"),)), api="c", shape={"spark-1": ["c"]},
+                       on_failure="keep")
     text = vllm.vllm_health_gate("c", "head", "ab" * 32, "http://127.0.0.1:8000", "m", "hi", 60,
-                                 key_file="/k")
+                                 key_file="/k", deployment=keep)
     assert "docker start c" in text and "restart" not in text.split("docker exec")[0]
 
 

@@ -26,6 +26,7 @@ COMMIT = "c" * 40
 FILES = [ModelFile("config.json", 3, "a" * 40)]
 
 
+
 def _builders(value: str):
     """Every builder that puts a value into a comment or echo line, with `value` in that place."""
     return {
@@ -51,9 +52,6 @@ def _builders(value: str):
         "drop_page_cache repo": lambda: models.drop_page_cache(value, COMMIT, FILES),
         "drop_page_cache commit": lambda: models.drop_page_cache("org/m", value, FILES),
         "vllm_ranks_restart": lambda: vllm.vllm_ranks_restart(value),
-        "vllm_health_gate": lambda: vllm.vllm_health_gate(
-            value, "probe", "a" * 12, "http://127.0.0.1:8000", "m", "hi", 60,
-            key_file="/k"),
         # issue 30's gateway: haproxy.cfg's route comment and server lines (a newline there is
         # a directive of its own)
         "gateway render task": lambda: gateway.render(_gateway_spec(task=value)),

@@ -133,7 +133,11 @@ def test_health_gate_passes_with_health_models_and_a_smoke_completion(tmp_path, 
                           "30"], input=_FakeVllm.key + "\n", capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0, out.stderr
-    assert json.loads(out.stdout) == {"health": "ok", "models": ["tiny"], "smoke": " hello"}
+    answer = json.loads(out.stdout)
+    # the gate's figures: seconds until /health answered, the smoke request's seconds
+    figures = {k: answer.pop(k) for k in ("seconds", "smokeSeconds")}
+    assert answer == {"health": "ok", "models": ["tiny"], "smoke": " hello"}
+    assert all(isinstance(v, float) and 0 <= v < 30 for v in figures.values()), figures
     assert f"GET /health Bearer {_FakeVllm.key}" in _FakeVllm.seen
     assert "POST /v1/completions Say hi" in _FakeVllm.seen
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from components import nccl
 from hostscripts import common, foreign, images, models, paths, ray, vllm
+from hostscripts.deployment import GateRestore, Held, NodeDeployment
 from hostscripts.models import ModelFile
 from tests.conftest import ROOT
 
@@ -279,7 +281,8 @@ def test_the_non_carry_over_list_keeps_per_node_env_on_the_workers():
 
 def _gate(tmp_path: Path, states: list[str], probe: str) -> subprocess.CompletedProcess[str]:
     """Run vllm_health_gate against a fake docker: `docker inspect` answers `states` in turn
-    (the last one repeats), `docker exec` runs `probe`, `docker logs` prints a line."""
+    (the last one repeats), `docker exec` runs `probe`, `docker logs` prints a line. Its
+    verdict goes to tmp_path/deployment (health.onFailure keep: nothing is put back)."""
     (tmp_path / "states").write_text("\n".join(states) + "\n")
     env = _fake_docker(tmp_path, f"""
 case "$1" in
@@ -293,30 +296,45 @@ case "$1" in
   logs) echo "vllm: error: unrecognized arguments: --bogus" ;;
 esac
 """)
+    keep = GateRestore(NodeDeployment(str(tmp_path / "deployment"), (Held("serve"),)),
+                       api="serve", shape={"spark-1": ["serve"]}, on_failure="keep")
     script = vllm.vllm_health_gate("serve", "head", ID_A, "http://127.0.0.1:8000", "m", "hi", 60,
-                                   key_file=KEY)
+                                   key_file=KEY, deployment=keep)
     script = script.replace(KEY, "/dev/null")
     return subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True,
                           timeout=60)
 
 
-def test_the_gate_prints_the_probe_when_vllm_answers(tmp_path):
-    ok = _gate(tmp_path, ["running 0"], 'echo \'{"health": "ok"}\'')
+def test_the_gate_prints_the_probe_and_a_new_deployment_id_when_vllm_answers(tmp_path):
+    ok = _gate(tmp_path, ["running 0"], 'echo \'{"health": "ok", "seconds": 3.0}\'')
     assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.strip() == '{"health": "ok"}'
+    answer = json.loads(ok.stdout.strip().splitlines()[-1])
+    assert answer["health"] == "ok" and answer["seconds"] == 3.0, answer
+    assert re.fullmatch(r"[0-9a-f]{16}", answer["deployment"]), answer
+    kept = json.loads((tmp_path / "deployment" / "verdict.json").read_text())
+    assert kept["deployment"] == answer["deployment"]
+    assert (tmp_path / "deployment" / "verdict.json").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "deployment").stat().st_mode & 0o777 == 0o700
 
 
-def test_the_gate_fails_at_once_when_vllm_exits_while_it_waits(tmp_path):
-    """A refused flag: vLLM exits, Docker restarts the container. The probe would wait for the
-    whole timeout; the gate stops within seconds with the log's tail."""
+def test_the_gate_stops_at_once_when_vllm_exits_and_keeps_the_log_tail_on_the_node(tmp_path):
+    """A setting vLLM dies of: vLLM exits, Docker restarts the container. The probe would wait
+    for the whole timeout; the gate stops within seconds. It reports the failure (the `up` fails
+    at the model's deployment step, issue 49) and keeps vLLM's log tail in its verdict on the
+    node, not in its output (the state)."""
     import time
 
     t0 = time.monotonic()
     bad = _gate(tmp_path, ["running 0", "running 0", "restarting 1"], "sleep 50")
-    assert bad.returncode == 1
+    assert bad.returncode == 0, bad.stderr
     assert time.monotonic() - t0 < 30
-    assert "vllm serve exited while the gate waited (now: restarting 1)" in bad.stderr
-    assert "unrecognized arguments: --bogus" in bad.stderr
+    answer = json.loads(bad.stdout.strip().splitlines()[-1])
+    assert answer["health"] == "failed"
+    assert answer["why"] == "vllm serve exited while the gate waited (now: restarting 1)"
+    assert answer["notRestored"] == "health.onFailure is keep: the failing version stays"
+    assert "unrecognized arguments" not in bad.stdout
+    kept = json.loads((tmp_path / "deployment" / "verdict.json").read_text())
+    assert "unrecognized arguments: --bogus" in kept["log"]
 
 
 def test_foreign_container_stop_and_start_are_inverse():
@@ -339,7 +357,9 @@ def test_an_image_id_read_from_a_host_must_be_of_its_exact_form(bad):
 def test_container_ids_read_from_a_host_must_be_ids_before_a_comment(bad):
     with pytest.raises(common.RemoteValueError, match="not container IDs"):
         vllm.vllm_health_gate("serve", "head", bad, "http://127.0.0.1:8000", "m", "hi", 60,
-                              key_file=KEY)
+                              key_file=KEY, deployment=GateRestore(
+                                  NodeDeployment("/d", (Held("serve"),)), api="serve",
+                                  shape={"spark-1": ["serve"]}, on_failure="keep"))
     with pytest.raises(common.RemoteValueError):
         ray.ray_ready("head", 2, 2, 5, bad)
 

@@ -605,4 +605,85 @@ def test_status_names_the_drafter_and_where_its_commit_is(tmp_path):
     # without a drafter: nothing asked, nothing said
     assert st.drafter_states(config(), _nodes(config(), {"spark-1": _head(),
                                                           "spark-2": _worker()})) == []
-    assert "drafter" not in st.node_script(config(), NAMES, config().head, NONCE)
+    assert "sv_bg drafter" not in st.node_script(config(), NAMES, config().head, NONCE)
+# ---------------------------------------------------------------------------- deployments (issue 49)
+
+
+def _deployment_outputs(tmp_path) -> tuple[str, str]:
+    """payloads/deployment.py run for real against a FAKE Docker API (tests/fake_docker_api.py):
+    a pass recorded (`gate`, `final`), then `status` (the last verified one runs); then the
+    container replaced by another argv (an up that failed with health.onFailure keep) and
+    `status` again. -> (the first answer, the second)."""
+    import sys
+
+    from hostscripts.deployment import DEPLOYMENT_PY, Held, NodeDeployment
+    from tests.fake_docker_api import FakeDocker
+
+    image = "sha256:" + "1" * 64
+    fake = FakeDocker(str(tmp_path / "docker.sock"))
+    fake.images[image] = {"Id": image, "RepoDigests": ["reg/vllm@sha256:" + "a" * 64]}
+    env = {**os.environ, "DOCKER_HOST": f"unix://{fake.path}"}
+    part = NodeDeployment(str(tmp_path / "record"), (Held(NAMES.serve),))
+
+    def call(command: str, args: dict, *extra: str) -> str:
+        done = subprocess.run([sys.executable, "-c", DEPLOYMENT_PY, command, json.dumps(args),
+                               *extra], env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        cid = fake.add(NAMES.serve, {"Image": image, "Cmd": ["vllm", "serve", "m"],
+                                     "Env": ["VLLM_X=1"]}, {"NetworkMode": "host"})
+        (tmp_path / "probe").write_text('{"health": "ok", "seconds": 21.5}\n')
+        gate = json.loads(call("gate", part.args(restore=None, api=NAMES.serve), "ok",
+                               str(tmp_path / "probe"), "", "/dev/null"))
+        call("final", part.args(mode="ok", deployment=gate["deployment"], container=NAMES.serve,
+                                facts={"model": {"repo": "org/m", "commit": "c" * 40}}))
+        status = {"dir": part.dir, "container": NAMES.serve}
+        first = call("status", status)
+        del fake.containers[cid]
+        fake.add(NAMES.serve, {"Image": image, "Cmd": ["vllm", "serve", "m", "--bad"],
+                               "Env": ["VLLM_X=1"]}, {"NetworkMode": "host"})
+        return first, call("status", status)
+    finally:
+        fake.close()
+
+
+def test_the_head_reads_the_main_models_deployment_record_with_its_python3():
+    cfg = config()
+    head = st.node_script(cfg, NAMES, cfg.head, NONCE)
+    assert f"deployment:{NAMES.serve}" in head
+    assert " status " in head and NAMES.deployment_dir() in head
+    worker = st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
+    assert "deployment:" not in worker  # a rank has no API of its own: its model's is read
+
+
+def test_what_runs_is_the_last_verified_deployment_or_not(tmp_path):
+    first, second = _deployment_outputs(tmp_path)
+    verified = st.parse_deployment(first)
+    assert verified["matches"] is True
+    assert verified["verified"]["model"] == "org/m" and verified["verified"]["commit"] == "c" * 40
+    assert verified["verified"]["gateSeconds"] == 21.5
+    assert verified["verified"]["repoDigest"] == "reg/vllm@sha256:" + "a" * 64
+    assert re.fullmatch(r"[0-9a-f]{16}", verified["verified"]["deployment"])
+    other = st.parse_deployment(second)
+    assert other["matches"] is False and other["verified"] == verified["verified"]
+    main = _main(_head(**{f"deployment:{NAMES.serve}": second}))
+    assert main.deployment == other and main.as_json()["deployment"] == other
+
+
+@pytest.mark.parametrize("text", ["", "not json", "[]", '{"verified": null}',
+                                  '{"matches": "yes"}'])
+def test_a_deployment_answer_that_cannot_be_read_is_said_so(text):
+    with pytest.raises(ValueError, match="not JSON with `matches`"):
+        st.parse_deployment(text)
+    main = _main(_head(**{f"deployment:{NAMES.serve}": text}))
+    assert main.deployment is None and "not JSON" in main.deployment_why
+
+
+def test_a_deployment_record_is_printable_whatever_the_node_wrote():
+    text = json.dumps({"matches": False, "current": None, "verified": {
+        "deployment": "\u001b[2J", "model": {"repo": "x\u0007y", "commit": 5}}})
+    d = st.parse_deployment(text)
+    assert "\x1b" not in d["verified"]["deployment"] and "\x07" not in d["verified"]["model"]
+    assert d["verified"]["commit"] == ""  # not a string: not shown

@@ -96,7 +96,13 @@ def staging(tmp_path, monkeypatch) -> FakeStack:
     raw["vllm"] = {**raw["vllm"], **sample_vllm(PROMOTED_KEYS)}
     validate_config(raw)  # the source is a valid stack
     config = _as_config(raw)
-    return FakeStack("staging", config, {"modelCommit": Value(COMMIT), "services": Value({})})
+    # its health gate verified that deployment (the stack output `deployment`, issue 49)
+    image_id = "sha256:" + "e" * 64
+    verified = {"deployment": "d" * 16, "image": {"ref": DIGEST, "id": image_id},
+                "model": {"repo": raw["model"]["repo"], "commit": COMMIT}}
+    return FakeStack("staging", config, {"modelCommit": Value(COMMIT), "services": Value({}),
+                                         "imageIds": Value({"spark-a": image_id}),
+                                         "deployment": Value(verified)})
 
 
 def test_promoting_staging_writes_every_promoted_serve_key_into_prod(staging):
@@ -205,6 +211,14 @@ DRAFTER = "z-lab/Qwen3.5-122B-DFlash"
 DRAFTER_COMMIT = "89abcdef0123456789abcdef0123456789abcdef"
 
 
+def _verified(repo: str) -> dict[str, Value]:
+    """The outputs of a source whose health gate verified its deployment (issue 49)."""
+    image_id = "sha256:" + "e" * 64
+    return {"imageIds": Value({"spark-a": image_id}), "deployment": Value({
+        "deployment": "d" * 16, "image": {"ref": DIGEST, "id": image_id},
+        "model": {"repo": repo, "commit": COMMIT}})}
+
+
 def _with_drafter() -> FakeStack:
     raw = _stack_file("staging")
     raw["image"]["ref"] = DIGEST
@@ -213,7 +227,7 @@ def _with_drafter() -> FakeStack:
         "method": "dflash", "model": DRAFTER, "num_speculative_tokens": 15}}
     validate_config(raw)
     return FakeStack("staging", _as_config(raw), {
-        "modelCommit": Value(COMMIT), "services": Value({}),
+        "modelCommit": Value(COMMIT), "services": Value({}), **_verified(raw["model"]["repo"]),
         "drafter": Value({"repo": DRAFTER, "commit": DRAFTER_COMMIT, "verified": {}})})
 
 
@@ -227,9 +241,10 @@ def test_the_drafter_is_promoted_with_the_model_pinned_to_the_commit_the_source_
     assert after["model"]["drafter"] == {"repo": DRAFTER, "revision": DRAFTER_COMMIT}
     assert after["vllm"]["speculativeConfig"]["model"] == DRAFTER
     # and a source without one takes the target's away (the serve keys no longer name it)
-    plain = FakeStack("staging", _as_config({**_stack_file("staging"),
-                                             "image": {"ref": DIGEST}}),
-                      {"modelCommit": Value(COMMIT), "services": Value({})})
+    plain_raw = {**_stack_file("staging"), "image": {"ref": DIGEST}}
+    plain = FakeStack("staging", _as_config(plain_raw),
+                      {"modelCommit": Value(COMMIT), "services": Value({}),
+                       **_verified(plain_raw["model"]["repo"])})
     art = promote.collect_artifacts(plain, Update(plain.get_all_config()))
     promote.apply(prod, art)
     assert "drafter" not in prod.raw()["model"]

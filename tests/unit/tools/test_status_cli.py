@@ -336,3 +336,31 @@ def test_the_drafter_is_named_with_where_its_commit_is(tmp_path, monkeypatch):
     assert data["drafter"]["repo"] == "spark-lab/tiny-drafter"
     assert data["drafter"]["nodes"]["spark-1"]["state"] == "present"
     assert data["drafter"]["nodes"]["spark-2"]["state"] == "unknown"
+
+
+@pytest.mark.parametrize("which", ["verified", "other", "none"])
+def test_the_deployments_table_says_whether_the_last_verified_one_runs(in_repo, monkeypatch,
+                                                                       tmp_path, which):
+    """Issue 49: the running deployment against the last verified one (the head's record, read
+    by payloads/deployment.py: tests/unit/inspection/test_status.py makes its answers)."""
+    from tests.unit.inspection.test_status import _deployment_outputs
+
+    rc, head, err = _recorded("spark-1")
+    if which != "none":
+        first, second = _deployment_outputs(tmp_path)
+        head += assemble({"deployment:spark-vllm-dev-serve":
+                          first if which == "verified" else second}, nonce=RECORDED_NONCE)
+    run, _ = _runner({"10.77.0.11": (rc, head, err), "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output  # serving: what was verified does not count
+    assert "deployments: what runs now, the last verified one" in result.output
+    row = next(ln for ln in result.output.splitlines()
+               if "tiny-moe" in ln and ("verified" in ln or "unknown" in ln))
+    if which == "none":  # recorded before 0.20: the section is not there
+        assert "unknown (no answer)" in row, row
+        return
+    assert ("the last verified" if which == "verified" else "not verified") in row, row
+    assert "org/m@cccccccccccc" in row and "21.5 s" in row, row
+    data = json.loads(CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"]).output)
+    assert data["models"][0]["deployment"]["matches"] is (which == "verified")
