@@ -25,7 +25,7 @@ from components import monitoring as monitoring_component
 from components.fabric import NodeFabric, NodeFabricArgs
 from components.gateway import Gateway, GatewayArgs
 from components.model_cache import ModelCache, ModelCacheArgs
-from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
+from components.monitoring import Monitoring, MonitoringArgs, alerting_spec, monitoring_spec
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.node_runtime import NodeRuntime
 from components.ray_cluster import RayCluster, RayClusterArgs
@@ -124,7 +124,8 @@ class StackHandles:
             "gateway": self.gateway.gate.stdout,  # its gate's findings
             # Prometheus on the head (monitoring.enabled): where the head reaches it, its gate
             "monitoring": None if self.monitoring is None else {
-                "url": self.monitoring.url, "health": self.monitoring.gate.stdout},
+                "url": self.monitoring.url, "alertmanager": self.monitoring.alertmanager_url,
+                "health": self.monitoring.gate.stdout},
         }
 
     @property
@@ -275,13 +276,19 @@ def build_stack(
             names=names,
             labels=labels,
             environment=cfg.environment,
-            spec=monitoring_spec(cfg, cluster.nodes, stack, [r.name for r in routes]),
+            spec=monitoring_spec(cfg, cluster.nodes, stack, routes),
+            alerting=alerting_spec(cfg, stack, routes),
             api_key=made.api_key,
+            alerting_secrets=secrets.alerting,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[gateway.gate],
-            restart_reason=gateway_component.restart_reason(
-                _containers(facts[head.name]), labels["spark-vllm.stack"],
-                role=monitoring_component.ROLE),
+            restart_reason="; ".join(filter(None, (gateway_component.restart_reason(
+                _containers(facts[head.name]), labels["spark-vllm.stack"], role=role)
+                for role in (monitoring_component.ROLE,
+                             monitoring_component.ALERTMANAGER_ROLE)))) or None,
+            exporter_restart_reasons={n.name: gateway_component.restart_reason(
+                _containers(facts[n.name]), labels["spark-vllm.stack"],
+                role=monitoring_component.EXPORTER_ROLE) for n in cluster.nodes},
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, ray, vllm, services, gateway,

@@ -164,10 +164,11 @@ def node_raw(i: int) -> dict[str, Any]:
 
 
 def monitoring_pinned(raw_monitoring: dict[str, Any]) -> dict[str, Any]:
-    """The dev monitoring section with both images pinned by digest (what prod wants)."""
+    """The dev monitoring section with every image pinned by digest (what prod wants)."""
     return {**raw_monitoring,
             "prometheus": {"ref": "registry.example:5000/prometheus@sha256:" + "e" * 64},
-            "nodeExporter": {"ref": "registry.example:5000/node-exporter@sha256:" + "f" * 64}}
+            "nodeExporter": {"ref": "registry.example:5000/node-exporter@sha256:" + "f" * 64},
+            "alertmanager": {"ref": "registry.example:5000/alertmanager@sha256:" + "d" * 64}}
 
 
 def config_raw(nodes: int = 2, **overrides: Any) -> dict[str, Any]:
@@ -272,6 +273,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
                 else "monitoring config " + hashlib.sha256(
                     str(args.inputs.get("create")).encode()).hexdigest()[:16]
                 if args.name.endswith("monitoring-config")
+                # and hostscripts/alertmanager.config_write: the redacted text's hash
+                else "alertmanager config " + hashlib.sha256(
+                    str(args.inputs.get("create")).encode()).hexdigest()[:16]
+                if args.name.endswith("alertmanager-config")
                 else f"{args.name}: ok")
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID

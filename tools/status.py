@@ -2,8 +2,10 @@
 one and each service) serving / starting / crash-looping / stopped / missing / unknown, since
 when, restarts, requests running and waiting, KV cache use and tokens/s; per node the memory
 each container holds and what is available; with `monitoring.enabled`, the alerts the stack's
-Prometheus has pending or firing (asked on the head). Read-only: one ssh round trip per node,
-all in parallel (inspection/status.py says what each reads).
+Prometheus has pending or firing and what its Alertmanager sent (each alert it holds: sent to
+which receivers since when, or held back by an inhibition or a silence; the notifications per
+integration, and how many failed), both asked on the head. Read-only: one ssh round trip per
+node, all in parallel (inspection/status.py says what each reads).
 
 Exit codes: 0 every model serves, 1 at least one does not (or a node could not be reached),
 2 a config or usage problem. An alert, firing or not, does not change the exit code.
@@ -127,6 +129,46 @@ def render_alerts(head: str, nodes: dict[str, st.NodeStatus]) -> Table | Text:
     return at
 
 
+def _notifications_of(nodes: dict[str, st.NodeStatus]) -> st.NodeStatus | None:
+    return next((n for n in nodes.values() if n.notifications is not None), None)
+
+
+def render_notifications(head: str, nodes: dict[str, st.NodeStatus]) -> Table | Text:
+    """What the stack's Alertmanager holds and sent: a table of its alerts (to whom, since
+    when, last sent by Prometheus; or held back, and why) captioned with the notifications per
+    integration; a line when it holds none; or a line saying it could not be read."""
+    held = _notifications_of(nodes)
+    if held is None or held.notifications is None:
+        ns = nodes.get(head)
+        why = ("not surveyed" if ns is None else ns.error or next(
+            (pr.removeprefix("notifications: ") for pr in ns.problems
+             if pr.startswith("notifications: ")), "no answer"))
+        return Text(f"notifications: unknown, could not be read on {head} "
+                    f"({recon.printable(why)})", style="magenta")
+    n = held.notifications
+    sent = ", ".join(f"{k} {v['attempted']} sent ({v['failed']} failed)"
+                     for k, v in n.sent.items()) or "none sent yet"
+    if not n.alerts:
+        return Text(f"notifications (Alertmanager on {held.node}): no alert held; {sent}")
+    at = Table(title=f"notifications (Alertmanager on {held.node})", title_justify="left")
+    for col in ("alert", "model / node", "sent to", "since", "last sent by Prometheus"):
+        at.add_column(col)
+    for a in n.alerts:
+        who = a.model + (f" on {a.replica}" if a.replica else "") if a.model else a.node or "-"
+        if a.state == "active":
+            to = Text(", ".join(a.receivers) or "nobody (no receiver declared)",
+                      style="bold" if a.receivers else "")
+        else:
+            why = "its node is down (inhibited)" if a.inhibited else \
+                "silenced" if a.silenced else a.state
+            to = Text(f"held back: {why}", style="yellow")
+        at.add_row(Text(a.name), Text(who), to, Text(_since(a.starts_at)),
+                   Text(_since(a.updated_at)))
+    at.caption = f"notifications: {sent}" + (
+        f"; {n.omitted} more alerts not shown" if n.omitted else "")
+    return at
+
+
 def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus],
            monitoring_on: str = "") -> Group:
     """The tables; `monitoring_on`: the head's name when the stack has monitoring on (then its
@@ -162,14 +204,17 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
                                         style="magenta"), "")
     if not monitoring_on:
         return Group(mt, nt)
-    return Group(mt, render_alerts(monitoring_on, nodes), nt)
+    return Group(mt, render_alerts(monitoring_on, nodes),
+                 render_notifications(monitoring_on, nodes), nt)
 
 
 def as_json(stack: str, models: list[st.ModelStatus],
             nodes: dict[str, st.NodeStatus]) -> dict[str, Any]:
-    """`alerts`: Prometheus's pending and firing alerts; null with monitoring off, or when they
-    could not be read (then the head's `problems` says why)."""
+    """`alerts`: Prometheus's pending and firing alerts; `notifications`: what Alertmanager
+    holds and sent; each null with monitoring off, or when it could not be read (then the head's
+    `problems` says why)."""
     held = _alerts_of(nodes)
+    told = _notifications_of(nodes)
     return {
         "stack": stack,
         "serving": all(m.state == "serving" for m in models),
@@ -177,6 +222,8 @@ def as_json(stack: str, models: list[st.ModelStatus],
         "alerts": None if held is None or held.alerts is None else
         [a.as_json() for a in held.alerts],
         "alertsOmitted": held.alerts_omitted if held is not None else 0,
+        "notifications": None if told is None or told.notifications is None else
+        told.notifications.as_json(),
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
                            "problems": n.problems} for n in nodes.values()},

@@ -49,20 +49,21 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:gateway:Gateway": 1,
             "spark-vllm:monitoring:Monitoring": 1,  # monitoring.enabled (the dev stack's)
             PROVIDER: n,
-            # the serving image and the node exporter's on every node, the gateway's and
-            # Prometheus's on the head
-            IMAGE: 2 * n + 2,
-            # a Ray container and a node exporter per node, the vLLM container, the gateway and
-            # Prometheus on the head
-            CONTAINER: 2 * n + 3,
+            # the serving image and the node exporter's on every node, the gateway's,
+            # Prometheus's and Alertmanager's on the head
+            IMAGE: 2 * n + 3,
+            # a Ray container and a node exporter per node, the vLLM container, the gateway,
+            # Prometheus and Alertmanager on the head
+            CONTAINER: 2 * n + 4,
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
             # ray ready; vLLM's API key file + health gate + NCCL log + transport check; n
             # fabric checks; n image probes + the image check; n page-cache drops; n
             # compile-cache folders; n serve checks (the serve command in the image's vLLM);
             # the gateway's key digest file, configuration and gate (no TLS here); the fabric's
             # configuration, one per interface (two twins per node); Prometheus's key file,
-            # data folder, configuration and gate
-            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4,
+            # data folder, configuration and gate, Alertmanager's configuration, and an
+            # exporter's start per node
+            COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4 + 1 + n,
         }
     )
 

@@ -247,8 +247,8 @@ sv_bg vllm_key 10 bash -c 'if [ -s "$1" ]; then echo present; else echo absent; 
 sv_bg compile_cache 10 bash -c 'if [ -d "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/compile-cache
 sv_bg fabric_files 10 bash -c 'for f in "$@"; do if [ -e "$f" ]; then sha256sum -- "$f"; else echo "absent $f"; fi; done' _ /etc/netplan/40-spark-vllm-dev-enp1s0f1np1.yaml /etc/netplan/40-spark-vllm-dev-enP2p1s0f1np1.yaml
 sv_bg gateway_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/gateway/conf/haproxy.cfg /var/lib/spark-vllm/stacks/dev/gateway/secrets/api-key.map
-sv_bg monitoring_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/monitoring/conf/prometheus.yml /var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key
-sv_bg prometheus_data 10 bash -c 'if [ -d "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/prometheus-data
+sv_bg monitoring_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/monitoring/conf/prometheus.yml /var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key /var/lib/spark-vllm/stacks/dev/alertmanager/conf/alertmanager.yml
+sv_bg prometheus_data 10 bash -c 'for d in "$@"; do [ -d "$d" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/prometheus-data /var/lib/spark-vllm/stacks/dev/alertmanager-data
 sv_bg host_keys 10 cat /etc/ssh/ssh_host_*_key.pub
 wait
 cat "$SV_DIR"/out.*
