@@ -6,10 +6,13 @@
     spark-vllm status -s STACK          every model's state and figures, every node's memory
     spark-vllm logs -s STACK [MODEL]    every rank's vLLM log, merged in time order (-f follows)
     spark-vllm recipes list|show|import the typed recipes; import a community recipe file
+    spark-vllm reconcile -s STACK       repair drift in the classes the stack repairs safely,
+                                        report the rest (tools/reconcile.py; --install a timer)
 
 Every subcommand reads the stack file Pulumi.<stack>.yaml of the current folder (like the Pulumi
 CLI) and reaches the nodes over SSH with the stack's pinned host keys; none of them changes a
-node (init reads them too; it writes the stack file). Built on click
+node (init reads them too; it writes the stack file), but `reconcile`, whose `up` repairs what
+drifted (only in the classes tools/drift.py lists). Built on click
 (https://click.palletsprojects.com) and rich (https://rich.readthedocs.io).
 """
 
@@ -19,7 +22,7 @@ import sys
 
 import click
 
-from tools import init_cli, logs, recipes_cli, status
+from tools import init_cli, logs, recipes_cli, reconcile, status
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
@@ -29,7 +32,8 @@ PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
 @click.group(context_settings=CONTEXT)
 @click.version_option(package_name="spark-vllm", prog_name="spark-vllm")
 def main() -> None:
-    """Deploy-side tools for a spark-vllm stack: init, recon, promote, status, logs, recipes."""
+    """Deploy-side tools for a spark-vllm stack: init, recon, promote, status, logs, recipes,
+    reconcile."""
 
 
 @main.command(context_settings=PASS_THROUGH, add_help_option=False)
@@ -54,6 +58,7 @@ main.add_command(init_cli.command)
 main.add_command(status.command)
 main.add_command(logs.command)
 main.add_command(recipes_cli.group)
+main.add_command(reconcile.command)
 
 
 def cli() -> None:
