@@ -325,14 +325,19 @@ def test_a_real_alertmanager_groups_repeats_resolves_and_inhibits(tmp_path, sink
         assert resolved["groupLabels"] == {"stack": "t", "model": "tiny-moe"}
         # a node down: the models on it silenced, the others not
         handler.got.clear()
-        a.post(_alert("SparkNodeExporterDown", node="spark-2"),
-               _alert("SparkVllmModelNotServing", model="tiny-moe", replica="spark-1"),
-               _alert("SparkVllmCrashLoop", model="org/tiny-embed", replica="spark-2"),
-               _alert("SparkVllmModelNotServing", model="org/tiny-embed", replica="spark-1"))
 
         def delivered() -> set[tuple[str, str]]:
             return {(x["labels"]["alertname"], x["labels"].get("model") or x["labels"]["node"])
                     for _, b in handler.got for x in b["alerts"] if x["status"] == "firing"}
+
+        # the node's alert first, as Prometheus sends it (its rule fires before the models'
+        # are re-sent): the inhibition holds once Alertmanager has taken it in
+        a.post(_alert("SparkNodeExporterDown", node="spark-2"))
+        _wait(lambda: ("SparkNodeExporterDown", "spark-2") in delivered(), 15, "the node's alert")
+        a.post(_alert("SparkNodeExporterDown", node="spark-2"),
+               _alert("SparkVllmModelNotServing", model="tiny-moe", replica="spark-1"),
+               _alert("SparkVllmCrashLoop", model="org/tiny-embed", replica="spark-2"),
+               _alert("SparkVllmModelNotServing", model="org/tiny-embed", replica="spark-1"))
 
         _wait(lambda: {("SparkNodeExporterDown", "spark-2"),
                        ("SparkVllmModelNotServing", "org/tiny-embed")} <= delivered(), 15,
