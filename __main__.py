@@ -9,6 +9,7 @@ The components' modules are imported while recon surveys the nodes (about half a
 imports no preview waits for on top of the survey's SSH round trips).
 """
 
+import contextvars
 from concurrent.futures import ThreadPoolExecutor
 
 import pulumi
@@ -27,7 +28,11 @@ with ThreadPoolExecutor(max_workers=2 + len(cfg.services), thread_name_prefix="l
                          cfg.model.endpoint, token)
     services = {s.name: pool.submit(hub.resolve_model, s.repo, s.revision, cfg.model.endpoint,
                                     token) for s in cfg.services}
-    survey = pool.submit(preflight.run, cfg, key_path=key_path, model=lookup.result,
+    # in the program's context: preflight reads the stack's name (its label, the stack's own
+    # containers and markers) from Pulumi's settings, which are context variables a pool's
+    # thread does not inherit (without it every container of the stack read as another stack's)
+    survey = pool.submit(contextvars.copy_context().run, preflight.run, cfg,
+                         key_path=key_path, model=lookup.result,
                          services=lambda: {n: f.result() for n, f in services.items()})
     from components import stack  # while the nodes are surveyed
 

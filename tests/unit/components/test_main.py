@@ -27,6 +27,8 @@ def program(mocks, set_config, gb10_facts, monkeypatch, tmp_path):
         # the hub's answers are asked for once the nodes are surveyed (looked up meanwhile)
         assert callable(model) and callable(services)
         calls["preflight"] = ([n.name for n in cfg.nodes], key_path, model().total_bytes)
+        # what preflight judges the nodes' containers against: this stack's own label
+        calls["label"] = preflight._stack_label()
         calls["services"] = services()
         plan = _Plan()
         plan.warnings = calls.get("warnings", [])
@@ -51,6 +53,10 @@ def test_main_exports(program):
     exports, calls = program(config_raw(2))
     nodes, key_path, model_bytes = calls["preflight"]
     assert nodes == ["spark-1", "spark-2"]
+    # preflight runs in a thread beside the hub's lookup, in the program's context: it knows
+    # the stack (a pool thread sees the settings' defaults: its own containers read as another
+    # stack's)
+    assert calls["label"] == f"{pulumi.get_project()}/{pulumi.get_stack()}" != "project/stack"
     # the secret key was written to a stable 0600 file for ssh, and preflight got the model size
     assert key_path.endswith("/.cache/spark-vllm/keys/project.dev") or key_path.endswith(".dev")
     assert oct(__import__("os").stat(key_path).st_mode & 0o777) == "0o600"
