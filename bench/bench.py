@@ -357,9 +357,10 @@ def _findings(ops: dict, cost: dict, extra: dict) -> dict[str, bool]:
 
 
 # What a service added or removed changes beside its own steps (components/gateway.py); with
-# monitoring on also its target in Prometheus's configuration (components/monitoring.py), which
-# is judged by its own finding
-MONITORING_CONFIG_STEPS = ("monitoring-config", "monitoring-health")
+# monitoring on also its targets in Prometheus's configuration and its inhibition in
+# Alertmanager's (components/monitoring.py: reloads), which are judged by their own finding
+MONITORING_CONFIG_STEPS = ("monitoring-config", "monitoring-alertmanager-config",
+                           "monitoring-health")
 ROUTING_STEPS = ("vllm", "gateway", "gateway-config", "gateway-health")
 
 

@@ -1,12 +1,14 @@
-"""Monitoring: Prometheus on the head, a node exporter on every node, the stack's alert rules
-(`monitoring.enabled`; config/monitoring.py; what runs on the nodes: hostscripts/monitoring.py;
-docs/design.md "Metrics and alerts").
+"""Monitoring: Prometheus on the head, a node exporter on every node, the stack's alert rules,
+Alertmanager on the head telling the stack's receivers (`monitoring.enabled`;
+config/monitoring.py; what runs on the nodes: hostscripts/monitoring.py,
+hostscripts/alertmanager.py; docs/design.md "Metrics and alerts").
 
-Prometheus scrapes every model of the stack through the gateway (`/metrics?model=<served name>`,
-with the stack's API key from a root-only file: no vLLM port is opened for it) and each node's
-exporter, which listens on the head's loopback or another node's first fabric address, never
-the management network. Prometheus itself listens on the head's loopback (or its fabric
-address, `monitoring.listen`): it has no authentication of its own here.
+Prometheus scrapes every replica of every model of the stack through the gateway
+(`/metrics?model=<served name>&replica=<node>`, with the stack's API key from a root-only file:
+no vLLM port is opened for it) and each node's exporter, which listens on the head's loopback or
+another node's first fabric address, never the management network. Prometheus and Alertmanager
+listen on the head's loopback (or its fabric address, `monitoring.listen`): neither has
+authentication of its own here.
 
 Children:
 * `monitoring-prometheus-image`, `monitoring-node-exporter-image-<node>`: the images, pulled by
@@ -22,10 +24,18 @@ Children:
   `unless-stopped`); none of the configuration is in its inputs, so it is reloaded, never
   replaced, by a new configuration;
 * `monitoring-node-exporter-<node>`: the exporter on every node (host network and pid
-  namespace, the node's / read-only at /host, its /proc read there too; with the guard, the
-  guard's count of OOM kills through its textfile collector);
-* `monitoring-health`: from the head, Prometheus ready, every target up, the stack's rules
-  loaded (payloads/monitoring_health.py), again after every new configuration or container.
+  namespace, the node's / read-only at /host, its /proc read there too; the head's also reads
+  the reconcile's results from its textfile folder, and with the guard the guard's count of OOM
+  kills (through a link there; the other nodes' exporters read the guard's folder itself);
+* `monitoring-node-exporter-start-<node>`: starts that node's exporter when recon found it
+  stopped (a `docker stop` by hand is a manual stop, which Docker's restart policy keeps);
+* `monitoring-alertmanager-image`, `monitoring-alertmanager-config` (alertmanager.yml with the
+  receivers' secret values on stdin into a root-only folder, the redacted text in the command,
+  both checked by the image's amtool; a reload), `monitoring-alertmanager` (the container);
+* `monitoring-health`: from the head, Prometheus and Alertmanager ready (each started first
+  when recon found it stopped), every target up, the stack's rules loaded, Prometheus sending
+  to Alertmanager (payloads/monitoring_health.py), again after every new configuration or
+  container.
 
 Recon looks at the head first: where Prometheus's configuration, key file or data folder is gone
 (the stack's folder wiped behind it), the commands that made them run again and Prometheus's
@@ -51,11 +61,21 @@ from config.forms import is_digest_ref
 from config.gateway import GatewayImageConfig
 from config.models import StackConfig
 from config.monitoring import MonitoringConfig
+from hostscripts import alertmanager as am
 from hostscripts import monitoring as mon
-from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
+from hostscripts.gateway import Route
+from hostscripts.guard import METRICS_DIR as GUARD_METRICS_DIR
+from hostscripts.paths import (
+    ALERTMANAGER_DATA,
+    ALERTMANAGER_MOUNT,
+    MONITORING_MOUNT,
+    PROMETHEUS_DATA,
+    StackNames,
+)
 
 ROLE = "prometheus"
 EXPORTER_ROLE = "node-exporter"
+ALERTMANAGER_ROLE = "alertmanager"
 
 
 def exporter_address(node: SparkNode, head: SparkNode) -> str:
@@ -69,16 +89,16 @@ def prometheus_address(m: MonitoringConfig, head: SparkNode) -> str:
 
 
 def monitoring_spec(cfg: StackConfig, nodes: Sequence[SparkNode], stack: str,
-                    served: Sequence[str]) -> mon.MonitoringSpec:
-    """What Prometheus scrapes and alerts on: `served`, every model's name through the
-    gateway (the main model's first), each node's exporter; the crash-loop rule takes
-    health.liveness's limits and the memory rule preflight.osReserveBytes."""
+                    routes: Sequence[Route]) -> mon.MonitoringSpec:
+    """What Prometheus scrapes and alerts on: every replica of every route of the gateway (the
+    main model's first), each node's exporter; the crash-loop rule takes health.liveness's
+    limits and the memory rule preflight.osReserveBytes; alerts go to Alertmanager."""
     m, head = cfg.monitoring, nodes[0]
     a, live = m.alerts, cfg.health.liveness
     return mon.MonitoringSpec(
         stack=stack,
         gateway=f"{cfg.gateway.scheme}://127.0.0.1:{cfg.gateway.port}",
-        models=tuple(served),
+        models=tuple(mon.ModelTarget(r.name, tuple(s.node for s in r.servers)) for r in routes),
         nodes=tuple(mon.NodeTarget(n.name, f"{exporter_address(n, head)}:{m.node_exporter_port}")
                     for n in nodes),
         scrape_interval_seconds=m.scrape_interval_seconds,
@@ -91,7 +111,34 @@ def monitoring_spec(cfg: StackConfig, nodes: Sequence[SparkNode], stack: str,
         crash_loop_window_seconds=live.crash_loop_window_seconds,
         os_reserve_bytes=cfg.preflight.os_reserve_bytes,
         oom_killed_seconds=a.oom_killed_seconds,
+        alertmanager=f"{prometheus_address(m, head)}:{m.alertmanager_port}",
     )
+
+
+def alerting_spec(cfg: StackConfig, stack: str, routes: Sequence[Route]) -> am.AlertingSpec:
+    """Alertmanager's configuration: the declared receivers, the intervals, and where each model
+    runs (inhibition): the main model (`routes[0]`) on every node, a service's replicas each on
+    its own node."""
+    al = cfg.monitoring.alerting
+    receivers = []
+    for r in al.receivers:
+        if r.webhook is not None:
+            receivers.append(am.Receiver(r.name, webhook=am.Webhook(
+                r.webhook.url_secret, r.webhook.max_alerts), send_resolved=r.send_resolved))
+        elif r.email is not None:
+            e = r.email
+            receivers.append(am.Receiver(r.name, email=am.Email(
+                tuple(e.to), e.from_, e.smarthost, e.username, e.password_secret,
+                e.require_tls), send_resolved=r.send_resolved))
+    nodes = tuple(n.name for n in cfg.nodes)
+    models = [am.Placement(routes[0].name, nodes)]
+    models += [am.Placement(r.name, tuple(s.node for s in r.servers), replicas=True)
+               for r in routes[1:]]
+    return am.AlertingSpec(
+        stack=stack, nodes=nodes, models=tuple(models), receivers=tuple(receivers),
+        group_wait_seconds=al.group_wait_seconds,
+        group_interval_seconds=al.group_interval_seconds,
+        repeat_interval_seconds=al.repeat_interval_seconds)
 
 
 @dataclass
@@ -102,15 +149,21 @@ class MonitoringArgs:
     labels: Mapping[str, str]  # managed + stack
     environment: str
     spec: mon.MonitoringSpec
+    alerting: am.AlertingSpec
     api_key: pulumi.Output[str]  # the stack's: secret
     guard: bool = False  # guard.enabled: the exporters read the guard's OOM kill count too
+    # the values the receivers name (config.load Secrets.alerting): secret
+    alerting_secrets: pulumi.Output[Mapping[str, str]] | None = None
     gate_timeout_seconds: int = 300
     after: list[pulumi.Resource] = field(default_factory=list)  # the gateway's gate
     # what every listener waits for: the nodes' firewall tables (components/firewall.py); the
     # exporters wait for nothing else of the stack
     firewall: list[pulumi.Resource] = field(default_factory=list)
-    # recon found Prometheus's container not running (stopped by hand): its gate starts it
+    # recon found Prometheus's or Alertmanager's container not running (stopped by hand): the
+    # gate starts it
     restart_reason: str | None = None
+    # per node: recon found its exporter not running; its start command starts it
+    exporter_restart_reasons: Mapping[str, str | None] = field(default_factory=dict)
 
 
 class Monitoring(pulumi.ComponentResource):
@@ -120,14 +173,19 @@ class Monitoring(pulumi.ComponentResource):
     config: remote.Command
     container: docker.Container
     exporter_containers: dict[str, docker.Container]  # not `exporters`: a prop of that name
+    exporter_starts: dict[str, remote.Command]
+    alertmanager_image: docker.RemoteImage
+    alertmanager_config: remote.Command
+    alertmanager_container: docker.Container  # not `alertmanager`: a prop of that name
     gate: remote.Command
     url: str  # Prometheus, as the head reaches it
+    alertmanager_url: str  # Alertmanager, as the head reaches it
     files: dict[str, str]  # the configuration files (what `monitoring-config` writes)
 
     def __init__(self, name: str, args: MonitoringArgs,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         m, names, head = args.monitoring, args.names, args.nodes[0]
-        if m.prometheus is None or m.node_exporter is None:
+        if m.prometheus is None or m.node_exporter is None or m.alertmanager is None:
             raise ValueError("monitoring.enabled without its images (config/monitoring.py "
                              "refuses this)")
         props = self._props(args)
@@ -135,6 +193,7 @@ class Monitoring(pulumi.ComponentResource):
         self.files = mon.render(args.spec)
         listen = prometheus_address(m, head)
         self.url = f"http://{listen}:{m.port}"
+        self.alertmanager_url = f"http://{listen}:{m.alertmanager_port}"
         self.image = docker.RemoteImage(
             f"{name}-prometheus-image",
             name=self._pull_ref(m.prometheus, head),
@@ -164,7 +223,7 @@ class Monitoring(pulumi.ComponentResource):
         self.data = head.command(
             f"{name}-data",
             self,
-            create=mon.data_write(names),
+            create=mon.data_write(names, guard=args.guard),
             delete=mon.data_remove(names, keep=m.keep_data_on_destroy),
             triggers=again_data.triggers,
             ignore_changes=again_data.ignore_changes,
@@ -230,8 +289,10 @@ class Monitoring(pulumi.ComponentResource):
                 name=names.node_exporter,
                 image=exporter_images[node.name].image_id,
                 entrypoints=mon.node_exporter_entrypoint(),
-                command=mon.node_exporter_command(exporter_address(node, head),
-                                                  m.node_exporter_port, guard=args.guard),
+                command=mon.node_exporter_command(
+                    exporter_address(node, head), m.node_exporter_port,
+                    textfile=mon.textfile_dir(names.stack) if node is head
+                    else GUARD_METRICS_DIR if args.guard else None),
                 network_mode="host",
                 pid_mode="host",
                 restart="unless-stopped",
@@ -244,27 +305,114 @@ class Monitoring(pulumi.ComponentResource):
                                             delete_before_replace=True,
                                             depends_on=list(args.firewall) or None),
             )
-        # recon's reason to start Prometheus again travels in `triggers` (a new marker replaces
-        # the gate, whose script starts it); none: the state's marker is kept, nothing diffs
-        if args.restart_reason is None:
-            marker, ignore = "none", ["triggers"]
-        else:
-            marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
+        # an exporter stopped by hand (a manual stop: Docker's policy leaves it stopped) is
+        # started again by its node's start command, whose marker recon's reason renews
+        self.exporter_starts = {}
+        for node in args.nodes:
+            marker, ignore = _marker(args.exporter_restart_reasons.get(node.name))
+            self.exporter_starts[node.name] = node.command(
+                f"{name}-node-exporter-start-{node.name}",
+                self,
+                create=self.exporter_containers[node.name].id.apply(
+                    lambda cid: mon.exporter_start_script(names, cid)),
+                triggers=[marker],
+                ignore_changes=ignore,
+                delete_before_replace=True,
+                depends_on=[self.exporter_containers[node.name]],
+            )
+        self._alertmanager(name, args, head, again_files, again_data)
+        # recon's reason to start Prometheus or Alertmanager again travels in `triggers` (a
+        # new marker replaces the gate, whose script starts them); none: the state's marker is
+        # kept, nothing diffs
+        marker, ignore = _marker(args.restart_reason)
         self.gate = head.command(
             f"{name}-health",
             self,
-            create=pulumi.Output.all(self.container.id, self.config.stdout).apply(
-                lambda v: mon.gate_script(names, mon.gate_marker(v[0], v[1]), self.url,
+            create=pulumi.Output.all(
+                self.container.id, self.config.stdout, self.alertmanager_container.id,
+                self.alertmanager_config.stdout).apply(
+                lambda v: mon.gate_script(names, mon.gate_marker(*v), self.url,
                                           args.spec, args.gate_timeout_seconds)),
             triggers=[marker],
             ignore_changes=ignore,
             delete_before_replace=True,
             depends_on=[self.container, self.config, *self.exporter_containers.values(),
-                        *args.after],
+                        *self.exporter_starts.values(), self.alertmanager_container,
+                        self.alertmanager_config, *args.after],
             timeout_seconds=args.gate_timeout_seconds + 120,
         )
-        self.register_outputs({**props, "url": self.url, "health": self.gate.stdout,
+        self.register_outputs({**props, "url": self.url, "alertmanagerUrl": self.alertmanager_url,
+                               "health": self.gate.stdout,
                                "container": self.container.name})
+
+    def _alertmanager(self, name: str, args: MonitoringArgs, head: SparkNode, again_files: Again,
+                      again_data: Again) -> None:
+        """Alertmanager on the head: its image, its configuration (the secret values only on
+        stdin) and its container, which like Prometheus's keeps nothing of the configuration in
+        its inputs (a new receiver or interval is a reload)."""
+        m, names = args.monitoring, args.names
+        assert m.alertmanager is not None
+        spec = args.alerting
+        self.alertmanager_image = docker.RemoteImage(
+            f"{name}-alertmanager-image",
+            name=self._pull_ref(m.alertmanager, head),
+            keep_locally=True,
+            opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
+        )
+        redacted = am.render(spec)
+        wanted = sorted(spec.secrets)
+        secrets = args.alerting_secrets
+        if wanted and secrets is None:
+            raise ValueError(f"monitoring.alerting names the secrets {wanted} and none were "
+                             "loaded (config.load_secrets refuses this)")
+        def real(values: Mapping[str, str]) -> str:
+            return am.render(spec, values)
+
+        text: pulumi.Output[str] = (
+            pulumi.Output.secret(secrets.apply(real))
+            if wanted and secrets is not None else pulumi.Output.secret(redacted))
+        labels = args.labels
+        self.alertmanager_config = head.command(
+            f"{name}-alertmanager-config",
+            self,
+            create=self.alertmanager_image.image_id.apply(
+                lambda i: am.config_write(names, redacted, i, labels)),
+            delete=am.config_remove(names),
+            stdin=text,
+            secret_outputs=["stdin"],
+            triggers=again_files.triggers,
+            ignore_changes=again_files.ignore_changes,
+            delete_before_replace=True,
+            depends_on=[self.data, *args.after],
+        )
+        alabels = {**labels, "spark-vllm.role": ALERTMANAGER_ROLE,
+                   "spark-vllm.node": head.name, "spark-vllm.port": str(m.alertmanager_port)}
+        mounts = pulumi.Output.all(self.alertmanager_config.id, self.data.id).apply(
+            lambda ids: " ".join(ids))
+        self.alertmanager_container = docker.Container(
+            f"{name}-alertmanager",
+            name=names.alertmanager,
+            image=self.alertmanager_image.image_id,
+            entrypoints=am.entrypoint(),
+            command=am.command(prometheus_address(m, head), m.alertmanager_port),
+            # root in the container: it reads the root-only configuration (the secret values)
+            # and writes the root-only data folder
+            user="0",
+            network_mode="host",
+            restart="unless-stopped",
+            mounts=[
+                docker.ContainerMountArgs(target=ALERTMANAGER_MOUNT, type="bind",
+                                          source=names.alertmanager_dir, read_only=True),
+                docker.ContainerMountArgs(target=ALERTMANAGER_DATA, type="bind",
+                                          source=names.alertmanager_data_dir),
+            ],
+            labels=_labels(alabels, mounts),
+            privileged=False,
+            destroy_grace_seconds=10,
+            opts=pulumi.ResourceOptions(
+                parent=self, provider=head.provider, delete_before_replace=True,
+                depends_on=[self.alertmanager_config, self.data]),
+        )
 
     def _pull_ref(self, image: GatewayImageConfig, node: SparkNode) -> pulumi.Output[str]:
         """The image by digest: `ref` itself when pinned, else the digest its tag names now."""
@@ -287,11 +435,19 @@ class Monitoring(pulumi.ComponentResource):
             "authentication": False,  # Prometheus's own: none (loopback or fabric only)
             "fabricAddresses": [f.ip for n in args.nodes for f in n.node.fabric],
             "images": {"prometheus": m.prometheus.ref if m.prometheus else None,
-                       "nodeExporter": m.node_exporter.ref if m.node_exporter else None},
+                       "nodeExporter": m.node_exporter.ref if m.node_exporter else None,
+                       "alertmanager": m.alertmanager.ref if m.alertmanager else None},
+            # Alertmanager: its API and UI (no authentication either), its cluster listener
+            # (gossip: "" is off)
+            "alertmanager": {"listen": f"{prometheus_address(m, head)}:{m.alertmanager_port}",
+                             "clusterListen": ""},
+            "receivers": [{"name": r.name, "kind": "webhook" if r.webhook else "email",
+                           "sendResolved": r.send_resolved} for r in m.alerting.receivers],
             "exporters": [{"node": n.name, "host": n.node.host,
                            "listen": f"{exporter_address(n, head)}:{m.node_exporter_port}"}
                           for n in args.nodes],
-            "targets": {"models": list(args.spec.models),
+            "targets": {"models": [t.name for t in args.spec.models],
+                        "replicas": {t.name: list(t.replicas) for t in args.spec.models},
                         "nodes": [t.node for t in args.spec.nodes]},
             "scrapeIntervalSeconds": m.scrape_interval_seconds,
             "retentionDays": m.retention_days,
@@ -300,6 +456,15 @@ class Monitoring(pulumi.ComponentResource):
 
 
 MOUNTS_LABEL = "spark-vllm.mounts-made-by"  # the IDs of the commands that made its mounts
+
+
+def _marker(reason: str | None) -> tuple[str, list[str] | None]:
+    """A gate's `triggers` marker and ignore_changes: recon's reason to start a container again
+    (a fresh marker: the command is replaced and runs), or none (the state's marker is kept,
+    nothing diffs)."""
+    if reason is None:
+        return "none", ["triggers"]
+    return f"{reason} @{time.time_ns()}", None
 
 
 def _labels(labels: Mapping[str, str],

@@ -35,7 +35,7 @@ from components.firewall import NodeFirewall, NodeFirewallArgs
 from components.gateway import Gateway, GatewayArgs
 from components.guard import NodeGuard, NodeGuardArgs
 from components.model_cache import ModelCache, ModelCacheArgs
-from components.monitoring import Monitoring, MonitoringArgs, monitoring_spec
+from components.monitoring import Monitoring, MonitoringArgs, alerting_spec, monitoring_spec
 from components.nccl import NcclEnvironment, NcclEnvironmentArgs
 from components.node_runtime import NodeRuntime, shm_bytes
 from components.ray_cluster import RayCluster, RayClusterArgs
@@ -153,7 +153,8 @@ class StackHandles:
             # each node's firewall: the table its last load left (firewall.enabled)
             "firewall": {n: f.table.stdout for n, f in self.firewalls.items()},
             "monitoring": None if self.monitoring is None else {
-                "url": self.monitoring.url, "health": self.monitoring.gate.stdout},
+                "url": self.monitoring.url, "alertmanager": self.monitoring.alertmanager_url,
+                "health": self.monitoring.gate.stdout},
             # the nodes' guard (guard.enabled): what its commands applied, per node
             "guard": None if not self.guards else {
                 name: {"killer": gd.args_killer, "applied": gd.killer.stdout,
@@ -353,15 +354,21 @@ def build_stack(
             names=names,
             labels=labels,
             environment=cfg.environment,
-            spec=monitoring_spec(cfg, cluster.nodes, stack, [r.name for r in routes]),
+            spec=monitoring_spec(cfg, cluster.nodes, stack, routes),
+            alerting=alerting_spec(cfg, stack, routes),
             api_key=made.api_key,
             guard=cfg.guard.enabled,
+            alerting_secrets=secrets.alerting,
             gate_timeout_seconds=min(cfg.health.timeout_seconds, 600),
             after=[gateway.gate],
             firewall=[f.table for f in firewalls.values()],
-            restart_reason=gateway_component.restart_reason(
-                _containers(facts[head.name]), labels["spark-vllm.stack"],
-                role=monitoring_component.ROLE),
+            restart_reason="; ".join(filter(None, (gateway_component.restart_reason(
+                _containers(facts[head.name]), labels["spark-vllm.stack"], role=role)
+                for role in (monitoring_component.ROLE,
+                             monitoring_component.ALERTMANAGER_ROLE)))) or None,
+            exporter_restart_reasons={n.name: gateway_component.restart_reason(
+                _containers(facts[n.name]), labels["spark-vllm.stack"],
+                role=monitoring_component.EXPORTER_ROLE) for n in cluster.nodes},
         ),
     ) if cfg.monitoring.enabled else None
     return StackHandles(cfg, cluster, made, nccl, image, model, drafter, ray, vllm, services,

@@ -16,7 +16,8 @@ GIB = 1024**3
 # (config/load.py reads them; promotion never copies them), and the word that marks a value of a
 # checked-in stack file as not real yet (a host key: refused in prod, skipped by recon).
 NAMESPACE = "spark-vllm"
-SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey", "gatewayTlsKey")
+SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey", "gatewayTlsKey",
+               "alertingSecrets")
 PLACEHOLDER = "PLACEHOLDER"
 
 # What preflight (preflight.osReserveBytes) leaves the OS of a node's unified memory by default.
@@ -112,7 +113,7 @@ SEEDER_PORTS = (IMAGE_SEED_PORT, MODEL_SEED_PORT)
 # (hostscripts/paths.StackNames): a service's container is `spark-vllm-<stack>-<service>`, so no
 # service may be named one of these.
 STACK_CONTAINERS = ("serve", "ray-head", "ray-worker", "model-seeder", "gateway", "prometheus",
-                    "node-exporter", "collective")
+                    "node-exporter", "collective", "alertmanager")
 
 
 def check_ref_name(name: str) -> str | None:

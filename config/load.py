@@ -1,14 +1,17 @@
 """Reading the stack config and its secrets from the Pulumi runtime.
 
 Every value the program acts on comes from `Pulumi.<stack>.yaml` under the `spark-vllm`
-namespace. Secrets (`hfToken`, `vllmApiKey`, `sshPrivateKey`, `gatewayTlsKey`) never enter the
-config models:
+namespace. Secrets (`hfToken`, `vllmApiKey`, `sshPrivateKey`, `gatewayTlsKey`,
+`alertingSecrets`) never enter the config models:
 `load_secrets` returns them as secret Outputs that components pass straight to resources.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +71,8 @@ class Secrets:
     hf_token: pulumi.Output[str] | None = None
     vllm_api_key: pulumi.Output[str] | None = None
     gateway_tls_key: pulumi.Output[str] | None = None  # with gateway.certificate
+    # the values monitoring.alerting's receivers name (webhook URLs, SMTP passwords), by name
+    alerting: pulumi.Output[Mapping[str, str]] | None = None
 
 
 # The repository this program runs from, and the passphrase it commits for the lab's dev stack
@@ -167,14 +172,77 @@ def load_secrets(cfg: StackConfig, pulumi_config: pulumi.Config | None = None) -
                 f"{key_path(('ssh', 'privateKeyPath'))} "
                 f"{str(path)!r} is not a file; expected a secret private key or a readable key file"
             )
+    alerting, alerting_problems = _alerting_secrets(cfg)
+    problems += alerting_problems
     if problems or ssh_key is None:
         raise ConfigError(problems)
     for warning in committed_passphrase_warnings(_present_keys(), pulumi.get_stack()):
         pulumi.log.warn(warning)
     return Secrets(
         ssh_private_key=ssh_key, hf_token=hf_token, vllm_api_key=api_key,
-        gateway_tls_key=tls_key,
+        gateway_tls_key=tls_key, alerting=alerting,
     )
+
+
+_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[!-~]*)?")
+
+
+def alerting_secret_problem(kind: str, value: object) -> str | None:
+    """Why a value of spark-vllm:alertingSecrets cannot be what its receiver takes it as (a
+    webhook's URL, an SMTP password), or None. The message never holds the value."""
+    if not isinstance(value, str) or not value:
+        return "expected a non-empty string"
+    if kind == "url":
+        if len(value) > 2048 or not _URL.fullmatch(value) or "\\" in value:
+            return ("expected an http(s) URL of printable characters without spaces, at most "
+                    "2048 (the value is not shown)")
+        return None
+    if len(value) > 1024 or any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return "expected at most 1024 characters without control characters (not shown)"
+    return None
+
+
+def _alerting_secrets(cfg: StackConfig) -> tuple[pulumi.Output[Mapping[str, str]] | None,
+                                                 list[str]]:
+    """The values monitoring.alerting's receivers name, read from the secret
+    spark-vllm:alertingSecrets (a JSON object: `pulumi config set --secret --path
+    spark-vllm:alertingSecrets.<name>`, the value from stdin), each checked for what it is
+    taken as; problems name the key, never a value."""
+    m = cfg.monitoring
+    wanted: dict[str, str] = {}
+    for r in m.alerting.receivers:
+        if r.webhook is not None:
+            wanted[r.webhook.url_secret] = "url"
+        elif r.email is not None and r.email.password_secret:
+            wanted[r.email.password_secret] = "password"
+    if not m.enabled or not wanted:
+        return None, []
+    where = key_path(("alertingSecrets",))
+    text = secret_plaintext("alertingSecrets")
+    if text is None:
+        return None, [f"{where}: missing; expected a secret object holding "
+                      f"{', '.join(sorted(wanted))} (pulumi config set --secret --path "
+                      f"'spark-vllm:alertingSecrets.<name>' < value)"]
+    try:
+        values = json.loads(text)
+    except ValueError:
+        values = None
+    if not isinstance(values, dict):
+        return None, [f"{where}: expected a secret object {{name: value}} (the value is not "
+                      "shown)"]
+    problems = []
+    for name, kind in sorted(wanted.items()):
+        if name not in values:
+            problems.append(f"{where}.{name}: missing; expected the "
+                            f"{'webhook URL' if kind == 'url' else 'SMTP password'} a receiver "
+                            "of spark-vllm:monitoring.alerting names")
+            continue
+        why = alerting_secret_problem(kind, values[name])
+        if why:
+            problems.append(f"{where}.{name}: {why}")
+    if problems:
+        return None, problems
+    return pulumi.Output.secret({k: values[k] for k in sorted(wanted)}), []
 
 
 def secret_plaintext(key: str) -> str | None:

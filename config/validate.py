@@ -372,8 +372,8 @@ def _gateway_checks(cfg: StackConfig) -> list[str]:
 
 
 def _monitoring_checks(cfg: StackConfig) -> list[str]:
-    """Prometheus's and the node exporters' ports are their own on the nodes' host networks,
-    and prod pins their images (config/monitoring.py)."""
+    """Prometheus's, Alertmanager's and the node exporters' ports are their own on the nodes'
+    host networks, and prod pins their images (config/monitoring.py)."""
     m = cfg.monitoring
     if not m.enabled:
         return []
@@ -383,7 +383,8 @@ def _monitoring_checks(cfg: StackConfig) -> list[str]:
                   cfg.head.port: f"spark-vllm:nodes[0].port (sshd on {cfg.head.name})"}
     if cfg.vllm.executor == "mp":
         head_taken[cfg.vllm.master_port] = "spark-vllm:vllm.masterPort"
-    for field, port in (("port", m.port), ("nodeExporterPort", m.node_exporter_port)):
+    for field, port in (("port", m.port), ("nodeExporterPort", m.node_exporter_port),
+                        ("alertmanagerPort", m.alertmanager_port)):
         taken = dict(head_taken)
         for i, svc in enumerate(cfg.services):
             taken.setdefault(svc.port, f"spark-vllm:services[{i}].port")
@@ -398,7 +399,8 @@ def _monitoring_checks(cfg: StackConfig) -> list[str]:
             problems.append(f"{where}: got {port}; expected a port other than the "
                             f"stack's seeders' {SEEDER_PORTS}")
     if cfg.environment == "prod":
-        for name, image in (("prometheus", m.prometheus), ("nodeExporter", m.node_exporter)):
+        for name, image in (("prometheus", m.prometheus), ("nodeExporter", m.node_exporter),
+                            ("alertmanager", m.alertmanager)):
             if image is not None and not image.by_digest:
                 problems.append(
                     f"{key_path(('monitoring', name, 'ref'))}: got {image.ref!r}; expected an "

@@ -19,7 +19,11 @@ What the rendered configuration does, in this order, for every request:
    reaches the gateway's node, its files or any command line. Without it: 401 (JSON), and the
    connection is closed (issue 46: it stayed open 60 s for the next guess);
 3. `GET /v1/models`: the served models, a static answer the stack generates;
-4. `/metrics`: the main model's vLLM metrics, `/metrics?model=<served name>` another's;
+4. `/metrics`: the main model's vLLM metrics, `/metrics?model=<served name>` another's, and
+   `/metrics?model=<served name>&replica=<node>` those of that node's vLLM of the model only
+   (Prometheus scrapes each replica so: through the model's balancing, each scrape would reach
+   any replica, its counters jumping between processes); a replica the model does not have:
+   404 naming its replicas;
 5. a POST's `model` (the JSON body's) picks the backend through a map; a name the stack does not
    serve: 404 listing the served names; no `model` at all: the main model (vLLM's default); a
    body larger than `gateway.maxBodyBytes` whose `model` is not within that prefix: 413.
@@ -135,6 +139,16 @@ def backend_name(index: int, route: Route) -> str:
     return f"model{index}-" + re.sub(r"[^A-Za-z0-9_.-]", "_", route.name)
 
 
+def replica_backend_name(index: int, route: Route, server: Server) -> str:
+    """The backend of one replica of a route: that server alone (its metrics)."""
+    return f"{backend_name(index, route)}.{plain(server.node)}"
+
+
+def replica_key(route: Route, server: Server) -> str:
+    """The key of replicas.map: `<served name>@<node>` (a served name has no `@`)."""
+    return f"{route.name}@{server.node}"
+
+
 def _json(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":")) + "\n"
 
@@ -155,9 +169,12 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT, run: str = GATEWAY_R
     conf, secrets = f"{root}/conf", f"{root}/secrets"
     errors = f"{conf}/errors"
     served = ", ".join(spec.names)
+    replicas = [replica_key(r, s) for r in spec.routes for s in r.servers]
     files = {
         "models.map": "".join(f"{r.name} {backend_name(i, r)}\n"
                               for i, r in enumerate(spec.routes)),
+        "replicas.map": "".join(f"{replica_key(r, s)} {replica_backend_name(i, r, s)}\n"
+                                for i, r in enumerate(spec.routes) for s in r.servers),
         "models.json": _json({"object": "list", "data": [
             {"id": r.name, "object": "model", "created": 0, "owned_by": "spark-vllm",
              "root": r.repo, "parent": None} for r in spec.routes]}),
@@ -167,6 +184,9 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT, run: str = GATEWAY_R
         "errors/404.json": _error(
             404, "NotFoundError", f"The model is not served here. Served models: {served}",
             param="model", served_models=spec.names),
+        "errors/404replica.json": _error(
+            404, "NotFoundError", "No such replica: /metrics?model=<served name>&replica=<node> "
+            f"names one of {', '.join(replicas)}", param="replica", replicas=replicas),
         "errors/413.json": _error(
             413, "RequestTooLarge",
             f"The request body is larger than the {spec.max_body_bytes} bytes the gateway reads "
@@ -254,6 +274,10 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT, run: str = GATEWAY_R
         "    # vLLM's metrics: the main model's, or those of ?model=<served name>",
         "    acl metrics path /metrics",
         "    http-request set-var(txn.model) urlp(model),url_dec if metrics",
+        "    # ... or of one replica: &replica=<node> (the main model's without a model)",
+        "    http-request set-var(txn.replica) urlp(replica),url_dec if metrics",
+        f"    http-request set-var(txn.model) str({spec.routes[0].name}) if metrics "
+        "{ var(txn.replica) -m found } !{ var(txn.model) -m found }",
         "    # the model a request is for: its JSON body's `model`",
         f"    http-request wait-for-body time {BODY_WAIT_SECONDS}s if METH_POST !metrics",
         "    http-request set-var(txn.model) req.body,json_query('$.model') "
@@ -266,6 +290,14 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT, run: str = GATEWAY_R
         f"    http-request return status 413 content-type application/json "
         f"file {errors}/413.json if METH_POST !{{ var(txn.model) -m found }} "
         "{ req.body_len,sub(txn.bodysize) lt 0 }",
+        "    http-request set-var(txn.rkey) var(txn.model),concat(@,txn.replica) "
+        "if metrics { var(txn.replica) -m found } { var(txn.backend) -m found }",
+        f"    http-request set-var(txn.rbackend) var(txn.rkey),map({conf}/replicas.map) "
+        "if { var(txn.rkey) -m found }",
+        f"    http-request return status 404 content-type application/json "
+        f"file {errors}/404replica.json if {{ var(txn.replica) -m found }} "
+        "!{ var(txn.rbackend) -m found }",
+        "    use_backend %[var(txn.rbackend)] if { var(txn.rbackend) -m found }",
         "    use_backend %[var(txn.backend)] if { var(txn.backend) -m found }",
         f"    default_backend {backend_name(0, spec.routes[0])}",
     ]
@@ -282,6 +314,14 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT, run: str = GATEWAY_R
             "    default-server check inter 5s fall 2 rise 1",
             *(f"    server {plain(s.node)} {plain(s.address)}:{int(s.port)}" for s in r.servers),
         ]
+        for s in r.servers:
+            # one replica's metrics: that server alone, no balancing and no health check (a
+            # replica down answers 503 at once: its target is down, as it should be)
+            lines += [
+                "",
+                f"backend {replica_backend_name(i, r, s)}",
+                f"    server {plain(s.node)} {plain(s.address)}:{int(s.port)}",
+            ]
     files["haproxy.cfg"] = "\n".join(lines) + "\n"
     return dict(sorted(files.items()))
 

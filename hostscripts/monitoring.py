@@ -7,12 +7,17 @@ proves it all from the head.
 What Prometheus scrapes (configuration reference:
 https://prometheus.io/docs/prometheus/latest/configuration/configuration/):
 
-* job `vllm`: every served model through the stack's gateway, `/metrics?model=<served name>`
-  (the gateway routes that to the model's vLLM: hostscripts/gateway.py), one target per model
-  with a `model` label; the stack's API key as `Authorization: Bearer`, read by Prometheus from
-  a root-only file (`credentials_file`), so no vLLM port is opened for it and the key is on no
+* job `vllm`: every replica of every served model through the stack's gateway,
+  `/metrics?model=<served name>&replica=<node>` (the gateway routes that to that node's vLLM of
+  the model, never to whichever replica its balancing picks: hostscripts/gateway.py), one
+  target per replica with `model` and `replica` labels, so each series is one process's and
+  rates hold; the stack's API key as `Authorization: Bearer`, read by Prometheus from a
+  root-only file (`credentials_file`), so no vLLM port is opened for it and the key is on no
   command line and in no configuration text;
-* job `node`: each node's exporter, with a `node` label.
+* job `node`: each node's exporter, with a `node` label (the head's also reads the reconcile's
+  results, `spark_vllm_reconcile_*`, from its textfile folder: tools/reconcile.py).
+
+Alerts go to the stack's Alertmanager on the head (hostscripts/alertmanager.py).
 
 The alert rules (one group, `spark-vllm`; rule syntax:
 https://prometheus.io/docs/prometheus/latest/configuration/alerting_rules/) take their
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +45,7 @@ from hostscripts.common import (
     q,
     secret_file_write,
 )
-from hostscripts.guard import METRICS_DIR as GUARD_METRICS_DIR
+from hostscripts.guard import METRICS as GUARD_METRICS
 from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
 
 _GATE_PY = payload("monitoring_health.py")
@@ -53,6 +59,9 @@ ALERTS = (
     "SparkNodeMemoryLow",
     "SparkNodeExporterDown",
     "SparkVllmOomKilled",
+    "SparkVllmDriftNotRepaired",
+    "SparkVllmReconcileFailed",
+    "SparkVllmReconcileStale",
 )
 NODE_EXPORTER_DOWN_SECONDS = 120
 CONFIG_FILE = "prometheus.yml"
@@ -66,6 +75,25 @@ _SERVED = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")  # config.types.Serve
 _NODE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")  # config.models NodeConfig.name
 _ADDRESS = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}:([0-9]{1,5})")  # IPv4 or DNS name
 _FILE = re.compile(r"[a-z0-9]+\.yml")
+# The head's exporter reads `*.prom` files here (its textfile collector): the reconcile's
+# results. Outside the stack's root-only folder: the exporter runs as nobody.
+TEXTFILE_ROOT = "/var/lib/spark-vllm-textfile"
+# how many missed runs of the reconcile make its results stale (SparkVllmReconcileStale)
+RECONCILE_STALE_RUNS = 3
+
+
+def textfile_dir(stack: str) -> str:
+    """The stack's folder of the node exporter's textfile collector on the head."""
+    return f"{TEXTFILE_ROOT}/{StackNames(stack).stack}"
+
+
+@dataclass(frozen=True)
+class ModelTarget:
+    """A served model and the nodes whose vLLM serves it (each a replica the gateway reaches
+    on its own: `/metrics?model=<name>&replica=<node>`)."""
+
+    name: str
+    replicas: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -85,7 +113,7 @@ class MonitoringSpec:
 
     stack: str
     gateway: str
-    models: tuple[str, ...]
+    models: tuple[ModelTarget, ...]
     nodes: tuple[NodeTarget, ...]
     scrape_interval_seconds: int
     not_serving_seconds: int
@@ -97,15 +125,24 @@ class MonitoringSpec:
     crash_loop_window_seconds: int
     os_reserve_bytes: int
     oom_killed_seconds: int = 3600  # SparkVllmOomKilled fires this long after a kill
+    # Alertmanager as the head reaches it (host:port); None: no alerting section
+    alertmanager: str | None = None
 
     def __post_init__(self) -> None:
         StackNames(self.stack)  # a stack name, or ValueError
         self.gateway_target()  # a gateway URL Prometheus can scrape, or ValueError
-        if not self.models or len(set(self.models)) != len(self.models):
-            raise ValueError(f"monitoring needs the served names, each once: {self.models}")
+        names = [m.name for m in self.models if isinstance(m, ModelTarget)]
+        if not self.models or len(set(names)) != len(self.models):
+            raise ValueError(f"monitoring needs the served models, each once: {self.models}")
         for m in self.models:
-            if not isinstance(m, str) or not _SERVED.fullmatch(m):
-                raise ValueError(f"not a served name: {m!r}")
+            if not _SERVED.fullmatch(m.name):
+                raise ValueError(f"not a served name: {m.name!r}")
+            if not m.replicas or len(set(m.replicas)) != len(m.replicas) or \
+                    not all(_NODE.fullmatch(r) for r in m.replicas):
+                raise ValueError(f"model {m.name}: its replicas are node names, each once: "
+                                 f"{m.replicas}")
+        if self.alertmanager is not None and not _host_port(self.alertmanager):
+            raise ValueError(f"not Alertmanager's host:port: {self.alertmanager!r}")
         nodes = [n.node for n in self.nodes]
         if len(set(nodes)) != len(nodes):
             raise ValueError(f"node names must be unique: {nodes}")
@@ -167,11 +204,22 @@ def render(spec: MonitoringSpec, *, root: str = MONITORING_MOUNT) -> dict[str, s
         f"  evaluation_interval: {_seconds(interval)}",
         "  external_labels:",
         f"    stack: {_s(spec.stack)}",
+    ]
+    if spec.alertmanager is not None:
+        lines += [
+            "# the stack's Alertmanager on the head (hostscripts/alertmanager.py)",
+            "alerting:",
+            "  alertmanagers:",
+            "    - static_configs:",
+            f"        - targets: [{_s(spec.alertmanager)}]",
+        ]
+    lines += [
         "rule_files:",
         f"  - {_s(f'{root}/conf/{RULES_FILE}')}",
         "scrape_configs:",
-        "  # every served model through the stack's gateway, which routes /metrics?model=<name>",
-        "  # to that model's vLLM, behind the stack's API key (read from its root-only file)",
+        "  # every replica of every served model through the stack's gateway, which routes",
+        "  # /metrics?model=<name>&replica=<node> to that node's vLLM of the model, behind the",
+        "  # stack's API key (read from its root-only file)",
         f"  - job_name: {_s('vllm')}",
         f"    scheme: {_s(scheme)}",
         f"    metrics_path: {_s('/metrics')}",
@@ -188,14 +236,23 @@ def render(spec: MonitoringSpec, *, root: str = MONITORING_MOUNT) -> dict[str, s
         ]
     lines.append("    static_configs:")
     for m in spec.models:
-        lines += [f"      - targets: [{_s(address)}]",
-                  "        labels:",
-                  f"          model: {_s(m)}"]
+        for r in m.replicas:
+            lines += [f"      - targets: [{_s(address)}]",
+                      "        labels:",
+                      f"          model: {_s(m.name)}",
+                      f"          replica: {_s(r)}"]
     lines += [
         "    relabel_configs:",
-        "      # a __param_<name> label is the scrape's URL parameter <name>: ?model=<served name>",
+        "      # a __param_<name> label is the scrape's URL parameter <name>:",
+        "      # ?model=<served name>&replica=<node>",
         f"      - source_labels: [{_s('model')}]",
         f"        target_label: {_s('__param_model')}",
+        f"      - source_labels: [{_s('replica')}]",
+        f"        target_label: {_s('__param_replica')}",
+        "      # one target per replica: its instance names the replica, not the gateway",
+        f"      - source_labels: [{_s('model')}, {_s('replica')}]",
+        f"        separator: {_s('@')}",
+        f"        target_label: {_s('instance')}",
     ]
     if spec.nodes:
         lines += ["  # each node's exporter", f"  - job_name: {_s('node')}",
@@ -228,9 +285,14 @@ def _alert(name: str, expr: str, seconds: int | None, severity: str, summary: st
 
 def rules(spec: MonitoringSpec) -> str:
     """The stack's alert rules, one group (GROUP): see the module's docstring. Every alert
-    carries the labels of its series (`model` for vLLM's, `node` for a node's) and `severity`."""
+    carries the labels of its series (`model` and `replica` for vLLM's, `node` for a node's)
+    and `severity`. The reconcile's (tools/reconcile.py) read what its last run left in the
+    head exporter's textfile folder: drift it saw and did not repair, a run that failed, or no
+    run for RECONCILE_STALE_RUNS of its intervals; none of them fires for a stack whose
+    reconcile never ran."""
     stack = plain(spec.stack)
     model, node = "{{ $labels.model }}", "{{ $labels.node }}"
+    replica = "{{ $labels.replica }}"
     window = _seconds(spec.crash_loop_window_seconds)
     oom_window = _seconds(spec.oom_killed_seconds)
     kv = repr(float(spec.kv_cache_usage))
@@ -243,8 +305,9 @@ def rules(spec: MonitoringSpec) -> str:
         "    rules:",
         *_alert(
             "SparkVllmModelNotServing", 'up{job="vllm"} == 0', spec.not_serving_seconds,
-            "critical", f"Model {model} is not serving (stack {stack})",
-            f"Prometheus could not scrape {model}'s metrics through the gateway"
+            "critical", f"Model {model} is not serving on {replica} (stack {stack})",
+            f"Prometheus could not scrape the metrics of {model}'s vLLM on {replica} through "
+            "the gateway"
             f"{_lasting(spec.not_serving_seconds)}: its vLLM is down, starting or not "
             "answering, or the gateway is."),
         *_alert(
@@ -293,6 +356,26 @@ def rules(spec: MonitoringSpec) -> str:
             "the stack's guard (at the OS reserve, preflight.osReserveBytes) or the kernel "
             "killed a process, the stack's vLLM first. `spark-vllm status` says which and how "
             "much memory the node had left."),
+        *_alert(
+            "SparkVllmDriftNotRepaired", 'spark_vllm_reconcile_result{result="refused"} == 1',
+            None, "warning", f"Drift not repaired (stack {stack})",
+            "The last `spark-vllm reconcile` run found the stack changed and did not apply the "
+            "repair (a change outside the classes it repairs, a policy violation, a node it "
+            "could not reach, or the stack file edited since the last update): see its line "
+            "in the reconcile's log (journalctl --user -u spark-vllm-reconcile-<stack>)."),
+        *_alert(
+            "SparkVllmReconcileFailed", 'spark_vllm_reconcile_result{result="failed"} == 1',
+            None, "critical", f"The reconcile run failed (stack {stack})",
+            "The last `spark-vllm reconcile` run failed (its preview or its up): the stack may "
+            "be drifted and nothing repairs it; see the reconcile's log."),
+        *_alert(
+            "SparkVllmReconcileStale",
+            f"time() - spark_vllm_reconcile_last_run_timestamp_seconds > "
+            f"{RECONCILE_STALE_RUNS} * spark_vllm_reconcile_interval_seconds", None, "warning",
+            f"No reconcile run lately (stack {stack})",
+            f"`spark-vllm reconcile` has not reported for {RECONCILE_STALE_RUNS} of its "
+            "intervals: its timer is stopped, the control machine is down, or it cannot reach "
+            "the head."),
     ]
     return "\n".join(lines) + "\n"
 
@@ -404,26 +487,42 @@ def config_remove(names: StackNames) -> str:
             f"rmdir {q(d + '/secrets')} {q(d)} {q(names.dir)} 2>/dev/null || true")
 
 
-def data_write(names: StackNames) -> str:
-    """On the head: Prometheus's data folder (root only: Prometheus runs as root to read its
-    root-only key file). Prints its path."""
-    p = names.prometheus_data_dir
+def data_write(names: StackNames, guard: bool = False) -> str:
+    """On the head: Prometheus's and Alertmanager's data folders (root only: both run as root
+    to read their root-only files), and the exporter's textfile folder the reconcile writes its
+    results into (readable by the exporter, which runs as nobody; nothing secret goes there).
+    With `guard`, that folder also holds a relative link to the guard's count of OOM kills
+    (hostscripts/guard.METRICS): node_exporter 1.5 reads one textfile folder, and follows a link
+    (a relative one resolves the same under the exporter's /host). Prints the data folders'
+    paths."""
+    p, a = names.prometheus_data_dir, names.alertmanager_data_dir
+    text = textfile_dir(names.stack)
+    link = f"{text}/{posixpath.basename(GUARD_METRICS)}"
     return "\n".join([
         "set -eu",
         "umask 077",
-        f"mkdir -p {q(p)}",
-        f"chmod 700 {q(p)}",
+        f"mkdir -p {q(p)} {q(a)}",
+        f"chmod 700 {q(p)} {q(a)}",
+        f"mkdir -p {q(text)}",
+        f"chmod 755 {q(TEXTFILE_ROOT)} {q(text)}",
+        f"ln -sfn {q(posixpath.relpath(GUARD_METRICS, text))} {q(link)}" if guard
+        else f"rm -f {q(link)}",
         f"echo {q('prometheus data ' + p)}",
+        f"echo {q('alertmanager data ' + a)}",
     ])
 
 
 def data_remove(names: StackNames, keep: bool) -> str:
-    """On `pulumi destroy`: Prometheus's data folder removed, or, with `keep`
-    (monitoring.keepDataOnDestroy), left where it is, saying so."""
-    p = names.prometheus_data_dir
+    """On `pulumi destroy`: the data folders removed, or, with `keep`
+    (monitoring.keepDataOnDestroy), left where they are, saying so. The textfile folder goes
+    either way (the reconcile's last results: its next run writes them again)."""
+    p, a = names.prometheus_data_dir, names.alertmanager_data_dir
+    text = textfile_dir(names.stack)
+    gone = f"rm -rf {q(text)}; rmdir {q(TEXTFILE_ROOT)} 2>/dev/null || true"
     if keep:
-        return f"echo {q(f'prometheus data kept (monitoring.keepDataOnDestroy): {p}')}"
-    return _remove_up(names, p)
+        kept = f"prometheus data kept (monitoring.keepDataOnDestroy): {p}"
+        return "; ".join([gone, f"echo {q(kept)}", f"echo {q(f'alertmanager data kept: {a}')}"])
+    return "; ".join([gone, _remove_up(names, a), _remove_up(names, p)])
 
 
 def entrypoint() -> list[str]:
@@ -448,52 +547,89 @@ def node_exporter_entrypoint() -> list[str]:
     return ["node_exporter"]
 
 
-def node_exporter_command(listen: str, port: int, *, guard: bool = False) -> list[str]:
+def node_exporter_command(listen: str, port: int, textfile: str | None = None) -> list[str]:
     """The exporter on `listen`:`port`, reading the node's / that its container sees read-only
     at HOST_ROOT, and the node's /proc as the node's own processes see it (HOST_ROOT/proc: the
-    same as the container's on a Spark; in the lab, each simulated node's memory: lab/README.md).
-    `guard`: the guard's OOM kill count too (its textfile, hostscripts/guard.py)."""
-    out = [f"--web.listen-address={plain(listen)}:{int(port)}", f"--path.rootfs={HOST_ROOT}",
-           f"--path.procfs={HOST_ROOT}/proc"]
-    if guard:
-        out.append(f"--collector.textfile.directory={HOST_ROOT}{GUARD_METRICS_DIR}")
-    return out
+    same as the container's on a Spark; in the lab, each simulated node's memory: lab/README.md);
+    with `textfile` (a folder of the node: the head's textfile_dir, the guard's metrics folder
+    elsewhere) also the `*.prom` files there (its textfile collector; node_exporter 1.5 reads one
+    folder, so the head's holds a link to the guard's count: data_write)."""
+    argv = [f"--web.listen-address={plain(listen)}:{int(port)}", f"--path.rootfs={HOST_ROOT}",
+            f"--path.procfs={HOST_ROOT}/proc"]
+    if textfile is not None:
+        argv.append(f"--collector.textfile.directory={HOST_ROOT}{plain(textfile)}")
+    return argv
 
 
 def gate_targets(spec: MonitoringSpec) -> list[dict[str, str]]:
-    """The targets the gate waits for: one per served model, one per node exporter."""
-    return [*({"job": "vllm", "model": m} for m in spec.models),
+    """The targets the gate waits for: one per replica of every served model, one per node
+    exporter."""
+    return [*({"job": "vllm", "model": m.name, "replica": r} for m in spec.models
+              for r in m.replicas),
             *({"job": "node", "node": n.node} for n in spec.nodes)]
 
 
 def gate_script(names: StackNames, marker: str, url: str, spec: MonitoringSpec,
                 timeout: int) -> str:
-    """On the head, after Prometheus's container and its configuration: Prometheus is started
-    if recon found it stopped, then payloads/monitoring_health.py (the head's python3) proves it
-    from the head: it is ready, every model's and node's target is up (scraped, with the key,
-    through the gateway), and the rule group holds every alert.
+    """On the head, after Prometheus's and Alertmanager's containers and configurations: each is
+    started if recon found it stopped, then payloads/monitoring_health.py (the head's python3)
+    proves it from the head: both are ready, every replica's and node's target is up (scraped,
+    with the key, through the gateway), the rule group holds every alert, and Prometheus sends
+    to Alertmanager.
 
-    `marker`: Prometheus's container ID and the configuration's hash (gate_marker), so a new
+    `marker`: the containers' IDs and the configurations' hashes (gate_marker), so a new
     container or configuration runs the gate again."""
-    c = q(names.prometheus)
     # a comment line: quoting does not protect it from a newline, so every word plain
     for word in marker.split(" "):
         plain(word)
-    expected = json.dumps({"targets": gate_targets(spec), "group": GROUP,
-                           "rules": list(ALERTS)}, sort_keys=True, separators=(",", ":"))
+    want: dict[str, object] = {"targets": gate_targets(spec), "group": GROUP,
+                               "rules": list(ALERTS)}
+    if spec.alertmanager is not None:
+        want["alertmanager"] = spec.alertmanager
+    expected = json.dumps(want, sort_keys=True, separators=(",", ":"))
+    starts = []
+    for name in (names.prometheus, *([names.alertmanager] if spec.alertmanager else [])):
+        c = q(name)
+        starts += [f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
+                   f"  docker start {c} >/dev/null",
+                   "fi"]
     return "\n".join([
         "set -eu",
         f"# monitoring: {q(marker)}",
-        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
-        f"  docker start {c} >/dev/null",
-        "fi",
+        *starts,
         f"python3 -c {q(_GATE_PY)} {q(url)} {q(expected)} {int(timeout)}",
     ])
 
 
-def gate_marker(container_id: str, config_stdout: str) -> str:
-    """The gate's marker: the container's ID (checked) and the configuration's hash."""
-    digest = (config_stdout or "").strip().rsplit(" ", 1)[-1]
+def exporter_start_script(names: StackNames, container_id: str) -> str:
+    """On a node, after its exporter's container: started if it is not running (recon found it
+    stopped by hand: Docker's policy does not restart a manual stop). Its container ID is in the
+    text, so a new container runs it again. Prints the exporter's state."""
+    c = q(names.node_exporter)
+    return "\n".join([
+        "set -eu",
+        f"# node exporter: {container_ids(container_id)}",
+        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
+        f"  docker start {c} >/dev/null",
+        "  echo 'node exporter started'",
+        "else",
+        "  echo 'node exporter running'",
+        "fi",
+    ])
+
+
+def gate_marker(container_id: str, config_stdout: str, *more: str) -> str:
+    """The gate's marker: the container's ID (checked) and the configuration's hash, then
+    Alertmanager's container ID and configuration hash (the same, when it runs)."""
+    words = [container_ids(container_id), _config_digest(config_stdout, "monitoring")]
+    if more:
+        am_id, am_stdout = more
+        words += [container_ids(am_id), _config_digest(am_stdout, "alertmanager")]
+    return " ".join(words)
+
+
+def _config_digest(stdout: str, what: str) -> str:
+    digest = (stdout or "").strip().rsplit(" ", 1)[-1]
     if not re.fullmatch(r"[0-9a-f]{16}", digest):
-        raise ValueError(f"not a monitoring config hash: {digest!r}")
-    return f"{container_ids(container_id)} {digest}"
+        raise ValueError(f"not a {what} config hash: {digest!r}")
+    return digest

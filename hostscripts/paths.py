@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from config.forms import IMAGE_SEED_PORT, MODEL_SEED_PORT, RUN_DIR, STACK_CONTAINERS, STATE_DIR
 
 __all__ = [
+           "ALERTMANAGER_DATA",
+           "ALERTMANAGER_MOUNT",
            "COMPILE_CACHE_MOUNT",
            "GATEWAY_MOUNT",
            "GATEWAY_RUN_MOUNT",
@@ -60,6 +62,8 @@ GATEWAY_RUN_MOUNT = "/run/spark-vllm-gateway"  # its run folder there (the stats
 GATEWAY_STATS_SOCKET = "stats.sock"  # HAProxy's stats socket in that folder (root only)
 MONITORING_MOUNT = "/etc/spark-vllm/monitoring"  # the monitoring folder in Prometheus's container
 PROMETHEUS_DATA = "/prometheus"  # Prometheus's data folder in its container (upstream's path)
+ALERTMANAGER_MOUNT = "/etc/spark-vllm/alertmanager"  # its folder in Alertmanager's container
+ALERTMANAGER_DATA = "/alertmanager"  # Alertmanager's data folder in its container (upstream's)
 RAY_SESSION_MOUNT = "/tmp/ray"  # Ray's default --temp-dir, in the Ray head and vLLM containers
 RAY_TOKEN_MOUNT = "/run/spark-vllm/ray-auth-token"  # where the Ray containers read the token
 # Compile and JIT caches, per node and per stack (StackNames.compile_cache_dir), kept across
@@ -278,6 +282,29 @@ class StackNames:
         if service is None:
             return f"{self.dir}/vllm/deployment"
         return f"{self.dir}/services/{service}/deployment"
+    @property
+    def alertmanager(self) -> str:
+        """Alertmanager's container (spark-vllm:monitoring, on the head)."""
+        return self._container("alertmanager")
+
+    @property
+    def alertmanager_dir(self) -> str:
+        """Alertmanager's folder on the head (root only), mounted read-only at
+        ALERTMANAGER_MOUNT: `conf`, a link to the `conf.<hash>` folder in use, whose
+        alertmanager.yml holds the receivers' secret values."""
+        return f"{self.dir}/alertmanager"
+
+    @property
+    def alertmanager_data_dir(self) -> str:
+        """Alertmanager's notification log and silences on the head, mounted read-write at
+        ALERTMANAGER_DATA; kept like Prometheus's data (monitoring.keepDataOnDestroy)."""
+        return f"{self.dir}/alertmanager-data"
+
+    @property
+    def textfile_dir(self) -> str:
+        """The head's node exporter reads the `*.prom` files here (its textfile collector):
+        `spark-vllm reconcile` writes its results into it (tools/reconcile.py)."""
+        return f"{self.dir}/textfile"
 
     def service_key_file(self, service: str) -> str:
         """Where a service's node keeps its copy of the API key (root only), its own folder:

@@ -267,7 +267,8 @@ class NodeFacts(_Facts):
     # (StackNames.gateway_dir)
     gateway_files_present: bool | None = None
     # the head only, with monitoring: Prometheus's configuration and key file
-    # (StackNames.monitoring_dir), and its data folder (StackNames.prometheus_data_dir)
+    # (StackNames.monitoring_dir) and Alertmanager's configuration, and their data folders
+    # (StackNames.prometheus_data_dir, alertmanager_data_dir)
     monitoring_files_present: bool | None = None
     prometheus_data_present: bool | None = None
     # the stack's firewall (config/firewall.py, hostscripts/firewall.py); None: not surveyed

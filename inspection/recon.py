@@ -45,6 +45,7 @@ from typing import TypeVar
 
 from config import PLACEHOLDER, NodeConfig, StackConfig
 from config.ssh import known_hosts_line, ssh_options
+from hostscripts.alertmanager import CONFIG_FILE as ALERTMANAGER_CONFIG
 from hostscripts.common import plain, repo_dir
 from hostscripts.firewall import check_script as firewall_check_script
 from hostscripts.guard import KILLS as GUARD_KILLS
@@ -70,6 +71,8 @@ COMMAND_TIMEOUT = 10
 DOCKER_TIMEOUT = 20
 PRESENCE = 'if [ -s "$1" ]; then echo present; else echo absent; fi'  # a file, never its content
 DIR_PRESENCE = 'if [ -d "$1" ]; then echo present; else echo absent; fi'  # a folder
+# every one of several folders
+ALL_DIRS = 'for d in "$@"; do [ -d "$d" ] || { echo absent; exit 0; }; done; echo present'
 # every one of several files (never their content)
 ALL_PRESENT = 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present'
 # the stack's netplan files: each one's digest, or absent (root only: mode 0600)
@@ -250,14 +253,17 @@ def recon_script(cfg: StackConfig, node: NodeConfig, nonce: str, names: StackNam
             lines.append(f"sv_bg gateway_files {COMMAND_TIMEOUT} bash -c {q(ALL_PRESENT)} _ "
                          + " ".join(q(f) for f in files))
             if cfg.monitoring.enabled:
-                # Prometheus's configuration and key file, and its data folder (bind mounts'
-                # sources: a stack folder wiped behind the stack would fail the container)
+                # Prometheus's configuration and key file, Alertmanager's configuration, and
+                # their data folders (bind mounts' sources: a stack folder wiped behind the
+                # stack would fail the containers)
                 lines.append(
                     f"sv_bg monitoring_files {COMMAND_TIMEOUT} bash -c {q(ALL_PRESENT)} _ "
                     f"{q(names.monitoring_dir + '/conf/' + PROMETHEUS_CONFIG)} "
-                    f"{q(names.monitoring_key_file)}")
+                    f"{q(names.monitoring_key_file)} "
+                    f"{q(names.alertmanager_dir + '/conf/' + ALERTMANAGER_CONFIG)}")
                 lines.append(f"sv_bg prometheus_data {COMMAND_TIMEOUT} bash -c "
-                             f"{q(DIR_PRESENCE)} _ {q(names.prometheus_data_dir)}")
+                             f"{q(ALL_DIRS)} _ {q(names.prometheus_data_dir)} "
+                             f"{q(names.alertmanager_data_dir)}")
     lines += [
         # the glob expands in the script's own bash (no `bash -c` of its own): unmatched, it
         # stays as it is and cat says so, as before

@@ -38,6 +38,12 @@ fresh nonce, every command under `timeout`), with these sections:
   (hostscripts/payloads/gateway_stats.py with the head's python3): connections now and its
   limit, connections refused as they arrived by the per-source limits, and per client address
   seen in the last 10 minutes its connections and 401s (issue 46).
+- `am_alerts`, `am_metrics` (the head, with `monitoring.enabled`): what the stack's Alertmanager
+  holds and has sent: its /api/v2/alerts (each alert, active or suppressed by an inhibition or
+  a silence, the receivers it goes to, since when and when Prometheus last sent it) and the
+  notification counters of its /metrics (`alertmanager_notifications_total` and `_failed_total`
+  per integration: webhook, email). Alertmanager keeps no list of the notifications themselves
+  (its notification log is internal): the counters say how many went, the alerts' times when.
 
 `node_script` builds a node's script (pure), `parse_node` reads its output into NodeStatus
 (pure), `model_states` turns the nodes' NodeStatus into one ModelStatus per model. A section
@@ -102,6 +108,11 @@ sys.stdout.write(body.decode("utf-8", "replace"))
 # the collective gate's record with its time (the file's mtime, the node's clock), or absent
 GATE_RECORD = ('if [ -s "$1" ]; then stat -c %Y "$1"; head -c 65536 "$1" | head -n 1; '
                'else echo absent; fi')
+def alertmanager_url(cfg: StackConfig) -> str:
+    """Alertmanager's API as the head reaches it (beside Prometheus: components/monitoring.py)."""
+    m = cfg.monitoring
+    host = LOOPBACK if m.listen == "loopback" else cfg.head.fabric[0].ip
+    return f"http://{host}:{m.alertmanager_port}"
 
 
 def prometheus_url(cfg: StackConfig) -> str:
@@ -219,6 +230,9 @@ def node_script(cfg: StackConfig, names: StackNames, node: NodeConfig, nonce: st
     if cfg.monitoring.enabled and node.name == cfg.head.name:
         lines.append(f"sv_bg alerts {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
                      f"{q(prometheus_url(cfg) + '/api/v1/alerts')}")
+        for section, path in (("am_alerts", "/api/v2/alerts"), ("am_metrics", "/metrics")):
+            lines.append(f"sv_bg {section} {ALERTS_TIMEOUT} python3 -c {q(_ALERTS_PY)} "
+                         f"{q(alertmanager_url(cfg) + path)}")
     if node.name == cfg.head.name:
         lines.append(f"sv_bg gateway {STATE_TIMEOUT} python3 -c {q(payload('gateway_stats.py'))} "
                      f"{q(names.gateway_run_dir + '/' + GATEWAY_STATS_SOCKET)}")
@@ -347,6 +361,41 @@ def parse_gateway(text: str, max_connections: int, unauthorized_per_minute: int
                            numbers["dcon"], sources, unauthorized, tuple(sorted(over)))
 
 
+@dataclass(frozen=True)
+class Notice:
+    """An alert the stack's Alertmanager holds: whether it goes out (`active`) or is held back
+    (`suppressed`: inhibited by another alert, e.g. its node down, or silenced), the receivers
+    it goes to, since when it fires and when Prometheus last sent it."""
+
+    name: str
+    state: str  # active | suppressed | unprocessed (Alertmanager's)
+    model: str = ""
+    replica: str = ""
+    node: str = ""
+    receivers: tuple[str, ...] = ()
+    inhibited: bool = False
+    silenced: bool = False
+    starts_at: str = ""
+    updated_at: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "receivers": list(self.receivers)}
+
+
+@dataclass
+class Notifications:
+    """Alertmanager's view: its alerts, and per integration the notifications it attempted
+    and those that failed."""
+
+    alerts: list[Notice]
+    sent: dict[str, dict[str, int]]  # integration -> {"attempted": n, "failed": m}
+    omitted: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {"alerts": [a.as_json() for a in self.alerts], "sent": self.sent,
+                "alertsOmitted": self.omitted}
+
+
 @dataclass
 class NodeStatus:
     node: str
@@ -379,6 +428,9 @@ class NodeStatus:
     drafter_read: bool = False  # the listing was read (the repo may be absent from it)
     # the kills the node's guard recorded (node clock, oldest first); None: not read
     oom_kills: list[OomKill] | None = None
+    # the head with monitoring.enabled: what its Alertmanager holds and sent; None when not
+    # asked, or when it could not be read (a problem)
+    notifications: Notifications | None = None
 
 
 def _section_text(sections: dict[str, recon.Section], name: str) -> tuple[str | None, str]:
@@ -542,6 +594,71 @@ def parse_deployment(text: str) -> dict[str, Any]:
         current = {"image": text_of(cur, "image", limit=71),
                    "restored": text_of(cur, "restored", limit=16)}
     return {"matches": body["matches"], "verified": verified, "current": current}
+_NOTIFY_LINE = re.compile(
+    r'alertmanager_notifications(_failed)?_total\{([^}]*)\}\s+([0-9.eE+]+)\s*$')
+
+
+def parse_notifications(alerts_text: str, metrics_text: str) -> Notifications:
+    """Alertmanager's /api/v2/alerts answer and its /metrics -> Notifications (pure). Every
+    alert field is checked for its type (the API:
+    https://github.com/prometheus/alertmanager/blob/v0.25.0/api/v2/openapi.yaml); an answer of
+    another shape is an AlertsError. Integrations that sent nothing and failed nothing are
+    left out."""
+    try:
+        body = json.loads(alerts_text)
+    except (ValueError, RecursionError) as exc:
+        raise AlertsError(f"Alertmanager's answer is not JSON ({exc})") from None
+    if not isinstance(body, list):
+        raise AlertsError("Alertmanager's answer is not a JSON list")
+    out: list[Notice] = []
+    for i, a in enumerate(body):
+        what = f"alert {i}"
+        if not isinstance(a, dict):
+            raise AlertsError(f"{what} is not an object")
+        labels, status = a.get("labels"), a.get("status")
+        receivers = a.get("receivers", [])
+        if not isinstance(labels, dict) or not isinstance(status, dict) or \
+                not isinstance(receivers, list):
+            raise AlertsError(f"{what}: its labels, status or receivers are not what the API "
+                              "says")
+        name = _label(labels, "alertname", f"{what}'s label", 100)
+        state = _label(status, "state", what, 20)
+        if not name or state not in ("active", "suppressed", "unprocessed"):
+            raise AlertsError(f"{what}: no alertname, or state {state!r}")
+        inhibited, silenced = status.get("inhibitedBy") or [], status.get("silencedBy") or []
+        if not isinstance(inhibited, list) or not isinstance(silenced, list):
+            raise AlertsError(f"{what}: inhibitedBy or silencedBy is not a list")
+        names = []
+        for r in receivers:
+            if not isinstance(r, dict):
+                raise AlertsError(f"{what}: a receiver is not an object")
+            names.append(_label(r, "name", f"{what}'s receiver", 64))
+        out.append(Notice(
+            name, state, model=_label(labels, "model", f"{what}'s label", 128),
+            replica=_label(labels, "replica", f"{what}'s label", 64),
+            node=_label(labels, "node", f"{what}'s label", 64),
+            receivers=tuple(n for n in names if n != "spark-vllm-none"),
+            inhibited=bool(inhibited), silenced=bool(silenced),
+            starts_at=_label(a, "startsAt", what, 40),
+            updated_at=_label(a, "updatedAt", what, 40)))
+    out.sort(key=lambda x: (x.state != "active", x.name, x.model, x.replica, x.node))
+    sent: dict[str, dict[str, int]] = {}
+    seen = False
+    for line in metrics_text.splitlines():
+        m = _NOTIFY_LINE.match(line.strip())
+        if not m:
+            continue
+        seen = True
+        integration = re.search(r'integration="([a-z0-9_]{1,32})"', m.group(2))
+        if integration is None:
+            continue
+        value = int(float(m.group(3)))
+        entry = sent.setdefault(integration.group(1), {"attempted": 0, "failed": 0})
+        entry["failed" if m.group(1) else "attempted"] += value
+    if not seen:
+        raise AlertsError("Alertmanager's metrics have no alertmanager_notifications_total")
+    sent = {k: v for k, v in sorted(sent.items()) if v["attempted"] or v["failed"]}
+    return Notifications(out[:ALERTS_KEPT], sent, len(out[ALERTS_KEPT:]))
 
 
 def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
@@ -671,6 +788,16 @@ def parse_node(cfg: StackConfig, names: StackNames, node: NodeConfig, text: str,
             why = str(exc)
         if out.alerts is None:  # never an empty list for alerts that could not be read
             out.problems.append(f"alerts: {recon.printable(why)}")
+        am_text, why = _section_text(sections, "am_alerts")
+        metrics, metrics_why = _section_text(sections, "am_metrics")
+        why = why or metrics_why
+        try:
+            if am_text is not None and metrics is not None:
+                out.notifications = parse_notifications(am_text, metrics)
+        except AlertsError as exc:
+            why = str(exc)
+        if out.notifications is None:
+            out.problems.append(f"notifications: {recon.printable(why)}")
     if node.name == cfg.head.name:
         stats, why = _section_text(sections, "gateway")
         try:
@@ -697,6 +824,8 @@ def _gate_record(sections: dict[str, recon.Section]
         return parse_record(lines[1]), float(lines[0]), ""
     except (ValueError, IndexError) as exc:
         return None, None, recon.printable(f"the collective gate's record: {exc}")
+
+
 # --------------------------------------------------------------------------- the drafter
 
 

@@ -118,7 +118,8 @@ def cmd_up(args) -> None:
         ensure_stack_tag(ref)
         st = state()
         st["image"] = ref
-        # the gateway's and Prometheus's images (lab.image DEB_IMAGES), each by the same tag
+        # the gateway's, Prometheus's and Alertmanager's images (lab.image DEB_IMAGES), each by
+        # the same tag
         for field, img in DEB_IMAGES.items():
             st[field] = ensure_deb_image(img, b)
             ensure_stack_tag(st[field])

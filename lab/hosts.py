@@ -486,8 +486,8 @@ def scrub_docker(name: str, keep_base: str | None) -> None:
     """Remove every container, volume and network, and every image except the lab images pulled
     from the lab registry whose base layer is the current one (label spark-vllm.lab.base), so the
     ~7 GB base is pulled once per node and base version, and the images of Debian packages (the
-    gateway's, Prometheus's, the node exporter's: tens of MB each) pulled from it. keep_base None
-    keeps every image."""
+    gateway's, Prometheus's, the node exporter's, Alertmanager's: tens of MB each) pulled from
+    it. keep_base None keeps every image."""
     from lab.image import DEB_IMAGES  # lab.image imports this module
 
     small = [f'"{REGISTRY}/{img.repo}@' for img in DEB_IMAGES.values()]

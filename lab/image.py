@@ -709,7 +709,37 @@ NODE_EXPORTER = DebImage(
     check=lambda got: node_exporter_check(got[0].returncode, _output(got[0])),
     key_parts=(NODE_EXPORTER_VERSION,))
 
+# ------------------------------------------------------------------------ Alertmanager's image
+ALERTMANAGER_REPO = "spark-lab/alertmanager"  # Debian's prometheus-alertmanager (and amtool)
+ALERTMANAGER_VERSION = "0.25."  # bookworm's prometheus-alertmanager
+# Set up as upstream's prom/alertmanager runs it (user nobody; its data in /alertmanager; its
+# binaries alertmanager and amtool on PATH):
+# https://github.com/prometheus/alertmanager/blob/v0.25.0/Dockerfile
+# Debian names the server's binary prometheus-alertmanager (it prints `alertmanager, version`);
+# amtool keeps its name.
+
+
+def alertmanager_check(rc: int, out: str, amtool_rc: int, amtool_out: str) -> list:
+    """What is wrong with a built Alertmanager image, from `alertmanager --version` and
+    `amtool --version` (empty: nothing)."""
+    return (version_problems("alertmanager", ALERTMANAGER_VERSION, rc, out) +
+            version_problems("amtool", ALERTMANAGER_VERSION, amtool_rc, amtool_out))
+
+
+ALERTMANAGER = DebImage(
+    label="alertmanager", repo=ALERTMANAGER_REPO, pkgs=("prometheus-alertmanager",),
+    entrypoint=("alertmanager",),
+    cmd=("--config.file=/etc/prometheus/alertmanager.yml",  # the package's sample
+         "--storage.path=/alertmanager"),
+    user="nobody", workdir="/alertmanager",
+    setup=("ln -s /usr/bin/prometheus-alertmanager /usr/local/bin/alertmanager\n"
+           "mkdir -p /alertmanager\nchown nobody:nogroup /alertmanager\n"),
+    probes=(Probe(("--version",)), Probe(("--version",), entrypoint="amtool")),
+    check=lambda got: alertmanager_check(got[0].returncode, _output(got[0]), got[1].returncode,
+                                         _output(got[1])),
+    key_parts=(ALERTMANAGER_VERSION,))
+
 # The Debian package images by the name lab.json and stack.json give their references; `up`
 # points each one's STACK_TAG at it
 DEB_IMAGES = {"gatewayImage": GATEWAY, "prometheusImage": PROMETHEUS,
-              "nodeExporterImage": NODE_EXPORTER}
+              "nodeExporterImage": NODE_EXPORTER, "alertmanagerImage": ALERTMANAGER}

@@ -67,7 +67,7 @@ def stack_config() -> dict:
     return {"nodes": nodes, "sshKeyPath": LAB_KEY, "knownHostsFile": KNOWN_HOSTS,
             "image": {"ref": st.get("image"), "tag": f"{REGISTRY}/{IMAGE_REPO}:{STACK_TAG}",
                       "source": "registry"},
-            # gatewayImage, prometheusImage, nodeExporterImage
+            # gatewayImage, prometheusImage, nodeExporterImage, alertmanagerImage
             **{field: {"ref": st.get(field), "tag": f"{REGISTRY}/{img.repo}:{STACK_TAG}"}
                for field, img in DEB_IMAGES.items()},
             "registry": REGISTRY, "hfEndpoint": HF_ENDPOINT,

@@ -52,6 +52,8 @@ import json, sys, urllib.request
 targets = json.load(urllib.request.urlopen(sys.argv[1] + "/api/v1/targets", timeout=10))
 for t in targets["data"]["activeTargets"]:
     labels = t["labels"]
-    print(f"  {labels['job']:<5} {labels.get('model') or labels.get('node'):<24} {t['health']}")
+    # a model's target is one replica of it (issue 50): <model>@<node>
+    who = f"{labels['model']}@{labels.get('replica', '?')}" if "model" in labels else labels.get("node")
+    print(f"  {labels['job']:<5} {who:<32} {t['health']}")
 PY
 fi

@@ -14,6 +14,9 @@
 #   prometheus  promtool checks the stack's Prometheus configuration and alert rules, and runs
 #               their unit tests; its prometheus scrapes a stand-in gateway in the unit tier
 #               (tests/unit/hostscripts/test_monitoring.py). The lab's image is built from it.
+#   prometheus-alertmanager  amtool checks the stack's Alertmanager configuration and its routes;
+#               its alertmanager delivers test alerts to a stand-in webhook in the unit tier
+#               (tests/unit/hostscripts/test_alertmanager.py). The lab's image is built from it.
 #   wrk         the load generator of `make bench`'s gateway section (bench/gateway.py).
 #   earlyoom    the OOM killer the stack's guard configures: the unit tier runs it for real in a
 #               PID namespace of its own (tests/unit/hostscripts/test_guard.py), and the lab's
@@ -27,7 +30,7 @@ set -euo pipefail
 
 # Debian package[:its binary, when the names differ] (SPARK_VLLM_HOST_PACKAGES: another list,
 # for its own test)
-read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables nftables:nft systemd:systemd-analyze prometheus:promtool wrk earlyoom}"
+read -r -a PACKAGES <<< "${SPARK_VLLM_HOST_PACKAGES:-haproxy netplan.io:netplan iptables nftables:nft systemd:systemd-analyze prometheus:promtool prometheus-alertmanager:amtool wrk earlyoom}"
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/sbin/$1" ]; }
 
@@ -45,7 +48,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
   echo "host packages: ${missing[*]} missing and this is not a Debian system (no apt-get):" \
-       "install them (HAProxy 2.6, netplan, iptables, nftables, systemd, Prometheus 2.42) so that their binaries are on PATH" >&2
+       "install them (HAProxy 2.6, netplan, iptables, nftables, systemd, Prometheus 2.42, Alertmanager 0.25, earlyoom) so that their binaries are on PATH" >&2
   exit 1
 fi
 

@@ -167,10 +167,11 @@ def node_raw(i: int) -> dict[str, Any]:
 
 
 def monitoring_pinned(raw_monitoring: dict[str, Any]) -> dict[str, Any]:
-    """The dev monitoring section with both images pinned by digest (what prod wants)."""
+    """The dev monitoring section with every image pinned by digest (what prod wants)."""
     return {**raw_monitoring,
             "prometheus": {"ref": "registry.example:5000/prometheus@sha256:" + "e" * 64},
-            "nodeExporter": {"ref": "registry.example:5000/node-exporter@sha256:" + "f" * 64}}
+            "nodeExporter": {"ref": "registry.example:5000/node-exporter@sha256:" + "f" * 64},
+            "alertmanager": {"ref": "registry.example:5000/alertmanager@sha256:" + "d" * 64}}
 
 
 def config_raw(nodes: int = 2, **overrides: Any) -> dict[str, Any]:
@@ -282,6 +283,10 @@ class RecordingMocks(pulumi.runtime.Mocks):
                                  "deployment": hashlib.sha256(args.name.encode()).hexdigest()[:16],
                                  "at": "2026-12-06T00:00:00Z"}, sort_keys=True) + "\n"
                 if re.fullmatch(r"vllm-health|svc-.+-health-.+", args.name)
+                # and hostscripts/alertmanager.config_write: the redacted text's hash
+                else "alertmanager config " + hashlib.sha256(
+                    str(args.inputs.get("create")).encode()).hexdigest()[:16]
+                if args.name.endswith("alertmanager-config")
                 else f"{args.name}: ok")
             outputs["stderr"] = ""
         if args.typ == "docker:index/container:Container":  # the daemon's 64-hex container ID

@@ -8,12 +8,15 @@
     spark-vllm logs -s STACK [MODEL]    every rank's vLLM log, merged in time order (-f follows)
     spark-vllm recipes list|show|import the typed recipes; import a community recipe file
     spark-vllm fabric test -s STACK     the collective bandwidth gate on demand (fabric_cli.py)
+    spark-vllm reconcile -s STACK       repair drift in the classes the stack repairs safely,
+                                        report the rest (tools/reconcile.py; --install a timer)
 
 Every subcommand reads the stack file Pulumi.<stack>.yaml of the current folder (like the Pulumi
 CLI) and reaches the nodes over SSH with the stack's pinned host keys; none of them changes a
 node (init reads them too; it writes the stack file; fabric test runs its short-lived rank
-containers, removed when done; rollback writes the stack file and runs `pulumi up`). Built on
-click
+containers, removed when done; rollback writes the stack file and runs `pulumi up`), but
+`reconcile`, whose `up` repairs what drifted (only in the classes tools/drift.py lists). Built
+on click
 (https://click.palletsprojects.com) and rich (https://rich.readthedocs.io).
 """
 
@@ -23,7 +26,7 @@ import sys
 
 import click
 
-from tools import fabric_cli, init_cli, logs, recipes_cli, rollback, status
+from tools import fabric_cli, init_cli, logs, recipes_cli, reconcile, rollback, status
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
@@ -34,7 +37,7 @@ PASS_THROUGH = {"ignore_unknown_options": True, "allow_extra_args": True,
 @click.version_option(package_name="spark-vllm", prog_name="spark-vllm")
 def main() -> None:
     """Deploy-side tools for a spark-vllm stack: init, recon, promote, rollback, status, logs,
-    recipes, fabric."""
+    recipes, fabric, reconcile."""
 
 
 @main.command(context_settings=PASS_THROUGH, add_help_option=False)
@@ -61,6 +64,7 @@ main.add_command(status.command)
 main.add_command(logs.command)
 main.add_command(recipes_cli.group)
 main.add_command(fabric_cli.group)
+main.add_command(reconcile.command)
 
 
 def cli() -> None:

@@ -3,8 +3,10 @@ one and each service) serving / starting / crash-looping / stopped / missing / u
 when, restarts, requests running and waiting, KV cache use and tokens/s, and its last OOM kill
 ("OOM-killed at T (node available X GiB)"); per node the memory each container holds, what is
 available and the newest OOM kills the node's guard recorded; with `monitoring.enabled`, the
-alerts the stack's Prometheus has pending or firing (asked on the head); the fabric's collective
-bandwidth as the stack's collective gate last measured it (its record on the head,
+alerts the stack's Prometheus has pending or firing and what its Alertmanager sent (each alert
+it holds: sent to which receivers since when, or held back by an inhibition or a silence; the
+notifications per integration, and how many failed), both asked on the head; the fabric's
+collective bandwidth as the stack's collective gate last measured it (its record on the head,
 components/collective.py). Read-only: one ssh round trip per node, all in parallel
 (inspection/status.py says what each reads).
 
@@ -165,6 +167,46 @@ def render_drafter(repo: str, drafter: list[st.DrafterStatus]) -> Text:
     return text
 
 
+def _notifications_of(nodes: dict[str, st.NodeStatus]) -> st.NodeStatus | None:
+    return next((n for n in nodes.values() if n.notifications is not None), None)
+
+
+def render_notifications(head: str, nodes: dict[str, st.NodeStatus]) -> Table | Text:
+    """What the stack's Alertmanager holds and sent: a table of its alerts (to whom, since
+    when, last sent by Prometheus; or held back, and why) captioned with the notifications per
+    integration; a line when it holds none; or a line saying it could not be read."""
+    held = _notifications_of(nodes)
+    if held is None or held.notifications is None:
+        ns = nodes.get(head)
+        why = ("not surveyed" if ns is None else ns.error or next(
+            (pr.removeprefix("notifications: ") for pr in ns.problems
+             if pr.startswith("notifications: ")), "no answer"))
+        return Text(f"notifications: unknown, could not be read on {head} "
+                    f"({recon.printable(why)})", style="magenta")
+    n = held.notifications
+    sent = ", ".join(f"{k} {v['attempted']} sent ({v['failed']} failed)"
+                     for k, v in n.sent.items()) or "none sent yet"
+    if not n.alerts:
+        return Text(f"notifications (Alertmanager on {held.node}): no alert held; {sent}")
+    at = Table(title=f"notifications (Alertmanager on {held.node})", title_justify="left")
+    for col in ("alert", "model / node", "sent to", "since", "last sent by Prometheus"):
+        at.add_column(col)
+    for a in n.alerts:
+        who = a.model + (f" on {a.replica}" if a.replica else "") if a.model else a.node or "-"
+        if a.state == "active":
+            to = Text(", ".join(a.receivers) or "nobody (no receiver declared)",
+                      style="bold" if a.receivers else "")
+        else:
+            why = "its node is down (inhibited)" if a.inhibited else \
+                "silenced" if a.silenced else a.state
+            to = Text(f"held back: {why}", style="yellow")
+        at.add_row(Text(a.name), Text(who), to, Text(_since(a.starts_at)),
+                   Text(_since(a.updated_at)))
+    at.caption = f"notifications: {sent}" + (
+        f"; {n.omitted} more alerts not shown" if n.omitted else "")
+    return at
+
+
 def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeStatus],
            monitoring_on: str = "", head: str = "", firewall_on: bool = False,
            drafter: tuple[str, list[st.DrafterStatus]] | None = None) -> Group:
@@ -213,6 +255,7 @@ def render(stack: str, models: list[st.ModelStatus], nodes: dict[str, st.NodeSta
         parts.append(render_gateway(head, nodes))
     if monitoring_on:
         parts.append(render_alerts(monitoring_on, nodes))
+        parts.append(render_notifications(monitoring_on, nodes))
     parts.append(render_gate(nodes))
     parts.append(nt)
     if firewall_on:
@@ -289,12 +332,14 @@ def render_deployments(models: list[st.ModelStatus]) -> Table:
 def as_json(stack: str, models: list[st.ModelStatus],
             nodes: dict[str, st.NodeStatus],
             drafter: tuple[str, list[st.DrafterStatus]] | None = None) -> dict[str, Any]:
-    """`alerts`: Prometheus's pending and firing alerts; null with monitoring off, or when they
-    could not be read (then the head's `problems` says why). Per node `dropped`: packets each
+    """`alerts`: Prometheus's pending and firing alerts; `notifications`: what Alertmanager
+    holds and sent; each null with monitoring off, or when it could not be read (then the head's
+    `problems` says why). Per node `dropped`: packets each
     rule of the stack's firewall dropped ({rule: packets}); null with the firewall off, or when
     its table is not loaded or could not be read (its `problems` says why). `drafter`:
     model.drafter's repo and per node whether its commit is there; null without one."""
     held = _alerts_of(nodes)
+    told = _notifications_of(nodes)
     return {
         "stack": stack,
         "drafter": None if drafter is None else {
@@ -309,6 +354,8 @@ def as_json(stack: str, models: list[st.ModelStatus],
         # `problems` says why)
         "gateway": next((n.gateway.as_json() for n in nodes.values() if n.gateway is not None),
                         None),
+        "notifications": None if told is None or told.notifications is None else
+        told.notifications.as_json(),
         "nodes": {n.node: {"error": n.error, "memoryTotal": n.memory_total,
                            "memoryAvailable": n.memory_available, "containers": n.memory,
                            # the guard's record of its OOM kills (null: guard off or unread)

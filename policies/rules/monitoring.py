@@ -1,20 +1,27 @@
-"""17. monitoring-not-exposed, on the Monitoring component: Prometheus and the node exporters,
-which have no authentication in this stack, never listen on the management network.
+"""17. monitoring-not-exposed, on the Monitoring component: Prometheus, Alertmanager and the
+node exporters, which have no authentication in this stack, never listen on the management
+network.
 
 A Monitoring (`spark-vllm:monitoring:Monitoring`, components/monitoring.py, one per stack with
 `monitoring.enabled`) carries the `environment`, the head's `node` name and management `host`,
 Prometheus's `listen` ("addr:port"), its `authentication` (false: there is none today),
 `fabricAddresses` (every fabric address of every node), the `images` {prometheus,
-nodeExporter} as configured, and the `exporters` [{node, host, listen}], one per node.
+nodeExporter, alertmanager} as configured, the `exporters` [{node, host, listen}], one per node,
+and `alertmanager` {listen, clusterListen} (its API and UI, and its cluster's gossip listener,
+"" when off).
 
 * Prometheus's `listen` is loopback or a fabric address: never every address (0.0.0.0, ::, an
   empty address), a management address (the head's `host` or another node's) or any other,
   unless `authentication` is true (reserved for a Prometheus that checks its clients);
 * every exporter's `listen` is loopback or a fabric address, never its node's management
   `host`, every address or any other (exporters have no authentication at all);
+* Alertmanager's `listen` likewise (it has no authentication either: anyone who reaches it can
+  silence every alert), and its `clusterListen` is off ("") or loopback or a fabric address
+  (Alertmanager's default, 0.0.0.0:9094, is every address: its gossip takes silences and
+  notifications from any peer);
 * a `listen` that is not `addr:port` (`[v6]:port` for IPv6) is a finding: what cannot be read
   cannot be shown to stay off the management network;
-* in the prod environments (pack config `prodEnvironments`), both images are pinned by digest
+* in the prod environments (pack config `prodEnvironments`), the images are pinned by digest
   (`<repo>@sha256:<64 hex>`, rule 10's DIGEST_REF_RE).
 
 The program places them itself (loopback on the head, a node's first fabric address elsewhere;
@@ -56,6 +63,9 @@ _PROMETHEUS_FIX = ("Prometheus has no authentication in this stack: set "
 _EXPORTER_FIX = ("a node exporter has no authentication: the stack places it on the head's "
                  "loopback and on each other node's first fabric address (nodes[].fabric), "
                  "never on the management network")
+_ALERTMANAGER_FIX = ("Alertmanager has no authentication in this stack (whoever reaches it can "
+                     "silence every alert): the stack places it beside Prometheus "
+                     "(spark-vllm:monitoring.listen: loopback or fabric) with its cluster off")
 
 
 @dataclass(frozen=True)
@@ -201,12 +211,38 @@ def _exporter_findings(props: Props, known: _Addresses) -> list[str]:
     return out
 
 
+def _alertmanager_findings(props: Props, known: _Addresses) -> list[str]:
+    """Alertmanager's API and its cluster listener (absent props: a stack without one)."""
+    am = get(props, "alertmanager")
+    if am is None or is_unknown(am):
+        return []
+    node = text(get(props, "node")) or "?"
+    out: list[str] = []
+    for key, what in (("listen", "Alertmanager"), ("clusterListen", "Alertmanager's cluster")):
+        raw = get(am, key)
+        if is_unknown(raw) or (key == "clusterListen" and raw == ""):
+            continue
+        listen = parse_listen(raw)
+        if listen is None:
+            out.append(f"node {node}: {what} listen {_shown(raw)} is not an address:port "
+                       "(a.b.c.d:port, [v6]:port): it cannot be shown to stay off the "
+                       f"management network; {_ALERTMANAGER_FIX}")
+            continue
+        why = _why_exposed(listen, known)
+        if why is not None:
+            out.append(f"node {node}: {what} listens on {raw}: {why}; {_ALERTMANAGER_FIX}")
+    return out
+
+
 def _image_findings(props: Props, env: str) -> list[str]:
     out: list[str] = []
-    for key, what in (("prometheus", "Prometheus's"), ("nodeExporter", "the node exporters'")):
+    for key, what in (("prometheus", "Prometheus's"), ("nodeExporter", "the node exporters'"),
+                      ("alertmanager", "Alertmanager's")):
         ref = get(props, "images", key)
         if is_unknown(ref) or (isinstance(ref, str) and DIGEST_REF_RE.fullmatch(ref)):
             continue
+        if key == "alertmanager" and ref is None and get(props, "alertmanager") is None:
+            continue  # a stack from before Alertmanager
         out.append(f"{env}: {what} image spark-vllm:monitoring.{key}.ref {_shown(ref)} is not "
                    "pinned by digest (<repo>@sha256:<64 hex>); pin it (`docker buildx "
                    "imagetools inspect <ref>` shows the digest)")
@@ -219,6 +255,7 @@ def monitoring_findings(props: Props, prod: str | None = None) -> list[str]:
     known = _addresses(props)
     out = _prometheus_findings(props, known)
     out += _exporter_findings(props, known)
+    out += _alertmanager_findings(props, known)
     if prod:
         out += _image_findings(props, prod)
     return out
@@ -235,16 +272,18 @@ def validate_monitoring_not_exposed(args: ResourceValidationArgs, report: Report
 
 monitoring_not_exposed = ResourceValidationPolicy(
     name="monitoring-not-exposed",
-    description="Prometheus and the node exporters (no authentication in this stack) listen on "
-                "loopback or a fabric address, never every address or the management network; "
-                "in prod their images are pinned by digest.",
+    description="Prometheus, Alertmanager and the node exporters (no authentication in this "
+                "stack) listen on loopback or a fabric address, never every address or the "
+                "management network; Alertmanager's cluster is off; in prod their images are "
+                "pinned by digest.",
     validate=validate_monitoring_not_exposed,
     enforcement_level=EnforcementLevel.MANDATORY,
     remediation_steps="Set spark-vllm:monitoring.listen to loopback (reach Prometheus with "
                       "`ssh -L 9090:127.0.0.1:9090 <head>`) or fabric; leave the exporters where "
                       "the stack puts them (the head's loopback, each other node's first fabric "
-                      "address, nodes[].fabric); in prod set monitoring.prometheus.ref and "
-                      "monitoring.nodeExporter.ref to <repo>@sha256:<digest>.",
+                      "address, nodes[].fabric); in prod set monitoring.prometheus.ref, "
+                      "monitoring.nodeExporter.ref and monitoring.alertmanager.ref to "
+                      "<repo>@sha256:<digest>.",
     config_schema=schema(
         environment=ENV_PROP,
         prodEnvironments=env_list_prop(DEFAULTS["prodEnvironments"],

@@ -1,6 +1,7 @@
-"""The lab's Prometheus and node exporter images (lab/image.py PROMETHEUS, NODE_EXPORTER: Debian's
-prometheus 2.42 and prometheus-node-exporter 1.5) run on the nodes by the tags Pulumi.dev.yaml
-names, as the stack runs upstream's prom/prometheus and prom/node-exporter: the versions, the
+"""The lab's Prometheus, node exporter and Alertmanager images (lab/image.py PROMETHEUS,
+NODE_EXPORTER, ALERTMANAGER: Debian's prometheus 2.42, prometheus-node-exporter 1.5 and
+prometheus-alertmanager 0.25) run on the nodes by the tags Pulumi.dev.yaml names, as the stack
+runs upstream's prom/prometheus, prom/node-exporter and prom/alertmanager: the versions, the
 binaries on PATH under upstream's names, user nobody, and each one serving HTTP on 127.0.0.1 in a
 container without a network (`docker run --network none`; the images have no curl, so the node's
 own curl asks, from inside the container's network namespace).
@@ -13,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.lab
 
-FIELDS = ("prometheusImage", "nodeExporterImage")
+FIELDS = ("prometheusImage", "nodeExporterImage", "alertmanagerImage")
 MANIFEST_V2 = "application/vnd.docker.distribution.manifest.v2+json"
 
 
@@ -101,3 +102,22 @@ def test_node_exporter_image_version_and_metrics(lab):
         assert build and 'version="1.5.0"' in build[0], (node, build)
         assert sum(x.startswith("node_") for x in lines) > 100, (node, metrics[:2000])
         assert any(x.startswith("node_memory_MemTotal_bytes ") for x in lines), node
+
+
+def test_alertmanager_image_versions_and_api(lab):
+    tag = _image(lab, "alertmanagerImage")
+    node = next(iter(lab.nodes))  # the head: where the stack runs Alertmanager
+    q = shlex.quote(tag)
+    out = _run(lab, node, q + " --version")
+    assert out.startswith("alertmanager, version 0.25."), out
+    out = _run(lab, node, f"--entrypoint amtool {q} --version")
+    assert out.startswith("amtool, version 0.25."), out
+    assert _run(lab, node, f"--entrypoint id {q} -un").strip() == "nobody"
+    out = _run(lab, node, f"--entrypoint amtool {q} check-config /etc/prometheus/alertmanager.yml")
+    assert "SUCCESS" in out, out
+    # as the stack runs it (components/monitoring.py): its cluster off, its API on loopback
+    ready = _serve_and_get(lab, node, f"{q} --config.file=/etc/prometheus/alertmanager.yml "
+                           "--storage.path=/alertmanager --cluster.listen-address= "
+                           "--web.listen-address=127.0.0.1:9093",
+                           "http://127.0.0.1:9093/api/v2/status")
+    assert '"cluster":{' in ready and '"status":"disabled"' in ready, ready

@@ -31,6 +31,9 @@ HEAD_FABRIC = ["192.168.177.11", "192.168.178.11"]
 WORKER_FABRIC = ["192.168.177.12", "192.168.178.12"]
 PROMETHEUS_PIN = "prom/prometheus@sha256:" + "a" * 64
 EXPORTER_PIN = "prom/node-exporter@sha256:" + "b" * 64
+ALERTMANAGER_PIN = "prom/alertmanager@sha256:" + "c" * 64
+PINNED = {"prometheus": PROMETHEUS_PIN, "nodeExporter": EXPORTER_PIN,
+          "alertmanager": ALERTMANAGER_PIN}
 
 PROMETHEUS_FIX = ("Prometheus has no authentication in this stack: set "
                   "spark-vllm:monitoring.listen: loopback (127.0.0.1; reach it with ssh -L) or "
@@ -38,6 +41,9 @@ PROMETHEUS_FIX = ("Prometheus has no authentication in this stack: set "
 EXPORTER_FIX = ("a node exporter has no authentication: the stack places it on the head's "
                 "loopback and on each other node's first fabric address (nodes[].fabric), never "
                 "on the management network")
+ALERTMANAGER_FIX = ("Alertmanager has no authentication in this stack (whoever reaches it can "
+                    "silence every alert): the stack places it beside Prometheus "
+                    "(spark-vllm:monitoring.listen: loopback or fabric) with its cluster off")
 
 
 def exporter(node, host, listen):
@@ -57,10 +63,14 @@ def monitoring(**over):
         "authentication": False,
         "fabricAddresses": [*HEAD_FABRIC, *WORKER_FABRIC],
         "images": {"prometheus": "prom/prometheus:v3.5.0",
-                   "nodeExporter": "prom/node-exporter:v1.9.1"},
+                   "nodeExporter": "prom/node-exporter:v1.9.1",
+                   "alertmanager": "prom/alertmanager:v0.28.1"},
+        "alertmanager": {"listen": "127.0.0.1:9093", "clusterListen": ""},
+        "receivers": [],
         "exporters": [exporter("spark-1", "10.77.0.11", "127.0.0.1:9100"),
                       exporter("spark-2", "10.77.0.12", "192.168.177.12:9100")],
-        "targets": {"models": ["qwen3.5-122b"], "nodes": ["spark-1", "spark-2"]},
+        "targets": {"models": ["qwen3.5-122b"], "replicas": {"qwen3.5-122b": ["spark-1"]},
+                    "nodes": ["spark-1", "spark-2"]},
         "scrapeIntervalSeconds": 15,
         "retentionDays": 15,
         "keepDataOnDestroy": True,
@@ -105,10 +115,16 @@ def test_passes_for_the_components_default_props():
     # every loopback spelling: 127.0.0.0/8, ::1, localhost
     for listen in ("127.0.0.2:9090", "[::1]:9090", "localhost:9090"):
         assert check(monitoring(listen=listen)) == [], listen
-    # prod with both images pinned by digest
-    assert check(monitoring(environment="prod",
-                            images={"prometheus": PROMETHEUS_PIN,
-                                    "nodeExporter": EXPORTER_PIN})) == []
+    # prod with every image pinned by digest
+    assert check(monitoring(environment="prod", images=PINNED)) == []
+    # Alertmanager on the fabric (with Prometheus), its cluster on loopback: fine too
+    assert check(monitoring(alertmanager={"listen": "192.168.177.11:9093",
+                                          "clusterListen": "127.0.0.1:9094"})) == []
+    # a stack from before Alertmanager (no such props), in prod
+    old = monitoring(environment="prod", images={"prometheus": PROMETHEUS_PIN,
+                                                 "nodeExporter": EXPORTER_PIN})
+    del old["alertmanager"]
+    assert check(old) == []
     # a DNS management name: the loopback and fabric listeners are still fine
     assert check(monitoring(host="spark-1.lab.example")) == []
 
@@ -125,22 +141,24 @@ def test_passes_for_what_the_component_registers():
 
     nodes = [node("spark-1", "10.77.0.11", HEAD_FABRIC),
              node("spark-2", "10.77.0.12", WORKER_FABRIC)]
-    spec = SimpleNamespace(models=("qwen3.5-122b",),
+    spec = SimpleNamespace(models=(SimpleNamespace(name="qwen3.5-122b", replicas=("spark-1",)),),
                            nodes=tuple(SimpleNamespace(node=n.name) for n in nodes))
 
-    def props(listen, env, prometheus, node_exporter):
+    def props(listen, env, prometheus, node_exporter, alertmanager):
         cfg = MonitoringConfig.model_validate({
             "enabled": True, "listen": listen, "prometheus": {"ref": prometheus},
-            "nodeExporter": {"ref": node_exporter}})
+            "nodeExporter": {"ref": node_exporter}, "alertmanager": {"ref": alertmanager}})
         args = MonitoringArgs(monitoring=cfg, nodes=nodes, names=None, labels={},
-                              environment=env, spec=spec, api_key=None)
+                              environment=env, spec=spec, alerting=None, api_key=None)
         return Monitoring._props(args)
 
-    default = props("loopback", "dev", "prom/prometheus:v3.5.0", "prom/node-exporter:v1.9.1")
+    default = props("loopback", "dev", "prom/prometheus:v3.5.0", "prom/node-exporter:v1.9.1",
+                    "prom/alertmanager:v0.28.1")
     assert default == monitoring()  # the hand-built props above are the component's
     assert check(default) == []
-    fabric = props("fabric", "prod", PROMETHEUS_PIN, EXPORTER_PIN)
+    fabric = props("fabric", "prod", PROMETHEUS_PIN, EXPORTER_PIN, ALERTMANAGER_PIN)
     assert fabric["listen"] == "192.168.177.11:9090"
+    assert fabric["alertmanager"] == {"listen": "192.168.177.11:9093", "clusterListen": ""}
     assert check(fabric) == []
 
 
@@ -281,31 +299,36 @@ def test_an_exporter_with_a_malformed_listen_fails_closed(listen):
 
 
 # ---------------------------------------------------------------------------------- images
+AM_UNPINNED = image_msg("prod", "Alertmanager's", "alertmanager", "prom/alertmanager:v0.28.1")
+
+
 def test_prod_refuses_images_not_pinned_by_digest():
     assert check(monitoring(environment="prod")) == [
         image_msg("prod", "Prometheus's", "prometheus", "prom/prometheus:v3.5.0"),
-        image_msg("prod", "the node exporters'", "nodeExporter", "prom/node-exporter:v1.9.1")]
-    one = monitoring(environment="prod", images={"prometheus": PROMETHEUS_PIN,
+        image_msg("prod", "the node exporters'", "nodeExporter", "prom/node-exporter:v1.9.1"),
+        AM_UNPINNED]
+    one = monitoring(environment="prod", images={**PINNED,
                                                  "nodeExporter": "prom/node-exporter:v1.9.1"})
     assert check(one) == [
         image_msg("prod", "the node exporters'", "nodeExporter", "prom/node-exporter:v1.9.1")]
     # a digest with a trailing newline, a bare image ID, none: not pinned
     for ref in (PROMETHEUS_PIN + "\n", "sha256:" + "a" * 64, None):
-        props = monitoring(environment="prod", images={"prometheus": ref,
-                                                       "nodeExporter": EXPORTER_PIN})
+        props = monitoring(environment="prod", images={**PINNED, "prometheus": ref})
         assert check(props) == [image_msg("prod", "Prometheus's", "prometheus", ref)], ref
+    props = monitoring(environment="prod", images={**PINNED, "alertmanager": None})
+    assert check(props) == [image_msg("prod", "Alertmanager's", "alertmanager", None)]
 
 
 def test_only_the_prod_environments_must_pin():
     assert check(monitoring(environment="dev")) == []
     assert check(monitoring(environment="staging")) == []
     assert len(check(monitoring(environment="staging"),
-                     config={"prodEnvironments": ["staging", "prod"]})) == 2
+                     config={"prodEnvironments": ["staging", "prod"]})) == 3
     # no environment in the props: the pack config's
     props = monitoring()
     del props["environment"]
     assert check(props) == []
-    assert len(check(props, config={"environment": "prod"})) == 2
+    assert len(check(props, config={"environment": "prod"})) == 3
     schema = rules.monitoring_not_exposed.config_schema
     assert schema is not None
     assert schema.properties["prodEnvironments"]["default"] == ["prod"]
@@ -332,7 +355,8 @@ def test_an_unknown_value_skips_only_its_check():
     assert check(props) == [
         bad_exporter,
         image_msg("prod", "Prometheus's", "prometheus", "prom/prometheus:v3.5.0"),
-        image_msg("prod", "the node exporters'", "nodeExporter", "prom/node-exporter:v1.9.1")]
+        image_msg("prod", "the node exporters'", "nodeExporter", "prom/node-exporter:v1.9.1"),
+        AM_UNPINNED]
     # the exporters unknown (the list, an entry, a listen): Prometheus still judged
     for exporters in (UNKNOWN_ARRAY_VALUE,
                       [UNKNOWN_OBJECT_VALUE, exporter("spark-2", "10.77.0.12", "0.0.0.0:9100")],
@@ -347,7 +371,8 @@ def test_an_unknown_value_skips_only_its_check():
     assert check(props) == [bad_exporter]
     # an unknown image: only the other one is judged
     props = monitoring(environment="prod", images={"prometheus": UNKNOWN_STRING_VALUE,
-                                                   "nodeExporter": "prom/node-exporter:v1.9.1"})
+                                                   "nodeExporter": "prom/node-exporter:v1.9.1",
+                                                   "alertmanager": ALERTMANAGER_PIN})
     assert check(props) == [
         image_msg("prod", "the node exporters'", "nodeExporter", "prom/node-exporter:v1.9.1")]
     # the environment unknown: no image check, the addresses still judged
@@ -381,9 +406,11 @@ def test_every_finding_of_a_stack_at_once():
     props = monitoring(environment="prod", listen="10.77.0.11:9090")
     props["exporters"][0]["listen"] = "0.0.0.0:9100"
     props["exporters"][1]["listen"] = "192.168.177.12"
+    props["alertmanager"] = {"listen": "10.77.0.11:9093", "clusterListen": "0.0.0.0:9094"}
     msgs = check(props)
     assert [m.split(":", 1)[0] for m in msgs] == [
-        "node spark-1", "node spark-1", "node spark-2", "prod", "prod"]
+        "node spark-1", "node spark-1", "node spark-2", "node spark-1", "node spark-1", "prod",
+        "prod", "prod"]
     assert "Prometheus listens on 10.77.0.11:9090" in msgs[0]
     assert "its node exporter listens on 0.0.0.0:9100" in msgs[1]
     assert "its node exporter's listen '192.168.177.12' is not an address:port" in msgs[2]
@@ -433,7 +460,7 @@ def test_monitoring_rule_through_the_servicer():
                                                     "10.77.0.12:9100")]))
     assert {d.policyName for d in diags} == {"monitoring-not-exposed"}
     assert {d.enforcementLevel for d in diags} == {proto.MANDATORY}
-    assert len(diags) == 4
+    assert len(diags) == 5  # Prometheus, an exporter, the three images
     # the servicer puts the policy's description first
     assert diags[0].message.endswith("\n" + prometheus_msg("0.0.0.0:9090", f"0.0.0.0 {EVERY}"))
 
@@ -444,9 +471,37 @@ def test_monitoring_rule_survives_unknowns_through_the_servicer():
     partial = monitoring(
         listen=UNKNOWN_STRING_VALUE, authentication=UNKNOWN_BOOLEAN_VALUE,
         fabricAddresses=[UNKNOWN_STRING_VALUE, *HEAD_FABRIC],
-        images={"prometheus": UNKNOWN_STRING_VALUE, "nodeExporter": UNKNOWN_STRING_VALUE},
+        images={"prometheus": UNKNOWN_STRING_VALUE, "nodeExporter": UNKNOWN_STRING_VALUE,
+                "alertmanager": UNKNOWN_STRING_VALUE},
+        alertmanager={"listen": UNKNOWN_STRING_VALUE, "clusterListen": UNKNOWN_STRING_VALUE},
         exporters=[{"node": UNKNOWN_STRING_VALUE, "host": UNKNOWN_STRING_VALUE,
                     "listen": UNKNOWN_STRING_VALUE}, UNKNOWN_OBJECT_VALUE],
         scrapeIntervalSeconds=UNKNOWN_NUMBER_VALUE, environment="prod")
     for props in (sentinel, partial, monitoring(fabricAddresses=UNKNOWN_ARRAY_VALUE)):
         assert _analyze(props) == [], props
+
+
+# ----------------------------------------------------------------------- Alertmanager (issue 50)
+@pytest.mark.parametrize(("am", "what", "listen", "why"), [
+    ({"listen": "0.0.0.0:9093", "clusterListen": ""}, "Alertmanager", "0.0.0.0:9093",
+     f"0.0.0.0 {EVERY}"),
+    ({"listen": "10.77.0.11:9093", "clusterListen": ""}, "Alertmanager", "10.77.0.11:9093",
+     "10.77.0.11 is the management address of node spark-1 (the network ssh arrives on)"),
+    # its default cluster listener: every address
+    ({"listen": "127.0.0.1:9093", "clusterListen": "0.0.0.0:9094"}, "Alertmanager's cluster",
+     "0.0.0.0:9094", f"0.0.0.0 {EVERY}"),
+    ({"listen": "127.0.0.1:9093", "clusterListen": "10.0.0.5:9094"}, "Alertmanager's cluster",
+     "10.0.0.5:9094", "10.0.0.5 is neither loopback nor a fabric address of the stack"),
+])
+def test_alertmanager_beyond_loopback_and_the_fabric_fails(am, what, listen, why):
+    assert check(monitoring(alertmanager=am)) == [
+        f"node spark-1: {what} listens on {listen}: {why}; {ALERTMANAGER_FIX}"]
+
+
+def test_an_alertmanager_with_a_malformed_listen_fails_closed():
+    assert check(monitoring(alertmanager={"listen": "127.0.0.1", "clusterListen": ""})) == [
+        "node spark-1: Alertmanager listen '127.0.0.1' is not an address:port (a.b.c.d:port, "
+        "[v6]:port): it cannot be shown to stay off the management network; "
+        f"{ALERTMANAGER_FIX}"]
+    # unknown: not judged
+    assert check(monitoring(alertmanager=UNKNOWN_OBJECT_VALUE)) == []

@@ -76,12 +76,13 @@ def fixed_model(monkeypatch):
 
 
 def secrets(api_key: str | None = API_KEY, hf_token: str | None = None,
-            tls_key: str | None = None) -> Secrets:
+            tls_key: str | None = None, alerting: dict[str, str] | None = None) -> Secrets:
     return Secrets(
         ssh_private_key=pulumi.Output.secret(SSH_KEY),
         hf_token=pulumi.Output.secret(hf_token) if hf_token else None,
         vllm_api_key=pulumi.Output.secret(api_key) if api_key else None,
         gateway_tls_key=pulumi.Output.secret(tls_key) if tls_key else None,
+        alerting=pulumi.Output.secret(alerting) if alerting else None,
     )
 
 
@@ -98,6 +99,7 @@ def build(mocks, gb10_facts, config_raw):
         api_key: str | None = API_KEY,
         hf_token: str | None = None,
         tls_key: str | None = None,
+        alerting: dict[str, str] | None = None,
         **overrides: Any,
     ):
         cfg = validate_config(raw if raw is not None else config_raw(nodes, **overrides))
@@ -107,7 +109,8 @@ def build(mocks, gb10_facts, config_raw):
         services = {s.name: fake_manifest(s.repo, s.revision) for s in cfg.services}
         d = cfg.model.drafter
         drafter = fake_manifest(d.repo, d.revision) if d is not None else None
-        return stack.build_stack(cfg, facts, plan or Plan(), secrets(api_key, hf_token, tls_key),
+        return stack.build_stack(cfg, facts, plan or Plan(),
+                                 secrets(api_key, hf_token, tls_key, alerting),
                                  manifest=manifest, service_manifests=services,
                                  drafter_manifest=drafter)
 

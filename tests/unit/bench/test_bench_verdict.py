@@ -181,10 +181,13 @@ def test_monitoring_may_reload_its_configuration_never_replace_prometheus_or_an_
         "monitoring touched beyond its configuration"]
     assert verdict("monitoring scrape interval", {**reload, "vllm-serve": "replace"},
                    cost(vllm_restarted=True), {}) == ["main model touched"]
-    # a service added: its own steps, the gateway's routing and its Prometheus target
+    # a service added: its own steps, the gateway's routing, its Prometheus targets and its
+    # inhibition in Alertmanager's configuration (issue 50: a reload)
     added = {"svc-embed-serve-spark-1": "create", "gateway-config": "update",
-             "gateway-health": "update", **reload}
+             "gateway-health": "update", "monitoring-alertmanager-config": "update", **reload}
     assert verdict("add a service", added, cost(), {}) == []
+    assert verdict("add a service", {**added, "monitoring-alertmanager": "replace"}, cost(),
+                   {}) == ["monitoring touched beyond its configuration"]
     assert verdict("add a service", {**added, "monitoring-prometheus": "replace"}, cost(),
                    {}) == ["monitoring touched beyond its configuration"]
 

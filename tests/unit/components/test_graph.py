@@ -55,12 +55,12 @@ def expected_counts(n: int) -> Counter:
             "spark-vllm:collective:CollectiveGate": 1,
             "spark-vllm:guard:NodeGuard": n,  # guard.enabled (the default)
             PROVIDER: n,
-            # the serving image and the node exporter's on every node, the gateway's and
-            # Prometheus's on the head
-            IMAGE: 2 * n + 2,
-            # a Ray container and a node exporter per node, the vLLM container, the gateway and
-            # Prometheus on the head
-            CONTAINER: 2 * n + 3,
+            # the serving image and the node exporter's on every node, the gateway's,
+            # Prometheus's and Alertmanager's on the head
+            IMAGE: 2 * n + 3,
+            # a Ray container and a node exporter per node, the vLLM container, the gateway,
+            # Prometheus and Alertmanager on the head
+            CONTAINER: 2 * n + 4,
             # model: fetch + seed + seed-stop + (n-1) syncs + n verifies; n Ray token files;
             # ray ready; vLLM's API key file + health gate + NCCL log + transport check; the
             # verified deployment's step on every node (issue 49); n fabric checks; n image probes + the image check; n page-cache drops; n
@@ -70,9 +70,10 @@ def expected_counts(n: int) -> Counter:
             # data folder, configuration and gate; the collective gate's rank per node and its
             # check; the firewall's table, one per node; per node the guard's install (the dev
             # stack installs earlyoom), records, daemons and earlyoom; the verified
-            # deployment's step per node
+            # deployment's step per node; Alertmanager's configuration, and an exporter's start
+            # per node
             COMMAND: 3 + (n - 1) + n + n + 1 + 4 + n + n + 1 + n + n + n + 3 + 2 * n + 4
-            + n + 1 + n + 4 * n + n,
+            + n + 1 + n + 4 * n + n + 1 + n,
         }
     )
 

@@ -66,7 +66,7 @@ def test_a_digest_ref_is_pulled_as_it_is(build, mocks):
     def check(_):
         pulls = {r.inputs["name"] for r in mocks.of_type("docker:index/remoteImage:RemoteImage")}
         assert pulls == {DIGEST_REF, gateway, monitoring["prometheus"]["ref"],
-                         monitoring["nodeExporter"]["ref"]}
+                         monitoring["nodeExporter"]["ref"], monitoring["alertmanager"]["ref"]}
         assert all("registryAuth" not in p.inputs for p in mocks.of_type("pulumi:providers:docker"))
 
     return settled(h).apply(check)

@@ -140,12 +140,13 @@ def test_adding_or_removing_a_service_changes_nothing_else(monkeypatch):
     assert set(before) <= set(after)
     # the VllmServer component's props carry the service's share for the policy pack only; the
     # gateway's routing: its configuration (reloaded, not replaced), its gate and its props;
-    # Prometheus's targets likewise (monitoring on: the dev stack's); the service's port in the
-    # firewall of each node it runs on (its table updated in place). Not their containers,
-    # images or keys
+    # Prometheus's targets and Alertmanager's inhibition likewise (monitoring on: the dev
+    # stack's); the service's port in the firewall of each node it runs on (its table updated
+    # in place). Not their containers, images or keys
     assert _changed(before, {n: after[n] for n in before}) == {
         "vllm", "gateway", "gateway-config", "gateway-health", "monitoring",
-        "monitoring-config", "monitoring-health", "firewall-spark-1", "firewall-spark-1-table"}
+        "monitoring-config", "monitoring-alertmanager-config", "monitoring-health",
+        "firewall-spark-1", "firewall-spark-1-table"}
 
 
 def test_a_service_flag_or_revision_change_touches_only_that_service(monkeypatch):

@@ -725,3 +725,53 @@ def test_the_counters_status_shows_come_from_the_stats_socket(tmp_path, fakes):
         assert oct(sock.stat().st_mode & 0o777) == "0o600"
     finally:
         g.stop()
+def test_each_replicas_metrics_come_from_that_replica_only(tmp_path):
+    """Issue 50: a model served by several replicas is scraped per replica
+    (`/metrics?model=<name>&replica=<node>`): every scrape of a replica reaches that replica's
+    server, never another (the model's balancing hands a plain `?model=` to any); a replica
+    down answers 503 (its target down) instead of another's metrics; one the model does not
+    have is 404 naming the replicas; the key is still required."""
+    main, one, two = (FakeVllm(n).start() for n in ("main", "embed-1", "embed-2"))
+    routes = (Route("tiny-moe", "generate", "spark-lab/tiny-moe",
+                    (Server("spark-1", "127.0.0.1", main.port),)),
+              Route("org/tiny-embed", "embed", "spark-lab/tiny-embed",
+                    (Server("spark-1", "127.0.0.1", one.port),
+                     Server("spark-2", "127.0.0.1", two.port))))
+    g = Gateway(tmp_path / "gateway", GatewaySpec(port=_free_port(), tls=False,
+                                                  max_body_bytes=MAX_BODY, routes=routes))
+    g.start()
+    try:
+        for _ in range(6):  # balancing would alternate; a replica's path never does
+            assert g.request("GET", "/metrics?model=org%2Ftiny-embed&replica=spark-2")[1][
+                "x-fake-vllm"] == "embed-2"
+            assert g.request("GET", "/metrics?model=org%2Ftiny-embed&replica=spark-1")[1][
+                "x-fake-vllm"] == "embed-1"
+        # the plain model path is still balanced over both
+        seen = {g.request("GET", "/metrics?model=org%2Ftiny-embed")[1]["x-fake-vllm"]
+                for _ in range(8)}
+        assert seen == {"embed-1", "embed-2"}
+        # the main model's replica, with or without its name
+        assert g.request("GET", "/metrics?replica=spark-1")[1]["x-fake-vllm"] == "main"
+        assert g.request("GET", "/metrics?model=tiny-moe&replica=spark-1")[1][
+            "x-fake-vllm"] == "main"
+        for path in ("/metrics?model=tiny-moe&replica=spark-2",
+                     "/metrics?model=org%2Ftiny-embed&replica=spark-3",
+                     "/metrics?replica=spark-2"):
+            status, _, data = g.request("GET", path)
+            assert status == 404, path
+            error = json.loads(data)["error"]
+            assert error["param"] == "replica"
+            assert error["replicas"] == ["tiny-moe@spark-1", "org/tiny-embed@spark-1",
+                                         "org/tiny-embed@spark-2"]
+        assert g.request("GET", "/metrics?model=nope&replica=spark-1")[0] == 404
+        assert g.request("GET", "/metrics?model=org%2Ftiny-embed&replica=spark-2",
+                         key=None)[0] == 401
+        n = len(one.seen)
+        two.stop()
+        status, _, _ = g.request("GET", "/metrics?model=org%2Ftiny-embed&replica=spark-2")
+        assert status == 503
+        assert len(one.seen) == n  # never handed to the other replica
+    finally:
+        g.stop()
+        for f in (main, one, two):
+            f.stop()

@@ -37,6 +37,7 @@ from hostscripts.common import RemoteValueError
 from hostscripts.monitoring import (
     ALERTS,
     GROUP,
+    ModelTarget,
     MonitoringSpec,
     NodeTarget,
     command,
@@ -102,6 +103,9 @@ def _spec(**over: Any) -> MonitoringSpec:
         kv_cache_seconds=300, waiting_seconds=60, memory_seconds=120, crash_loop_restarts=3,
         crash_loop_window_seconds=600, os_reserve_bytes=8 * GIB, oom_killed_seconds=3600)
     values.update(over)
+    # a served name alone: one replica, on the head
+    values["models"] = tuple(m if isinstance(m, ModelTarget) else ModelTarget(m, ("spark-1",))
+                             for m in values["models"])
     return MonitoringSpec(**values)
 
 
@@ -164,8 +168,10 @@ def test_promtool_refuses_a_config_without_its_key_file_or_with_a_broken_rule(tm
     assert done.returncode != 0 and "SparkVllmKvCacheFull" in done.stdout + done.stderr
 
 
-VLLM = {"job": "vllm", "model": "org/tiny-embed", "instance": "127.0.0.1:8080"}
+VLLM = {"job": "vllm", "model": "org/tiny-embed", "replica": "spark-2",
+        "instance": "org/tiny-embed@spark-2"}
 NODE = {"job": "node", "node": "spark-2", "instance": "192.168.177.12:9100"}
+HEAD = {"job": "node", "node": "spark-1", "instance": "127.0.0.1:9100"}
 
 
 def _humanize1024(v: float) -> str:
@@ -217,6 +223,11 @@ def _rule_tests(spec: MonitoringSpec, rules_file: str) -> dict[str, Any]:
         ("SparkNodeMemoryLow", "node_memory_MemAvailable_bytes", NODE,
          spec.os_reserve_bytes // 2, spec.os_reserve_bytes, spec.memory_seconds),
         ("SparkNodeExporterDown", "up", NODE, 0, 1, monitoring.NODE_EXPORTER_DOWN_SECONDS),
+        # the reconcile's last result, from the head exporter's textfile folder: 1 fires
+        ("SparkVllmDriftNotRepaired", "spark_vllm_reconcile_result",
+         {**HEAD, "result": "refused"}, 1, 0, 0),
+        ("SparkVllmReconcileFailed", "spark_vllm_reconcile_result",
+         {**HEAD, "result": "failed"}, 1, 0, 0),
     ]
     tests = []
 
@@ -261,6 +272,19 @@ def _rule_tests(spec: MonitoringSpec, rules_file: str) -> dict[str, Any]:
         case("SparkVllmOomKilled", series, kill, 5 * i, fired("SparkVllmOomKilled", NODE, 1))
         case("SparkVllmOomKilled", series, kill, 4 * i + oom + 2 * i, None)
         case("SparkVllmOomKilled", series, [3.0] * (oom // i + 6), oom + 2 * i, None)
+    # the reconcile's last run at 0 s with a 60 s interval: stale once more than 3 intervals
+    # have passed without a run, not before
+    every, stale = 60, monitoring.RECONCILE_STALE_RUNS * 60
+    for at, fires in ((stale + i, True), (stale - i, False)):
+        n = at // i + 2
+        tests.append({"interval": f"{i}s", "input_series": [
+            {"series": _series("spark_vllm_reconcile_last_run_timestamp_seconds", HEAD),
+             "values": " ".join(["0"] * n)},
+            {"series": _series("spark_vllm_reconcile_interval_seconds", HEAD),
+             "values": " ".join([str(every)] * n)}],
+            "alert_rule_test": [{"eval_time": f"{at}s", "alertname": "SparkVllmReconcileStale",
+                                 "exp_alerts": [fired("SparkVllmReconcileStale", HEAD, at)]
+                                 if fires else []}]})
     return {"rule_files": [rules_file], "evaluation_interval": f"{i}s", "tests": tests}
 
 
@@ -287,9 +311,15 @@ def test_every_alert_fires_past_its_threshold_and_for_and_not_before(tmp_path, o
     assert {t["alert_rule_test"][0]["alertname"] for t in cases} == set(ALERTS)
     for t in cases:
         for alert in t["alert_rule_test"][0]["exp_alerts"]:
-            ann = alert["exp_annotations"]
+            ann, name = alert["exp_annotations"], alert["exp_labels"]["alertname"] \
+                if "alertname" in alert["exp_labels"] else t["alert_rule_test"][0]["alertname"]
+            if "Reconcile" in name or "Drift" in name:  # the stack's, not a model's or node's
+                assert "(stack t)" in ann["summary"], ann
+                continue
             who = alert["exp_labels"].get("model") or alert["exp_labels"]["node"]
             assert who in ann["summary"] and who in ann["description"]
+            if "model" in alert["exp_labels"] and name == "SparkVllmModelNotServing":
+                assert alert["exp_labels"]["replica"] in ann["summary"]
 
 
 def test_the_rule_tests_fail_rules_of_other_thresholds(tmp_path):
@@ -306,8 +336,9 @@ def test_the_rule_tests_fail_rules_of_other_thresholds(tmp_path):
 
 
 class _Fake(http.server.BaseHTTPRequestHandler):
-    """A fake gateway (`/metrics?model=<name>` behind the key, a value per model) or, with
-    `key` None, a fake node exporter."""
+    """A fake gateway (`/metrics?model=<name>&replica=<node>` behind the key, a value per
+    model, the replica it was asked for as a label) or, with `key` None, a fake node
+    exporter."""
 
     key: str | None = KEY
     values: dict[str, float] = {}
@@ -317,6 +348,7 @@ class _Fake(http.server.BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         self.seen.append((self.path, self.headers.get("Authorization")))
         model = urllib.parse.parse_qs(url.query).get("model", [None])[0]
+        replica = urllib.parse.parse_qs(url.query).get("replica", ["none"])[0]
         if self.key is None:
             body = "# TYPE node_memory_MemAvailable_bytes gauge\n" \
                    "node_memory_MemAvailable_bytes 123456789\n"
@@ -326,7 +358,8 @@ class _Fake(http.server.BaseHTTPRequestHandler):
             return self._send(404, "no such model\n")
         else:
             body = "# TYPE spark_fake_value gauge\n" \
-                   f'spark_fake_value{{served="{model}"}} {self.values[model]}\n'
+                   f'spark_fake_value{{served="{model}",asked="{replica}"}} ' \
+                   f"{self.values[model]}\n"
         self._send(200, body)
 
     def _send(self, code: int, body: str) -> None:
@@ -383,11 +416,12 @@ class Prometheus:
             return json.loads(r.read())["data"]
 
     def targets(self) -> dict[str, tuple[str, str]]:
-        """`job/model-or-node` -> (health, lastError)."""
+        """`vllm/<model>@<replica>` or `node/<node>` -> (health, lastError)."""
         out = {}
         for t in self.get("/api/v1/targets?state=active")["activeTargets"]:
             labels = t["labels"]
-            who = labels.get("model") or labels.get("node")
+            who = f"{labels['model']}@{labels['replica']}" if "model" in labels else \
+                labels.get("node")
             out[f"{labels['job']}/{who}"] = (t["health"], t["lastError"])
         return out
 
@@ -420,43 +454,58 @@ class Prometheus:
         return self.log.read_text()
 
 
-def _scrape_spec(gw_port: int, node_port: int, models: tuple[str, ...] = ("tiny-moe",
-                                                                            "org/tiny-embed")
+def _scrape_spec(gw_port: int, node_port: int,
+                 models: tuple[str | ModelTarget, ...] = ("tiny-moe", "org/tiny-embed")
                  ) -> MonitoringSpec:
     return _spec(gateway=f"http://127.0.0.1:{gw_port}", models=models,
                  nodes=(NodeTarget("spark-1", f"127.0.0.1:{node_port}"),),
                  scrape_interval_seconds=1)
 
 
-def test_a_real_prometheus_scrapes_each_model_through_the_gateway_with_the_key(tmp_path, fakes):
-    """Debian's prometheus with the rendered files: one target per model at the gateway's
-    address, each asking `/metrics?model=<its name>` (the relabelled `__param_model`) with the
-    key from the credentials file; each model's own value arrives with its `model` label; the
-    node exporter's with `node`. The gate's payload passes against it. The key is nowhere in
-    what Prometheus says."""
+REPLICATED = ("tiny-moe", ModelTarget("org/tiny-embed", ("spark-1", "spark-2")))
+
+
+def test_a_real_prometheus_scrapes_each_replica_through_the_gateway_with_the_key(tmp_path,
+                                                                                  fakes):
+    """Debian's prometheus with the rendered files: one target per replica of every model at
+    the gateway's address, each asking `/metrics?model=<its name>&replica=<node>` (the
+    relabelled `__param_model` and `__param_replica`) with the key from the credentials file;
+    each replica's own series arrives with its `model` and `replica` labels (issue 50: the two
+    replicas of a service are two series, never one that jumps between processes); the node
+    exporter's with `node`. The gate's payload passes against it. The key is nowhere in what
+    Prometheus says."""
     gw, gw_port, node_port = fakes
     root = tmp_path / "monitoring"
-    _write(root, render(_scrape_spec(gw_port, node_port), root=str(root)))
+    _write(root, render(_scrape_spec(gw_port, node_port, REPLICATED), root=str(root)))
     prom = Prometheus(root, tmp_path / "data")
     try:
-        prom.wait_up({"vllm/tiny-moe", "vllm/org/tiny-embed", "node/spark-1"})
+        prom.wait_up({"vllm/tiny-moe@spark-1", "vllm/org/tiny-embed@spark-1",
+                      "vllm/org/tiny-embed@spark-2", "node/spark-1"})
         end = time.monotonic() + 20
         while True:
-            got = {r["metric"]["model"]: (r["metric"]["served"], r["value"][1])
+            got = {(r["metric"]["model"], r["metric"]["replica"]):
+                   (r["metric"]["served"], r["metric"]["asked"], r["value"][1])
                    for r in prom.query("spark_fake_value")}
-            if len(got) == 2 or time.monotonic() > end:
+            if len(got) == 3 or time.monotonic() > end:
                 break
             time.sleep(0.5)
-        assert got == {"tiny-moe": ("tiny-moe", "11"), "org/tiny-embed": ("org/tiny-embed", "22")}
+        assert got == {("tiny-moe", "spark-1"): ("tiny-moe", "spark-1", "11"),
+                       ("org/tiny-embed", "spark-1"): ("org/tiny-embed", "spark-1", "22"),
+                       ("org/tiny-embed", "spark-2"): ("org/tiny-embed", "spark-2", "22")}
+        instances = {r["metric"]["instance"] for r in prom.query("up{job='vllm'}")}
+        assert instances == {"tiny-moe@spark-1", "org/tiny-embed@spark-1",
+                             "org/tiny-embed@spark-2"}
         (node,) = prom.query("node_memory_MemAvailable_bytes")
         assert node["metric"]["node"] == "spark-1" and node["metric"]["job"] == "node"
-        # every scrape carried the key, and the model as its parameter, URL-encoded (`/` is
-        # %2F: the gateway must decode it to find the model)
+        # every scrape carried the key, and the model and replica as parameters, URL-encoded
+        # (`/` is %2F: the gateway must decode it to find the model)
         asked = {path for path, auth in gw.seen if auth == f"Bearer {KEY}"}
-        assert {"/metrics?model=tiny-moe", "/metrics?model=org%2Ftiny-embed"} <= asked
+        assert {"/metrics?model=tiny-moe&replica=spark-1",
+                "/metrics?model=org%2Ftiny-embed&replica=spark-1",
+                "/metrics?model=org%2Ftiny-embed&replica=spark-2"} <= asked
         assert all(auth == f"Bearer {KEY}" for _, auth in gw.seen)
         # the rules loaded; the gate passes against the real API
-        spec = _scrape_spec(gw_port, node_port)
+        spec = _scrape_spec(gw_port, node_port, REPLICATED)
         expected = json.dumps({"targets": monitoring.gate_targets(spec), "group": GROUP,
                                "rules": list(ALERTS)})
         gate = subprocess.run([sys.executable, "-c", monitoring._GATE_PY, prom.url, expected,
@@ -482,11 +531,11 @@ def test_a_wrong_key_leaves_the_models_down_with_the_gateways_answer(tmp_path, f
             assert prom.proc.poll() is None, prom.log.read_text()[-3000:]
             with contextlib.suppress(OSError):
                 seen = prom.targets()
-            if seen.get("vllm/tiny-moe", ("",))[0] == "down" and \
+            if seen.get("vllm/tiny-moe@spark-1", ("",))[0] == "down" and \
                     seen.get("node/spark-1", ("",))[0] == "up":
                 break
             time.sleep(0.5)
-        assert seen["vllm/tiny-moe"][0] == "down" and "401" in seen["vllm/tiny-moe"][1], seen
+        assert seen["vllm/tiny-moe@spark-1"][0] == "down" and "401" in seen["vllm/tiny-moe@spark-1"][1], seen
     finally:
         prom.stop()
 
@@ -550,6 +599,7 @@ class Head:
     def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
         self.stack_dir = tmp / "node" / NAMES.dir.lstrip("/")
+        self.textfile_root = tmp / "node" / monitoring.TEXTFILE_ROOT.lstrip("/")
         self.d = tmp / "node" / NAMES.monitoring_dir.lstrip("/")
         bin_dir = tmp / "bin"
         bin_dir.mkdir()
@@ -561,7 +611,8 @@ class Head:
 
     def run(self, script: str, stdin: str = "", **env: str) -> subprocess.CompletedProcess[str]:
         # the head's absolute paths, under this test's folder
-        text = script.replace(NAMES.dir, str(self.stack_dir))
+        text = script.replace(NAMES.dir, str(self.stack_dir)).replace(
+            monitoring.TEXTFILE_ROOT, str(self.textfile_root))
         return subprocess.run(["sh", "-c", text], input=stdin, capture_output=True, text=True,
                               env={**self.env, **env}, timeout=120)
 
@@ -628,12 +679,12 @@ def test_config_write_reloads_a_running_prometheus_which_takes_the_new_targets(t
     assert done.returncode == 0, done.stderr
     prom = Prometheus(head.d, tmp_path / "data")
     try:
-        prom.wait_up({"vllm/tiny-moe", "node/spark-1"})
+        prom.wait_up({"vllm/tiny-moe@spark-1", "node/spark-1"})
         done = head.run(config_write(NAMES, files(("tiny-moe", "org/tiny-embed")), IMAGE, {}),
                         FAKE_DOCKER_PID=str(prom.proc.pid))
         assert done.returncode == 0, done.stderr
         assert done.stdout.splitlines()[0] == "prometheus reloaded"
-        prom.wait_up({"vllm/tiny-moe", "vllm/org/tiny-embed", "node/spark-1"})
+        prom.wait_up({"vllm/tiny-moe@spark-1", "vllm/org/tiny-embed@spark-1", "node/spark-1"})
         assert prom.proc.poll() is None
     finally:
         log = prom.stop()
@@ -677,21 +728,34 @@ def test_key_write_writes_the_key_root_only_then_reloads_once_prometheus_takes_s
 
 
 def test_the_data_folder_is_made_root_only_and_kept_or_removed_on_destroy(tmp_path):
-    """data_write makes names.prometheus_data_dir 0700; data_remove with keep leaves it (and
-    its data) and says so; without keep it goes, with the stack's folder when that is empty.
-    A path outside the stack's folder is refused before any script is made."""
+    """data_write makes names.prometheus_data_dir and names.alertmanager_data_dir 0700, and the
+    head exporter's textfile folder 0755 (the exporter runs as nobody); data_remove with keep
+    leaves the data folders (and their data) and says so; without keep they go, with the
+    stack's folder when that is empty; the textfile folder goes either way. A path outside the
+    stack's folder is refused before any script is made."""
     head = Head(tmp_path)
     data = tmp_path / "node" / NAMES.prometheus_data_dir.lstrip("/")
+    am = tmp_path / "node" / NAMES.alertmanager_data_dir.lstrip("/")
+    text = head.textfile_root / "t"
     done = head.run(data_write(NAMES))
     assert done.returncode == 0 and oct(data.stat().st_mode & 0o777) == "0o700", done.stderr
+    assert oct(am.stat().st_mode & 0o777) == "0o700"
+    assert oct(text.stat().st_mode & 0o777) == oct(head.textfile_root.stat().st_mode & 0o777) \
+        == "0o755"
     (data / "wal").mkdir()
     (data / "wal" / "00000000").write_text("samples")
+    (am / "nflog").write_text("log")
+    (text / "reconcile.prom").write_text("x 1\n")
     done = head.run(data_remove(NAMES, keep=True))
     assert done.returncode == 0 and (data / "wal" / "00000000").is_file()
-    assert done.stdout == f"prometheus data kept (monitoring.keepDataOnDestroy): " \
-                          f"{NAMES.prometheus_data_dir}\n".replace(NAMES.dir, str(head.stack_dir))
+    assert (am / "nflog").is_file() and not text.exists()
+    assert done.stdout == (f"prometheus data kept (monitoring.keepDataOnDestroy): "
+                           f"{NAMES.prometheus_data_dir}\n"
+                           f"alertmanager data kept: {NAMES.alertmanager_data_dir}\n").replace(
+                               NAMES.dir, str(head.stack_dir))
     done = head.run(data_remove(NAMES, keep=False))
-    assert done.returncode == 0 and not data.exists() and not head.stack_dir.exists()
+    assert done.returncode == 0 and not data.exists() and not am.exists()
+    assert not head.stack_dir.exists() and not head.textfile_root.exists()
     for outside in ("/var/lib/other", NAMES.dir, NAMES.dir + "x/data",
                     NAMES.dir + "/../other/data", NAMES.dir + "//data", NAMES.dir + "/data/"):
         with pytest.raises(ValueError, match="not in the stack's folder"):
@@ -727,8 +791,10 @@ def test_commands_and_entrypoints():
     assert node_exporter_command("192.168.177.11", 9100) == [
         "--web.listen-address=192.168.177.11:9100", "--path.rootfs=/host",
         "--path.procfs=/host/proc"]
-    # with the guard, its count of OOM kills (the textfile its kill hook writes)
-    assert node_exporter_command("127.0.0.1", 9100, guard=True)[-1] == (
+    # a textfile folder: the guard's (the count its kill hook writes) on a node, the stack's on
+    # the head (the reconcile's results, a link to the guard's count: data_write)
+    assert node_exporter_command("127.0.0.1", 9100,
+                                 textfile="/var/lib/spark-vllm/guard/metrics")[-1] == (
         "--collector.textfile.directory=/host/var/lib/spark-vllm/guard/metrics")
     with pytest.raises(ValueError):
         command("127.0.0.1 --web.enable-lifecycle", 9090, 15)
@@ -773,8 +839,18 @@ def test_the_gate_marker_and_script():
     with pytest.raises(ValueError):
         gate_script(NAMES, "x\nreboot", "http://127.0.0.1:9090", spec, 300)
     assert monitoring.gate_targets(spec) == [
-        {"job": "vllm", "model": "tiny-moe"}, {"job": "vllm", "model": "org/tiny-embed"},
+        {"job": "vllm", "model": "tiny-moe", "replica": "spark-1"},
+        {"job": "vllm", "model": "org/tiny-embed", "replica": "spark-1"},
         {"job": "node", "node": "spark-1"}, {"job": "node", "node": "spark-2"}]
+    # Alertmanager too, when the stack has one: started with Prometheus, checked by the gate
+    with_am = _spec(alertmanager="127.0.0.1:9093")
+    script = gate_script(NAMES, f"{cid} 0123456789abcdef", "http://127.0.0.1:9090", with_am,
+                         300)
+    assert "docker start spark-vllm-t-alertmanager" in script
+    assert '"alertmanager":"127.0.0.1:9093"' in script
+    assert gate_marker(cid, "monitoring config 0123456789abcdef", "d" * 64,
+                       "alertmanager config fedcba9876543210") == \
+        f"{cid} 0123456789abcdef {'d' * 64} fedcba9876543210"
 
 
 # --- the gate's payload against a fake Prometheus API ----------------------------------------
@@ -788,6 +864,7 @@ class _FakeApi(http.server.BaseHTTPRequestHandler):
     stale: list[dict[str, Any]] = []
     stale_answers = 0
     answers = [0]
+    alertmanagers: list[str] = []
 
     def do_GET(self) -> None:
         path = urllib.parse.urlsplit(self.path).path
@@ -800,6 +877,9 @@ class _FakeApi(http.server.BaseHTTPRequestHandler):
             data = {"activeTargets": self.targets + stale, "droppedTargets": []}
         elif path == "/api/v1/rules":
             data = {"groups": self.groups}
+        elif path == "/api/v1/alertmanagers":
+            data = {"activeAlertmanagers": [{"url": u} for u in self.alertmanagers],
+                    "droppedAlertmanagers": []}
         else:
             return self._send(404, "not found\n")
         self._send(200, json.dumps({"status": "success", "data": data}))
@@ -815,20 +895,25 @@ class _FakeApi(http.server.BaseHTTPRequestHandler):
 
 
 def _target(job: str, who: str, health: str = "up", error: str = "") -> dict[str, Any]:
-    key = "model" if job == "vllm" else "node"
-    return {"labels": {"job": job, key: who, "instance": "127.0.0.1:1"}, "health": health,
+    labels = {"job": job, "model": who, "replica": "spark-1"} if job == "vllm" else \
+        {"job": job, "node": who}
+    return {"labels": {**labels, "instance": "127.0.0.1:1"}, "health": health,
             "lastError": error}
 
 
 ALL_RULES = [{"name": GROUP, "rules": [{"name": a, "type": "alerting"} for a in ALERTS]}]
 
 
-def _gate(api: type[_FakeApi], timeout: int = 30) -> subprocess.CompletedProcess[str]:
+def _gate(api: type[_FakeApi], timeout: int = 30,
+          alertmanager: bool = False) -> subprocess.CompletedProcess[str]:
     server = _serve(api)
     try:
         spec = _spec(nodes=(NodeTarget("spark-1", "127.0.0.1:9100"),))
-        expected = json.dumps({"targets": monitoring.gate_targets(spec), "group": GROUP,
-                               "rules": list(ALERTS)})
+        want: dict[str, Any] = {"targets": monitoring.gate_targets(spec), "group": GROUP,
+                                "rules": list(ALERTS)}
+        if alertmanager:  # the fake answers Alertmanager's /-/ready too
+            want["alertmanager"] = f"127.0.0.1:{server.server_address[1]}"
+        expected = json.dumps(want)
         return subprocess.run([sys.executable, "-c", monitoring._GATE_PY,
                                f"http://127.0.0.1:{server.server_address[1]}", expected,
                                str(timeout)], capture_output=True, text=True, timeout=120)
@@ -848,7 +933,7 @@ def test_the_gate_passes_when_every_target_is_up_and_the_rules_are_loaded():
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {
         "ready": True, "group": GROUP, "rules": list(ALERTS),
-        "targets": ["node/spark-1", "vllm/org/tiny-embed", "vllm/tiny-moe"]}
+        "targets": ["node/spark-1", "vllm/org/tiny-embed@spark-1", "vllm/tiny-moe@spark-1"]}
 
 
 def test_the_gate_waits_until_a_removed_target_is_gone():
@@ -859,12 +944,12 @@ def test_the_gate_waits_until_a_removed_target_is_gone():
     done = _gate(_api(stale=stale, stale_answers=3))
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["targets"] == [
-        "node/spark-1", "vllm/org/tiny-embed", "vllm/tiny-moe"]
-    assert "monitoring gate: vllm/old-embed undeclared" in done.stderr
+        "node/spark-1", "vllm/org/tiny-embed@spark-1", "vllm/tiny-moe@spark-1"]
+    assert "monitoring gate: vllm/old-embed@spark-1 undeclared" in done.stderr
     done = _gate(_api(stale=stale, stale_answers=10 ** 6), timeout=3)
     assert done.returncode != 0 and done.stdout == ""
     last = done.stderr.strip().splitlines()[-1]
-    assert "vllm/old-embed undeclared (still scraped" in last
+    assert "vllm/old-embed@spark-1 undeclared (still scraped" in last
     assert "node/spark-9 undeclared" in last and "tiny-moe" not in last
 
 
@@ -877,11 +962,11 @@ def test_the_gate_fails_naming_a_target_never_up_and_its_error():
     assert done.returncode != 0 and done.stdout == ""
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("targets not up after 3s: ")
-    assert f"vllm/org/tiny-embed down ({error})" in last
+    assert f"vllm/org/tiny-embed@spark-1 down ({error})" in last
     assert "node/spark-1 missing (not among Prometheus's active targets)" in last
-    assert "vllm/tiny-moe" not in last
-    assert f"monitoring gate: vllm/org/tiny-embed down ({error})" in done.stderr
-    assert "monitoring gate: vllm/tiny-moe up" in done.stderr
+    assert "vllm/tiny-moe@spark-1" not in last
+    assert f"monitoring gate: vllm/org/tiny-embed@spark-1 down ({error})" in done.stderr
+    assert "monitoring gate: vllm/tiny-moe@spark-1 up" in done.stderr
 
 
 @pytest.mark.parametrize(("groups", "message"), [
@@ -897,3 +982,24 @@ def test_the_gate_fails_when_the_rules_are_not_loaded(groups, message):
 def test_the_gate_fails_when_prometheus_never_gets_ready():
     done = _gate(_api(ready=False), timeout=2)
     assert done.returncode != 0 and "not ready within 2s: HTTP 503" in done.stderr
+
+
+def test_the_gate_waits_until_prometheus_sends_to_the_stacks_alertmanager():
+    """With Alertmanager: the gate passes once Prometheus lists it among its active
+    alertmanagers (/api/v1/alertmanagers), and fails at its timeout naming what it lists
+    instead."""
+    done = _gate(_api(), alertmanager=True, timeout=3)
+    assert done.returncode != 0
+    assert "prometheus does not send to alertmanager 127.0.0.1:" in done.stderr
+    assert "(its alertmanagers: none)" in done.stderr
+
+    class Listing(_FakeApi):
+        def do_GET(self) -> None:  # its own address, known once it listens
+            type(self).alertmanagers = [
+                f"http://127.0.0.1:{self.server.server_address[1]}/api/v2/alerts"]
+            super().do_GET()
+
+    api = type("Api", (Listing,), dict(_api().__dict__))
+    done = _gate(api, alertmanager=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["alertmanager"].startswith("127.0.0.1:")

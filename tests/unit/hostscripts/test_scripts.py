@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from components import nccl
-from hostscripts import common, foreign, images, models, paths, ray, vllm
+from hostscripts import common, foreign, images, models, monitoring, paths, ray, vllm
 from hostscripts.deployment import GateRestore, Held, NodeDeployment
 from hostscripts.models import ModelFile
 from tests.conftest import ROOT
@@ -478,17 +478,21 @@ def test_every_name_and_file_of_a_stack_is_its_own():
 
     def every(s: paths.StackNames) -> list[str]:
         return [s.serve, s.ray_head, s.ray_worker, s.model_seeder, s.gateway, s.prometheus,
-                s.node_exporter, s.collective, s.vllm_key_file, s.ray_token_file, s.ray_session_dir,
-                s.image_seeder_pid, s.image_seeder_log, s.compile_cache_dir, s.gateway_dir,
-                s.gateway_key_file, s.gateway_tls_file, s.monitoring_dir, s.monitoring_key_file,
-                s.prometheus_data_dir, s.collective_record, s.image_probe_dir,
-                s.image_probe_record("sha256:" + "ab" * 32)]
+                s.node_exporter, s.collective, s.alertmanager, s.vllm_key_file,
+                s.ray_token_file, s.ray_session_dir, s.image_seeder_pid, s.image_seeder_log,
+                s.compile_cache_dir, s.gateway_dir, s.gateway_key_file, s.gateway_tls_file,
+                s.monitoring_dir, s.monitoring_key_file, s.prometheus_data_dir,
+                s.collective_record, s.image_probe_dir, s.image_probe_record("sha256:" + "ab" * 32),
+                s.alertmanager_dir, s.alertmanager_data_dir, monitoring.textfile_dir(s.stack)]
 
     own, theirs = every(dev), every(prod)
     assert not set(own) & set(theirs) and len(set(own)) == len(own)
+    assert dev.alertmanager == "spark-vllm-dev-alertmanager"
+    assert dev.alertmanager_dir == "/var/lib/spark-vllm/stacks/dev/alertmanager"
+    assert monitoring.textfile_dir("dev") == "/var/lib/spark-vllm-textfile/dev"
     # the stack's own containers' names are exactly the ones no service may take
     from config.forms import STACK_CONTAINERS
-    assert own[:8] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
+    assert own[:9] == [f"spark-vllm-dev-{w}" for w in STACK_CONTAINERS]
     with pytest.raises(ValueError, match="may not be named 'serve'"):
         dev.service("serve")
     for bad in ("", "a/b", "-x", "a b", "..", "x;rm"):

@@ -82,13 +82,16 @@ def test_the_gateways_files_are_read_as_presence(section, field):
 
 def test_the_head_looks_for_prometheus_files_only_with_monitoring():
     image = {"ref": "registry.example:5000/prometheus@sha256:" + "3" * 64}
-    cfg = config(monitoring={"enabled": True, "prometheus": image, "nodeExporter": image})
+    cfg = config(monitoring={"enabled": True, "prometheus": image, "nodeExporter": image,
+                             "alertmanager": image})
     head = recon.recon_script(cfg, cfg.nodes[0], NONCE, NAMES)
     assert ("sv_bg monitoring_files 10 bash -c " in head
             and " _ /var/lib/spark-vllm/stacks/dev/monitoring/conf/prometheus.yml "
-                "/var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key\n" in head)
+                "/var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key "
+                "/var/lib/spark-vllm/stacks/dev/alertmanager/conf/alertmanager.yml\n" in head)
     assert "sv_bg prometheus_data 10 bash -c " in head
-    assert " _ /var/lib/spark-vllm/stacks/dev/prometheus-data\n" in head
+    assert (" _ /var/lib/spark-vllm/stacks/dev/prometheus-data "
+            "/var/lib/spark-vllm/stacks/dev/alertmanager-data\n") in head
     assert "monitoring" not in recon.recon_script(cfg, cfg.nodes[1], NONCE, NAMES)
     off = config()  # the reference config: monitoring off (its default)
     assert not off.monitoring.enabled

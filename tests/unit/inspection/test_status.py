@@ -125,6 +125,8 @@ def _head(**override) -> str:
         f"state:{NAMES.gateway}": _state(0, "running"),
         "gateway": GATEWAY_STATS,
         "firewall": RECORDED_FIREWALL,
+        # the stack's Alertmanager (monitoring on: Pulumi.dev.yaml), as recorded
+        "am_alerts": AM_ALERTS, "am_metrics": AM_METRICS,
     }
     sections.update(override)
     return assemble({k: v for k, v in sections.items() if v is not None})
@@ -252,6 +254,8 @@ def test_the_next_up_warns_of_a_crash_loop_from_recons_record():
 # --------------------------------------------------------------------------- alerts (issue 35)
 
 ALERTS = fixture("prometheus/alerts-firing-pending.txt")  # Prometheus's /api/v1/alerts answer
+AM_ALERTS = fixture("alertmanager/alerts-active-suppressed.txt")  # its /api/v2/alerts answer
+AM_METRICS = fixture("alertmanager/metrics-two-sent.txt")  # its /metrics
 
 
 def test_the_alerts_section_only_on_the_head_of_a_stack_with_monitoring():
@@ -260,11 +264,16 @@ def test_the_alerts_section_only_on_the_head_of_a_stack_with_monitoring():
     cfg = config()  # the lab's dev stack: monitoring on, loopback, 9090
     head = st.node_script(cfg, NAMES, cfg.head, NONCE)
     assert "sv_bg alerts 15 python3 -c " in head and "curl" not in head
-    assert "' http://127.0.0.1:9090/api/v1/alerts\nsv_bg gateway " in head  # its argument
-    assert "sv_bg alerts" not in st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
-    fabric = config(monitoring={"listen": "fabric", "port": 9191})
+    assert "' http://127.0.0.1:9090/api/v1/alerts\n" in head  # the section's argument
+    # and its Alertmanager's alerts and notification counters
+    assert "' http://127.0.0.1:9093/api/v2/alerts\n" in head
+    assert "' http://127.0.0.1:9093/metrics\nsv_bg gateway " in head
+    worker = st.node_script(cfg, NAMES, cfg.nodes[1], NONCE)
+    assert "sv_bg alerts" not in worker and "sv_bg am_" not in worker
+    fabric = config(monitoring={"listen": "fabric", "port": 9191, "alertmanagerPort": 9193})
     assert st.prometheus_url(fabric) == "http://192.168.177.11:9191"
-    assert "' http://192.168.177.11:9191/api/v1/alerts\nsv_bg gateway " in st.node_script(
+    assert st.alertmanager_url(fabric) == "http://192.168.177.11:9193"
+    assert "' http://192.168.177.11:9191/api/v1/alerts\n" in st.node_script(
         fabric, NAMES, fabric.head, NONCE)
     # nothing changes for a stack without monitoring
     off = config(monitoring={"enabled": False})
@@ -687,3 +696,41 @@ def test_a_deployment_record_is_printable_whatever_the_node_wrote():
     d = st.parse_deployment(text)
     assert "\x1b" not in d["verified"]["deployment"] and "\x07" not in d["verified"]["model"]
     assert d["verified"]["commit"] == ""  # not a string: not shown
+# --------------------------------------------------------------------------- Alertmanager (issue 50)
+
+
+def test_what_alertmanager_holds_and_sent():
+    """The recorded answers (tests/fixtures/alertmanager): the node's alert goes to `oncall`,
+    the main model's is held back by it (the model runs on that node), the service's replica on
+    the head goes out; two webhook notifications sent, none failed (integrations that never
+    sent are left out)."""
+    cfg = config()
+    ns = st.parse_node(cfg, NAMES, cfg.head, _head(alerts=ALERTS), NONCE)
+    assert ns.problems == [], ns.problems
+    n = ns.notifications
+    assert n is not None and n.sent == {"webhook": {"attempted": 2, "failed": 0}}
+    assert [(a.name, a.state, a.model, a.replica, a.node, a.receivers, a.inhibited)
+            for a in n.alerts] == [
+        ("SparkNodeExporterDown", "active", "", "", "spark-2", ("oncall",), False),
+        ("SparkVllmModelNotServing", "active", "tiny-embed", "spark-1", "", ("oncall",), False),
+        ("SparkVllmModelNotServing", "suppressed", "tiny-moe", "spark-1", "", ("oncall",),
+         True)]
+    assert n.alerts[0].starts_at.startswith("2026-12-06T") and n.alerts[0].updated_at
+
+
+@pytest.mark.parametrize("am_alerts, am_metrics, why", [
+    (None, AM_METRICS, "notifications: no answer"),
+    (AM_ALERTS, ("", 1, "http://127.0.0.1:9093/metrics: URLError(refused)\n"),
+     "notifications: http://127.0.0.1:9093/metrics: URLError(refused)"),
+    ("{}", AM_METRICS, "notifications: Alertmanager's answer is not a JSON list"),
+    ('[{"labels": {"alertname": "A"}, "status": {"state": "firing"}}]', AM_METRICS,
+     "notifications: alert 0: no alertname, or state 'firing'"),
+    ("[]", "up 1\n", "notifications: Alertmanager's metrics have no "
+                     "alertmanager_notifications_total"),
+])
+def test_alertmanager_that_cannot_be_read_is_a_problem_never_nothing(am_alerts, am_metrics,
+                                                                      why):
+    cfg = config()
+    ns = st.parse_node(cfg, NAMES, cfg.head, _head(alerts=ALERTS, am_alerts=am_alerts,
+                                                   am_metrics=am_metrics), NONCE)
+    assert ns.notifications is None and ns.problems == [why], ns.problems

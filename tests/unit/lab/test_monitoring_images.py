@@ -1,4 +1,5 @@
-"""lab/image.py's Prometheus and node exporter images (and what the three images of Debian packages
+"""lab/image.py's Prometheus, node exporter and Alertmanager images (and what the four images of
+Debian packages
 share) without a lab: their keys, what `docker import` gives them, the checks a build must pass
 before the push, what `up`, `down` and stack.json do with them. The builds run on the lab
 (`lab.py up`); tests/lab/test_monitoring_images.py runs the images there."""
@@ -24,6 +25,11 @@ PROMETHEUS_V = ("prometheus, version 2.42.0+ds (branch: debian/sid, revision: 2.
 PROMTOOL_V = PROMETHEUS_V.replace("prometheus, version", "promtool, version", 1)
 NODE_EXPORTER_V = ("node_exporter, version 1.5.0 (branch: debian/sid, revision: 1.5.0-1+b6)\n"
                    "  go version:       go1.19.8\n  platform:         linux/amd64\n")
+# bookworm's prometheus-alertmanager 0.25.0-1+b4, as installed on this machine
+# (scripts/host_packages.sh): the server and amtool print their own names
+ALERTMANAGER_V = ("alertmanager, version 0.25.0 (branch: debian/sid, revision: 0.25.0-1+b4)\n"
+                  "  build user:       team+pkg-go@tracker.debian.org\n")
+AMTOOL_V = ALERTMANAGER_V.replace("alertmanager, version", "amtool, version", 1)
 IMAGES = list(image.DEB_IMAGES.values())
 
 
@@ -40,8 +46,8 @@ def changes(img: image.DebImage, key: str = "k" * 16) -> list:
 # --------------------------------------------------------------------------- recipes and keys
 def test_each_image_has_its_own_key_and_repository():
     keys = [image.deb_key(img) for img in IMAGES]
-    assert len(set(keys)) == 3 and all(len(k) == 16 for k in keys)
-    assert len({img.repo for img in IMAGES}) == len({img.label for img in IMAGES}) == 3
+    assert len(set(keys)) == 4 and all(len(k) == 16 for k in keys)
+    assert len({img.repo for img in IMAGES}) == len({img.label for img in IMAGES}) == 4
     assert image.base_key() not in keys
 
 
@@ -52,7 +58,8 @@ def test_the_gateway_key_does_not_hash_what_it_predates():
     assert image.deb_key(dataclasses.replace(g, key_has_config=True)) != image.deb_key(g)
 
 
-@pytest.mark.parametrize("img", [image.PROMETHEUS, image.NODE_EXPORTER], ids=lambda i: i.label)
+@pytest.mark.parametrize("img", [image.PROMETHEUS, image.NODE_EXPORTER, image.ALERTMANAGER],
+                         ids=lambda i: i.label)
 def test_the_monitoring_keys_follow_the_whole_recipe(img):
     key = image.deb_key(img)
     for name, value in (("pkgs", (*img.pkgs, "curl")), ("rev", img.rev + 1),
@@ -93,12 +100,36 @@ def test_the_node_exporter_answers_to_upstreams_binary_name():
         ["ln", "-s", "/usr/bin/prometheus-node-exporter", "/usr/local/bin/node_exporter"]
 
 
+def test_alertmanager_is_packaged_like_upstreams_image():
+    """Upstream's prom/alertmanager: `alertmanager` on PATH (Debian's binary is
+    prometheus-alertmanager), amtool beside it, user nobody, its data in /alertmanager."""
+    lines = changes(image.ALERTMANAGER, "a" * 16)
+    assert 'ENTRYPOINT ["alertmanager"]' in lines
+    assert 'CMD ["--config.file=/etc/prometheus/alertmanager.yml", ' \
+           '"--storage.path=/alertmanager"]' in lines
+    assert "USER nobody" in lines and "WORKDIR /alertmanager" in lines
+    assert any("spark-vllm.lab.alertmanager=" + "a" * 16 in x for x in lines)
+    assert image.ALERTMANAGER.pkgs == ("prometheus-alertmanager",)
+    assert "ln -s /usr/bin/prometheus-alertmanager /usr/local/bin/alertmanager" in \
+        image.ALERTMANAGER.setup
+    assert "chown nobody:nogroup /alertmanager" in image.ALERTMANAGER.setup
+
+
+def test_the_alertmanager_check_wants_0_25_and_a_working_amtool():
+    assert image.alertmanager_check(0, ALERTMANAGER_V, 0, AMTOOL_V) == []
+    assert image.alertmanager_check(0, ALERTMANAGER_V.replace("0.25.0", "0.24.0"), 0,
+                                    AMTOOL_V)[0].startswith("expected alertmanager 0.25.x")
+    assert image.alertmanager_check(0, ALERTMANAGER_V, 127, "no amtool")[0].startswith(
+        "amtool --version exited 127")
+
+
 def test_the_images_are_named_as_pulumi_dev_yaml_and_stack_json_name_them():
     cfg = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
     tag = {field: f"{REGISTRY}/{img.repo}:{STACK_TAG}" for field, img in image.DEB_IMAGES.items()}
     assert cfg["spark-vllm:gateway"]["image"]["ref"] == tag["gatewayImage"]
     assert cfg["spark-vllm:monitoring"]["prometheus"]["ref"] == tag["prometheusImage"]
     assert cfg["spark-vllm:monitoring"]["nodeExporter"]["ref"] == tag["nodeExporterImage"]
+    assert cfg["spark-vllm:monitoring"]["alertmanager"]["ref"] == tag["alertmanagerImage"]
 
 
 # --------------------------------------------------------------------------- the checks
@@ -159,6 +190,7 @@ def test_the_build_probes_the_new_image_offline_and_pushes_only_when_it_passes(m
     ran: list = []
     answers = {"prometheus": [done(0, PROMETHEUS_V), done(0, PROMTOOL_V)],
                "node-exporter": [done(0, NODE_EXPORTER_V)],
+               "alertmanager": [done(0, ALERTMANAGER_V), done(0, AMTOOL_V)],
                "gateway": [done(0, "HAProxy version 2.6.12\nBuilt with OpenSSL\n"), done(0)]}
     replies = iter(answers[img.label])
 
@@ -222,12 +254,15 @@ def test_stack_json_names_every_image_and_its_tag(monkeypatch):
                                         "tag": f"{REGISTRY}/spark-lab/node-exporter:{STACK_TAG}"}
     assert cfg["gatewayImage"] == {"ref": refs["gatewayImage"],
                                    "tag": f"{REGISTRY}/spark-lab/haproxy:{STACK_TAG}"}
+    assert cfg["alertmanagerImage"] == {"ref": refs["alertmanagerImage"],
+                                        "tag": f"{REGISTRY}/spark-lab/alertmanager:{STACK_TAG}"}
 
 
 def test_down_keeps_every_image_of_debian_packages(monkeypatch):
     """scrub_docker (what `down` does to a node's Docker data) keeps the pulled images of the
-    three recipes whatever their key, and the serving image on the current base only."""
+    four recipes whatever their key, and the serving image on the current base only."""
     pulled = {"sha256:g": f'["{REGISTRY}/spark-lab/haproxy@{DIGEST}"]',
+              "sha256:a": f'["{REGISTRY}/spark-lab/alertmanager@{DIGEST}"]',
               "sha256:p": f'["{REGISTRY}/spark-lab/prometheus@{DIGEST}"]',
               "sha256:n": f'["{REGISTRY}/spark-lab/node-exporter@{DIGEST}"]',
               "sha256:v": f'["{REGISTRY}/spark-lab/vllm-spark@{DIGEST}"]',

@@ -130,14 +130,19 @@ def test_watch_refreshes_until_interrupted(in_repo, monkeypatch):
 # --------------------------------------------------------------------------- alerts (issue 35)
 
 
-def _head_with_alerts(section) -> tuple[int, str, str]:
+def _head_with_alerts(section, am_alerts=None, am_metrics=None) -> tuple[int, str, str]:
     """The head's recorded output (recorded before the dev stack turned monitoring on) with an
-    `alerts` section in the same frame, as the head prints it after the other sections."""
+    `alerts` section in the same frame, as the head prints it after the other sections, and
+    its Alertmanager's (tests/fixtures/alertmanager, recorded)."""
     rc, out, err = _recorded("spark-1")
-    return rc, out + assemble({"alerts": section}, nonce=RECORDED_NONCE), err
+    return rc, out + assemble({"alerts": section, "am_alerts": am_alerts or AM_ALERTS,
+                               "am_metrics": am_metrics or AM_METRICS},
+                              nonce=RECORDED_NONCE), err
 
 
 ALERTS = fixture("prometheus/alerts-firing-pending.txt")
+AM_ALERTS = fixture("alertmanager/alerts-active-suppressed.txt")
+AM_METRICS = fixture("alertmanager/metrics-two-sent.txt")
 
 
 def test_the_alerts_prometheus_has_pending_or_firing_table_and_json(in_repo, monkeypatch):
@@ -204,8 +209,9 @@ def test_alerts_that_cannot_be_read_are_said_so_not_taken_for_none(in_repo, monk
         result = CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"])
         data = json.loads(result.output)
         assert data["alerts"] is None
-        (problem,) = data["nodes"]["spark-1"]["problems"]
-        assert problem.startswith("alerts: ") and why in problem
+        (problem,) = [pr for pr in data["nodes"]["spark-1"]["problems"]
+                      if pr.startswith("alerts: ")]
+        assert why in problem
 
 
 def test_a_stack_without_monitoring_shows_no_alerts(tmp_path, monkeypatch):
@@ -261,7 +267,9 @@ def test_a_recorded_outage_with_monitoring_on_exits_1_with_why_and_the_alerts(in
         data["nodes"]["spark-1"]["containers"])
     assert set(data["nodes"]["spark-2"]["containers"]) == {"spark-vllm-dev-node-exporter"}
     assert all(3 << 30 > n["memoryAvailable"] > 2 << 30 for n in data["nodes"].values())
-    assert all(n["problems"] == [] for n in data["nodes"].values())
+    # recorded before the stack had an Alertmanager: its part is unknown, and says so
+    assert data["nodes"]["spark-1"]["problems"] == ["notifications: no answer"]
+    assert data["nodes"]["spark-2"]["problems"] == [] and data["notifications"] is None
     assert data["gateway"] == {"connections": 0, "connectionLimit": 512, "connectionsTotal": 7,
                                "refused": 1, "sources": 3, "unauthorized": 4, "overLimit": []}
     table = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
@@ -364,3 +372,47 @@ def test_the_deployments_table_says_whether_the_last_verified_one_runs(in_repo, 
     assert "org/m@cccccccccccc" in row and "21.5 s" in row, row
     data = json.loads(CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"]).output)
     assert data["models"][0]["deployment"]["matches"] is (which == "verified")
+
+
+# --------------------------------------------------------------------------- Alertmanager (issue 50)
+
+
+def test_what_alertmanager_sent_and_held_back_table_and_json(in_repo, monkeypatch):
+    """Alertmanager's recorded answers (tests/fixtures/alertmanager/README.md): the node's and
+    the service replica's alerts sent to `oncall`, the main model's held back (its node is
+    down), two webhook notifications sent; the exit code is the models' (0)."""
+    run, _ = _runner({"10.77.0.11": _head_with_alerts(ALERTS),
+                      "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "notifications (Alertmanager on spark-1)" in result.output
+    assert "notifications: webhook 2 sent (0 failed)" in result.output
+    node = next(ln for ln in lines if "SparkNodeExporterDown" in ln)
+    assert "spark-2" in node and "oncall" in node and "2026-12-06" in node, node
+    held = next(ln for ln in lines if "tiny-moe on spark-1" in ln)
+    assert "held back: its node is down" in held, held
+    sent = next(ln for ln in lines if "tiny-embed on spark-1" in ln)
+    assert "oncall" in sent, sent
+    data = json.loads(CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"]).output)
+    n = data["notifications"]
+    assert n["sent"] == {"webhook": {"attempted": 2, "failed": 0}} and n["alertsOmitted"] == 0
+    assert [(a["name"], a["state"], a["receivers"], a["inhibited"]) for a in n["alerts"]] == [
+        ("SparkNodeExporterDown", "active", ["oncall"], False),
+        ("SparkVllmModelNotServing", "active", ["oncall"], False),
+        ("SparkVllmModelNotServing", "suppressed", ["oncall"], True)]
+
+
+def test_alertmanager_unreadable_is_said_so(in_repo, monkeypatch):
+    down = ("", 1, "http://127.0.0.1:9093/api/v2/alerts: URLError(ConnectionRefusedError(111, "
+            "'Connection refused'))\n")
+    run, _ = _runner({"10.77.0.11": _head_with_alerts(ALERTS, am_alerts=down),
+                      "10.77.0.12": _recorded("spark-2")})
+    monkeypatch.setattr(tool, "RUNNER", [run])
+    result = CliRunner().invoke(cli.main, ["status", "-s", "dev"])
+    assert result.exit_code == 0, result.output
+    assert "notifications: unknown, could not be read on spark-1 (" in result.output
+    assert "Connection refused" in result.output
+    data = json.loads(CliRunner().invoke(cli.main, ["status", "-s", "dev", "--json"]).output)
+    assert data["notifications"] is None

@@ -506,8 +506,8 @@ if systemctl is-enabled --quiet spark-vllm-dev-firewall.service 2>/dev/null; the
 if [ -s /var/lib/spark-vllm/stacks/dev/firewall/loaded ]; then echo "record $(head -c 200 /var/lib/spark-vllm/stacks/dev/firewall/loaded)"; else echo '"'"'record absent'"'"'; fi'
 sv_bg collective_record 10 bash -c 'if [ -s "$1" ]; then head -c 65536 "$1" | head -n 1; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/collective-gate.json
 sv_bg gateway_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/gateway/conf/haproxy.cfg /var/lib/spark-vllm/stacks/dev/gateway/secrets/api-key.map
-sv_bg monitoring_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/monitoring/conf/prometheus.yml /var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key
-sv_bg prometheus_data 10 bash -c 'if [ -d "$1" ]; then echo present; else echo absent; fi' _ /var/lib/spark-vllm/stacks/dev/prometheus-data
+sv_bg monitoring_files 10 bash -c 'for f in "$@"; do [ -s "$f" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/monitoring/conf/prometheus.yml /var/lib/spark-vllm/stacks/dev/monitoring/secrets/api-key /var/lib/spark-vllm/stacks/dev/alertmanager/conf/alertmanager.yml
+sv_bg prometheus_data 10 bash -c 'for d in "$@"; do [ -d "$d" ] || { echo absent; exit 0; }; done; echo present' _ /var/lib/spark-vllm/stacks/dev/prometheus-data /var/lib/spark-vllm/stacks/dev/alertmanager-data
 sv_bg host_keys 10 cat /etc/ssh/ssh_host_*_key.pub
 wait
 cat "$SV_DIR"/out.*
