@@ -112,27 +112,25 @@ class CollectiveGate(pulumi.ComponentResource):
         self.enforced = gate.enforced(args.environment)
         self.sweep_sizes = sweep(gate.min_bytes, gate.max_bytes,
                                  [n.facts.memory.available_bytes for n in nodes])
-        super().__init__(
-            "spark-vllm:collective:CollectiveGate",
-            name,
-            {
-                "enabled": self.active,
-                "environment": args.environment,
-                "nodes": [n.name for n in nodes],
-                "thresholdGBps": self.threshold_gbps,
-                "enforce": self.enforced,
-                "sizes": self.sweep_sizes if self.active else [],
-                "rdma": args.rdma,
-                "ncclBuilds": args.nccl_builds,
-            },
-            opts,
-        )
+        # what the policy pack judges; registered again as the outputs (a stack policy reads a
+        # component's outputs, not the inputs it was made with)
+        props: dict[str, Any] = {
+            "enabled": self.active,
+            "environment": args.environment,
+            "nodes": [n.name for n in nodes],
+            "thresholdGBps": self.threshold_gbps,
+            "enforce": self.enforced,
+            "sizes": self.sweep_sizes if self.active else [],
+            "rdma": args.rdma,
+            "ncclBuilds": args.nccl_builds,
+        }
+        super().__init__("spark-vllm:collective:CollectiveGate", name, props, opts)
         self.ranks = {}
         self.check = None
         if not self.active:
             why = "disabled (fabric.collective.enabled)" if not gate.enabled else "one node"
             self.summary = pulumi.Output.from_input({"verdict": f"not run: {why}"})
-            self.register_outputs({"summary": self.summary})
+            self.register_outputs({**props, "summary": self.summary})
             return
         if args.rerun:
             pulumi.log.info(f"collective gate: {args.rerun}; the ranks measure again",
@@ -159,8 +157,11 @@ class CollectiveGate(pulumi.ComponentResource):
             lambda t: hashlib.sha256("\0".join(t[k] for k in sorted(t)).encode()).hexdigest())
         triggers: list[Any] = [together]
         triggers += [v for c in args.configured for v in (c.id, c.stdout)]
-        if args.rerun:
-            triggers.append(rerun.fresh_trigger())
+        # the last trigger: a fresh value when recon asks for a new measurement, else whatever
+        # the state holds (ignored by its path), so the up after one that measured again sees
+        # no diff (a list that grew or shrank by it would replace every rank once more)
+        triggers.append(rerun.fresh_trigger() if args.rerun else "intact")
+        ignore = None if args.rerun else [f"triggers[{len(triggers) - 1}]"]
         for n in nodes:
             self.ranks[n.name] = n.command(
                 f"{name}-rank-{n.name}",
@@ -170,6 +171,7 @@ class CollectiveGate(pulumi.ComponentResource):
                 # only a docker or torch complaint (stderr) shows in the `up`
                 logging=remote.Logging.STDERR,
                 triggers=triggers,
+                ignore_changes=ignore,
                 depends_on=args.after,
                 # the deadline is the payload's own; this only bounds a wedged docker
                 timeout_seconds=gate.timeout_seconds + 300,
@@ -198,7 +200,7 @@ class CollectiveGate(pulumi.ComponentResource):
             delete_before_replace=True,  # the new record is written after the old one goes
             depends_on=list(self.ranks.values()),
         )
-        self.register_outputs({"summary": self.summary})
+        self.register_outputs({**props, "summary": self.summary})
 
     @property
     def done(self) -> Sequence[pulumi.Resource]:

@@ -168,8 +168,10 @@ class NodeFirewall(pulumi.ComponentResource):
             ignore_changes=again.ignore_changes,
             delete_before_replace=True,
         )
+        # the props again: a stack policy reads a component's outputs (what it registered here),
+        # not the inputs it was made with
         self.register_outputs({
-            "node": node.name,
+            **props,
             "loaded": self.table.stdout,
             "drift": self.drift,
         })

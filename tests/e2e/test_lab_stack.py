@@ -29,6 +29,8 @@ START_MARKER = "=== spark-vllm: vllm serve starts ==="  # the first line of each
 # with the serve command checked in the image on each lab node (issue 32) before vLLM changes
 VLLM_STEPS = {"vllm", "vllm-serve", "vllm-health", "vllm-nccl-log", "vllm-transport",
               "vllm-serve-check-spark-1", "vllm-serve-check-spark-2",
+              # the new deployment recorded on every node after its gate passed (issue 49)
+              "vllm-deployment-spark-1", "vllm-deployment-spark-2",
               # the gateway's gate runs again for a new vLLM behind it (and nothing else of it)
               "gateway-health"}
 
@@ -138,10 +140,12 @@ def test_up_from_empty_serves(stack, shared, lab_cfg):
     for c in (SERVE, "spark-vllm-dev-ray-head"):
         mounts = {m["Destination"]: m for m in json.loads(
             d.ssh(HEAD, f"docker inspect -f '{{{{json .Mounts}}}}' {c}"))}
-        assert mounts["/root/.cache/huggingface"]["RW"] is False, mounts
+        # only the cache's hub/, never the folder's `token` (issue 46)
+        assert mounts["/root/.cache/huggingface/hub"]["RW"] is False, mounts
+        assert "/root/.cache/huggingface" not in mounts, mounts
         assert mounts["/var/cache/spark-vllm"]["Source"] == \
             "/var/lib/spark-vllm/stacks/dev/compile-cache", mounts
-    denied = d.ssh(HEAD, f"docker exec {SERVE} touch /root/.cache/huggingface/probe 2>&1; "
+    denied = d.ssh(HEAD, f"docker exec {SERVE} touch /root/.cache/huggingface/hub/probe 2>&1; "
                    "echo rc=$?", check=False)
     assert "rc=0" not in denied and "Read-only" in denied, denied
 
