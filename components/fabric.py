@@ -140,7 +140,9 @@ class NodeFabric(pulumi.ComponentResource):
                 ignore_changes=again.ignore_changes,
                 delete_before_replace=True,
             )
+        # the props again: a stack policy reads a component's outputs (rules 15 and 16)
         self.register_outputs({
+            **props,
             "node": node.name,
             "applied": {i: c.stdout for i, c in self.commands.items()},
             "drift": self.drift,

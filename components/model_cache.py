@@ -158,6 +158,7 @@ class ModelCache(pulumi.ComponentResource):
                 "revision": args.model.revision,
                 "commit": self.commit,
                 "modelBytes": self.model_bytes,
+                "cacheDir": args.model.cache_dir,
                 "files": len(m.files),
                 "verified": {n: c.stdout for n, c in self.verifies.items()},
             }

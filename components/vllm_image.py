@@ -165,6 +165,7 @@ class VllmImage(pulumi.ComponentResource):
             {
                 "ref": image.ref,
                 "source": image.source,
+                "nodes": cluster.names,  # a prop: a stack policy reads the outputs
                 "pulledRef": self.pull_ref,
                 "imageIds": all_ids,
                 "imageId": self.image_id,
