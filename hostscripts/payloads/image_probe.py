@@ -214,6 +214,25 @@ done()
 """
 
 
+def child_answer(argv, what, unknown, timeout, **run):
+    """The JSON object a child python printed last, or `unknown` with the reason there is none
+    (a timeout, an exit without an answer: its last stderr line)."""
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, **run)
+    except subprocess.TimeoutExpired:
+        return dict(unknown, reason="%s did not answer within %d s" % (what, timeout))
+    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
+    try:
+        answer = json.loads(lines[-1])
+        if not isinstance(answer, dict):
+            raise ValueError
+        return answer
+    except (IndexError, ValueError):
+        errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
+        return dict(unknown, reason="%s exited %d without an answer: %s" % (
+            what, done.returncode, errors[-1][:300] if errors else "no output"))
+
+
 def serve_check(request):
     """The child's answer for `request` (see the header), or why there is none."""
     env = {k: v for k, v in os.environ.items()}
@@ -225,22 +244,9 @@ def serve_check(request):
         with open(template["path"], "w") as fh:
             fh.write(template["text"])
     timeout = int(request.get("timeout") or 300)
-    try:
-        child = {k: request.get(k) for k in ("argv", "extraArgs", "owned", "forbidden")}
-        done = subprocess.run([sys.executable, "-c", SERVE_CHECK], input=json.dumps(child),
-                              capture_output=True, text=True, env=env, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"checked": False, "reason": "vLLM's check did not answer within %d s" % timeout}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        answer = json.loads(lines[-1])
-        if not isinstance(answer, dict):
-            raise ValueError
-        return answer
-    except (IndexError, ValueError):
-        errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        return {"checked": False, "reason": "vLLM's check exited %d without an answer: %s" % (
-            done.returncode, errors[-1][:300] if errors else "no output")}
+    child = {k: request.get(k) for k in ("argv", "extraArgs", "owned", "forbidden")}
+    return child_answer([sys.executable, "-c", SERVE_CHECK], "vLLM's check", {"checked": False},
+                        timeout, input=json.dumps(child), env=env)
 
 
 def serve_problems(check, strict, declared=()):
@@ -263,21 +269,8 @@ def serve_problems(check, strict, declared=()):
 
 def nccl_check(text, timeout):
     """payloads/nccl_library.py's `loaded` answer, or why there is none."""
-    try:
-        done = subprocess.run([sys.executable, "-c", text, "loaded"], capture_output=True,
-                              text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"vllm": None, "reason": "the NCCL check did not answer within %d s" % timeout}
-    lines = [ln for ln in done.stdout.splitlines() if ln.strip()]
-    try:
-        answer = json.loads(lines[-1])
-        if not isinstance(answer, dict):
-            raise ValueError
-        return answer
-    except (IndexError, ValueError):
-        errors = [ln for ln in done.stderr.splitlines() if ln.strip()]
-        return {"vllm": None, "reason": "the NCCL check exited %d without an answer: %s" % (
-            done.returncode, errors[-1][:300] if errors else "no output")}
+    return child_answer([sys.executable, "-c", text, "loaded"], "the NCCL check", {"vllm": None},
+                        timeout)
 
 
 vllm = None

@@ -52,7 +52,8 @@ def test_no_test_or_lab_code_writes_a_shebang_from_a_variable():
 
 def test_the_lint_finds_the_shebang_it_is_for(tmp_path):
     """The pattern above matches the forms that broke (so the lint can fail)."""
-    broken = 'docker.write_text(f"#!{sys.executable}\\n{FAKE}")'
+    # the form that broke, assembled here so that no line of the tree holds it whole
+    broken = 'docker.write_text(f"#!' + '{sys.executable}\\n{FAKE}")'
     assert FILLED_SHEBANG.search(broken)
     assert FILLED_SHEBANG.search("x = '#!' + sys.executable")
     assert not FILLED_SHEBANG.search('write_text("#!/bin/sh\\n" + body)')
