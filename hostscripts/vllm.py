@@ -386,7 +386,7 @@ def vllm_health_gate(
             *_watched(container, probe),
             "if [ $outcome = failed ]; then",
             "  [ -n \"$fail\" ] || fail=$(tail -n 20 \"$out\")",
-            f"  docker logs --tail 50 {c} > \"$logs\" 2>&1 || true",
+            f"  docker logs --tail 2000 {c} > \"$logs\" 2>&1 || true",
             "fi",
             PAYLOAD_DEFINE,
             run_payload("gate", deployment.args(), "\"$outcome\"", "\"$out\"", "\"$fail\"",

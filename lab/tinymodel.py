@@ -55,6 +55,11 @@ H, NH, NKV, HD, LAYERS = 128, 6, 6, 32, 2
 N_EXPERTS, TOP_K, MOE_INTER, INTER = 4, 2, 192, 384
 MAX_POS = 4096
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
+# Qwen3's tokenizer holds these too (its added tokens), and vLLM's parsers look them up when
+# they start: `--reasoning-parser deepseek_r1`/`qwen3` refuse a tokenizer without the think
+# tokens (measured on the lab with a real community recipe), hermes' tool parser one without
+# the tool-call tokens. Their lm_head rows are zero, so the tiny model never writes them.
+PARSER_TOKENS = ["<think>", "</think>", "<tool_call>", "</tool_call>"]
 CHAT_TEMPLATE = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
@@ -101,7 +106,8 @@ def train_tokenizer():
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, min_frequency=1, special_tokens=SPECIALS,
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, min_frequency=1,
+                                  special_tokens=SPECIALS + PARSER_TOKENS,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(corpus(SEED), trainer=trainer)
@@ -334,7 +340,7 @@ def main() -> None:
     if a.arch == "qwen3embed":
         tok = embed_tokenizer(tok, ids)
     cfg = config(a.arch, ids)
-    zero = unprintable_ids(tok)
+    zero = sorted(set(unprintable_ids(tok)) | {tok.token_to_id(t) for t in PARSER_TOKENS})
     for rev in REVISIONS:
         w = weights(cfg, zero, rev)
         write_revision(os.path.join(a.out, str(rev)), rev, tok, w, cfg, ids, a.arch)

@@ -227,6 +227,29 @@ def read_text(path, limit=20000):
         return ""
 
 
+ERROR_LINE = re.compile(r"\b\w*(Error|Exception)\b: |\bERROR\b")
+TAIL_LINES, ERROR_LINES = 30, 20
+
+
+def log_excerpt(text):
+    """vLLM's log as the failure shows it: the error lines of everything before its last
+    TAIL_LINES lines (at most ERROR_LINES, the latest; each once), then those last lines. The
+    last lines of a vLLM that fails while it loads are the API server's traceback ending in
+    "See root cause above"; the root cause (a rank's exception) is the error line above it."""
+    lines = text.splitlines()
+    before, tail = lines[:-TAIL_LINES], lines[-TAIL_LINES:]
+    seen, errors = set(), []
+    for ln in reversed(before):
+        if ERROR_LINE.search(ln) and ln.strip() not in seen:
+            seen.add(ln.strip())
+            errors.append(ln)
+            if len(errors) == ERROR_LINES:
+                break
+    errors.reverse()
+    out = errors + (["[...]"] if errors and len(before) > len(errors) else []) + tail
+    return "\n".join(out) + ("\n" if out else "")
+
+
 def gate(a, outcome, probe_file, why, tail_file):
     d = a["dir"]
     if outcome == "ok":
@@ -237,7 +260,7 @@ def gate(a, outcome, probe_file, why, tail_file):
         print(json.dumps(verdict, sort_keys=True))
         return
     verdict = {"health": "failed", "why": why.strip() or "the gate failed", "at": now(),
-               "log": read_text(tail_file), "probe": read_text(probe_file, 4000)}
+               "log": log_excerpt(read_text(tail_file, 400000)), "probe": read_text(probe_file, 4000)}
     r = a.get("restore")
     if not isinstance(r, dict):
         verdict["notRestored"] = "health.onFailure is keep: the failing version stays"
@@ -311,7 +334,7 @@ def final(a):
     err = sys.stderr
     err.write("the new version failed its health gate: %s\n" % verdict.get("why", "?"))
     if verdict.get("log"):
-        err.write("--- vllm serve in %s: the last 50 lines of its log ---\n%s\n"
+        err.write("--- vllm serve in %s: its log's error lines, then its last lines ---\n%s\n"
                   % (a["container"], verdict["log"].rstrip("\n")))
     others = a.get("nodes") or {}
     missing = {n: w for n, w in sorted(others.items()) if w not in ("restored", "kept")}

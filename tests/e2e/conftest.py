@@ -18,6 +18,7 @@ stack beside the first) still makes its own.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shutil
@@ -123,11 +124,17 @@ class SharedStack:
     first_up: FirstUp | None = None
     destroyed: bool = False
     modules: list[str] = field(default_factory=list)
+    # the session's failure count and the stack file (with the nodes) as the last module began
+    failed_at_begin: int = 0
+    began_with: tuple[str, dict] | None = None
 
-    def begin(self, module: str) -> Deployment:
+    def begin(self, module: str, failed: int) -> Deployment:
         """The converged stack for `module`: brought up from empty on first use; afterwards a
         preview must want no change. If it wants one, the stack is converged again (so the
-        modules after this one run) and this module fails, naming the change."""
+        modules after this one run) and this module fails, naming the change. A module before
+        it that failed (`failed`: the session's count of failures so far) may have left a
+        change of its own in the stack file (a faulty image): the stack file it began with is
+        put back and converged first, so one failure does not fail every module after it."""
         if self.destroyed:
             pytest.fail(f"{module}: the shared stack was destroyed by {self.modules[-1]}")
         if self.first_up is None:
@@ -135,6 +142,8 @@ class SharedStack:
             if self.first_up.result != "succeeded":
                 pytest.fail(f"{module}: the shared stack's up from empty {self.first_up.result}")
         else:
+            if failed > self.failed_at_begin and self.began_with is not None:
+                self._put_back(module)
             self.d.run("preview")
             changes = self.d.ops()
             if changes:
@@ -144,7 +153,28 @@ class SharedStack:
                             f"preview wants {changes}; an up ({r.summary.result}) converged "
                             "it again for the modules after this one")
         self.modules.append(module)
+        self.failed_at_begin = failed
+        self.began_with = (self._stack_file().read_text(), copy.deepcopy(self.d.cfg))
         return self.d
+
+    def _stack_file(self):
+        return self.d.workdir / f"Pulumi.{self.d.stack.name}.yaml"
+
+    def _put_back(self, module: str) -> None:
+        assert self.began_with is not None
+        text, cfg = self.began_with
+        before = self.modules[-1] if self.modules else "?"
+        if self._stack_file().read_text() == text:
+            return  # the failed module left its stack file as it found it
+        print(f"{module}: {before} failed with its stack file changed: putting back the one it "
+              "began with, and converging it")
+        self._stack_file().write_text(text)
+        self.d.cfg = copy.deepcopy(cfg)
+        try:
+            self.d.run("up")
+        except Exception as e:  # the Automation API's CommandError and others
+            pytest.fail(f"{module}: {before} failed, and the stack file it began with does not "
+                        f"converge again: {str(e)[-2000:]}")
 
     def _up_from_empty(self) -> FirstUp:
         d = self.d
@@ -176,4 +206,5 @@ def shared(lab_cfg, tmp_path_factory):
 @pytest.fixture(scope="module")
 def stack(shared, request) -> Deployment:
     """The shared converged stack, checked quiet for this module (SharedStack.begin)."""
-    return shared.begin(request.module.__name__.rsplit(".", 1)[-1] + ".py")
+    return shared.begin(request.module.__name__.rsplit(".", 1)[-1] + ".py",
+                        request.session.testsfailed)

@@ -25,6 +25,7 @@ the lab's dev stack pulls its image from the registry.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -115,17 +116,26 @@ def test_root_follows_no_link_planted_in_the_model_cache(sec):
     ref, victim_dir = f"{MODEL_DIR}/refs/main", VICTIM + "-dir"
     commit = d.ssh(HEAD, f"cat {ref}").strip()
     head_blob, worker_blob = _smallest_blob(d, HEAD), _smallest_blob(d, WORKER)
+    # A stack pinned to a commit (test_lab_stack leaves it so) writes no ref: the head's link
+    # is then a blob, which the head's verify reads and would prune as root, like the worker's.
+    pinned = re.fullmatch(r"[0-9a-f]{40}", d.stack.get_config(
+        "spark-vllm:model.revision", path=True).value) is not None
+    head_link = f"{MODEL_DIR}/blobs/{head_blob}" if pinned else ref
+    print(f"[observed] the stack's revision is {'a commit' if pinned else 'main'}: the head's "
+          f"link is {head_link}")
     for node in (HEAD, WORKER):
         d.ssh(node, f"printf '{VICTIM_TEXT}' > {VICTIM}; rm -rf {victim_dir}; "
                     f"mkdir {victim_dir}; rm -rf {CACHE}/.spark-vllm; "
                     f"ln -s {victim_dir} {CACHE}/.spark-vllm")
     try:
-        # the head: a blob gone (so the fetch runs again) and refs/main a link
-        d.ssh(HEAD, f"rm {MODEL_DIR}/blobs/{head_blob} && rm {ref} && ln -s {VICTIM} {ref}")
+        # the head: a blob gone (so the fetch runs again) and refs/main a link, or (pinned)
+        # that blob a link
+        d.ssh(HEAD, f"rm {MODEL_DIR}/blobs/{head_blob} && rm -f {head_link} && "
+                    f"ln -s {VICTIM} {head_link}")
         text = _failed_up(d)
-        assert f"refused: {ref} is a symbolic link" in text, text[-3000:]
+        assert f"refused: {head_link} is a symbolic link" in text, text[-3000:]
         assert d.ssh(HEAD, f"cat {VICTIM}") == VICTIM_TEXT
-        d.ssh(HEAD, f"rm {ref}")
+        d.ssh(HEAD, f"rm {head_link}")
         # the worker: a blob a link to a file outside the cache
         d.ssh(WORKER, f"rm {MODEL_DIR}/blobs/{worker_blob} && "
                       f"ln -s {VICTIM} {MODEL_DIR}/blobs/{worker_blob}")

@@ -20,6 +20,7 @@ from hostscripts import vllm
 from hostscripts.common import RemoteValueError
 from hostscripts.deployment import GateRestore, GateVerdict, Held, NodeDeployment
 from hostscripts.paths import StackNames
+from tests.conftest import ROOT
 from tests.fake_docker_api import FakeDocker
 
 NAMES = StackNames("dev")
@@ -196,7 +197,8 @@ case "$1" in
   exec) cat >/dev/null; if [ "$PROBE" = ok ]; then
           echo '{"health": "ok", "models": ["m"], "smoke": "hi", "seconds": 4.5}'
         else sleep 30; fi ;;
-  logs) echo "ValueError: max_model_len 1048576 is greater than the model's 4096" ;;
+  logs) if [ -n "${LOG_FILE:-}" ]; then cat "$LOG_FILE"
+        else echo "ValueError: max_model_len 1048576 is greater than the model's 4096"; fi ;;
 esac
 """
 
@@ -282,7 +284,8 @@ def test_a_failed_gate_puts_the_verified_deployment_back_and_the_final_step_fail
     err = done.stderr
     assert "the new version failed its health gate: vllm serve exited while the gate waited " \
            "(now: restarting 1)" in err
-    assert "--- vllm serve in spark-vllm-dev-serve: the last 50 lines of its log ---" in err
+    assert "--- vllm serve in spark-vllm-dev-serve: its log's error lines, then its last lines " \
+           "---" in err
     assert "max_model_len 1048576 is greater than the model's 4096" in err
     m = re.search(r"serving the last verified deployment again \(([0-9a-f]{16}), verified "
                   r"[0-9TZ:-]+: image sha256:1{12}, org/m@cccccccccccc; recreated here: "
@@ -320,6 +323,36 @@ def test_a_failed_gate_that_cannot_put_it_back_fails_with_the_log_tail_and_why(
     assert "max_model_len 1048576" in done.stderr  # the failing version's log tail
     assert f"not put back: {why}" in done.stderr, done.stderr
     assert "serving the last verified deployment again" not in done.stderr
+
+
+def test_the_failure_names_the_root_cause_printed_above_the_api_servers_traceback(
+        tmp_path, docker):
+    """A vLLM whose engine fails to start ends its log with the API server's traceback (the
+    real tail: tests/fixtures/rollback/); the rank's exception, the root cause, is further up,
+    among lines of progress. The failure shows it, then the tail, with nothing else."""
+    real_tail = (ROOT / "tests/fixtures/rollback/vllm-engine-init-failed-tail.txt").read_text()
+    cause = ("(EngineCore pid=77) RuntimeError: spark-vllm lab fault: this image's vLLM fails "
+             "while it loads the model")
+    noise = [f"(EngineCore pid=77) INFO 12-06 07:41:{i:02d} [loader.py:{i}] loading" for i in
+             range(60)]
+    log = tmp_path / "vllm.log"
+    log.write_text("\n".join(["INFO starting", "ERROR 12-06 07:41:00 [core.py:1] EngineCore "
+                              "failed to start.", *noise[:30], cause, *noise[30:], ""])
+                   + real_tail)
+    _deployed(docker, IMAGE_OLD, ["vllm", "serve", "org/m"])
+    folder = tmp_path / "deployment"
+    _verified_summary(tmp_path, docker, folder)
+    gate = _sh(tmp_path, docker, _gate_script(folder, "keep"), STATE="restarting 1",
+               PROBE="hang", LOG_FILE=str(log))
+    done = _sh(tmp_path, docker, _final(folder, dep.parse_gate(gate.stdout), {}),
+               STATE="running 0", PROBE="ok")
+    assert done.returncode == 1
+    shown = done.stderr.split("its last lines ---\n", 1)[1].split("\nnot put back:", 1)[0]
+    lines = shown.splitlines()
+    assert lines[:3] == ["ERROR 12-06 07:41:00 [core.py:1] EngineCore failed to start.", cause,
+                         "[...]"], lines[:4]
+    assert lines[3:] == real_tail.splitlines()[-30:]
+    assert "loading" not in shown
 
 
 # ---------------------------------------------------------------------------- the builders
