@@ -143,7 +143,7 @@ class SharedStack:
                 pytest.fail(f"{module}: the shared stack's up from empty {self.first_up.result}")
         else:
             if failed > self.failed_at_begin and self.began_with is not None:
-                self._put_back(module)
+                self.put_back(module)
             self.d.run("preview")
             changes = self.d.ops()
             if changes:
@@ -160,7 +160,9 @@ class SharedStack:
     def _stack_file(self):
         return self.d.workdir / f"Pulumi.{self.d.stack.name}.yaml"
 
-    def _put_back(self, module: str) -> None:
+    def put_back(self, module: str) -> None:
+        """The stack file the last module began with, converged, when that module left another
+        (see `begin`; a module whose lab changes under it calls this itself, before)."""
         assert self.began_with is not None
         text, cfg = self.began_with
         before = self.modules[-1] if self.modules else "?"
