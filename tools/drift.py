@@ -9,17 +9,17 @@ every Change is in one, and reports the others by name otherwise.
 
 Why these classes and no others: each repairs what the stack itself wrote on a node and what
 only the stack uses, without moving the model, pulling an image or changing what vLLM runs with:
-the fabric's interfaces (and the MTU checks that run again after them), the host firewall's and
-the guards' rules, monitoring's and the gateway's configuration files (each written, checked
-and reloaded in place), and a container of the stack that is stopped or gone (the docker
-provider's refresh drops a stopped one, `must_run`, so both come back as a create), with what
-must run again because of it: a container whose only changed input is a label naming the ID of
-one made again, and the gates that start a stopped container and prove it serves. Everything
-else is reported, never applied: a deletion (the declared stack has less than the hosts), an
-image (a tag that moved: a new image replaces vLLM), a changed command, environment or mount of
-a container (the program or its config changed), the model's cache (its repair moves bytes),
-the Ray token and API key files, a component's props. So are a policy violation and a node the
-preview could not reach (the preview fails first).
+the fabric's interfaces (and the MTU checks and the collective gate that run again after them),
+the host firewall's and the guards' rules, monitoring's and the gateway's configuration files
+(each written, checked and reloaded in place), and a container of the stack that is stopped or
+gone (the docker provider's refresh drops a stopped one, `must_run`, so both come back as a
+create), with what must run again because of it: a container whose only changed input is a label
+naming the ID of one made again, and the gates that start a stopped container and prove it
+serves. Everything else is reported, never applied: a deletion (the declared stack has less than
+the hosts), an image (a tag that moved: a new image replaces vLLM), a changed command,
+environment or mount of a container (the program or its config changed), the model's cache (its
+repair moves bytes), the Ray token and API key files, a component's props. So are a policy
+violation and a node the preview could not reach (the preview fails first).
 
 The firewall and guard classes match by name prefix (`firewall-`, `guard-`): the components
 that make them (a NodeFirewall, a NodeGuard) name every resource so.
@@ -88,6 +88,10 @@ CLASSES: tuple[RepairClass, ...] = (
         "fabric", None, _names(r"fabric-[A-Za-z0-9_.:-]+|nccl-fabric-[a-z0-9-]+"), MAKE, None,
         "a fabric interface's address, MTU, link or netplan file changed behind the stack "
         "(components/fabric.py), and the MTU checks between the nodes that run again after it"),
+    RepairClass(
+        "fabric", (COMMAND,), _names(r"collective-rank-[a-z0-9-]+|collective-check"), MAKE, None,
+        "the collective bandwidth gate (components/collective.py), which measures the fabric "
+        "again after it changed (and, outside dev, stops the repair below its threshold)"),
     RepairClass(
         "firewall", None, _names(r"firewall-[A-Za-z0-9-]+|vllm-master-guard"), MAKE, None,
         "a host firewall rule of the stack gone (a reboot forgets them): the NodeFirewall's "

@@ -40,6 +40,11 @@ def test_fabric():
     assert _class(COMMAND, "fabric-spark-2-enp1s0f1np1", "create") == "fabric"
     assert _class(COMMAND, "nccl-fabric-spark-1", "replace", "create") == "fabric"
     assert _class(NODE_FABRIC, "fabric-spark-2", "update", "interfaces") == "fabric"
+    # the collective gate measures the changed fabric again (seen on the lab: a twin's address
+    # flushed -> collective-rank-<node> replace, collective-check update)
+    assert _class(COMMAND, "collective-rank-spark-1", "replace", "triggers") == "fabric"
+    assert _class(COMMAND, "collective-check", "update", "create") == "fabric"
+    assert _class(IMAGE, "collective-check", "update") is None
     assert _class(COMMAND, "fabric-spark-2-enp1s0f1np1", "delete") is None  # never a delete
 
 
