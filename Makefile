@@ -63,10 +63,10 @@ test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hos
 # scripts/run_tests.py runs the tiers as separate pytest processes (the mock tests install
 # Pulumi's global mock monitor, which the engine tests must not inherit), fails on any skipped
 # test, and prints each tier's time and the 15 slowest tests. docs/testing.md: what proves what.
-test: require-root setup lint ## the whole suite: lint, unit, engine, promote, lab, e2e (CI; ~40 min)
+test: require-root setup lint ## the whole suite: lint, unit, engine, promote, lab, e2e (CI; ~70 min)
 	$(PY) scripts/run_tests.py $(TEST_ARGS)
 
-test-all: require-root setup lint ## make test plus the long tail of e2e cases (docs/testing.md; ~75 min)
+test-all: require-root setup lint ## make test plus the long tail of e2e cases (docs/testing.md; ~80 min)
 	$(PY) scripts/run_tests.py --all $(TEST_ARGS)
 
 require-root:

@@ -114,9 +114,9 @@ def test_a_table_deleted_by_hand_keeps_vllm_from_starting_until_the_up_loads_it(
     print(f"[observed] {refused[0]}")
     assert "answered ECONNREFUSED" in refused[0], refused[0]
     # the head's table; vLLM's and the gateway's gates when recon caught vLLM's container
-    # between two starts (not running), with the deployment the gate verified (issue 49);
-    # nothing else
-    allowed = {f"firewall-{HEAD}-table", "vllm-health", "gateway-health",
+    # between two starts (not running), with the deployment the gate verified (issue 49) and
+    # the NCCL log check that follows the gate (seen on the lab); nothing else
+    allowed = {f"firewall-{HEAD}-table", "vllm-health", "gateway-health", "vllm-nccl-log",
                *(f"vllm-deployment-{n}" for n in (HEAD, "spark-2"))}
     ops = _preview_ops(d)
     assert ops.get(f"firewall-{HEAD}-table") == "replace" and set(ops) <= allowed, ops
