@@ -149,7 +149,7 @@ def test_vllm_command_line_exactly(build, mocks):
         gate = mocks.named("vllm-health").inputs
         assert reveal(gate["connection"])["host"] == "10.77.0.11"
         assert "/v1/models" in gate["create"] and "/v1/completions" in gate["create"]
-        assert "docker logs --tail 50 spark-vllm-dev-serve" in gate["create"]
+        assert "docker logs --tail 2000 spark-vllm-dev-serve" in gate["create"]
         ids = " ".join(hashlib.sha256(n.encode()).hexdigest()
                        for n in ("vllm-serve", "ray-head", "ray-worker-spark-2"))
         assert f"# containers: {ids}" in gate["create"]
