@@ -40,6 +40,9 @@ from components import rerun
 from components.nccl import NcclEnvironment, twins_up
 from components.spark_node import Cluster
 from config import CollectiveConfig
+from contract import labels as lbl
+from contract import types
+from contract.props import CollectiveGateProps
 from hostscripts.collective import (
     collective_check,
     collective_rank,
@@ -56,8 +59,6 @@ from inspection.collective import (
     parse_rank,
     sweep,
 )
-
-ROLE = "collective-gate"
 
 
 def rerun_reason(record_present: bool | None, stopped: bool | None) -> str | None:
@@ -114,7 +115,7 @@ class CollectiveGate(pulumi.ComponentResource):
                                  [n.facts.memory.available_bytes for n in nodes])
         # what the policy pack judges; registered again as the outputs (a stack policy reads a
         # component's outputs, not the inputs it was made with)
-        props: dict[str, Any] = {
+        props: CollectiveGateProps = {
             "enabled": self.active,
             "environment": args.environment,
             "nodes": [n.name for n in nodes],
@@ -124,7 +125,7 @@ class CollectiveGate(pulumi.ComponentResource):
             "rdma": args.rdma,
             "ncclBuilds": args.nccl_builds,
         }
-        super().__init__("spark-vllm:collective:CollectiveGate", name, props, opts)
+        super().__init__(types.COLLECTIVE_GATE, name, props, opts)
         self.ranks = {}
         self.check = None
         if not self.active:
@@ -135,7 +136,7 @@ class CollectiveGate(pulumi.ComponentResource):
         if args.rerun:
             pulumi.log.info(f"collective gate: {args.rerun}; the ranks measure again",
                             resource=self)
-        labels = {**args.labels, "spark-vllm.role": ROLE}
+        labels = {**args.labels, lbl.ROLE: lbl.COLLECTIVE_GATE}
         extras = args.nccl.extras
         head = cluster.head
 

@@ -23,6 +23,7 @@ import pulumi_docker as docker
 from pulumi_command import remote
 
 from components.spark_node import SparkNode
+from contract import labels as lbl
 from hostscripts.deployment import (
     AFTER_RESTORE_LABEL,
     NodeDeployment,
@@ -39,7 +40,7 @@ from hostscripts.vllm import NO_DRAFTER_WEIGHTS
 
 def _restore_of(node: SparkNode, container: str, stack_label: str) -> str | None:
     for c in node.facts.docker.containers if node.facts.docker else []:
-        if c.name == container and c.labels.get("spark-vllm.stack") == stack_label:
+        if c.name == container and c.labels.get(lbl.STACK) == stack_label:
             return after_restore(c.labels)
     return None
 

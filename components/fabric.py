@@ -35,6 +35,8 @@ from components import rerun
 from components.rerun import Again
 from components.spark_node import SparkNode
 from config import FabricConfig
+from contract import types
+from contract.props import NodeFabricProps
 from hostscripts.fabric_config import (
     InterfaceSpec,
     apply_script,
@@ -112,7 +114,7 @@ class NodeFabric(pulumi.ComponentResource):
         node = args.node
         specs = interface_specs(node, args.fabric, args.subnets, args.stack)
         self.drift = {s.interface: drift(s, node.facts) for s in specs}
-        props = {
+        props: NodeFabricProps = {
             "node": node.name,
             "host": node.node.host,
             "managementInterface": management_interface(node),
@@ -120,7 +122,7 @@ class NodeFabric(pulumi.ComponentResource):
             "interfaces": [{"interface": s.interface, "address": s.address, "file": s.path}
                            for s in specs],
         }
-        super().__init__("spark-vllm:fabric:NodeFabric", name, props, opts)
+        super().__init__(types.NODE_FABRIC, name, props, opts)
         self.commands = {}
         for s in specs:
             if self.drift[s.interface]:  # say why the preview replaces it

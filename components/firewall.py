@@ -36,6 +36,8 @@ from components.fabric import management_interface
 from components.rerun import Again
 from components.spark_node import SparkNode
 from config.firewall import DEFAULT_EPHEMERAL, PortRule
+from contract import types
+from contract.props import NodeFirewallProps
 from hostscripts.firewall import (
     DataPlane,
     Rule,
@@ -48,7 +50,7 @@ from hostscripts.firewall import (
 )
 from inspection.facts import NodeFacts
 
-RESOURCE_TYPE = "spark-vllm:firewall:NodeFirewall"
+RESOURCE_TYPE = types.NODE_FIREWALL
 
 
 @dataclass
@@ -133,7 +135,7 @@ class NodeFirewall(pulumi.ComponentResource):
         self.drift = drift(spec, node.facts)
         dp = spec.data_plane
         # what the policy pack judges (docs/contract.md "What policies see")
-        props = {
+        props: NodeFirewallProps = {
             "environment": args.environment,
             "node": node.name,
             "host": node.node.host,

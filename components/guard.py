@@ -42,6 +42,8 @@ from components import rerun
 from components.rerun import Again
 from components.spark_node import SparkNode
 from config.guard import GuardConfig
+from contract import types
+from contract.props import NodeGuardProps
 from hostscripts import guard as g
 from inspection.facts import NodeFacts
 
@@ -109,7 +111,7 @@ class NodeGuard(pulumi.ComponentResource):
                  opts: pulumi.ResourceOptions | None = None) -> None:
         node, guard = args.node, args.guard
         spec = spec_of(node, guard, args.reserve_bytes, args.stack)
-        props = {
+        props: NodeGuardProps = {
             "node": node.name,
             "host": node.node.host,
             "killer": guard.killer,
@@ -124,7 +126,7 @@ class NodeGuard(pulumi.ComponentResource):
             "avoid": g.AVOID if guard.killer == "earlyoom" else None,
             "files": sorted({**g.daemon_files(spec), **g.killer_files(spec)}),
         }
-        super().__init__("spark-vllm:guard:NodeGuard", name, props, opts)
+        super().__init__(types.NODE_GUARD, name, props, opts)
         self.args_killer = guard.killer
         facts = node.facts
         self.drift = {"daemons": daemons_drift(spec, facts),

@@ -42,6 +42,9 @@ from components.nccl import carrier_up
 from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import ModelConfig
+from contract import labels as lbl
+from contract import types
+from contract.props import ModelCacheProps
 from hostscripts.models import (
     Seed,
     drop_page_cache,
@@ -120,18 +123,14 @@ class ModelCache(pulumi.ComponentResource):
         self, name: str, args: ModelCacheArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         m = args.manifest
-        super().__init__(
-            "spark-vllm:model_cache:ModelCache",
-            name,
-            {
-                "repo": args.model.repo,
-                "revision": args.model.revision,
-                "commit": m.commit,
-                "modelBytes": m.total_bytes,
-                "cacheDir": args.model.cache_dir,
-            },
-            opts,
-        )
+        props: ModelCacheProps = {
+            "repo": args.model.repo,
+            "revision": args.model.revision,
+            "commit": m.commit,
+            "modelBytes": m.total_bytes,
+            "cacheDir": args.model.cache_dir,
+        }
+        super().__init__(types.MODEL_CACHE, name, props, opts)
         # Assigned after super().__init__, which sets an attribute per prop key (`commit`) to an
         # Output that depends on this component; children using that one would depend on their
         # own parent (a cycle).
@@ -171,7 +170,7 @@ class ModelCache(pulumi.ComponentResource):
         return pulumi.Output.from_input(self._args.image_ids[node.name])
 
     def _labels(self, role: str) -> dict[str, str]:
-        return {**self._args.labels, "spark-vllm.role": role}
+        return {**self._args.labels, lbl.ROLE: role}
 
     def _fetch(self, name: str) -> remote.Command:
         """Once, on the head: the snapshot from the hub (the token on stdin, never logged; the
@@ -185,7 +184,7 @@ class ModelCache(pulumi.ComponentResource):
             create=self._image(head).apply(
                 lambda image: model_fetch(
                     image, a.model.cache_dir, a.model.repo, a.manifest.commit, a.model.revision,
-                    a.model.endpoint, self._labels("model-fetch"), a.manifest.files,
+                    a.model.endpoint, self._labels(lbl.MODEL_FETCH), a.manifest.files,
                     a.names.model_record_dir,
                 )
             ),
@@ -208,7 +207,7 @@ class ModelCache(pulumi.ComponentResource):
         binds = seeder_binds(head, list(seeds.values()))
         def start_text(image: str) -> str:
             return model_seeder_start(a.names, image, a.model.cache_dir, a.model.repo, binds,
-                                      self._labels("model-seeder"), targets, a.manifest.commit)
+                                      self._labels(lbl.MODEL_SEEDER), targets, a.manifest.commit)
 
         start = head.command(
             f"{name}-seed",

@@ -25,6 +25,8 @@ from pulumi_command import remote
 
 from components.spark_node import Cluster, SparkNode
 from config import NcclConfig, NodeConfig
+from contract import types
+from contract.props import NcclEnvironmentProps, NcclFabricProps, NcclNodeProps
 from hostscripts.fabric import FabricPair, fabric_check
 from inspection.facts import NodeFacts
 
@@ -182,9 +184,9 @@ class NcclEnvironment(pulumi.ComponentResource):
         head_ip = cluster.head.fabric_ip
         self.env = {n.name: node_env(nccl, n.node, n.facts, head_ip) for n in cluster.nodes}
         self.extras = docker_extras(nccl)
-        props_nodes = []
+        props_nodes: list[NcclNodeProps] = []
         for n in cluster.nodes:
-            fabric = []
+            fabric: list[NcclFabricProps] = []
             for f in n.node.fabric:
                 iface = n.facts.interface(f.interface)
                 hca = n.facts.roce_device(f.hca) if f.hca else None
@@ -202,8 +204,9 @@ class NcclEnvironment(pulumi.ComponentResource):
                 )
             props_nodes.append({"name": n.name, "env": self.env[n.name], "fabric": fabric})
         # what rules 4 and 5 judge; registered again as outputs, which a stack policy reads
-        props = {"rdma": nccl.rdma, "minMtu": nccl.min_mtu, "nodes": props_nodes}
-        super().__init__("spark-vllm:nccl:NcclEnvironment", name, props, opts)
+        props: NcclEnvironmentProps = {"rdma": nccl.rdma, "minMtu": nccl.min_mtu,
+                                       "nodes": props_nodes}
+        super().__init__(types.NCCL_ENV, name, props, opts)
         self.pairs = {n.name: fabric_pairs(nccl, cluster, n) for n in cluster.nodes}
         self.fabric_checks = {
             n.name: n.command(

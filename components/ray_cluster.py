@@ -36,6 +36,9 @@ from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from config import RayConfig
 from config.firewall import DEFAULT_PORT_BASE, PortBlock
+from contract import labels as lbl
+from contract import types
+from contract.props import RayClusterProps
 from hostscripts.paths import RAY_SESSION_MOUNT, StackNames
 from hostscripts.ray import ray_ready, ray_token_remove, ray_token_write
 
@@ -95,18 +98,14 @@ class RayCluster(pulumi.ComponentResource):
         self, name: str, args: RayClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         ray, cluster = args.ray, args.cluster
-        super().__init__(
-            "spark-vllm:ray_cluster:RayCluster",
-            name,
-            {
-                "nodes": cluster.names,
-                "port": ray.port,
-                "dashboard": ray.dashboard,
-                "objectStoreBytes": ray.object_store_bytes,
-                "gpusPerNode": ray.gpus_per_node,
-            },
-            opts,
-        )
+        props: RayClusterProps = {
+            "nodes": cluster.names,
+            "port": ray.port,
+            "dashboard": ray.dashboard,
+            "objectStoreBytes": ray.object_store_bytes,
+            "gpusPerNode": ray.gpus_per_node,
+        }
+        super().__init__(types.RAY_CLUSTER, name, props, opts)
         self._args = args
         names = args.runtime.names
         # A token file gone behind the stack (another stack's destroy on shared nodes, a node
@@ -132,10 +131,10 @@ class RayCluster(pulumi.ComponentResource):
             for n in cluster.nodes
         }
         self.caches = compile_cache_dirs(name, self, cluster, names)
-        self.head = self._container(f"{name}-head", names.ray_head, "ray-head", cluster.head,
+        self.head = self._container(f"{name}-head", names.ray_head, lbl.RAY_HEAD, cluster.head,
                                     list(args.after))
         self.workers = {
-            n.name: self._container(f"{name}-worker-{n.name}", names.ray_worker, "ray-worker", n,
+            n.name: self._container(f"{name}-worker-{n.name}", names.ray_worker, lbl.RAY_WORKER, n,
                                     [*args.after, self.head])
             for n in cluster.workers
         }
@@ -191,7 +190,7 @@ class RayCluster(pulumi.ComponentResource):
         depends_on: list[pulumi.Resource],
     ) -> docker.Container:
         args, ray = self._args, self._args.ray
-        labels = {**args.labels, "spark-vllm.role": role, "spark-vllm.node": node.name}
+        labels = {**args.labels, lbl.ROLE: role, lbl.NODE: node.name}
         # On the head, Ray's session folder is shared with the vLLM container (the driver)
         volumes = (
             [session_volume(args.runtime.names)]
@@ -201,7 +200,7 @@ class RayCluster(pulumi.ComponentResource):
         after = [*depends_on, self.tokens[node.name], self.caches[node.name]]
         # a container a restore put back under this name goes first (components/deployment.py)
         after += restored_removal(res_name, self, node, container_name,
-                                  args.labels["spark-vllm.stack"], after)
+                                  args.labels[lbl.STACK], after)
         return docker.Container(
             res_name,
             name=container_name,
@@ -216,7 +215,7 @@ class RayCluster(pulumi.ComponentResource):
                 *(docker.ContainerLabelArgs(label=k, value=v) for k, v in sorted(labels.items())),
                 self.token_label(node),
                 # a restore's id when recon found it put back by one (components/deployment.py)
-                *restore_labels(node, container_name, args.labels["spark-vllm.stack"]),
+                *restore_labels(node, container_name, args.labels[lbl.STACK]),
             ],
             # the head's IPC namespace is the one the vLLM driver joins (its /dev/shm holds
             # Ray's object store, which the driver and the workers share)

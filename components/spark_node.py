@@ -28,6 +28,8 @@ from pulumi_command import remote
 from config import NodeConfig, SshConfig, StackConfig
 from config.paths import local_state_dir
 from config.ssh import host_key_alias, known_hosts_line, ssh_options, write_private
+from contract import types
+from contract.props import SparkNodeProps
 from hostscripts.foreign import start_foreign_container, stop_foreign_container
 from inspection.facts import ContainerFacts, NodeFacts
 
@@ -116,13 +118,9 @@ class SparkNode(pulumi.ComponentResource):
         self, name: str, args: SparkNodeArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         node = args.node
-        super().__init__(
-            "spark-vllm:spark_node:SparkNode",
-            name,
-            {"name": node.name, "host": node.host, "hostKey": node.pinned_host_key,
-             "role": args.role},
-            opts,
-        )
+        props: SparkNodeProps = {"name": node.name, "host": node.host,
+                                 "hostKey": node.pinned_host_key, "role": args.role}
+        super().__init__(types.SPARK_NODE, name, props, opts)
         self.name = node.name
         self.role: Role = args.role
         self.node = node

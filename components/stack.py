@@ -47,6 +47,7 @@ from components.vllm_service import VllmService, VllmServiceArgs, restart_reason
 from config import Secrets, StackConfig
 from config.listen import service_host, vllm_host
 from config.ports import node_ports, public_ports
+from contract import labels as lbl
 from hostscripts.gateway import Route, Server
 from hostscripts.paths import StackNames
 from hostscripts.vllm import OomWatch
@@ -57,7 +58,7 @@ from inspection.preflight import Plan
 
 def ownership_labels(project: str, stack: str) -> dict[str, str]:
     """Labels on everything the stack runs; recon treats anything without them as foreign."""
-    return {"spark-vllm.managed": "true", "spark-vllm.stack": f"{project}/{stack}"}
+    return {lbl.MANAGED: "true", lbl.STACK: f"{project}/{stack}"}
 
 
 def vllm_restart_reason(facts: Mapping[str, NodeFacts], stack_label: str) -> str | None:
@@ -69,9 +70,9 @@ def vllm_restart_reason(facts: Mapping[str, NodeFacts], stack_label: str) -> str
     reasons = []
     for name, f in sorted(facts.items()):
         for c in f.docker.containers if f.docker else []:
-            role = c.labels.get("spark-vllm.role")
-            mine = c.labels.get("spark-vllm.stack") == stack_label
-            if mine and role in ("ray-head", "ray-worker", "vllm-serve") and c.state != "running":
+            role = c.labels.get(lbl.ROLE)
+            mine = c.labels.get(lbl.STACK) == stack_label
+            if mine and role in lbl.SERVING_ROLES and c.state != "running":
                 reasons.append(f"{name}: {c.name} is {c.state or 'not running'}")
     return "; ".join(reasons) or None
 
@@ -308,7 +309,7 @@ def build_stack(
             secrets=made,
             rdma=cfg.nccl.rdma,
             nccl_debug=cfg.nccl.debug,
-            restart_reason=vllm_restart_reason(facts, labels["spark-vllm.stack"]),
+            restart_reason=vllm_restart_reason(facts, labels[lbl.STACK]),
             image_ref=cfg.image.ref,
             service_shares={n.name: {s.name: s.gpu_memory_utilization
                                      for s in cfg.services_on(n.name)} for n in cfg.nodes},
@@ -343,7 +344,7 @@ def build_stack(
                       *(r.id for s in services.values()
                         for r in (*s.containers.values(), *s.gates.values()))],
             restart_reason=gateway_component.restart_reason(
-                _containers(facts[head.name]), labels["spark-vllm.stack"]),
+                _containers(facts[head.name]), labels[lbl.STACK]),
         ),
     )
     monitoring = Monitoring(
@@ -363,11 +364,11 @@ def build_stack(
             after=[gateway.gate],
             firewall=[f.table for f in firewalls.values()],
             restart_reason="; ".join(filter(None, (gateway_component.restart_reason(
-                _containers(facts[head.name]), labels["spark-vllm.stack"], role=role)
+                _containers(facts[head.name]), labels[lbl.STACK], role=role)
                 for role in (monitoring_component.ROLE,
                              monitoring_component.ALERTMANAGER_ROLE)))) or None,
             exporter_restart_reasons={n.name: gateway_component.restart_reason(
-                _containers(facts[n.name]), labels["spark-vllm.stack"],
+                _containers(facts[n.name]), labels[lbl.STACK],
                 role=monitoring_component.EXPORTER_ROLE) for n in cluster.nodes},
         ),
     ) if cfg.monitoring.enabled else None
@@ -470,7 +471,7 @@ def _services(cfg: StackConfig, facts: Mapping[str, NodeFacts], secrets: Secrets
                 after=list(after),
                 restart_reasons=restart_reasons(
                     {n.name: containers.get(n.name, []) for n in nodes},
-                    labels["spark-vllm.stack"], svc.name),
+                    labels[lbl.STACK], svc.name),
                 image_ref=cfg.image.ref,
             ),
         )
@@ -504,7 +505,7 @@ def _nodes(
                 private_key_path=key_path or cfg.ssh.private_key_path,
                 known_hosts_path=str(known_hosts),
                 ssh_private_key=secrets.ssh_private_key,
-                stack_label=labels["spark-vllm.stack"],
+                stack_label=labels[lbl.STACK],
                 stop_containers=plan.stop_containers.get(n.name, []),
                 plain_http_registries=tuple(dict.fromkeys(registries)),
             ),

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 import pulumi
 from pulumi_command import local
 
+from contract import types
+
 # 32 random bytes as 64 hex characters, from the OS's CSPRNG.
 GENERATE = "python3 -c 'import secrets; print(secrets.token_hex(32))'"
 
@@ -52,7 +54,7 @@ class StackSecrets(pulumi.ComponentResource):
         self, name: str, args: StackSecretsArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__(
-            "spark-vllm:stack_secrets:StackSecrets",
+            types.STACK_SECRETS,
             name,
             {"apiKeyGenerated": args.api_key is None},
             opts,

@@ -44,6 +44,9 @@ from pulumi_command import remote
 from components.spark_node import Cluster, SparkNode
 from config import ImageConfig
 from config.forms import is_digest_ref, is_image_id
+from contract import labels as lbl
+from contract import types
+from contract.props import VllmImageProps
 from hostscripts.images import (
     image_check,
     image_probe,
@@ -103,6 +106,17 @@ def pinned_ref(ref: str, digest: str) -> str:
     return f"{repository(ref)}@{digest}"
 
 
+def pull_ref(parent: pulumi.Resource, ref: str, node: SparkNode) -> pulumi.Output[str]:
+    """The image by digest: `ref` itself when pinned, else the repository at the digest its tag
+    names now (read from the registry through `node`'s Docker provider; pinned_ref). The serving
+    image's and the head daemons' (components/daemon.py)."""
+    if is_digest_ref(ref):
+        return pulumi.Output.from_input(ref)
+    return docker.get_registry_image_output(
+        name=ref, opts=pulumi.InvokeOutputOptions(parent=parent, provider=node.provider),
+    ).apply(lambda r: pinned_ref(ref, r.sha256_digest))
+
+
 @dataclass
 class VllmImageArgs:
     image: ImageConfig
@@ -134,12 +148,8 @@ class VllmImage(pulumi.ComponentResource):
         image, cluster = args.image, args.cluster
         # Props can only hold values known before the children exist (a component registers
         # before its children, which need its URN); the image IDs are outputs (register_outputs).
-        super().__init__(
-            "spark-vllm:vllm_image:VllmImage",
-            name,
-            {"ref": image.ref, "source": image.source, "nodes": cluster.names},
-            opts,
-        )
+        props: VllmImageProps = {"ref": image.ref, "source": image.source, "nodes": cluster.names}
+        super().__init__(types.VLLM_IMAGE, name, props, opts)
         self.images = {}
         self.copies = {}
         self.after = list(args.after)
@@ -176,7 +186,7 @@ class VllmImage(pulumi.ComponentResource):
     def _probe(self, name: str, args: VllmImageArgs) -> None:
         """A probe per node (its text holds the image ID, so it runs once per ID) and the check
         on the head that judges them all."""
-        labels = {**args.labels, "spark-vllm.role": "image-probe"}
+        labels = {**args.labels, lbl.ROLE: lbl.IMAGE_PROBE}
         self.probes = {
             node.name: node.command(
                 f"{name}-probe-{node.name}",
@@ -225,14 +235,10 @@ class VllmImage(pulumi.ComponentResource):
         )
 
     def _pull_ref(self, image: ImageConfig, head: SparkNode) -> pulumi.Output[str]:
-        """What every node pulls: the ref itself when pinned (or built on the head), else the
-        repository at the digest its tag points to now."""
-        if image.source != "registry" or is_digest_ref(image.ref):
+        """What every node pulls: an image built on the head by its ref, else `pull_ref`."""
+        if image.source != "registry":
             return pulumi.Output.from_input(image.ref)
-        return docker.get_registry_image_output(
-            name=image.ref,
-            opts=pulumi.InvokeOutputOptions(parent=self, provider=head.provider),
-        ).apply(lambda r: pinned_ref(image.ref, r.sha256_digest))
+        return pull_ref(self, image.ref, head)
 
     def _remote_image(
         self, name: str, node: SparkNode, after: list[pulumi.Resource]

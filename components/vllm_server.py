@@ -41,7 +41,6 @@ Consequences that are the point of the design:
 from __future__ import annotations
 
 import hashlib
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -67,6 +66,9 @@ from components.spark_node import Cluster, SparkNode
 from components.stack_secrets import StackSecrets
 from config import HealthConfig, VllmConfig, chat_template_text
 from config.serve import FORBIDDEN_FLAGS, OWNED_FLAGS
+from contract import labels as lbl
+from contract import types
+from contract.props import MemoryFitProps, RemoteCodeProps, ServerNodeProps, VllmServerProps
 from hostscripts.common import verdict_script
 from hostscripts.deployment import GateRestore, GateVerdict, Held, NodeDeployment, summary_facts
 from hostscripts.images import image_probe
@@ -124,7 +126,7 @@ def port_labels(vllm: VllmConfig, cluster: Cluster) -> dict[str, str]:
     """The host ports the head's vLLM listens on, as labels preflight reads (another stack that
     would listen there is refused): the API, and with vllm.executor mp on more than one node the
     torch.distributed master port the other ranks join."""
-    labels = {"spark-vllm.port": str(vllm.port)}
+    labels = {lbl.PORT: str(vllm.port)}
     if vllm.executor == "mp" and len(cluster.nodes) > 1:
         labels["spark-vllm.master-port"] = str(vllm.master_port)
     return labels
@@ -241,7 +243,7 @@ class VllmServer(pulumi.ComponentResource):
         if plugin_problem is not None:
             raise ValueError(plugin_problem)
         props = self._props(args)
-        super().__init__("spark-vllm:vllm_server:VllmServer", name, props, opts)
+        super().__init__(types.VLLM_SERVER, name, props, opts)
         v, ray, head = args.vllm, args.ray, args.cluster.head
         names = args.runtime.names
         self.argv = self._argv(args, head)
@@ -275,10 +277,7 @@ class VllmServer(pulumi.ComponentResource):
         # behind the stack) travels in `triggers`; when there is none, ignore_changes keeps
         # whatever marker the state holds, so nothing diffs. A new marker replaces the gate,
         # whose create starts the container again and waits for health.
-        if args.restart_reason is None:
-            marker, ignore = "none", ["triggers"]
-        else:
-            marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
+        restart = Again.because(args.restart_reason)
         gate_after: list[pulumi.Resource] = [self.serve, *self.headless.values()]
         self.ranks_restart = None
         if self.headless:
@@ -290,8 +289,8 @@ class VllmServer(pulumi.ComponentResource):
                 self,
                 create="true",
                 update=vllm_ranks_restart(names.serve),
-                stdin=marker,
-                ignore_changes=["stdin"] if ignore else None,
+                stdin=restart.marker,
+                ignore_changes=["stdin"] if restart.ignore_changes else None,
                 depends_on=gate_after,
             )
             gate_after.append(self.ranks_restart)
@@ -320,8 +319,8 @@ class VllmServer(pulumi.ComponentResource):
                         on_failure=args.health.on_failure),
                 )
             ),
-            triggers=[marker],
-            ignore_changes=ignore,
+            triggers=restart.triggers,
+            ignore_changes=restart.ignore_changes,
             delete_before_replace=True,
             depends_on=gate_after,
             timeout_seconds=args.health.timeout_seconds + 300,
@@ -371,10 +370,10 @@ class VllmServer(pulumi.ComponentResource):
         is_head = node is args.cluster.head
         env = runtime.vllm_env(node)
         mounts = runtime.mounts()
-        labels = {**args.labels, "spark-vllm.role": "vllm-serve", "spark-vllm.node": node.name}
+        labels = {**args.labels, lbl.ROLE: lbl.VLLM_SERVE, lbl.NODE: node.name}
         # a restore's id when recon found this node's vLLM put back by one (components/deployment)
         extra_labels: list[docker.ContainerLabelArgs] = restore_labels(
-            node, names.serve, args.labels["spark-vllm.stack"])
+            node, names.serve, args.labels[lbl.STACK])
         uploads: list[docker.ContainerUploadArgs] = []
         # the serve command checked in the image on every node before a container is replaced
         depends: list[pulumi.Resource] = [self.caches[node.name], *args.after,
@@ -427,7 +426,7 @@ class VllmServer(pulumi.ComponentResource):
             depends += [ray.ready, ray.head, *ray.workers.values()]
         # a container a restore put back under this name goes first (components/deployment.py)
         depends += restored_removal(res_name, self, node, names.serve,
-                                    args.labels["spark-vllm.stack"], depends)
+                                    args.labels[lbl.STACK], depends)
         return docker.Container(
             res_name,
             name=names.serve,
@@ -512,7 +511,7 @@ class VllmServer(pulumi.ComponentResource):
         command's text: it runs again exactly when the argv, the env or the image change."""
         runtime, v = args.runtime, args.vllm
         head = args.cluster.head
-        labels = {**args.labels, "spark-vllm.role": "serve-check"}
+        labels = {**args.labels, lbl.ROLE: lbl.SERVE_CHECK}
         template = serve_chat_template(v)
         strict = args.environment != "dev"
         self.serve_checks = {}
@@ -596,10 +595,33 @@ class VllmServer(pulumi.ComponentResource):
         )
 
     @staticmethod
-    def _props(args: VllmServerArgs) -> dict[str, Any]:
+    def _props(args: VllmServerArgs) -> VllmServerProps:
         """What the policy pack reviews (memory fit, parallelism, API key, ...)."""
         v = args.vllm
-        props: dict[str, Any] = {
+        # memory-fit's numbers per rank: inspection/memory_fit.estimate (what preflight uses too)
+        # on the shape the hub read from this commit's config.json. The pack runs in its own
+        # virtualenv and cannot import the program, so the numbers travel as props.
+        tp = args.tensor_parallel_size
+
+        def fit(values: list[Any]) -> MemoryFitProps:
+            _commit, model_bytes = values
+            return memory_fit.estimate(
+                args.manifest.shape,
+                model_bytes=int(model_bytes) if model_bytes else None,
+                tensor_parallel_size=tp, pipeline_parallel_size=v.pipeline_parallel_size,
+                max_model_len=v.max_model_len, max_num_seqs=v.max_num_seqs,
+                kv_cache_dtype=v.kv_cache_dtype, speculative_config=v.speculative_config,
+                prefix_caching=v.enable_prefix_caching,
+            ).props()
+
+        nodes: list[ServerNodeProps] = []
+        for n in args.cluster.nodes:
+            node: ServerNodeProps = {"name": n.name, "memTotalBytes": n.facts.memory.total_bytes,
+                                     "unifiedMemory": n.facts.memory.unified}
+            if args.service_shares.get(n.name):
+                node["services"] = dict(args.service_shares[n.name])
+            nodes.append(node)
+        props: VllmServerProps = {
             "environment": args.environment,
             "executor": v.executor,
             "tensorParallelSize": args.tensor_parallel_size,
@@ -613,16 +635,10 @@ class VllmServer(pulumi.ComponentResource):
             "servedModelName": v.served_model_name,
             "host": args.host,
             "port": v.port,
-            "nodes": [
-                {
-                    "name": n.name,
-                    "memTotalBytes": n.facts.memory.total_bytes,
-                    "unifiedMemory": n.facts.memory.unified,
-                    **({"services": dict(args.service_shares[n.name])}
-                       if args.service_shares.get(n.name) else {}),
-                }
-                for n in args.cluster.nodes
-            ],
+            "nodes": nodes,
+            "maxNumSeqs": v.max_num_seqs,
+            "memoryFit": pulumi.Output.all(args.commit, args.model_bytes).apply(fit),
+            "apiKey": pulumi.Output.secret(args.api_key),
         }
         if v.executor == "mp" and len(args.cluster.nodes) > 1:
             # the rendezvous: where the ranks meet (policies/rules/rendezvous.py judges it and
@@ -631,28 +647,10 @@ class VllmServer(pulumi.ComponentResource):
             props["masterPort"] = v.master_port
         if v.kv_cache_memory_bytes is not None:  # the KV cache size the policy's memory fit uses
             props["kvCacheMemoryBytes"] = v.kv_cache_memory_bytes
-        props["maxNumSeqs"] = v.max_num_seqs
-        # memory-fit's numbers per rank: inspection/memory_fit.estimate (what preflight uses too)
-        # on the shape the hub read from this commit's config.json. The pack runs in its own
-        # virtualenv and cannot import the program, so the numbers travel as props.
-        tp = args.tensor_parallel_size
-
-        def fit(values: list[Any]) -> dict[str, Any]:
-            _commit, model_bytes = values
-            return memory_fit.estimate(
-                args.manifest.shape,
-                model_bytes=int(model_bytes) if model_bytes else None,
-                tensor_parallel_size=tp, pipeline_parallel_size=v.pipeline_parallel_size,
-                max_model_len=v.max_model_len, max_num_seqs=v.max_num_seqs,
-                kv_cache_dtype=v.kv_cache_dtype, speculative_config=v.speculative_config,
-                prefix_caching=v.enable_prefix_caching,
-            ).props()
-
-        props["memoryFit"] = pulumi.Output.all(args.commit, args.model_bytes).apply(fit)
-        props["apiKey"] = pulumi.Output.secret(args.api_key)
         if v.trust_remote_code:  # the code it runs, repo and commit: policies/rules/remote_code.py
             props["trustRemoteCode"] = True
-            props["remoteCode"] = [{"repo": args.model, "commit": args.commit}, *(
-                [{"repo": args.drafter.config.repo, "commit": args.drafter.commit}]
-                if args.drafter is not None else [])]
+            code: list[RemoteCodeProps] = [{"repo": args.model, "commit": args.commit}]
+            if args.drafter is not None:
+                code.append({"repo": args.drafter.config.repo, "commit": args.drafter.commit})
+            props["remoteCode"] = code
         return props

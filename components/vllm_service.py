@@ -23,7 +23,6 @@ gateway (components/gateway.py), by its served name.
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +34,14 @@ from pulumi_command import remote
 from components.deployment import deployment_steps, restore_labels, restored_removal
 from components.model_cache import ModelCache, ModelCacheArgs
 from components.node_runtime import NodeRuntime
+from components.rerun import Again
 from components.spark_node import Cluster, SparkNode
 from components.stack_secrets import StackSecrets
 from components.vllm_server import model_file_problem
 from config import HealthConfig, ModelConfig, ServiceConfig, chat_template_text
+from contract import labels as lbl
+from contract import types
+from contract.props import VllmServiceProps
 from hostscripts.deployment import GateRestore, GateVerdict, Held, NodeDeployment, summary_facts
 from hostscripts.paths import VLLM_KEY
 from hostscripts.vllm import (
@@ -82,8 +85,8 @@ def restart_reasons(facts_containers: Mapping[str, Sequence[Any]], stack_label: 
     out: dict[str, str | None] = {}
     for node, containers in facts_containers.items():
         bad = [f"{c.name} is {c.state or 'not running'}" for c in containers
-               if c.labels.get("spark-vllm.stack") == stack_label
-               and c.labels.get("spark-vllm.service") == service and c.state != "running"]
+               if c.labels.get(lbl.STACK) == stack_label
+               and c.labels.get(lbl.SERVICE) == service and c.state != "running"]
         out[node] = "; ".join(bad) or None
     return out
 
@@ -125,7 +128,7 @@ class VllmService(pulumi.ComponentResource):
         if problem is not None:
             raise ValueError(problem)
         props = self._props(args)
-        super().__init__("spark-vllm:vllm_service:VllmService", name, props, opts)
+        super().__init__(types.VLLM_SERVICE, name, props, opts)
         svc = args.service
         self.args = args
         names = args.runtime.names
@@ -172,9 +175,9 @@ class VllmService(pulumi.ComponentResource):
                    key: remote.Command) -> docker.Container:
         svc = args.service
         runtime = dataclasses.replace(args.runtime, ray=False)  # no Ray in a service
-        labels = {**args.labels, "spark-vllm.role": "vllm-service",
-                  "spark-vllm.service": svc.name, "spark-vllm.node": node.name,
-                  "spark-vllm.port": str(svc.port)}
+        labels = {**args.labels, lbl.ROLE: lbl.VLLM_SERVICE,
+                  lbl.SERVICE: svc.name, lbl.NODE: node.name,
+                  lbl.PORT: str(svc.port)}
         mounts = [*runtime.mounts(), docker.ContainerMountArgs(
             target=VLLM_KEY, type="bind", source=self.key_file, read_only=True)]
         watchdog = args.health.liveness.enabled  # it reads the node's guard folder
@@ -184,7 +187,7 @@ class VllmService(pulumi.ComponentResource):
         after: list[pulumi.Resource] = [self.model, key, args.caches[node.name]]
         # a container a restore put back under this name goes first (components/deployment.py)
         after += restored_removal(res_name, self, node, self.container_name,
-                                  args.labels["spark-vllm.stack"], after)
+                                  args.labels[lbl.STACK], after)
         return docker.Container(
             res_name,
             name=self.container_name,
@@ -203,7 +206,7 @@ class VllmService(pulumi.ComponentResource):
                                           value=args.secrets.api_key_label(key.stdout)),
                 *(runtime.guard_labels(node) if watchdog else []),
                 # a restore's id when recon found it put back by one (components/deployment.py)
-                *restore_labels(node, self.container_name, args.labels["spark-vllm.stack"]),
+                *restore_labels(node, self.container_name, args.labels[lbl.STACK]),
             ],
             destroy_grace_seconds=60,
             **runtime.runtime(node),
@@ -222,10 +225,7 @@ class VllmService(pulumi.ComponentResource):
         soon as vLLM exits). A container found stopped behind the stack gets a fresh marker."""
         svc, health = args.service, args.health
         reason = args.restart_reasons.get(node.name)
-        if reason is None:
-            marker, ignore = "none", ["triggers"]
-        else:
-            marker, ignore = f"{reason} @{time.time_ns()}", None
+        restart = Again.because(reason)
         dim = expected_dimension(svc, args.manifest)
         return node.command(
             res_name,
@@ -238,8 +238,8 @@ class VllmService(pulumi.ComponentResource):
                 deployment=GateRestore(node=part, api=self.container_name,
                                        shape={node.name: [self.container_name]},
                                        on_failure=health.on_failure))),
-            triggers=[marker],
-            ignore_changes=ignore,
+            triggers=restart.triggers,
+            ignore_changes=restart.ignore_changes,
             delete_before_replace=True,
             depends_on=[container],
             timeout_seconds=health.timeout_seconds + 300,
@@ -270,7 +270,7 @@ class VllmService(pulumi.ComponentResource):
         return done
 
     @staticmethod
-    def _props(args: VllmServiceArgs) -> dict[str, Any]:
+    def _props(args: VllmServiceArgs) -> VllmServiceProps:
         """What the policy pack reviews: the memory fit of this service's share on each of its
         nodes (policies/rules/memory.py, the same shape as the VllmServer's props)."""
         svc, m = args.service, args.manifest
@@ -279,7 +279,7 @@ class VllmService(pulumi.ComponentResource):
             max_model_len=svc.max_model_len, max_num_seqs=svc.max_num_seqs,
             kv_cache_dtype=svc.kv_cache_dtype, prefix_caching=svc.enable_prefix_caching,
         )
-        props: dict[str, Any] = {
+        props: VllmServiceProps = {
             "environment": args.environment,
             "service": svc.name,
             "task": svc.task,

@@ -1,5 +1,7 @@
 """The exact forms of the values that name things: commits, digests, image and container IDs,
-sizes and ports. One definition each, shared by the config, the components and the tools.
+sizes and ports. One definition each, shared by the config, the components and the tools; those
+the policy pack checks too (sizes, reserves, commits, digests, container names, secret shapes)
+are defined once in contract/ and re-exported here.
 
 Patterns are used with `fullmatch` only: `re.match(r"^...$")` also accepts a trailing newline.
 """
@@ -8,9 +10,25 @@ from __future__ import annotations
 
 import re
 
-KIB = 1024
-MIB = 1024**2
-GIB = 1024**3
+# re-exported (`X as X`): the program imports them from here
+from contract.forms import COMMIT as COMMIT
+from contract.forms import CONTAINER_ID as CONTAINER_ID
+from contract.forms import CONTAINER_NAME as CONTAINER_NAME
+from contract.forms import DIGEST_REF as DIGEST_REF
+from contract.forms import IMAGE_ID as IMAGE_ID
+from contract.forms import secret_env_name as secret_env_name
+from contract.forms import secret_value as secret_value
+
+# The hub-manifest rules (a model file's etag, path and size) are contract/manifest.py's, which
+# the node payloads that read a manifest run too (hostscripts/common.py joins its text in front
+# of theirs): one definition for both sides, re-exported here for the config and the builders.
+from contract.manifest import check_model_file as check_model_file
+from contract.manifest import check_repo_path as check_repo_path
+from contract.manifest import clip as clip
+from contract.sizes import GIB as GIB
+from contract.sizes import KIB as KIB
+from contract.sizes import MIB as MIB
+from contract.sizes import OS_RESERVE_BYTES as OS_RESERVE_BYTES
 
 # The stack config's namespace (`spark-vllm:<key>`), the keys that are only ever Pulumi secrets
 # (config/load.py reads them; promotion never copies them), and the word that marks a value of a
@@ -20,23 +38,8 @@ SECRET_KEYS = ("hfToken", "vllmApiKey", "sshPrivateKey", "gatewayTlsKey",
                "alertingSecrets")
 PLACEHOLDER = "PLACEHOLDER"
 
-# What preflight (preflight.osReserveBytes) leaves the OS of a node's unified memory by default.
-# The policy pack's memory-fit default (policies/rules/_common.py DEFAULTS) cannot import this
-# (the pack runs in its own virtualenv); tests/policies/test_policy_rules.py holds it equal.
-OS_RESERVE_BYTES = 8 * GIB
-
-COMMIT = re.compile(r"[0-9a-f]{40}")
-IMAGE_ID = re.compile(r"sha256:[0-9a-f]{64}")
-DIGEST_REF = re.compile(r"(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
-CONTAINER_ID = re.compile(r"[0-9a-f]{12,64}")
-# A file of a model commit as the hub lists it (hostscripts.models.ModelFile): its etag names
-# its blob in the HF cache (the LFS sha256, or the git blob id), its path names its snapshot link.
-ETAG = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
-MAX_MODEL_FILE_BYTES = 2**40  # 1 TiB: far above any file the hub holds, far below a bogus size
-MAX_REPO_PATH = 1024  # a snapshot link's path below its folder; the hub's are far shorter
-# Docker's rule for a container name ([a-zA-Z0-9][a-zA-Z0-9_.-]+), bounded: a name the stack
-# puts into a shell, accepts in config or reads back from a host
-CONTAINER_NAME = re.compile(r"[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}")
+# OS_RESERVE_BYTES (contract/sizes.py): what preflight (preflight.osReserveBytes) leaves the OS
+# of a node's unified memory by default, and the policy pack's memory-fit default.
 
 
 def is_commit(value: object) -> bool:
@@ -52,43 +55,6 @@ def is_image_id(value: object) -> bool:
 def is_digest_ref(value: object) -> bool:
     """`<repository>@sha256:<64 hex>`: an image reference pinned by digest."""
     return isinstance(value, str) and DIGEST_REF.fullmatch(value) is not None
-
-
-def check_repo_path(path: object) -> str | None:
-    """Why `path` is not the path of a file inside a repo (relative, normalised, no '.' or '..'
-    component, no control character, valid UTF-8), or None. It is joined under a snapshot
-    folder on every node, as root: `../x` or `/x` must never pass."""
-    if not isinstance(path, str) or not path:
-        return "not a non-empty string"
-    if len(path) > MAX_REPO_PATH:
-        return f"longer than {MAX_REPO_PATH} characters"
-    try:
-        raw = path.encode("utf-8")
-    except UnicodeEncodeError:
-        return "not valid UTF-8"
-    if any(b < 32 or b == 127 for b in raw):
-        return "contains a control character"
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        return "not relative and normalised (an empty, '.' or '..' component, or a leading or " \
-               "trailing '/')"
-    if any(len(p.encode("utf-8")) > 255 for p in parts):
-        return "a component longer than 255 bytes"
-    return None
-
-
-def check_model_file(path: object, size: object, etag: object) -> str | None:
-    """Why a file the hub lists cannot name a blob and a link in the HF cache, or None: the
-    etag 40 or 64 lowercase hex, the path relative and normalised, the size a byte count."""
-    if not isinstance(etag, str) or ETAG.fullmatch(etag) is None:
-        return f"etag {clip(etag)} is not 40 or 64 lowercase hex digits"
-    problem = check_repo_path(path)
-    if problem is not None:
-        return f"path {clip(path)} is {problem}" if problem.startswith("not") \
-            else f"path {clip(path)}: {problem}"
-    if type(size) is not int or not 0 <= size <= MAX_MODEL_FILE_BYTES:
-        return f"size {clip(size)} of {path} is not a byte count (0 to {MAX_MODEL_FILE_BYTES})"
-    return None
 
 
 def check_port(value: int) -> int:
@@ -145,16 +111,7 @@ def credential_in_url(url: str) -> bool:
     return "@" in rest.split("/", 1)[0]
 
 
-_SECRET_NAME = re.compile(r"(TOKEN|SECRET|PASSWORD|PASSWD|API_?KEY|PRIVATE_?KEY|CREDENTIAL)",
-                          re.IGNORECASE)
-_SECRET_VALUE = re.compile(r"(hf_[A-Za-z0-9]{30,}|sk-[A-Za-z0-9_-]{16,}|-----BEGIN [A-Z ]*KEY)")
-
-
-def secret_env_name(name: str) -> bool:
-    """An environment variable whose name says it holds a secret (HF_TOKEN, VLLM_API_KEY...)."""
-    return _SECRET_NAME.search(name) is not None
-
-
+# secret_env_name and secret_value: contract/forms.py (the pack flags the same shapes)
 _SECRET_FLAG = re.compile(r"--?(?:[a-z0-9]+[-_])*(token|secret|password|passwd|api[-_]?key|"
                           r"private[-_]?key|credentials?)(=.*)?", re.IGNORECASE | re.DOTALL)
 
@@ -165,12 +122,3 @@ def secret_flag(arg: str) -> bool:
     return _SECRET_FLAG.fullmatch(arg) is not None
 
 
-def secret_value(value: str) -> bool:
-    """A value shaped like a known token (Hugging Face, OpenAI-style keys, PEM keys)."""
-    return _SECRET_VALUE.search(value) is not None
-
-
-def clip(value: object, limit: int = 80) -> str:
-    """repr(value), cut to `limit` characters: error messages stay readable."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 5] + "...'" + f" ({len(text)} chars)"

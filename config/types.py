@@ -199,8 +199,6 @@ STACK_ENV = frozenset({
     "SPARK_VLLM_FIREWALL_PROBE", "AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT",
 })
 EXTRA_ENV_FAMILIES = ("VLLM_", "TORCH_", "PYTORCH_", "OMP_", "CUDA_", "NCCL_", "UCX_", "GLOO_")
-# The communication libraries' families: a recipe's launcherEnv (the importer puts them there)
-LAUNCHER_ENV_FAMILIES = ("NCCL_", "UCX_", "GLOO_")
 # A name that says the variable loads code (a plugin, module or library; a preload), names a
 # file, folder or home to read or write, reaches or opens an address (a host, IP, port, URL,
 # endpoint, server, a remote or Redis cache), or runs a command.

@@ -23,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from contract.sizes import GIB as GIB  # tools/init_cli.py reads day_zero.GIB
 from inspection.facts import InterfaceFacts, NodeFacts, RoceFacts
 
 # Where addresses go when a twin has none yet (the playbook's and the config's defaults), and
 # the host number of the first node in them (.11, .12, ... as in the lab and the README).
 DEFAULT_SUBNETS = ("192.168.177.0/24", "192.168.178.0/24")
 FIRST_HOST = 11
-GIB = 1024**3
 
 Level = Literal["error", "warning", "note"]
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from contract import labels as lbl
+
 
 class _Facts(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -85,7 +87,7 @@ class ContainerFacts(_Facts):
 
     @property
     def managed(self) -> bool:
-        return self.labels.get("spark-vllm.managed") == "true"
+        return self.labels.get(lbl.MANAGED) == "true"
 
 
 class ImageFacts(_Facts):

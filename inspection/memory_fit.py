@@ -45,12 +45,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from config.forms import GIB, MIB
+from config.forms import MIB
+from contract import sizes
+from contract.props import MemoryFitProps
 
 # What vLLM needs beside weights and KV (CUDA context, activations, CUDA graphs, NCCL buffers),
 # the policy pack's default runtimeOverheadBytes. Recorded GB10 logs (tests/fixtures/gb10/INDEX.md)
 # leave 2.9 GiB (Llama-3.1-8B at utilization 0.3) and 6.7 GiB (Gemma-4-26B at 0.8) for it.
-RUNTIME_OVERHEAD_BYTES = 6 * GIB
+RUNTIME_OVERHEAD_BYTES = sizes.RUNTIME_OVERHEAD_BYTES  # memory-fit's default too
 
 # Where multimodal / composite configs keep the language model (Qwen3.5-MoE: text_config).
 _TEXT_KEYS = ("text_config", "llm_config", "language_config")
@@ -143,7 +145,7 @@ class Estimate:
     def kv_known(self) -> bool:
         return self.kv_cache_bytes is not None
 
-    def props(self) -> dict[str, Any]:
+    def props(self) -> MemoryFitProps:
         """The camelCase numbers the VllmServer component hands the policy pack."""
         return {
             "weightsBytesPerRank": self.weights_bytes,

@@ -69,6 +69,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from config import NodeConfig, ServiceConfig, StackConfig
 from config.errors import key_path
 from config.forms import GIB, MODEL_SEED_PORT, is_image_id
+from contract import labels as lbl
 from hostscripts.paths import StackNames
 from inspection import memory_fit
 from inspection.facts import ContainerFacts, ImageNccl, MemoryFacts, NodeFacts, OomKill
@@ -375,16 +376,13 @@ def check_transport_visible(cfg: StackConfig) -> list[Finding]:
             "lines: NCCL_DEBUG_SUBSYS=INIT,NET)")]
 
 
-SERVING_ROLES = ("ray-head", "ray-worker", "vllm-serve")
-
-
 def serving_image(f: NodeFacts, stack_label: str | None) -> str | None:
     """The image ID the stack's serving containers on this node run (None: none of them). The
     stack creates them by image ID, which is what `docker ps` reports as their image
     (tests/fixtures/status); a tag is looked up in the node's images."""
     for c in f.docker.containers if f.docker else []:
-        if (c.labels.get("spark-vllm.stack") != stack_label
-                or c.labels.get("spark-vllm.role") not in SERVING_ROLES):
+        if (c.labels.get(lbl.STACK) != stack_label
+                or c.labels.get(lbl.ROLE) not in lbl.SERVING_ROLES):
             continue
         for ref in (c.image_id, c.image):
             if is_image_id(ref):
@@ -595,7 +593,7 @@ def check_memory(cfg: StackConfig, f: NodeFacts, stopping: list[ContainerFacts],
         service_budget(s, f, services or {}) for s in placed)
     ours = sum(c.memory_bytes for c in (f.docker.containers if f.docker else [])
                if c.managed and c.state == "running"
-               and (stack_label is None or c.labels.get("spark-vllm.stack") == stack_label))
+               and (stack_label is None or c.labels.get(lbl.STACK) == stack_label))
     freed = sum(c.memory_bytes for c in stopping)
     gets, parts = vllm_gets(f.memory)
     usable = gets + freed + ours
@@ -732,7 +730,7 @@ def wanted_ports(cfg: StackConfig, node: str) -> dict[int, str]:
     return ports
 
 
-PORT_LABELS = ("spark-vllm.port", "spark-vllm.master-port")
+PORT_LABELS = (lbl.PORT, "spark-vllm.master-port")
 
 
 def declared_ports(c: ContainerFacts) -> list[int]:
@@ -742,7 +740,6 @@ def declared_ports(c: ContainerFacts) -> list[int]:
     return [int(v) for k in PORT_LABELS if (v := c.labels.get(k, "")).isdigit()]
 
 
-RAY_ROLES = ("ray-head", "ray-worker")
 SEEDER_PORT = "its model seeder, on a fixed port"  # wanted_ports: no config key sets it
 
 
@@ -781,7 +778,7 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
     with_ray = cfg.vllm.executor == "ray"
     out: list[Finding] = []
     for c in f.docker.containers if f.docker else []:
-        other = c.labels.get("spark-vllm.stack")
+        other = c.labels.get(lbl.STACK)
         if not c.managed or other in (None, stack_label):
             continue
         if c.name in names:
@@ -792,7 +789,7 @@ def check_other_stacks(cfg: StackConfig, f: NodeFacts,
                 fix=f"run one of the two stacks on other nodes, or `pulumi destroy` {other} "
                     "first (a stack's containers are named by stack, a service's by stack and "
                     "service: rename one of them)"))
-        if with_ray and c.labels.get("spark-vllm.role") in RAY_ROLES:
+        if with_ray and c.labels.get(lbl.ROLE) in lbl.RAY_ROLES:
             out.append(Finding(
                 node=f.node, check="other_stack",
                 fact=f"the stack {other} runs Ray here ({c.name}, {c.state or 'created'}); this "

@@ -14,7 +14,8 @@ What the rules review (docs/contract.md "What policies see"): the components' pr
 
 Two facts about pulumi_policy 1.21.0 shape every rule (see policies/README.md):
 * Unknown values: props arrive wrapped in `unknown_checking_proxy`; reading an unknown value raises
-  `UnknownValueError`. The helpers (`get`, `elements`) turn that into `UNKNOWN`, and every check
+  `UnknownValueError`. The helpers (`get`, `elements`, and `props_of`, which reads a component's
+  props through its TypedDict of contract/props.py) turn that into `UNKNOWN`, and every check
   skips what it cannot know, so a preview never crashes a rule and never fails on a guess.
 * Secrets: `Analyze`/`AnalyzeStack` deserialize with `proxy_secrets=False`, so a secret arrives as
   its plain value, indistinguishable from a plaintext one. A rule cannot ask "is this a secret?";

@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 from pulumi_policy import PolicyResource
 
+from contract import labels
+
 from ._common import UNKNOWN, Json, elements, get, text
 
 
@@ -108,7 +110,7 @@ def env_pairs(props: Json) -> list[tuple[str, str]] | None:
 
 
 def is_ray_container(props: Json) -> bool:
-    role = text(labels_of(props).get("spark-vllm.role")) or ""
+    role = text(labels_of(props).get(labels.ROLE)) or ""
     if role.startswith("ray"):
         return True
     tokens = command_tokens(props)

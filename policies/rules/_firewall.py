@@ -22,9 +22,12 @@ from typing import Final
 
 from pulumi_policy import PolicyResource
 
-from ._common import UNKNOWN, Json, elements, get, is_unknown, num, text
+from contract import types
+from contract.props import NodeFirewallProps
 
-FIREWALL: Final = "spark-vllm:firewall:NodeFirewall"
+from ._common import Json, each, elements, get, is_unknown, num, props_of, text
+
+FIREWALL: Final = types.NODE_FIREWALL
 
 Span = tuple[int, int]
 
@@ -62,25 +65,26 @@ def tables(resources: Iterable[PolicyResource]) -> dict[str, Table | None]:
     for r in resources:
         if r.resource_type != FIREWALL:
             continue
-        node = text(get(r.props, "node"))
+        props = props_of(r, NodeFirewallProps)
+        node = text(props["node"])
         if node is None:
             continue
-        public_raw = get(r.props, "public")
+        public_raw = props["public"]
         public = None if is_unknown(public_raw) else frozenset(
             int(n) for n in (num(p) for p in elements(public_raw)) if n is not None)
-        rules_raw = get(r.props, "rules")
+        rules_raw = props["rules"]
         rules: list[tuple[str, tuple[Span, ...], frozenset[str]]] | None = []
         if is_unknown(rules_raw):
             rules = None
         else:
-            for rule in elements(rules_raw):
-                spans = _spans(get(rule, "ports"))
-                sources = get(rule, "sources")
-                if spans is None or is_unknown(sources) or rule is UNKNOWN:
+            for rule in each(rules_raw):
+                spans = _spans(rule["ports"])
+                sources = rule["sources"]
+                if spans is None or is_unknown(sources) or is_unknown(rule):
                     rules = None
                     break
                 assert rules is not None
-                rules.append((text(get(rule, "what")) or "?", spans,
+                rules.append((text(rule["what"]) or "?", spans,
                               frozenset(s for s in (text(x) for x in elements(sources)) if s)))
         out[node] = Table(node, r.urn, public, None if rules is None else tuple(rules))
     return out

@@ -18,6 +18,12 @@ ENV_PROP: SchemaProp = {"type": "string", "description": "fallback stack environ
                         "VllmServer carries one (dev | staging | prod)"}
 
 
+FABRIC_SUBNETS_PROP: SchemaProp = {
+    "type": "array", "items": {"type": "string"}, "default": [],
+    "description": "CIDRs of the fabric; default: stack config nccl.fabricSubnets"}
+"""`fabricSubnets` of the rules that tell the fabric's addresses from the others."""
+
+
 def env_list_prop(default: list[str], what: str) -> SchemaProp:
     """A list of environment names (`nonDevEnvironments`, `prodEnvironments`)."""
     return {"type": "array", "items": {"type": "string"}, "default": default, "description": what}

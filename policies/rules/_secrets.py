@@ -12,7 +12,8 @@ and inline `KEY=value` reach the node's process table. The program passes its se
 or in files. So every environment value is scanned, wherever it is: container `envs` and
 `command` tokens, command `environment` and `KEY=value` words of create/update/delete scripts, and
 the NcclEnvironment's `nodes[].env` (where `nccl.extraEnv` lands). A value is a secret when it
-looks like a token (`hf_` + 20 or more alphanumerics, OpenAI-style `sk-` keys) or when its name
+looks like a token (`hf_` + 20 or more alphanumerics, OpenAI-style `sk-` keys, a PEM private
+key: contract/forms.py, the program's shapes too) or when its name
 says so (*TOKEN*, *SECRET*, *PASSWORD*, *API_KEY* ...) and it holds a literal (not a `$VAR`
 reference, not a flag such as 0/1/true/false, not a *_PATH/*_FILE name pointing at a file).
 `classify_env` decides, and which rule reports it: the HF token and other tokens go to
@@ -29,6 +30,9 @@ from pathlib import Path
 
 from pulumi_policy import PolicyResource, StackValidationArgs
 
+from contract import forms
+from contract.props import NcclEnvironmentProps
+
 from ._common import (
     COMMAND_TYPES,
     CONTAINER,
@@ -37,22 +41,25 @@ from ._common import (
     Finding,
     Report,
     conf,
+    each,
     elements,
     get,
     mapping_items,
+    props_of,
     text,
 )
 from ._containers import command_tokens, envs_of, flag_value, is_literal, labels_of, shell_tokens
 
-HF_TOKEN_RE = re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")
-API_KEY_RE = re.compile(r"(?<![A-Za-z0-9])sk-[A-Za-z0-9_-]{16,}")  # OpenAI-style keys
-HF_ENV_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN")
-API_ENV_NAMES = ("VLLM_API_KEY",)
-
-# Names that say they hold a secret (TOKENIZERS_PARALLELISM and MAX_TOKENS do not).
-SECRET_NAME_RE = re.compile(r"TOKEN(?!IZER|S)|SECRET|PASSWORD|PASSWD|PASSPHRASE|API_?KEY"
-                            r"|PRIVATE_?KEY|CREDENTIAL", re.IGNORECASE)
-API_NAME_RE = re.compile(r"API_?KEY", re.IGNORECASE)
+# The secret shapes, one definition with the program's (contract/forms.py: the program refuses
+# them in plain config, the pack flags them where secrets must never sit)
+HF_TOKEN_RE = forms.HF_TOKEN
+API_KEY_RE = forms.API_KEY  # OpenAI-style keys
+PEM_KEY_RE = forms.PEM_KEY
+HF_ENV_NAMES = forms.HF_TOKEN_ENV_NAMES
+API_ENV_NAMES = forms.API_KEY_ENV_NAMES
+# Names that say they hold a secret
+SECRET_NAME_RE = forms.SECRET_NAME
+API_NAME_RE = forms.API_KEY_NAME
 # ... unless they name a file holding it (RAY_AUTH_TOKEN_PATH, HF_TOKEN_PATH)
 FILE_REF_RE = re.compile(r"_(?:PATH|FILE|DIR|FILENAME)$", re.IGNORECASE)
 FLAG_VALUES = frozenset({"0", "1", "true", "false", "yes", "no", "on", "off"})
@@ -75,6 +82,8 @@ def classify_env(name: str, value: str) -> tuple[str, str] | None:
         return HF, "the HF token"
     if API_KEY_RE.search(value):
         return API, "an API key"
+    if PEM_KEY_RE.search(value):
+        return API, "a private key"
     if not is_literal(value) or value.strip().lower() in FLAG_VALUES or FILE_REF_RE.search(name):
         return None
     upper = name.upper()
@@ -131,9 +140,9 @@ def env_findings(args: StackValidationArgs, rule: str) -> list[Finding]:
                     add(f"command {r.name}: its {key} script sets", name, value, r.urn,
                         "pass it on stdin from a secret, never inline")
         elif r.resource_type == NCCL_ENV:
-            for node in elements(get(r.props, "nodes")):
-                node_name = text(get(node, "name")) or "?"
-                for name, value in mapping_items(get(node, "env")):
+            for node in each(props_of(r, NcclEnvironmentProps)["nodes"]):
+                node_name = text(node["name"]) or "?"
+                for name, value in mapping_items(node["env"]):
                     if isinstance(value, str):
                         add(f"NcclEnvironment {r.name}: node {node_name} env", name, value, r.urn,
                             "nccl.extraEnv reaches every Ray container's env (`docker inspect`); "

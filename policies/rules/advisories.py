@@ -5,18 +5,23 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
 
+from contract.props import CollectiveGateProps, VllmServerProps
+
 from ._common import (
     COLLECTIVE_GATE,
     DEFAULTS,
     VLLM_SERVER,
     Report,
     conf,
+    each,
     elements,
     environment_of,
     flag,
     get,
     mapping_items,
     num,
+    props_as,
+    props_of,
     text,
 )
 from ._schema import ENV_PROP, env_list_prop, schema
@@ -25,12 +30,13 @@ from ._schema import ENV_PROP, env_list_prop, schema
 def validate_utilization_advisory(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != VLLM_SERVER:
         return
-    util = num(get(args.props, "gpuMemoryUtilization"))
+    props = props_of(args, VllmServerProps)
+    util = num(props["gpuMemoryUtilization"])
     threshold = num(conf(args, "utilizationThreshold")) or 0.85
     if util is None or util <= threshold:
         return
-    unified = [text(get(n, "name")) or "?" for n in elements(get(args.props, "nodes"))
-               if flag(get(n, "unifiedMemory")) is True]
+    unified = [text(n["name"]) or "?" for n in each(props["nodes"])
+               if flag(n["unifiedMemory"]) is True]
     if unified:
         report(f"gpuMemoryUtilization {util:.2f} is above {threshold:.2f} on unified-memory nodes "
                f"{', '.join(unified)}: CPU, page cache and the container share that memory", None)
@@ -39,7 +45,7 @@ def validate_utilization_advisory(args: ResourceValidationArgs, report: Report) 
 def validate_enforce_eager_advisory(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != VLLM_SERVER:
         return
-    if flag(get(args.props, "enforceEager")) is not True:
+    if flag(props_of(args, VllmServerProps)["enforceEager"]) is not True:
         return
     env = environment_of(args.props, args)
     if env in set(conf(args, "prodEnvironments") or []):
@@ -103,7 +109,7 @@ def nccl_build_findings(props: object) -> list[str]:
     """Per node, a known-bad NCCL build the serving vLLM loads, with the host's library of the
     same version when it has one (the fix's candidate)."""
     out = []
-    for node, builds in mapping_items(get(props, "ncclBuilds")):
+    for node, builds in mapping_items(props_as(props, CollectiveGateProps)["ncclBuilds"]):
         lib = get(builds, "vllm")
         bad = known_bad(lib)
         if bad is None:

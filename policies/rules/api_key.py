@@ -9,7 +9,9 @@ import ipaddress
 
 from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidationPolicy
 
-from ._common import DEFAULTS, VLLM_SERVER, Report, conf, environment_of, get, is_unknown
+from contract.props import VllmServerProps
+
+from ._common import DEFAULTS, VLLM_SERVER, Report, conf, environment_of, is_unknown, props_of
 from ._schema import ENV_PROP, env_list_prop, schema
 from ._secrets import API, API_ENV_NAMES, API_KEY_RE, report_plaintext_config, secret_findings
 
@@ -32,10 +34,11 @@ def validate_vllm_api_key(args: StackValidationArgs, report: Report) -> None:
         if r.resource_type != VLLM_SERVER:
             continue
         env = environment_of(r.props, args)
-        host = get(r.props, "host")
+        props = props_of(r, VllmServerProps)
+        host = props["host"]
         if env not in non_dev and (is_unknown(host) or loopback_only(host)):
             continue
-        key = get(r.props, "apiKey")
+        key = props["apiKey"]
         if is_unknown(key):
             continue
         if not (isinstance(key, str) and key.strip()):

@@ -7,19 +7,24 @@ NCCL_IB_HCA).
 """
 from __future__ import annotations
 
+from typing import Literal
+
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
+
+from contract.props import NcclEnvironmentProps, NcclFabricProps, NcclNodeProps
 
 from ._common import (
     NCCL_ENV,
     Json,
-    Props,
     Report,
     conf,
-    elements,
+    each,
     flag,
     get,
     is_unknown,
     num,
+    props_as,
+    props_of,
     text,
 )
 from ._schema import schema
@@ -47,9 +52,9 @@ def _hca_active(state: str) -> bool:
     return state == "UP" or ("ACTIVE" in state and "INACTIVE" not in state)
 
 
-def _known_texts(interfaces: list[Json], key: str) -> list[str]:
+def _known_texts(interfaces: list[NcclFabricProps], key: Literal["interface", "hca"]) -> list[str]:
     """The non-empty `key` (interface, hca) of each fabric interface, in order."""
-    return [v for v in (text(get(f, key)) for f in interfaces) if v]
+    return [v for v in (text(f[key]) for f in interfaces) if v]
 
 
 def _hca_findings(name: str, env: Json, up_hcas: list[str]) -> list[str]:
@@ -72,14 +77,14 @@ def _hca_findings(name: str, env: Json, up_hcas: list[str]) -> list[str]:
     return []
 
 
-def _hca_state_findings(name: str, up: list[Json]) -> list[str]:
+def _hca_state_findings(name: str, up: list[NcclFabricProps]) -> list[str]:
     """The HCA behind each carrier-up interface must be ACTIVE."""
     out: list[str] = []
     for f in up:
-        state = text(get(f, "hcaState"))
+        state = text(f["hcaState"])
         if state and not _hca_active(state):
-            out.append(f"node {name}: HCA {text(get(f, 'hca'))} of carrier-up interface "
-                       f"{text(get(f, 'interface'))} is {state}, not ACTIVE")
+            out.append(f"node {name}: HCA {text(f['hca'])} of carrier-up interface "
+                       f"{text(f['interface'])} is {state}, not ACTIVE")
     return out
 
 
@@ -103,13 +108,13 @@ def _socket_finding(name: str, var: str, raw: Json, up_ifaces: list[str]) -> str
     return None
 
 
-def _node_nccl_findings(node: Json) -> list[str]:
-    name = text(get(node, "name")) or "?"
-    env = get(node, "env", default={})
-    fabric = elements(get(node, "fabric"))
+def _node_nccl_findings(node: NcclNodeProps) -> list[str]:
+    name = text(node["name"]) or "?"
+    env = node.get("env", {})
+    fabric = each(node["fabric"])
     if is_unknown(env) or any(is_unknown(f) for f in fabric):
         return []
-    up = [f for f in fabric if flag(get(f, "carrier")) is True]
+    up = [f for f in fabric if flag(f["carrier"]) is True]
     if not fabric:
         return []
     if not up:
@@ -124,11 +129,12 @@ def _node_nccl_findings(node: Json) -> list[str]:
     return out
 
 
-def nccl_findings(props: Props) -> list[str]:
-    if flag(get(props, "rdma")) is not True:
+def nccl_findings(props: Json) -> list[str]:
+    p = props_as(props, NcclEnvironmentProps)
+    if flag(p["rdma"]) is not True:
         return []  # RDMA off (the lab) or unknown
     out: list[str] = []
-    for node in elements(get(props, "nodes")):
+    for node in each(p["nodes"]):
         out.extend(_node_nccl_findings(node))
     return out
 
@@ -139,16 +145,16 @@ def validate_nccl(args: ResourceValidationArgs, report: Report) -> None:
             report(msg, None)
 
 
-def _mtu_findings(node: Json, min_mtu: float, include_down: bool) -> list[str]:
-    name = text(get(node, "name")) or "?"
+def _mtu_findings(node: NcclNodeProps, min_mtu: float, include_down: bool) -> list[str]:
+    name = text(node["name"]) or "?"
     out: list[str] = []
-    for f in elements(get(node, "fabric")):
-        carrier = flag(get(f, "carrier"))
+    for f in each(node["fabric"]):
+        carrier = flag(f["carrier"])
         if carrier is not True and not (include_down and carrier is False):
             continue
-        mtu = num(get(f, "mtu"))
+        mtu = num(f["mtu"])
         if mtu is not None and mtu < min_mtu:
-            out.append(f"node {name}: fabric interface {text(get(f, 'interface')) or '?'} has MTU "
+            out.append(f"node {name}: fabric interface {text(f['interface']) or '?'} has MTU "
                        f"{mtu:g}, below the required {min_mtu:g}")
     return out
 
@@ -158,7 +164,7 @@ def validate_mtu(args: ResourceValidationArgs, report: Report) -> None:
         return
     min_mtu = num(conf(args, "minMtu")) or 9000
     include_down = bool(conf(args, "includeCarrierDown"))
-    for node in elements(get(args.props, "nodes")):
+    for node in each(props_of(args, NcclEnvironmentProps)["nodes"]):
         for msg in _mtu_findings(node, min_mtu, include_down):
             report(msg, None)
 

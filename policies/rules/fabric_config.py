@@ -34,21 +34,24 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from contract import types
+from contract.props import FabricInterfaceProps, NodeFabricProps
+
 from ._common import (
     Finding,
     Json,
-    Props,
     Report,
     conf,
-    elements,
-    get,
+    each,
     is_unknown,
     num,
+    props_as,
+    props_of,
     text,
 )
 from ._schema import schema
 
-NODE_FABRIC: Final = "spark-vllm:fabric:NodeFabric"
+NODE_FABRIC: Final = types.NODE_FABRIC
 
 
 @dataclass(frozen=True)
@@ -71,19 +74,19 @@ def parse_cidr(value: str) -> ipaddress.IPv4Interface | None:
         return None
 
 
-def _iface_name(entry: Json) -> str:
-    return text(get(entry, "interface")) or "?"
+def _iface_name(entry: FabricInterfaceProps) -> str:
+    return text(entry["interface"]) or "?"
 
 
-def _addresses(props: Props) -> tuple[list[FabricAddress], list[str]]:
+def _addresses(props: NodeFabricProps) -> tuple[list[FabricAddress], list[str]]:
     """The interfaces with a known valid address; (e) the messages of those not IPv4 CIDR."""
-    node = text(get(props, "node")) or "?"
+    node = text(props["node"]) or "?"
     valid: list[FabricAddress] = []
     invalid: list[str] = []
-    for entry in elements(get(props, "interfaces")):
+    for entry in each(props["interfaces"]):
         if is_unknown(entry):
             continue
-        raw = get(entry, "address")
+        raw = entry["address"]
         if is_unknown(raw):
             continue
         name = _iface_name(entry)
@@ -98,13 +101,13 @@ def _addresses(props: Props) -> tuple[list[FabricAddress], list[str]]:
     return valid, invalid
 
 
-def _mtu_findings(props: Props, min_mtu: float) -> list[str]:
+def _mtu_findings(props: NodeFabricProps, min_mtu: float) -> list[str]:
     """(a) the MTU the stack sets on the node's fabric interfaces, at least `min_mtu`."""
-    node = text(get(props, "node")) or "?"
-    mtu = num(get(props, "mtu"))
+    node = text(props["node"]) or "?"
+    mtu = num(props["mtu"])
     if mtu is None or mtu >= min_mtu:
         return []
-    names = [_iface_name(e) for e in elements(get(props, "interfaces"))]
+    names = [_iface_name(e) for e in each(props["interfaces"])]
     if not names:
         return [f"node {node}: the stack sets MTU {mtu:g} on its fabric interfaces, below the "
                 f"required {min_mtu:g} (minMtu)"]
@@ -128,15 +131,16 @@ def _twin_findings(node: str, valid: Sequence[FabricAddress]) -> list[str]:
     return out
 
 
-def _management_findings(props: Props, node: str, valid: Sequence[FabricAddress]) -> list[str]:
+def _management_findings(props: NodeFabricProps, node: str,
+                         valid: Sequence[FabricAddress]) -> list[str]:
     """(c) the management interface is no fabric interface; (d) the management address is in
     no fabric interface's network."""
     out: list[str] = []
-    host = text(get(props, "host"))
-    mgmt = text(get(props, "managementInterface"))
+    host = text(props["host"])
+    mgmt = text(props["managementInterface"])
     if mgmt:
-        for entry in elements(get(props, "interfaces")):
-            name = text(get(entry, "interface"))
+        for entry in each(props["interfaces"]):
+            name = text(entry["interface"])
             if name == mgmt:
                 carries = f" {host}" if host else ""
                 out.append(f"node {node}: fabric interface {name} is the management interface "
@@ -157,9 +161,10 @@ def _management_findings(props: Props, node: str, valid: Sequence[FabricAddress]
     return out
 
 
-def fabric_config_findings(props: Props, min_mtu: float) -> list[str]:
+def fabric_config_findings(raw: Json, min_mtu: float) -> list[str]:
     """Every finding of fabric-config for one NodeFabric's props."""
-    node = text(get(props, "node")) or "?"
+    props = props_as(raw, NodeFabricProps)
+    node = text(props["node"]) or "?"
     valid, invalid = _addresses(props)
     out = _mtu_findings(props, min_mtu)
     out += _twin_findings(node, valid)
@@ -191,9 +196,10 @@ def fabric_address_findings(resources: Sequence[PolicyResource]) -> list[Finding
     for r in resources:
         if r.resource_type != NODE_FABRIC:
             continue
-        node = text(get(r.props, "node")) or r.name
-        for entry in elements(get(r.props, "interfaces")):
-            value = text(get(entry, "address"))
+        props = props_of(r, NodeFabricProps)
+        node = text(props["node"]) or r.name
+        for entry in each(props["interfaces"]):
+            value = text(entry["address"])
             if not value:
                 continue
             try:

@@ -32,21 +32,24 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from contract.props import GatewayProps, MonitoringProps, NodeFirewallProps, SparkNodeProps
+
 from ._common import (
     DEFAULTS,
     SPARK_NODE,
     Finding,
     Report,
     conf,
+    each,
     elements,
-    get,
     is_unknown,
     num,
+    props_of,
     stack_environment,
     text,
 )
 from ._firewall import FIREWALL, Table, exposure, tables
-from ._schema import env_list_prop, schema
+from ._schema import FABRIC_SUBNETS_PROP, env_list_prop, schema
 from .gateway import GATEWAY, head_fabric_ips
 from .monitoring import MONITORING, parse_listen
 from .ray_exposure import (
@@ -75,23 +78,24 @@ def firewall_findings(resources: Sequence[PolicyResource], environment: str | No
         for r in resources:
             if r.resource_type != SPARK_NODE:
                 continue
-            name = text(get(r.props, "name"))
+            name = text(props_of(r, SparkNodeProps)["name"])
             if name and name not in found:
                 out.append((f"node {name} has no firewall (NodeFirewall) in {environment}: Ray's "
                             "servers, torch's store and vLLM's own sockets answer on every "
                             "address of it; keep spark-vllm:firewall.enabled true", r.urn))
     management = _management_hosts(list(resources))
-    gateways = {text(get(g.props, "node")): num(get(g.props, "port"))
-                for g in resources if g.resource_type == GATEWAY}
+    gateways = {text(p["node"]): num(p["port"]) for p in (
+        props_of(g, GatewayProps) for g in resources if g.resource_type == GATEWAY)}
     for r in resources:
         if r.resource_type != FIREWALL:
             continue
-        node = text(get(r.props, "node")) or r.name
-        ssh = get(r.props, "sshPort")
+        props = props_of(r, NodeFirewallProps)
+        node = text(props["node"]) or r.name
+        ssh = props["sshPort"]
         if not is_unknown(ssh) and num(ssh) is None:
             out.append((f"{node}'s firewall names no sshd port it always admits (sshPort): "
                         "the operator's ssh must never depend on the stack's rules", r.urn))
-        public = get(r.props, "public")
+        public = props["public"]
         if not is_unknown(public):
             allowed = {gateways.get(node)} - {None}
             extra = sorted(int(n) for n in (num(p) for p in elements(public))
@@ -100,12 +104,12 @@ def firewall_findings(resources: Sequence[PolicyResource], environment: str | No
                 out.append((f"{node}'s firewall admits every address to port(s) "
                             f"{', '.join(map(str, extra))}: only the gateway's port is public",
                             r.urn))
-        rules = get(r.props, "rules")
+        rules = props["rules"]
         checks = [] if is_unknown(rules) else [
-            (text(get(rule, "what")) or "?", get(rule, "sources")) for rule in elements(rules)]
-        dp = get(r.props, "dataPlane")
+            (text(rule["what"]) or "?", rule["sources"]) for rule in each(rules)]
+        dp = props["dataPlane"]
         if dp and not is_unknown(dp):
-            checks.append(("data-plane", get(dp, "sources")))
+            checks.append(("data-plane", dp["sources"]))
         for what, sources in checks:
             if is_unknown(sources):
                 continue
@@ -134,8 +138,9 @@ def _monitoring(resources: Sequence[PolicyResource], found: Mapping[str, Table |
     for r in resources:
         if r.resource_type != MONITORING:
             continue
-        head = text(get(r.props, "node"))
-        listen = parse_listen(get(r.props, "listen"))
+        props = props_of(r, MonitoringProps)
+        head = text(props["node"])
+        listen = parse_listen(props["listen"])
         if head is None:
             continue
         if listen is not None:
@@ -145,8 +150,8 @@ def _monitoring(resources: Sequence[PolicyResource], found: Mapping[str, Table |
             if why:
                 out.append((why, r.urn))
         head_ips = head_fabric_ips(resources, head)
-        for e in elements(get(r.props, "exporters")):
-            node, listen = text(get(e, "node")), parse_listen(get(e, "listen"))
+        for e in each(props["exporters"]):
+            node, listen = text(e["node"]), parse_listen(e["listen"])
             if node is None or listen is None:
                 continue
             why = exposure(found, node, listen.port, head_ips, f"the node exporter of {node}",
@@ -176,8 +181,6 @@ stack_ports_firewalled = StackValidationPolicy(
     config_schema=schema(
         nonDevEnvironments=env_list_prop(DEFAULTS["nonDevEnvironments"],
                                          "environments where every node needs its firewall"),
-        fabricSubnets={"type": "array", "items": {"type": "string"}, "default": [],
-                       "description": "CIDRs of the fabric; default: stack config "
-                                      "nccl.fabricSubnets"},
+        fabricSubnets=FABRIC_SUBNETS_PROP,
     ),
 )

@@ -37,22 +37,28 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from contract import labels, types
+from contract.props import GatewayProps, NcclEnvironmentProps, VllmServerProps, VllmServiceProps
+
 from ._common import (
     CONTAINER,
     NCCL_ENV,
     VLLM_SERVER,
     VLLM_SERVICE,
     Report,
+    each,
     elements,
     get,
     is_unknown,
     mapping_items,
+    model_props,
     num,
+    props_of,
     text,
 )
 from ._containers import command_tokens, flag_value, has_flag, labels_of, provider_host
 from ._firewall import any_firewall, exposure, tables
-from ._schema import schema
+from ._schema import FABRIC_SUBNETS_PROP, schema
 from .ray_exposure import (
     IPNetwork,
     _fabric_ips,
@@ -63,8 +69,8 @@ from .ray_exposure import (
     parse_ip,
 )
 
-GATEWAY = "spark-vllm:gateway:Gateway"
-API_ROLES = ("vllm-serve", "vllm-service")
+GATEWAY = types.GATEWAY
+API_ROLES = labels.API_ROLES
 _FIX = ("bind it to 127.0.0.1 or the node's fabric address (spark-vllm:vllm.host unset: the "
         "stack's choice); clients use the gateway's endpoint")
 
@@ -107,14 +113,15 @@ def behind_gateway_findings(resources: Sequence[PolicyResource], management: set
     gateways = [r for r in resources if r.resource_type == GATEWAY]
     for r in resources:
         if r.resource_type == VLLM_SERVER:
-            judge(f"vLLM ({text(get(r.props, 'servedModelName')) or r.name})",
-                  get(r.props, "host"), r.urn)
-            name = get(r.props, "servedModelName")
+            server = props_of(r, VllmServerProps)
+            judge(f"vLLM ({text(server['servedModelName']) or r.name})", server["host"], r.urn)
+            name = server["servedModelName"]
             if isinstance(name, str):
                 served.append((name, r.urn))
         elif r.resource_type == VLLM_SERVICE:
-            hosts = get(r.props, "hosts")
-            what = f"service {text(get(r.props, 'service')) or r.name}"
+            service = props_of(r, VllmServiceProps)
+            hosts = service["hosts"]
+            what = f"service {text(service['service']) or r.name}"
             if is_unknown(hosts):
                 pass
             elif not mapping_items(hosts):
@@ -122,7 +129,7 @@ def behind_gateway_findings(resources: Sequence[PolicyResource], management: set
                             "cannot be shown to stay behind the gateway", r.urn))
             for node, host in mapping_items(hosts):
                 judge(f"{what} on {node}", host, r.urn)
-            name = get(r.props, "servedModelName")
+            name = service["servedModelName"]
             if isinstance(name, str):
                 served.append((name, r.urn))
         elif r.resource_type == CONTAINER:
@@ -137,14 +144,14 @@ def behind_gateway_findings(resources: Sequence[PolicyResource], management: set
 
 def _container_findings(r: PolicyResource, management: set[str], fabric_ips: set[str],
                         subnets: Sequence[IPNetwork]) -> list[tuple[str, str | None]]:
-    role = text(labels_of(r.props).get("spark-vllm.role"))
+    role = text(labels_of(r.props).get(labels.ROLE))
     if role not in API_ROLES:
         return []
     raw = get(r.props, "command")
     if is_unknown(raw):
         return []
     tokens = command_tokens(r.props)
-    if role == "vllm-serve" and "--headless" in tokens:
+    if role == labels.VLLM_SERVE and "--headless" in tokens:
         return []  # no API server
     mgmt = set(management)
     ph = provider_host(r)
@@ -167,17 +174,17 @@ def _container_findings(r: PolicyResource, management: set[str], fabric_ips: set
 def _gateway_findings(g: PolicyResource, served: list[tuple[str, str]], management: set[str],
                       fabric_ips: set[str], subnets: Sequence[IPNetwork]
                       ) -> list[tuple[str, str | None]]:
-    routes = get(g.props, "routes")
+    routes = props_of(g, GatewayProps)["routes"]
     if is_unknown(routes):
         return []
     out: list[tuple[str, str | None]] = []
     routed: set[str] = set()
-    for route in elements(routes):
-        name = text(get(route, "name"))
+    for route in each(routes):
+        name = text(route["name"])
         if name:
             routed.add(name)
-        for s in elements(get(route, "servers")):
-            address = get(s, "address")
+        for s in each(route["servers"]):
+            address = s["address"]
             if is_unknown(address):
                 continue
             why = _where(address, management, fabric_ips, subnets)
@@ -194,7 +201,7 @@ def _gateway_findings(g: PolicyResource, served: list[tuple[str, str]], manageme
 def head_fabric_ips(resources: Sequence[PolicyResource], head: str) -> set[str]:
     """The fabric addresses the NcclEnvironment reports for the node `head`."""
     return {ip for r in resources if r.resource_type == NCCL_ENV
-            for n in elements(get(r.props, "nodes")) if text(get(n, "name")) == head
+            for n in each(props_of(r, NcclEnvironmentProps)["nodes"]) if text(n["name"]) == head
             for ip in _node_fabric_ips(n)}
 
 
@@ -207,28 +214,32 @@ def firewall_findings(resources: Sequence[PolicyResource],
         return []
     found = tables(resources)
     out: list[tuple[str, str | None]] = []
-    head = next((text(get(elements(get(r.props, "nodes"))[0], "name")) for r in resources
-                 if r.resource_type == VLLM_SERVER and elements(get(r.props, "nodes"))), None)
+    head = next((text(nodes[0]["name"]) for r in resources if r.resource_type == VLLM_SERVER
+                 and (nodes := each(props_of(r, VllmServerProps)["nodes"]))), None)
     if head is None:
         return out
     head_ips = head_fabric_ips(resources, head)
     for r in resources:
-        port = num(get(r.props, "port"))
+        if r.resource_type not in (VLLM_SERVER, VLLM_SERVICE):
+            continue
+        port = num(model_props(r.props)["port"])
         if port is None:
             continue
         if r.resource_type == VLLM_SERVER:
-            host = text(get(r.props, "host"))
+            server = props_of(r, VllmServerProps)
+            host = text(server["host"])
             ip = parse_ip(host)
             allowed = None if host == "localhost" or (ip is not None and ip.is_loopback) \
                 else fabric_ips
             why = exposure(found, head, int(port), allowed,
-                           f"vLLM ({text(get(r.props, 'servedModelName')) or r.name})")
+                           f"vLLM ({text(server['servedModelName']) or r.name})")
             if why:
                 out.append((why, r.urn))
         elif r.resource_type == VLLM_SERVICE:
-            for node, _host in mapping_items(get(r.props, "hosts")):
+            service = props_of(r, VllmServiceProps)
+            for node, _host in mapping_items(service["hosts"]):
                 why = exposure(found, node, int(port), head_ips,
-                               f"service {text(get(r.props, 'service')) or r.name}",
+                               f"service {text(service['service']) or r.name}",
                                fabric_is="the head's fabric addresses")
                 if why:
                     out.append((why, r.urn))
@@ -258,8 +269,6 @@ vllm_behind_gateway = StackValidationPolicy(
                       "model through its endpoint; never --host in extraArgs, never `ports` on a "
                       "vLLM container.",
     config_schema=schema(
-        fabricSubnets={"type": "array", "items": {"type": "string"}, "default": [],
-                       "description": "CIDRs of the fabric; default: stack config "
-                                      "nccl.fabricSubnets"},
+        fabricSubnets=FABRIC_SUBNETS_PROP,
     ),
 )

@@ -9,7 +9,10 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from ._common import CONTAINER, VLLM_IMAGE, Report, get, mapping_items, text
+from contract import labels
+from contract.props import VllmImageProps
+
+from ._common import CONTAINER, VLLM_IMAGE, Report, get, mapping_items, props_as, text
 from ._containers import is_ray_container, labels_of
 
 
@@ -23,19 +26,19 @@ def _listing(images: dict[str, str]) -> str:
 
 def _image_id_finding(r: PolicyResource) -> str | None:
     """A VllmImage whose image IDs (an output, per node) differ between nodes."""
+    # imageIds is a registered output, not a prop of the contract (contract/props.py says why)
     ids = {node: text(v) for node, v in mapping_items(get(r.props, "imageIds"))}
     known = {node: v for node, v in ids.items() if v}
     if len(set(known.values())) <= 1:
         return None
-    return (f"image {text(get(r.props, 'ref')) or '?'} has different image IDs per node: "
-            f"{_listing(known)}")
+    ref = text(props_as(r.props, VllmImageProps)["ref"]) or "?"
+    return f"image {ref} has different image IDs per node: {_listing(known)}"
 
 
 def _serving(props: object) -> bool:
     """A container that runs Ray or vLLM (`spark-vllm.role` vllm-serve, or vllm-service: a
     service of spark-vllm:services runs the stack's one image too)."""
-    return is_ray_container(props) or text(labels_of(props).get("spark-vllm.role")) in (
-        "vllm-serve", "vllm-service")
+    return is_ray_container(props) or text(labels_of(props).get(labels.ROLE)) in labels.API_ROLES
 
 
 def _ray_images(resources: list[PolicyResource]) -> dict[str, str]:

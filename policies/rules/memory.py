@@ -12,23 +12,27 @@ figure (an unreadable config.json, an older component), and the message says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
+
+from contract.props import MemoryFitProps, ServerNodeProps
 
 from ._common import (
     DEFAULTS,
     VLLM_SERVER,
     VLLM_SERVICE,
     Json,
-    Props,
+    ModelProps,
     Report,
     conf,
-    elements,
+    each,
     flag,
-    get,
     gib,
     mapping_items,
+    model_props,
     num,
+    props_as,
     text,
 )
 from ._schema import schema
@@ -46,20 +50,25 @@ class _Shard:
     kv_text: str  # how `kv` was arrived at
 
 
-def _kv(props: Props, kv_min: float) -> tuple[float, str]:
+def _fit(props: ModelProps) -> MemoryFitProps:
+    """The estimate's numbers (`memoryFit`, an Output on the VllmServer's side)."""
+    return props_as(props["memoryFit"], MemoryFitProps)
+
+
+def _kv(props: ModelProps, kv_min: float) -> tuple[float, str]:
     """The KV cache per GPU the fit counts, and its explanation (mirrors memory_fit.kv_held)."""
-    configured = num(get(props, "kvCacheMemoryBytes"))
+    configured = num(props["kvCacheMemoryBytes"])
     if configured is not None:
         return configured, f"KV cache {gib(configured)} (kvCacheMemoryBytes)"
-    fit = get(props, "memoryFit")
-    kv = num(get(fit, "kvCacheBytesPerRank"))
-    basis = text(get(fit, "basis"))
+    fit = _fit(props)
+    kv = num(fit["kvCacheBytesPerRank"])
+    basis = text(fit["basis"])
     if kv is None:
         why = f"; KV cache not estimated: {basis}" if basis else ""
         return kv_min, f"minimum KV cache {gib(kv_min)} (kvMinBytes{why})"
-    kv += num(get(fit, "stateBytesPerRank")) or 0
-    seqs, length = num(get(fit, "maxNumSeqs")), num(get(fit, "maxModelLen"))
-    dtype = text(get(fit, "kvCacheDtype")) or "?"
+    kv += num(fit["stateBytesPerRank"]) or 0
+    seqs, length = num(fit["maxNumSeqs"]), num(fit["maxModelLen"])
+    dtype = text(fit["kvCacheDtype"]) or "?"
     what = (f"KV cache {gib(kv)} for {seqs or 0:g} x {length or 0:g} tokens at {dtype} "
             f"({basis or 'estimated from the model config'})")
     if kv < kv_min:
@@ -67,16 +76,16 @@ def _kv(props: Props, kv_min: float) -> tuple[float, str]:
     return kv, what
 
 
-def _shard(props: Props, tp: float, pp: float, model_bytes: float, kv_min: float) -> _Shard:
+def _shard(props: ModelProps, tp: float, pp: float, model_bytes: float, kv_min: float) -> _Shard:
     # modelBytes / (tp x pp): memory_fit.weights_per_rank (memoryFit.weightsBytesPerRank shows it)
     kv, kv_text = _kv(props, kv_min)
     return _Shard(tp, pp, model_bytes, model_bytes / (tp * pp), kv, kv_text)
 
 
-def _node_findings(node: Json, util: float, shard: _Shard | None, overhead: float,
+def _node_findings(node: ServerNodeProps, util: float, shard: _Shard | None, overhead: float,
                    os_reserve: float) -> list[str]:
-    name = text(get(node, "name")) or "?"
-    mem = num(get(node, "memTotalBytes"))
+    name = text(node["name"]) or "?"
+    mem = num(node["memTotalBytes"])
     if mem is None or mem <= 0:
         return []
     out: list[str] = []
@@ -91,10 +100,9 @@ def _node_findings(node: Json, util: float, shard: _Shard | None, overhead: floa
                 f"exceeds the vLLM budget {gib(budget)} (gpuMemoryUtilization {util:.2f} x "
                 f"memTotal {gib(mem)}); short by {gib(need - budget)}")
     # the services the stack places on the node (spark-vllm:services) take their shares too
-    shares = [(s, u) for s, v in mapping_items(get(node, "services"))
-              if (u := num(v)) is not None]
+    shares = [(s, u) for s, v in mapping_items(node["services"]) if (u := num(v)) is not None]
     total = util + sum(u for _, u in shares)
-    if flag(get(node, "unifiedMemory")) and total * mem > mem - os_reserve:
+    if flag(node["unifiedMemory"]) and total * mem > mem - os_reserve:
         what = (f"vLLM budget {gib(budget)} (gpuMemoryUtilization {util:.2f} x memTotal "
                 f"{gib(mem)})")
         if shares:
@@ -109,39 +117,42 @@ def _node_findings(node: Json, util: float, shard: _Shard | None, overhead: floa
     return out
 
 
-def _one_sequence(props: Props) -> list[str]:
+def _one_sequence(props: ModelProps) -> list[str]:
     """With kvCacheMemoryBytes vLLM refuses to start when one maxModelLen sequence does not fit."""
-    configured = num(get(props, "kvCacheMemoryBytes"))
-    one = num(get(props, "memoryFit", "oneSequenceBytesPerRank"))
+    configured = num(props["kvCacheMemoryBytes"])
+    fit = _fit(props)
+    one = num(fit["oneSequenceBytesPerRank"])
     if configured is None or one is None or one <= configured:
         return []
-    length = num(get(props, "memoryFit", "maxModelLen")) or 0
+    length = num(fit["maxModelLen"]) or 0
     return [f"kvCacheMemoryBytes {gib(configured)} holds less than one maxModelLen sequence "
             f"({length:g} tokens need {gib(one)} per GPU: "
-            f"{text(get(props, 'memoryFit', 'basis')) or 'estimated from the model config'}); "
+            f"{text(fit['basis']) or 'estimated from the model config'}); "
             "vLLM refuses to start"]
 
 
-def memory_fit_findings(props: Props, os_reserve: float, overhead: float,
+def memory_fit_findings(props: Json, os_reserve: float, overhead: float,
                         kv_min: float) -> list[str]:
     """Per node: weights/(tp*pp) + overhead + KV cache <= util * memTotal, and on unified memory
     util * memTotal <= memTotal - osReserve. Each half runs when its own inputs are known (during a
     first preview modelBytes may be unknown; the reserve check still runs)."""
-    util = num(get(props, "gpuMemoryUtilization"))
+    props = model_props(props)
+    util = num(props["gpuMemoryUtilization"])
     if util is None:
         return []  # unknown during preview or not given: nothing to judge
     if not 0 < util <= 1:
         return [f"gpuMemoryUtilization {util:g} must be in (0, 1]"]
-    tp = num(get(props, "tensorParallelSize"))
-    pp = num(get(props, "pipelineParallelSize", default=1))
-    model_bytes = num(get(props, "modelBytes"))
+    tp = num(props["tensorParallelSize"])
+    pp = num(props.get("pipelineParallelSize", 1))
+    model_bytes = num(props["modelBytes"])
     shard = None
     if tp is not None and pp is not None and model_bytes is not None:
         if tp < 1 or pp < 1:
             return [f"tensorParallelSize {tp:g} x pipelineParallelSize {pp:g} must be at least 1"]
         shard = _shard(props, tp, pp, model_bytes, kv_min)
     out: list[str] = _one_sequence(props)
-    for node in elements(get(props, "nodes")):
+    # a service's nodes are ServiceNodeProps: the same keys but `services`, which they never carry
+    for node in each(cast(list[ServerNodeProps], props["nodes"])):
         out.extend(_node_findings(node, util, shard, overhead, os_reserve))
     return out
 

@@ -34,28 +34,31 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
+
+from contract import types
+from contract.props import MonitoringProps
 
 from ._common import (
     DEFAULTS,
     Json,
-    Props,
     Report,
     conf,
+    each,
     elements,
     environment_of,
     flag,
-    get,
     is_unknown,
+    props_as,
     text,
 )
 from ._schema import ENV_PROP, env_list_prop, schema
 from .pinning import DIGEST_REF_RE
 from .ray_exposure import IPAddress, parse_ip
 
-MONITORING: Final = "spark-vllm:monitoring:Monitoring"
+MONITORING: Final = types.MONITORING
 
 _PROMETHEUS_FIX = ("Prometheus has no authentication in this stack: set "
                    "spark-vllm:monitoring.listen: loopback (127.0.0.1; reach it with ssh -L) or "
@@ -114,16 +117,16 @@ class _Addresses:
     complete: bool
 
 
-def _addresses(props: Props) -> _Addresses:
+def _addresses(props: MonitoringProps) -> _Addresses:
     management: dict[str, str] = {}
-    host = text(get(props, "host"))
+    host = text(props["host"])
     if host:
-        management[host] = text(get(props, "node")) or "?"
-    for e in elements(get(props, "exporters")):
-        h = text(get(e, "host"))
+        management[host] = text(props["node"]) or "?"
+    for e in each(props["exporters"]):
+        h = text(e["host"])
         if h:
-            management.setdefault(h, text(get(e, "node")) or "?")
-    raw = get(props, "fabricAddresses")
+            management.setdefault(h, text(e["node"]) or "?")
+    raw = props["fabricAddresses"]
     complete = not is_unknown(raw)
     fabric: set[IPAddress] = set()
     for a in elements(raw):
@@ -171,77 +174,73 @@ def _why_exposed(listen: Listen, known: _Addresses) -> str | None:
     return f"{address} is neither loopback nor a fabric address of the stack"
 
 
-def _prometheus_findings(props: Props, known: _Addresses) -> list[str]:
-    node = text(get(props, "node")) or "?"
-    raw = get(props, "listen")
-    if is_unknown(raw):
-        return []
+def _listen_findings(node: str, raw: Json, known: _Addresses, whose: str, who: str,
+                     fix: str) -> list[str]:
+    """A listener's `listen` (known) is an address:port that stays on loopback or the fabric:
+    `whose` names it in the first finding, `who` in the second."""
     listen = parse_listen(raw)
     if listen is None:
-        return [f"node {node}: Prometheus's listen {_shown(raw)} is not an address:port "
+        return [f"node {node}: {whose} listen {_shown(raw)} is not an address:port "
                 "(a.b.c.d:port, [v6]:port): it cannot be shown to stay off the management "
-                f"network; {_PROMETHEUS_FIX}"]
-    authentication = get(props, "authentication")
-    if is_unknown(authentication) or flag(authentication) is True:
-        return []
+                f"network; {fix}"]
     why = _why_exposed(listen, known)
-    if why is None:
+    return [] if why is None else [f"node {node}: {who} listens on {raw}: {why}; {fix}"]
+
+
+def _prometheus_findings(props: MonitoringProps, known: _Addresses) -> list[str]:
+    node = text(props["node"]) or "?"
+    raw = props["listen"]
+    if is_unknown(raw):
         return []
-    return [f"node {node}: Prometheus listens on {raw}: {why}; {_PROMETHEUS_FIX}"]
+    authentication = props["authentication"]
+    if parse_listen(raw) is not None \
+            and (is_unknown(authentication) or flag(authentication) is True):
+        return []  # with authentication, any address (an unparsable listen is still reported)
+    return _listen_findings(node, raw, known, "Prometheus's", "Prometheus", _PROMETHEUS_FIX)
 
 
-def _exporter_findings(props: Props, known: _Addresses) -> list[str]:
+def _exporter_findings(props: MonitoringProps, known: _Addresses) -> list[str]:
     out: list[str] = []
-    for e in elements(get(props, "exporters")):
+    for e in each(props["exporters"]):
         if is_unknown(e):
             continue
-        node = text(get(e, "node")) or "?"
-        raw = get(e, "listen")
-        if is_unknown(raw):
-            continue
-        listen = parse_listen(raw)
-        if listen is None:
-            out.append(f"node {node}: its node exporter's listen {_shown(raw)} is not an "
-                       "address:port (a.b.c.d:port, [v6]:port): it cannot be shown to stay off "
-                       f"the management network; {_EXPORTER_FIX}")
-            continue
-        why = _why_exposed(listen, known)
-        if why is not None:
-            out.append(f"node {node}: its node exporter listens on {raw}: {why}; {_EXPORTER_FIX}")
+        node = text(e["node"]) or "?"
+        raw = e["listen"]
+        if not is_unknown(raw):
+            out += _listen_findings(node, raw, known, "its node exporter's", "its node exporter",
+                                    _EXPORTER_FIX)
     return out
 
 
-def _alertmanager_findings(props: Props, known: _Addresses) -> list[str]:
+_AM_LISTENERS: Final[tuple[tuple[Literal["listen", "clusterListen"], str], ...]] = (
+    ("listen", "Alertmanager"), ("clusterListen", "Alertmanager's cluster"))
+_IMAGES: Final[tuple[tuple[Literal["prometheus", "nodeExporter", "alertmanager"], str], ...]] = (
+    ("prometheus", "Prometheus's"), ("nodeExporter", "the node exporters'"),
+    ("alertmanager", "Alertmanager's"))
+
+
+def _alertmanager_findings(props: MonitoringProps, known: _Addresses) -> list[str]:
     """Alertmanager's API and its cluster listener (absent props: a stack without one)."""
-    am = get(props, "alertmanager")
+    am = props["alertmanager"]
     if am is None or is_unknown(am):
         return []
-    node = text(get(props, "node")) or "?"
+    node = text(props["node"]) or "?"
     out: list[str] = []
-    for key, what in (("listen", "Alertmanager"), ("clusterListen", "Alertmanager's cluster")):
-        raw = get(am, key)
-        if is_unknown(raw) or (key == "clusterListen" and raw == ""):
-            continue
-        listen = parse_listen(raw)
-        if listen is None:
-            out.append(f"node {node}: {what} listen {_shown(raw)} is not an address:port "
-                       "(a.b.c.d:port, [v6]:port): it cannot be shown to stay off the "
-                       f"management network; {_ALERTMANAGER_FIX}")
-            continue
-        why = _why_exposed(listen, known)
-        if why is not None:
-            out.append(f"node {node}: {what} listens on {raw}: {why}; {_ALERTMANAGER_FIX}")
+    for key, what in _AM_LISTENERS:
+        raw = am[key]
+        if not is_unknown(raw) and not (key == "clusterListen" and raw == ""):
+            out += _listen_findings(node, raw, known, what, what, _ALERTMANAGER_FIX)
     return out
 
 
-def _image_findings(props: Props, env: str) -> list[str]:
+def _image_findings(props: MonitoringProps, env: str) -> list[str]:
     out: list[str] = []
-    for key, what in (("prometheus", "Prometheus's"), ("nodeExporter", "the node exporters'"),
-                      ("alertmanager", "Alertmanager's")):
-        ref = get(props, "images", key)
+    images = props["images"]
+    for key, what in _IMAGES:
+        ref = None if images is None else images[key]
         if is_unknown(ref) or (isinstance(ref, str) and DIGEST_REF_RE.fullmatch(ref)):
             continue
-        if key == "alertmanager" and ref is None and get(props, "alertmanager") is None:
+        if key == "alertmanager" and ref is None and props["alertmanager"] is None:
             continue  # a stack from before Alertmanager
         out.append(f"{env}: {what} image spark-vllm:monitoring.{key}.ref {_shown(ref)} is not "
                    "pinned by digest (<repo>@sha256:<64 hex>); pin it (`docker buildx "
@@ -249,9 +248,10 @@ def _image_findings(props: Props, env: str) -> list[str]:
     return out
 
 
-def monitoring_findings(props: Props, prod: str | None = None) -> list[str]:
+def monitoring_findings(raw: Json, prod: str | None = None) -> list[str]:
     """Every finding of monitoring-not-exposed for one Monitoring's props; `prod`: the
     environment's name when it must pin its images."""
+    props = props_as(raw, MonitoringProps)
     known = _addresses(props)
     out = _prometheus_findings(props, known)
     out += _exporter_findings(props, known)

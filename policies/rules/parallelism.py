@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
 
-from ._common import VLLM_SERVER, Report, get, num
+from contract.props import VllmServerProps
+
+from ._common import VLLM_SERVER, Report, num, props_of
 
 
 def validate_parallelism(args: ResourceValidationArgs, report: Report) -> None:
     if args.resource_type != VLLM_SERVER:
         return
-    tp = num(get(args.props, "tensorParallelSize"))
-    pp = num(get(args.props, "pipelineParallelSize", default=1))
-    gpus = num(get(args.props, "clusterGpus"))
+    props = props_of(args, VllmServerProps)
+    tp = num(props["tensorParallelSize"])
+    pp = num(props.get("pipelineParallelSize", 1))
+    gpus = num(props["clusterGpus"])
     if tp is None or pp is None or gpus is None:
         return
     if tp * pp != gpus:

@@ -12,6 +12,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from contract import forms
+from contract.props import ModelCacheProps, SparkNodeProps, VllmImageProps
+
 from ._common import (
     CONTAINER,
     DEFAULTS,
@@ -22,6 +25,7 @@ from ._common import (
     conf,
     get,
     is_unknown,
+    props_as,
     stack_environment,
     text,
 )
@@ -29,16 +33,17 @@ from ._schema import ENV_PROP, env_list_prop, schema
 
 # Used with fullmatch only: `^...$` with match (or `...$` with search) takes a value with a
 # trailing newline as pinned.
-DIGEST_REF_RE = re.compile(r"(?P<repo>[^@\s]+)@(?P<digest>sha256:[0-9a-f]{64})")
-IMAGE_ID_RE = re.compile(r"sha256:[0-9a-f]{64}")
-COMMIT_RE = re.compile(r"[0-9a-f]{40}")
+# the program's forms (contract/forms.py), used with fullmatch
+DIGEST_REF_RE = forms.DIGEST_REF
+IMAGE_ID_RE = forms.IMAGE_ID
+COMMIT_RE = forms.COMMIT
 HOST_KEY_RE = re.compile(r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(256|384|521)|"
                          r"sk-ssh-ed25519@openssh\.com|sk-ecdsa-sha2-nistp256@openssh\.com)"
                          r" [A-Za-z0-9+/]+={0,3}( [^\n]*)?")
 
 
 def _image_ref_finding(env: str | None, r: PolicyResource) -> str | None:
-    ref = get(r.props, "ref")
+    ref = props_as(r.props, VllmImageProps)["ref"]
     if is_unknown(ref) or (isinstance(ref, str) and DIGEST_REF_RE.fullmatch(ref)):
         return None
     return f"{env}: image ref {ref!r} is not pinned by digest (<repo>@sha256:<64 hex>)"
@@ -52,22 +57,24 @@ def _container_image_finding(env: str | None, r: PolicyResource) -> str | None:
 
 
 def _model_revision_finding(env: str | None, r: PolicyResource) -> str | None:
-    revision = get(r.props, "revision")
+    props = props_as(r.props, ModelCacheProps)
+    revision = props["revision"]
     if is_unknown(revision):
         return None
     if revision is None:
-        revision = get(r.props, "commit")
+        revision = props["commit"]
     if is_unknown(revision) or (isinstance(revision, str) and COMMIT_RE.fullmatch(revision)):
         return None
-    return (f"{env}: model {text(get(r.props, 'repo')) or '?'} revision {revision!r} is not a "
+    return (f"{env}: model {text(props['repo']) or '?'} revision {revision!r} is not a "
             f"40-hex commit")
 
 
 def _host_key_finding(env: str | None, r: PolicyResource) -> str | None:
-    key = get(r.props, "hostKey")
+    props = props_as(r.props, SparkNodeProps)
+    key = props["hostKey"]
     if is_unknown(key) or (isinstance(key, str) and HOST_KEY_RE.fullmatch(key.strip())):
         return None
-    return (f"{env}: node {text(get(r.props, 'name')) or r.name} has no pinned host key "
+    return (f"{env}: node {text(props['name']) or r.name} has no pinned host key "
             f"(got {key!r}; expected '<type> <base64>')")
 
 

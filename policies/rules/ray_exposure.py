@@ -36,6 +36,9 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
+from contract import labels
+from contract.props import NcclEnvironmentProps, NcclNodeProps, SparkNodeProps
+
 from ._common import (
     CONTAINER,
     DEFAULTS,
@@ -47,10 +50,12 @@ from ._common import (
     Props,
     Report,
     conf,
+    each,
     elements,
     flag,
     get,
     num,
+    props_of,
     stack_config,
     text,
 )
@@ -64,7 +69,7 @@ from ._containers import (
     provider_host,
 )
 from ._firewall import Table, any_firewall, exposure, tables
-from ._schema import schema
+from ._schema import FABRIC_SUBNETS_PROP, schema
 from ._secrets import mask
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -260,7 +265,8 @@ def ray_exposure_findings(name: str, props: Props, management: set[str],
 
 def _management_hosts(resources: list[PolicyResource]) -> set[str]:
     """The SparkNode `host`s: the management addresses."""
-    hosts = (text(get(r.props, "host")) for r in resources if r.resource_type == SPARK_NODE)
+    hosts = (text(props_of(r, SparkNodeProps)["host"]) for r in resources
+             if r.resource_type == SPARK_NODE)
     return {h for h in hosts if h}
 
 
@@ -270,13 +276,13 @@ def _fabric_ips(resources: list[PolicyResource]) -> set[str]:
     for r in resources:
         if r.resource_type != NCCL_ENV:
             continue
-        for node in elements(get(r.props, "nodes")):
+        for node in each(props_of(r, NcclEnvironmentProps)["nodes"]):
             ips.update(_node_fabric_ips(node))
     return ips
 
 
-def _node_fabric_ips(node: Json) -> list[str]:
-    return [ip for ip in (text(get(f, "ip")) for f in elements(get(node, "fabric"))) if ip]
+def _node_fabric_ips(node: NcclNodeProps) -> list[str]:
+    return [ip for ip in (text(f["ip"]) for f in each(node["fabric"])) if ip]
 
 
 def _port(value: str | None) -> int | None:
@@ -289,7 +295,7 @@ def firewall_findings(name: str, props: Props, found: Mapping[str, Table | None]
     (a port Ray picks at random cannot be named by a rule) and filtered on its node, from the
     stack's fabric addresses only."""
     tokens = command_tokens(props)
-    node = text(labels_of(props).get("spark-vllm.node"))
+    node = text(labels_of(props).get(labels.NODE))
     if not tokens or node is None:
         return []
     head = "--head" in tokens
@@ -365,9 +371,7 @@ ray_not_exposed = StackValidationPolicy(
                       "127.0.0.1 / its fabric IP), host networking and no `ports` for 6379/8265/"
                       "10001; reach the dashboard through an SSH tunnel.",
     config_schema=schema(
-        fabricSubnets={"type": "array", "items": {"type": "string"}, "default": [],
-                       "description": "CIDRs of the fabric; default: stack config "
-                                      "nccl.fabricSubnets"},
+        fabricSubnets=FABRIC_SUBNETS_PROP,
         rayPorts={"type": "array", "items": {"type": "integer"}, "default": DEFAULTS["rayPorts"]},
     ),
 )

@@ -8,18 +8,29 @@ from __future__ import annotations
 
 from pulumi_policy import EnforcementLevel, ResourceValidationArgs, ResourceValidationPolicy
 
-from ._common import VLLM_SERVER, VLLM_SERVICE, Report, conf, elements, flag, get, is_unknown, text
+from ._common import (
+    VLLM_SERVER,
+    VLLM_SERVICE,
+    Report,
+    conf,
+    each,
+    flag,
+    is_unknown,
+    model_props,
+    text,
+)
 from ._schema import schema
 from .pinning import COMMIT_RE
 
 
 def remote_code_findings(props: object, reviewed: set[str]) -> list[str]:
     """What a VllmServer's or VllmService's props say of the remote code it runs."""
-    if flag(get(props, "trustRemoteCode")) is not True:
+    p = model_props(props)
+    if flag(p["trustRemoteCode"]) is not True:
         return []
     out = []
-    for entry in elements(get(props, "remoteCode")):
-        repo, commit = text(get(entry, "repo")) or "?", get(entry, "commit")
+    for entry in each(p["remoteCode"]):
+        repo, commit = text(entry["repo"]) or "?", entry["commit"]
         if is_unknown(commit):
             continue  # the commit is resolved during the preview; judged when it is known
         if not isinstance(commit, str) or not COMMIT_RE.fullmatch(commit):

@@ -22,10 +22,23 @@ from collections.abc import Mapping
 
 from pulumi_policy import EnforcementLevel, StackValidationArgs, StackValidationPolicy
 
-from ._common import CONTAINER, UNKNOWN, VLLM_SERVER, Props, Report, elements, get, num, text
+from contract.props import VllmServerProps
+
+from ._common import (
+    CONTAINER,
+    VLLM_SERVER,
+    Json,
+    Props,
+    Report,
+    each,
+    is_unknown,
+    num,
+    props_as,
+    text,
+)
 from ._containers import command_tokens, flag_value
 from ._firewall import Table, exposure, tables
-from ._schema import schema
+from ._schema import FABRIC_SUBNETS_PROP, schema
 from .ray_exposure import IPNetwork, _fabric_ips, _fabric_subnets, _in_subnets, parse_ip
 
 _WHY = "torch's TCPStore binds 0.0.0.0 and ::, unauthenticated"
@@ -37,24 +50,25 @@ def _on_fabric(addr: str, subnets: list[IPNetwork]) -> bool:
         and _in_subnets(ip, subnets)
 
 
-def server_findings(name: str, props: Props, fabric: list[IPNetwork],
+def server_findings(name: str, props: Json, fabric: list[IPNetwork],
                     found: Mapping[str, Table | None] | None = None,
                     fabric_ips: set[str] | None = None) -> list[str]:
     """The VllmServer's rendezvous: on a fabric address, and the head's firewall admitting the
     master port from the stack's fabric addresses only (`found`: the NodeFirewalls by node)."""
-    if get(props, "executor") != "mp":
+    p = props_as(props, VllmServerProps)
+    if p["executor"] != "mp":
         return []
-    nodes = get(props, "nodes")
-    if nodes is UNKNOWN or len(elements(nodes)) < 2:
+    nodes = p["nodes"]
+    if is_unknown(nodes) or len(each(nodes)) < 2:
         return []
     out: list[str] = []
-    port = get(props, "masterPort")
-    addr = get(props, "masterAddr")
-    if addr is not UNKNOWN and fabric and not _on_fabric(text(addr) or "", fabric):
+    port = p["masterPort"]
+    addr = p["masterAddr"]
+    if not is_unknown(addr) and fabric and not _on_fabric(text(addr) or "", fabric):
         out.append(f"{name}: masterAddr {text(addr)} is not a fabric address; the ranks must "
                    "meet on the fabric")
-    head = text(get(elements(nodes)[0], "name"))
-    if port is UNKNOWN or num(port) is None or head is None:
+    head = text(each(nodes)[0]["name"])
+    if is_unknown(port) or num(port) is None or head is None:
         return out
     allowed: set[str] | list[str] = fabric_ips or set()
     if not allowed and fabric:  # no NcclEnvironment: what the firewall admits must be inside
@@ -104,8 +118,6 @@ mp_rendezvous_fabric_only = StackValidationPolicy(
                       "spark-vllm:firewall.enabled true; on the head, `nft list table inet "
                       "spark-vllm-<stack>` shows the rule vllm-rendezvous.",
     config_schema=schema(
-        fabricSubnets={"type": "array", "items": {"type": "string"}, "default": [],
-                       "description": "CIDRs of the fabric; default: stack config "
-                                      "nccl.fabricSubnets"},
+        fabricSubnets=FABRIC_SUBNETS_PROP,
     ),
 )

@@ -149,10 +149,19 @@ def test_every_policy_survives_an_all_unknown_resource():
 
 
 # -------------------------------------------------------------------------- the pack module
-def test_importing_rules_starts_no_server():
+def contract_only_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a pack process as policies/venv gives it: contract/ importable (make
+    venv installs it there), the program not (a folder holding only a link to contract/)."""
+    import os
+    (tmp_path / "contract").symlink_to(POLICIES_DIR.parent / "contract")
+    return {**os.environ, "PYTHONPATH": str(tmp_path)}
+
+
+def test_importing_rules_starts_no_server(tmp_path):
     code = (f"import sys, threading; sys.path.insert(0, {str(POLICIES_DIR)!r}); import rules; "
             "assert threading.active_count() == 1, threading.enumerate(); print(len(rules.POLICIES))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env=contract_only_env(tmp_path))
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "20"
 
@@ -179,7 +188,7 @@ def test_pack_files():
     assert meta["runtime"] == {"name": "python", "options": {"virtualenv": "venv"}}
     reqs = [line.strip() for line in (POLICIES_DIR / "requirements.txt").read_text().splitlines()
             if line.strip() and not line.startswith("#")]
-    assert reqs == ["pulumi-policy==1.21.0", "pulumi==3.272.0"]
+    assert reqs == ["pulumi-policy==1.21.0", "pulumi==3.272.0", "setuptools==80.9.0"]
 
 
 def test_sample_pack_configs_match_the_schemas():
@@ -259,7 +268,7 @@ def test_analyzer_info_serializes_every_schema():
     assert policies["memory-fit"].enforcementLevel == proto.MANDATORY
 
 
-def test_pack_serves_over_grpc_like_the_engine_starts_it():
+def test_pack_serves_over_grpc_like_the_engine_starts_it(tmp_path):
     """`python -m pulumi.policy <engine> <packdir>` is what pulumi-analyzer-policy-python runs:
     start it, ask for the analyzer info and one analysis over gRPC, stop it."""
     import grpc
@@ -268,7 +277,7 @@ def test_pack_serves_over_grpc_like_the_engine_starts_it():
 
     proc = subprocess.Popen([sys.executable, "-m", "pulumi.policy", "127.0.0.1:1", "."],
                             cwd=POLICIES_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, env=contract_only_env(tmp_path))
     try:
         port = proc.stdout.readline().strip()
         assert port.isdigit(), proc.stderr.read() if proc.poll() is not None else port

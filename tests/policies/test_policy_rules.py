@@ -735,32 +735,6 @@ def test_ray_auth_is_not_judged_on_unknowns():
     assert run(rules.ray_not_exposed, sargs(stack, RAY_CONFIG)) == []
 
 
-# --------------------------------------------------------------------------- one source
-# The pack runs in its own virtualenv and cannot import the program, so the values both must
-# agree on are held equal here, where both can be imported.
-
-def test_the_pack_defaults_the_os_reserve_to_preflights():
-    from config.forms import GIB as PROGRAM_GIB
-    from config.forms import OS_RESERVE_BYTES
-    from config.models import PreflightConfig
-
-    assert rules.DEFAULTS["osReserveBytes"] == OS_RESERVE_BYTES == \
-        PreflightConfig().os_reserve_bytes
-    assert rules.GIB == PROGRAM_GIB
-
-
-def test_the_pack_pins_commits_and_digests_by_the_programs_forms():
-    from config.forms import COMMIT, DIGEST_REF, IMAGE_ID
-    from rules import pinning
-
-    # the same patterns, used with fullmatch on both sides (issue 31: no `^...$` with match)
-    assert pinning.COMMIT_RE.pattern == COMMIT.pattern
-    assert pinning.IMAGE_ID_RE.pattern == IMAGE_ID.pattern
-    assert pinning.DIGEST_REF_RE.pattern == DIGEST_REF.pattern
-    digest = "reg:5000/x@" + "sha256:" + "a" * 64
-    assert DIGEST_REF.fullmatch(digest) and pinning.DIGEST_REF_RE.fullmatch(digest)
-
-
 def test_prod_pinned_refuses_a_trailing_newline():
     """Issue 31, item 7: `^[0-9a-f]{40}$` with .match (and `...$` with search) took a value with
     a trailing newline as pinned."""
@@ -1058,3 +1032,12 @@ def test_remote_code_is_advisory_in_dev_and_mandatory_elsewhere():
     prod = json.loads((POLICIES_DIR / "config.prod.json").read_text())
     assert dev["remote-code-reviewed"] == "advisory"
     assert prod["remote-code-reviewed"] == {"reviewed": []}
+
+
+def test_the_pack_flags_the_contracts_secret_shapes():
+    """contract/forms.py: the broader of the program's and the pack's old shapes."""
+    from rules import _secrets
+    assert _secrets.classify_env("X", "hf_" + "a" * 20) == (_secrets.HF, "the HF token")
+    assert _secrets.classify_env("X", "-----BEGIN " + "RSA PRIVATE KEY-----") == (_secrets.API, "a private key")
+    assert _secrets.classify_env("MAX_TOKENS", "4096") == (_secrets.HF, "a token")
+    assert _secrets.classify_env("TOKENIZERS_PARALLELISM", "false") is None  # a flag value

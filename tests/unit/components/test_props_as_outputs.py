@@ -15,12 +15,14 @@ from typing import Any
 import pulumi
 import pytest
 
+from contract.props import PROPS
 from tests.unit.conftest import settled
 
-# the component types the pack's rules look at (named in policies/rules)
-RULES = Path(__file__).resolve().parents[3] / "policies" / "rules"
-JUDGED = {t for f in RULES.glob("*.py")
-          for t in re.findall(r'"(spark-vllm:[a-z_]+:[A-Za-z]+)"', f.read_text())}
+# the component types the pack's rules look at: those whose TypedDict of contract/props.py the
+# rules read the props through (`props_of(r, VllmServerProps)`)
+RULES = "".join(f.read_text() for f in
+                (Path(__file__).resolve().parents[3] / "policies" / "rules").glob("*.py"))
+JUDGED = {t for t, props in PROPS.items() if re.search(rf"\b{props.__name__}\b", RULES)}
 
 
 @pytest.fixture

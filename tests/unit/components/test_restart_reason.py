@@ -125,3 +125,24 @@ def test_mp_rank_found_stopped_restarts_every_rank(build, ignored_changes, mocks
         assert "docker restart -t 60 spark-vllm-dev-serve" in restart.inputs["update"]
 
     return settled(h).apply(check)
+
+
+# --- Again.because: recon's reason as a gate's marker (components/rerun.py) -------------------
+
+
+def test_no_reason_keeps_the_states_marker():
+    from components.rerun import Again
+    again = Again.because(None, now=lambda: 1 / 0)  # the clock is not read
+    assert (again.triggers, again.ignore_changes, again.marker) == (["none"], ["triggers"], "none")
+
+
+def test_a_reason_is_a_marker_never_seen_before():
+    from components.rerun import Again
+    ticks = iter([1, 2])
+    first = Again.because("spark-vllm-t-gateway is exited", now=lambda: next(ticks))
+    second = Again.because("spark-vllm-t-gateway is exited", now=lambda: next(ticks))
+    assert first.triggers == ["spark-vllm-t-gateway is exited @1"] and first.ignore_changes is None
+    assert first.marker == "spark-vllm-t-gateway is exited @1" and second.marker.endswith(" @2")
+    # the real clock: nanoseconds since the epoch
+    marker = Again.because("x").marker
+    assert marker.startswith("x @") and int(marker[3:]) > 1_700_000_000 * 10**9
