@@ -33,7 +33,6 @@ Children, all on the head:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,12 +41,13 @@ import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components import rerun
+from components import daemon, rerun
 from components.rerun import Again
 from components.spark_node import SparkNode
-from components.vllm_image import pinned_ref
-from config.forms import is_digest_ref
 from config.gateway import GatewayConfig
+from contract import labels as lbl
+from contract import types
+from contract.props import GatewayProps
 from hostscripts import gateway as gw
 from hostscripts.paths import GATEWAY_MOUNT, GATEWAY_RUN_MOUNT, StackNames
 
@@ -58,8 +58,8 @@ def restart_reason(containers: Sequence[Any], stack_label: str, role: str = ROLE
     """Why the gate of the stack's `role` container (the gateway's; Prometheus's too) must
     start it again: recon found it not running."""
     bad = [f"{c.name} is {c.state or 'not running'}" for c in containers
-           if c.labels.get("spark-vllm.stack") == stack_label
-           and c.labels.get("spark-vllm.role") == role and c.state != "running"]
+           if c.labels.get(lbl.STACK) == stack_label
+           and c.labels.get(lbl.ROLE) == role and c.state != "running"]
     return "; ".join(bad) or None
 
 
@@ -103,7 +103,7 @@ class Gateway(pulumi.ComponentResource):
                               unauthorized_per_minute=g.unauthorized_per_minute,
                               header_timeout_seconds=g.header_timeout_seconds)
         props = self._props(args, spec)
-        super().__init__("spark-vllm:gateway:Gateway", name, props, opts)
+        super().__init__(types.GATEWAY, name, props, opts)
         # the main model's first (not a class annotation: the SDK reads those as output types)
         self.routes: tuple[gw.Route, ...] = spec.routes
         self.files = gw.render(spec)
@@ -111,24 +111,11 @@ class Gateway(pulumi.ComponentResource):
         # commands that write them run again (a fresh trigger; delete first, then create)
         again = Again.when_wiped([rerun.fresh_trigger()]
                                  if head.facts.gateway_files_present is False else [])
-        self.image = docker.RemoteImage(
-            f"{name}-image",
-            name=self._pull_ref(g, head),
-            keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
-        )
-        self.key = head.command(
-            f"{name}-key",
-            self,
-            create=gw.key_write(names),
-            delete=gw.secret_remove(names, names.gateway_key_file),
-            stdin=pulumi.Output.secret(args.api_key.apply(gw.key_map)),
-            secret_outputs=["stdin", "stdout"],
-            logging=remote.Logging.STDERR,  # its stdout (the file's hash) only marks a change
-            triggers=again.triggers,
-            ignore_changes=again.ignore_changes,
-            delete_before_replace=True,
-        )
+        self.image = daemon.remote_image(f"{name}-image", self, g.image.ref, head)
+        self.key = daemon.secret_command(
+            head, f"{name}-key", self, again, gw.key_write(names),
+            gw.secret_remove(names, names.gateway_key_file),
+            pulumi.Output.secret(args.api_key.apply(gw.key_map)))
         # a new key or certificate reloads the gateway from its own command: nothing derived
         # from a secret (not even a hash: a weak configured key could be guessed from one) is
         # in the configuration's text, which stays readable in a preview's diff
@@ -138,98 +125,58 @@ class Gateway(pulumi.ComponentResource):
                 raise ValueError("gateway.certificate is set but the secret gatewayTlsKey is "
                                  "not (config/load.py refuses this)")
             chain = g.certificate
-            self.tls = head.command(
-                f"{name}-tls",
-                self,
-                create=gw.tls_write(names),
-                delete=gw.secret_remove(names, names.gateway_tls_file),
-                stdin=pulumi.Output.secret(args.tls_key.apply(
-                    lambda k: chain + (k if k.endswith("\n") else k + "\n"))),
-                secret_outputs=["stdin", "stdout"],
-                logging=remote.Logging.STDERR,
-                triggers=again.triggers,
-                ignore_changes=again.ignore_changes,
-                delete_before_replace=True,
-            )
-        labels = {**args.labels, "spark-vllm.role": ROLE, "spark-vllm.node": head.name,
-                  "spark-vllm.port": str(g.port)}
+            self.tls = daemon.secret_command(
+                head, f"{name}-tls", self, again, gw.tls_write(names),
+                gw.secret_remove(names, names.gateway_tls_file),
+                pulumi.Output.secret(args.tls_key.apply(
+                    lambda k: chain + (k if k.endswith("\n") else k + "\n"))))
+        labels = {**args.labels, lbl.ROLE: ROLE, lbl.NODE: head.name,
+                  lbl.PORT: str(g.port)}
         files = self.files
-        self.config = head.command(
-            f"{name}-config",
-            self,
-            create=self.image.image_id.apply(
-                lambda i: gw.config_write(names, files, i, args.labels)),
-            delete=gw.config_remove(names),
-            triggers=again.triggers,
-            ignore_changes=again.ignore_changes,
-            # replaced (a fresh trigger): its delete removes the folders, so it goes first
-            delete_before_replace=True,
+        # replaced (a fresh trigger): its delete removes the folders, so it goes first
+        self.config = daemon.config_command(
+            head, f"{name}-config", self, again, self.image,
+            lambda i: gw.config_write(names, files, i, args.labels), gw.config_remove(names),
             # a model is routed once it serves (its gate); a removed one is unrouted before
             # its container goes (the engine deletes last)
             depends_on=[self.key, *([self.tls] if self.tls else []), *args.after],
         )
-        self.container = docker.Container(
-            f"{name}-haproxy",
-            name=names.gateway,
-            image=self.image.image_id,
-            entrypoints=gw.entrypoint(),
-            command=gw.command(),
-            # root in the container: HAProxy's master reads the root-only files on every
-            # reload; its workers run as the image's haproxy user (`user` in haproxy.cfg)
-            user="0",
-            network_mode="host",
-            restart="unless-stopped",
-            mounts=[docker.ContainerMountArgs(
-                target=GATEWAY_MOUNT, type="bind", source=names.gateway_dir, read_only=True)],
+        # root in the container (daemon.container's default): HAProxy's master reads the
+        # root-only files on every reload; its workers run as the image's haproxy user (`user`
+        # in haproxy.cfg). Its name and its port on the head: the old one goes first.
+        self.container = daemon.container(
+            f"{name}-haproxy", self, head, self.image, names.gateway, gw.entrypoint(),
+            gw.command(),
+            mounts=daemon.bind_mounts((GATEWAY_MOUNT, names.gateway_dir)),
             # the stats socket `spark-vllm status` reads (a `volumes` bind: Docker makes the
             # folder again after a reboot empties /run)
             volumes=[docker.ContainerVolumeArgs(host_path=names.gateway_run_dir,
                                                 container_path=GATEWAY_RUN_MOUNT)],
             labels=[docker.ContainerLabelArgs(label=k, value=v)
                     for k, v in sorted(labels.items())],
-            privileged=False,
             destroy_grace_seconds=30,
-            opts=pulumi.ResourceOptions(
-                parent=self,
-                provider=head.provider,
-                # its name and its port on the head: the old one goes first
-                delete_before_replace=True,
-                depends_on=[self.config],
-            ),
+            depends_on=[self.config],
         )
-        if args.restart_reason is None:
-            marker, ignore = "none", ["triggers"]
-        else:
-            marker, ignore = f"{args.restart_reason} @{time.time_ns()}", None
+        restart = Again.because(args.restart_reason)
         self.endpoint = f"{g.scheme}://{head.node.host}:{g.port}/v1"
         local = f"{g.scheme}://127.0.0.1:{g.port}"
-        self.gate = head.command(
+        self.gate = daemon.rerun_command(
+            head,
             f"{name}-health",
             self,
+            restart,
             create=pulumi.Output.all(self.container.id, self.config.stdout,
                                      *args.backends).apply(
                 lambda v: gw.gate_script(names, gw.gate_marker(v[0], v[1], v[2:]), local,
                                          args.routes, args.gate_timeout_seconds)),
-            triggers=[marker],
-            ignore_changes=ignore,
-            delete_before_replace=True,
             depends_on=[self.container, self.config, args.key_file, *args.after],
             timeout_seconds=args.gate_timeout_seconds + 120,
         )
         self.register_outputs({**props, "endpoint": self.endpoint, "health": self.gate.stdout,
                                "container": self.container.name})
 
-    def _pull_ref(self, g: GatewayConfig, head: SparkNode) -> pulumi.Output[str]:
-        """The image by digest: `ref` itself when pinned, else the digest its tag names now."""
-        ref = g.image.ref
-        if is_digest_ref(ref):
-            return pulumi.Output.from_input(ref)
-        return docker.get_registry_image_output(
-            name=ref, opts=pulumi.InvokeOutputOptions(parent=self, provider=head.provider),
-        ).apply(lambda r: pinned_ref(ref, r.sha256_digest))
-
     @staticmethod
-    def _props(args: GatewayArgs, spec: gw.GatewaySpec) -> dict[str, Any]:
+    def _props(args: GatewayArgs, spec: gw.GatewaySpec) -> GatewayProps:
         """What the policy pack reviews (policies/rules/gateway.py)."""
         g, head = args.gateway, args.head
         return {

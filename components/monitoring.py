@@ -44,23 +44,21 @@ container is replaced with them (its bind mounts held the folders that went).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import pulumi
 import pulumi_docker as docker
 from pulumi_command import remote
 
-from components import rerun
+from components import daemon, rerun
 from components.rerun import Again
 from components.spark_node import SparkNode
-from components.vllm_image import pinned_ref
-from config.forms import is_digest_ref
-from config.gateway import GatewayImageConfig
 from config.models import StackConfig
 from config.monitoring import MonitoringConfig
+from contract import labels as lbl
+from contract import types
+from contract.props import MonitoringProps
 from hostscripts import alertmanager as am
 from hostscripts import monitoring as mon
 from hostscripts.gateway import Route
@@ -189,17 +187,13 @@ class Monitoring(pulumi.ComponentResource):
             raise ValueError("monitoring.enabled without its images (config/monitoring.py "
                              "refuses this)")
         props = self._props(args)
-        super().__init__("spark-vllm:monitoring:Monitoring", name, props, opts)
+        super().__init__(types.MONITORING, name, props, opts)
         self.files = mon.render(args.spec)
         listen = prometheus_address(m, head)
         self.url = f"http://{listen}:{m.port}"
         self.alertmanager_url = f"http://{listen}:{m.alertmanager_port}"
-        self.image = docker.RemoteImage(
-            f"{name}-prometheus-image",
-            name=self._pull_ref(m.prometheus, head),
-            keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
-        )
+        self.image = daemon.remote_image(f"{name}-prometheus-image", self, m.prometheus.ref,
+                                         head)
         # what recon found gone from the head (the stack's folder wiped behind it: another
         # stack's destroy on the same nodes, a reinstall): the commands that made it run again
         # (a fresh trigger: delete first, then create), and Prometheus's container, whose bind
@@ -208,134 +202,94 @@ class Monitoring(pulumi.ComponentResource):
                                  if head.facts.monitoring_files_present is False else [])
         again_data = Again.when_wiped([rerun.fresh_trigger()]
                                 if head.facts.prometheus_data_present is False else [])
-        self.key = head.command(
-            f"{name}-key",
-            self,
-            create=mon.key_write(names),
-            delete=mon.key_remove(names),
-            stdin=pulumi.Output.secret(args.api_key),
-            secret_outputs=["stdin", "stdout"],
-            logging=remote.Logging.STDERR,  # its stdout (the file's hash) only marks a change
-            triggers=again_files.triggers,
-            ignore_changes=again_files.ignore_changes,
-            delete_before_replace=True,
-        )
-        self.data = head.command(
+        self.key = daemon.secret_command(
+            head, f"{name}-key", self, again_files, mon.key_write(names), mon.key_remove(names),
+            pulumi.Output.secret(args.api_key))
+        self.data = daemon.rerun_command(
+            head,
             f"{name}-data",
             self,
+            again_data,
             create=mon.data_write(names, guard=args.guard),
             delete=mon.data_remove(names, keep=m.keep_data_on_destroy),
-            triggers=again_data.triggers,
-            ignore_changes=again_data.ignore_changes,
-            delete_before_replace=True,
         )
         files = self.files
-        self.config = head.command(
-            f"{name}-config",
-            self,
-            create=self.image.image_id.apply(
-                lambda i: mon.config_write(names, files, i, args.labels)),
-            delete=mon.config_remove(names),
-            triggers=again_files.triggers,
-            ignore_changes=again_files.ignore_changes,
-            delete_before_replace=True,
+        self.config = daemon.config_command(
+            head, f"{name}-config", self, again_files, self.image,
+            lambda i: mon.config_write(names, files, i, args.labels), mon.config_remove(names),
             depends_on=[self.key, self.data, *args.after],
         )
-        labels = {**args.labels, "spark-vllm.role": ROLE, "spark-vllm.node": head.name,
-                  "spark-vllm.port": str(m.port)}
+        labels = {**args.labels, lbl.ROLE: ROLE, lbl.NODE: head.name,
+                  lbl.PORT: str(m.port)}
         # the commands that make its bind mounts' sources: made again (a new ID) after recon
         # found them gone, they replace the container, which still held the folders that went
         # (a configuration change is an update of the same command: a reload, no replacement)
         mounts = pulumi.Output.all(self.key.id, self.config.id, self.data.id).apply(
             lambda ids: " ".join(ids))
-        self.container = docker.Container(
-            f"{name}-prometheus",
-            name=names.prometheus,
-            image=self.image.image_id,
-            entrypoints=mon.entrypoint(),
-            command=mon.command(listen, m.port, m.retention_days),
-            # root in the container: it reads the root-only key file and writes the root-only
-            # data folder (upstream's image runs as nobody, which could read neither)
-            user="0",
-            network_mode="host",
-            restart="unless-stopped",
-            mounts=[
-                docker.ContainerMountArgs(target=MONITORING_MOUNT, type="bind",
-                                          source=names.monitoring_dir, read_only=True),
-                docker.ContainerMountArgs(target=PROMETHEUS_DATA, type="bind",
-                                          source=names.prometheus_data_dir),
-            ],
+        # root in the container (daemon.container's default): it reads the root-only key file
+        # and writes the root-only data folder (upstream's image runs as nobody, which could
+        # read neither)
+        self.container = daemon.container(
+            f"{name}-prometheus", self, head, self.image, names.prometheus, mon.entrypoint(),
+            mon.command(listen, m.port, m.retention_days),
+            mounts=daemon.bind_mounts((MONITORING_MOUNT, names.monitoring_dir),
+                                      (PROMETHEUS_DATA, names.prometheus_data_dir)),
             labels=_labels(labels, mounts),
-            privileged=False,
             destroy_grace_seconds=30,
-            opts=pulumi.ResourceOptions(
-                parent=self, provider=head.provider, delete_before_replace=True,
-                depends_on=[self.config, self.data]),
+            depends_on=[self.config, self.data],
         )
         self.exporter_containers = {}
         exporter_images = {}
         for node in args.nodes:
-            exporter_images[node.name] = docker.RemoteImage(
-                f"{name}-node-exporter-image-{node.name}",
-                name=self._pull_ref(m.node_exporter, node),
-                keep_locally=True,
-                opts=pulumi.ResourceOptions(parent=self, provider=node.provider),
-            )
-            elabels = {**args.labels, "spark-vllm.role": EXPORTER_ROLE,
-                       "spark-vllm.node": node.name,
-                       "spark-vllm.port": str(m.node_exporter_port)}
-            self.exporter_containers[node.name] = docker.Container(
-                f"{name}-node-exporter-{node.name}",
-                name=names.node_exporter,
-                image=exporter_images[node.name].image_id,
-                entrypoints=mon.node_exporter_entrypoint(),
-                command=mon.node_exporter_command(
+            exporter_images[node.name] = daemon.remote_image(
+                f"{name}-node-exporter-image-{node.name}", self, m.node_exporter.ref, node)
+            elabels = {**args.labels, lbl.ROLE: EXPORTER_ROLE,
+                       lbl.NODE: node.name,
+                       lbl.PORT: str(m.node_exporter_port)}
+            self.exporter_containers[node.name] = daemon.container(
+                f"{name}-node-exporter-{node.name}", self, node, exporter_images[node.name],
+                names.node_exporter, mon.node_exporter_entrypoint(),
+                mon.node_exporter_command(
                     exporter_address(node, head), m.node_exporter_port,
                     textfile=mon.textfile_dir(names.stack) if node is head
                     else GUARD_METRICS_DIR if args.guard else None),
-                network_mode="host",
+                user=None,  # the image's own (nobody): it reads what every user may
                 pid_mode="host",
-                restart="unless-stopped",
                 mounts=[docker.ContainerMountArgs(target="/host", type="bind", source="/",
                                                   read_only=True)],
                 labels=_labels(elabels),
-                privileged=False,
                 destroy_grace_seconds=10,
-                opts=pulumi.ResourceOptions(parent=self, provider=node.provider,
-                                            delete_before_replace=True,
-                                            depends_on=list(args.firewall) or None),
+                depends_on=list(args.firewall) or None,
             )
         # an exporter stopped by hand (a manual stop: Docker's policy leaves it stopped) is
         # started again by its node's start command, whose marker recon's reason renews
         self.exporter_starts = {}
         for node in args.nodes:
-            marker, ignore = _marker(args.exporter_restart_reasons.get(node.name))
-            self.exporter_starts[node.name] = node.command(
+            restart = Again.because(args.exporter_restart_reasons.get(node.name))
+            self.exporter_starts[node.name] = daemon.rerun_command(
+                node,
                 f"{name}-node-exporter-start-{node.name}",
                 self,
+                restart,
                 create=self.exporter_containers[node.name].id.apply(
                     lambda cid: mon.exporter_start_script(names, cid)),
-                triggers=[marker],
-                ignore_changes=ignore,
-                delete_before_replace=True,
                 depends_on=[self.exporter_containers[node.name]],
             )
         self._alertmanager(name, args, head, again_files, again_data)
         # recon's reason to start Prometheus or Alertmanager again travels in `triggers` (a
         # new marker replaces the gate, whose script starts them); none: the state's marker is
         # kept, nothing diffs
-        marker, ignore = _marker(args.restart_reason)
-        self.gate = head.command(
+        restart = Again.because(args.restart_reason)
+        self.gate = daemon.rerun_command(
+            head,
             f"{name}-health",
             self,
+            restart,
             create=pulumi.Output.all(
                 self.container.id, self.config.stdout, self.alertmanager_container.id,
                 self.alertmanager_config.stdout).apply(
                 lambda v: mon.gate_script(names, mon.gate_marker(*v), self.url,
                                           args.spec, args.gate_timeout_seconds)),
-            triggers=[marker],
-            ignore_changes=ignore,
-            delete_before_replace=True,
             depends_on=[self.container, self.config, *self.exporter_containers.values(),
                         *self.exporter_starts.values(), self.alertmanager_container,
                         self.alertmanager_config, *args.after],
@@ -353,12 +307,8 @@ class Monitoring(pulumi.ComponentResource):
         m, names = args.monitoring, args.names
         assert m.alertmanager is not None
         spec = args.alerting
-        self.alertmanager_image = docker.RemoteImage(
-            f"{name}-alertmanager-image",
-            name=self._pull_ref(m.alertmanager, head),
-            keep_locally=True,
-            opts=pulumi.ResourceOptions(parent=self, provider=head.provider),
-        )
+        self.alertmanager_image = daemon.remote_image(
+            f"{name}-alertmanager-image", self, m.alertmanager.ref, head)
         redacted = am.render(spec)
         wanted = sorted(spec.secrets)
         secrets = args.alerting_secrets
@@ -372,59 +322,31 @@ class Monitoring(pulumi.ComponentResource):
             pulumi.Output.secret(secrets.apply(real))
             if wanted and secrets is not None else pulumi.Output.secret(redacted))
         labels = args.labels
-        self.alertmanager_config = head.command(
-            f"{name}-alertmanager-config",
-            self,
-            create=self.alertmanager_image.image_id.apply(
-                lambda i: am.config_write(names, redacted, i, labels)),
-            delete=am.config_remove(names),
+        self.alertmanager_config = daemon.config_command(
+            head, f"{name}-alertmanager-config", self, again_files, self.alertmanager_image,
+            lambda i: am.config_write(names, redacted, i, labels), am.config_remove(names),
             stdin=text,
             secret_outputs=["stdin"],
-            triggers=again_files.triggers,
-            ignore_changes=again_files.ignore_changes,
-            delete_before_replace=True,
             depends_on=[self.data, *args.after],
         )
-        alabels = {**labels, "spark-vllm.role": ALERTMANAGER_ROLE,
-                   "spark-vllm.node": head.name, "spark-vllm.port": str(m.alertmanager_port)}
+        alabels = {**labels, lbl.ROLE: ALERTMANAGER_ROLE,
+                   lbl.NODE: head.name, lbl.PORT: str(m.alertmanager_port)}
         mounts = pulumi.Output.all(self.alertmanager_config.id, self.data.id).apply(
             lambda ids: " ".join(ids))
-        self.alertmanager_container = docker.Container(
-            f"{name}-alertmanager",
-            name=names.alertmanager,
-            image=self.alertmanager_image.image_id,
-            entrypoints=am.entrypoint(),
-            command=am.command(prometheus_address(m, head), m.alertmanager_port),
-            # root in the container: it reads the root-only configuration (the secret values)
-            # and writes the root-only data folder
-            user="0",
-            network_mode="host",
-            restart="unless-stopped",
-            mounts=[
-                docker.ContainerMountArgs(target=ALERTMANAGER_MOUNT, type="bind",
-                                          source=names.alertmanager_dir, read_only=True),
-                docker.ContainerMountArgs(target=ALERTMANAGER_DATA, type="bind",
-                                          source=names.alertmanager_data_dir),
-            ],
+        # root in the container (daemon.container's default): it reads the root-only
+        # configuration (the secret values) and writes the root-only data folder
+        self.alertmanager_container = daemon.container(
+            f"{name}-alertmanager", self, head, self.alertmanager_image, names.alertmanager,
+            am.entrypoint(), am.command(prometheus_address(m, head), m.alertmanager_port),
+            mounts=daemon.bind_mounts((ALERTMANAGER_MOUNT, names.alertmanager_dir),
+                                      (ALERTMANAGER_DATA, names.alertmanager_data_dir)),
             labels=_labels(alabels, mounts),
-            privileged=False,
             destroy_grace_seconds=10,
-            opts=pulumi.ResourceOptions(
-                parent=self, provider=head.provider, delete_before_replace=True,
-                depends_on=[self.alertmanager_config, self.data]),
+            depends_on=[self.alertmanager_config, self.data],
         )
 
-    def _pull_ref(self, image: GatewayImageConfig, node: SparkNode) -> pulumi.Output[str]:
-        """The image by digest: `ref` itself when pinned, else the digest its tag names now."""
-        ref = image.ref
-        if is_digest_ref(ref):
-            return pulumi.Output.from_input(ref)
-        return docker.get_registry_image_output(
-            name=ref, opts=pulumi.InvokeOutputOptions(parent=self, provider=node.provider),
-        ).apply(lambda r: pinned_ref(ref, r.sha256_digest))
-
     @staticmethod
-    def _props(args: MonitoringArgs) -> dict[str, Any]:
+    def _props(args: MonitoringArgs) -> MonitoringProps:
         """What the policy pack reviews (policies/rules/monitoring.py)."""
         m, head = args.monitoring, args.nodes[0]
         return {
@@ -456,15 +378,6 @@ class Monitoring(pulumi.ComponentResource):
 
 
 MOUNTS_LABEL = "spark-vllm.mounts-made-by"  # the IDs of the commands that made its mounts
-
-
-def _marker(reason: str | None) -> tuple[str, list[str] | None]:
-    """A gate's `triggers` marker and ignore_changes: recon's reason to start a container again
-    (a fresh marker: the command is replaced and runs), or none (the state's marker is kept,
-    nothing diffs)."""
-    if reason is None:
-        return "none", ["triggers"]
-    return f"{reason} @{time.time_ns()}", None
 
 
 def _labels(labels: Mapping[str, str],

@@ -30,13 +30,14 @@ Everything here uses only what both 0.25 and upstream's 0.2x accept.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hostscripts.common import image_id, label_flags, plain, q
+from contract import labels as lbl
+from hostscripts import daemon as dm
+from hostscripts.common import image_id, plain, q
 from hostscripts.paths import ALERTMANAGER_DATA, ALERTMANAGER_MOUNT, StackNames
 
 CONFIG_FILE = "alertmanager.yml"
@@ -227,15 +228,23 @@ def inhibit_rules(spec: AlertingSpec) -> list[tuple[str, str, bool]]:
 
 def config_hash(text: str) -> str:
     """A short content hash of the redacted configuration (names the folder it goes in)."""
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return dm.files_hash(text)
+
+
+def daemon(names: StackNames) -> dm.Daemon:
+    """Alertmanager as a configured daemon on the head (hostscripts/daemon.py): reloaded by
+    SIGHUP (it reads its configuration again; one it refuses leaves the one it runs), once it
+    has run RELOAD_MIN_AGE_SECONDS (a Go program, like Prometheus: hostscripts/monitoring.py
+    daemon says why)."""
+    return dm.Daemon(name="alertmanager", config="alertmanager", container=names.alertmanager,
+                     dir=names.alertmanager_dir, signal="HUP",
+                     wait=dm.wait_age(RELOAD_MIN_AGE_SECONDS))
 
 
 def _check(image: str, folder: str, labels: Mapping[str, str], quiet: bool) -> str:
     """amtool check-config of `folder`'s file (a shell word: "$var") in the image."""
-    run = (f"docker run --rm --network none --user 0 {label_flags(labels)} "
-           f"-v {folder}:{q(ALERTMANAGER_MOUNT + '/conf:ro')} "
-           f"--entrypoint amtool {q(image)} check-config "
-           f"{q(ALERTMANAGER_MOUNT + '/conf/' + CONFIG_FILE)}")
+    run = dm.check_run(labels, [f"{folder}:{q(ALERTMANAGER_MOUNT + '/conf:ro')}"], "amtool",
+                       image, f"check-config {q(ALERTMANAGER_MOUNT + '/conf/' + CONFIG_FILE)}")
     if not quiet:
         return f"{run} >&2"
     return (f"{run} >/dev/null 2>&1 || {{ echo 'alertmanager config: amtool refuses the "
@@ -255,7 +264,7 @@ def config_write(names: StackNames, redacted: str, image: str,
     digest = config_hash(redacted)
     image = image_id(image)  # read back from the head: its exact form before a shell sees it
     d = names.alertmanager_dir
-    check_labels = {**labels, "spark-vllm.role": "alertmanager-check"}
+    check_labels = {**labels, lbl.ROLE: lbl.ALERTMANAGER_CHECK}
     return "\n".join([
         "set -eu",
         "umask 077",
@@ -275,37 +284,21 @@ def config_write(names: StackNames, redacted: str, image: str,
         _check(image, '"$new"', check_labels, quiet=True),
         f"conf={q(d + '/conf.' + digest)}.$(basename \"$new\" | cut -d. -f2)",
         'mv "$new" "$conf"',
-        f'ln -sfn "$(basename "$conf")" {q(d + "/conf.link")}',
-        f"mv -T {q(d + '/conf.link')} {q(d + '/conf')}",
-        f"for old in {q(d)}/conf.*; do [ \"$old\" = \"$conf\" ] || rm -rf \"$old\"; done",
+        *dm.swap_lines(daemon(names), '"$(basename "$conf")"', '"$conf"'),
         *reload_lines(names),
         f"echo 'alertmanager config {digest}'",
     ])
 
 
 def config_remove(names: StackNames) -> str:
-    """Alertmanager's configuration folders."""
-    d = names.alertmanager_dir
-    return (f"rm -rf {q(d + '/conf')} {q(d)}/conf.* {q(d)}/check.* {q(d)}/new.*; "
-            f"rmdir {q(d)} {q(names.dir)} 2>/dev/null || true")
+    """Alertmanager's configuration folders (and a check's or a new one's a run left)."""
+    return dm.config_remove(daemon(names), names.dir, secrets=False, scratch=("check", "new"))
 
 
 def reload_lines(names: StackNames) -> list[str]:
-    """Shell lines: Alertmanager, if it runs, reloaded (SIGHUP: it reads its configuration
-    again; one it refuses leaves the one it runs). From the host to the container's main
-    process, never `docker kill -s` (hostscripts/gateway.py reload_lines says why), once it has
-    run RELOAD_MIN_AGE_SECONDS (hostscripts/monitoring.py reload_lines says why)."""
-    c = q(names.alertmanager)
-    age = RELOAD_MIN_AGE_SECONDS
-    return [
-        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c} 2>/dev/null)\" = true ]; then",
-        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {c})",
-        "  age=$(ps -o etimes= -p \"$pid\" | tr -d ' ')",
-        f"  [ \"${{age:-0}}\" -ge {age} ] || sleep $(( {age} - ${{age:-0}} ))",
-        '  kill -HUP "$pid"',
-        "  echo 'alertmanager reloaded'",
-        "fi",
-    ]
+    """Shell lines: Alertmanager, if it runs, reloaded (`daemon`; hostscripts/daemon.py
+    reload_lines says why the signal goes to the process, never through `docker kill -s`)."""
+    return dm.reload_lines(daemon(names))
 
 
 def entrypoint() -> list[str]:

@@ -48,14 +48,15 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from contract import labels as lbl
+from hostscripts import daemon as dm
 from hostscripts.common import (
     container_ids,
     image_id,
-    label_flags,
     payload,
     plain,
     q,
-    secret_file_write,
+    stack_path_remove,
 )
 from hostscripts.paths import GATEWAY_MOUNT, GATEWAY_RUN_MOUNT, GATEWAY_STATS_SOCKET, StackNames
 
@@ -328,7 +329,7 @@ def render(spec: GatewaySpec, *, root: str = GATEWAY_MOUNT, run: str = GATEWAY_R
 
 def config_hash(files: Mapping[str, str]) -> str:
     """A short content hash of the configuration files (names the folder they go in)."""
-    return hashlib.sha256(_json(dict(files)).encode()).hexdigest()[:16]
+    return dm.files_hash(_json(dict(files)))
 
 
 def key_map(api_key: str) -> str:
@@ -337,109 +338,66 @@ def key_map(api_key: str) -> str:
     return f"{KEY_MAP_KEY} {hashlib.sha256(api_key.encode()).hexdigest()}\n"
 
 
+def daemon(names: StackNames) -> dm.Daemon:
+    """The gateway as a configured daemon on the head (hostscripts/daemon.py): reloaded by
+    SIGUSR2 to HAProxy's master (new workers take the listeners, the old ones finish their
+    connections). HAProxy's master ignores SIGUSR2 until it has started (measured: a reload sent
+    then is lost), so the reload first waits until it catches the signal (SigCgt bit 12), at
+    most 30 s."""
+    return dm.Daemon(name="gateway", config="gateway", container=names.gateway,
+                     dir=names.gateway_dir, signal="USR2",
+                     wait=dm.wait_caught("gateway", "SIGUSR2", bit=11))
+
+
 def key_write(names: StackNames) -> str:
     """On the head: the key's digest map (stdin) into its root-only file, and a running gateway
     reloaded to read it (a new key takes at once); prints the file's sha256."""
-    return "\n".join([secret_file_write(names.gateway_key_file, "gateway key digest"),
-                      *reload_lines(names)])
+    return dm.secret_write(daemon(names), names.gateway_key_file, "gateway key digest")
 
 
 def tls_write(names: StackNames) -> str:
     """On the head: the TLS chain and private key (stdin, one PEM file) into its root-only file,
     and a running gateway reloaded to read it; prints the file's sha256."""
-    return "\n".join([secret_file_write(names.gateway_tls_file, "gateway tls"),
-                      *reload_lines(names)])
+    return dm.secret_write(daemon(names), names.gateway_tls_file, "gateway tls")
 
 
 def reload_lines(names: StackNames) -> list[str]:
-    """Shell lines: the gateway, if it runs, reloaded (SIGUSR2 to HAProxy's master: new workers
-    take the listeners, the old ones finish their connections). HAProxy's master ignores SIGUSR2
-    until it has started (measured: a reload sent then is lost), so they first wait until it
-    catches the signal (SigCgt bit 12), at most 30 s.
-
-    The signal goes from the host to the container's main process (`kill`), never through
-    `docker kill -s`: Docker records any signal sent by its kill API as a manual stop
-    (HasBeenManuallyStopped), and a container so marked is not started again by its
-    `unless-stopped` policy when dockerd restarts (seen on the lab: after one reload, a restart
-    of the head's dockerd brought Ray and vLLM back and left the gateway down; moby's
-    daemon/kill.go sets the flag for every signal while the daemon is not shutting down)."""
-    c = q(names.gateway)
-    return [
-        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c} 2>/dev/null)\" = true ]; then",
-        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {c})",
-        "  i=0",
-        "  until [ $(( 0x$(awk '/^SigCgt/ {print $2}' /proc/$pid/status 2>/dev/null || "
-        "echo 0) & 0x800 )) -ne 0 ]; do",
-        "    i=$((i + 1))",
-        "    [ $i -le 60 ] || { echo 'the gateway does not take its reload signal (SIGUSR2) "
-        "after 30 s' >&2; exit 1; }",
-        "    sleep 0.5",
-        "  done",
-        '  kill -USR2 "$pid"',
-        "  echo 'gateway reloaded'",
-        "fi",
-    ]
+    """Shell lines: the gateway, if it runs, reloaded (`daemon`; hostscripts/daemon.py
+    reload_lines says why the signal goes to the process, never through `docker kill -s`)."""
+    return dm.reload_lines(daemon(names))
 
 
 def secret_remove(names: StackNames, path: str) -> str:
     """One of the gateway's secret files removed, with its folders as far as they are empty."""
-    return _remove_up(names, path)
-
-
-def _remove_up(names: StackNames, path: str) -> str:
-    if not path.startswith(names.dir + "/"):
-        raise ValueError(f"{path} is not in the stack's folder {names.dir}")
-    folders, d = [], path.rsplit("/", 1)[0]
-    while len(d) >= len(names.dir):
-        folders.append(d)
-        d = d.rsplit("/", 1)[0]
-    return f"rm -rf {q(path)}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
+    return stack_path_remove(names, path, tree=True)
 
 
 def config_write(names: StackNames, files: Mapping[str, str], image: str,
                  labels: Mapping[str, str]) -> str:
     """On the head: the configuration into a new folder `conf.<hash>`, checked by the gateway
     image's own `haproxy -c` (with the secret files it reads), then made the one in use (`conf`
-    is a link, swapped atomically) and the running gateway reloaded (reload_lines). A check that
-    fails fails the command and leaves the configuration in use as it was. Nothing secret is in
-    its text (a new key or certificate reloads the gateway from its own command). Prints
-    `gateway config <hash>`."""
+    is a link, swapped atomically) and the running gateway reloaded (reload_lines): the
+    daemon's config_write (hostscripts/daemon.py). A check that fails fails the command and
+    leaves the configuration in use as it was. Nothing secret is in its text (a new key or
+    certificate reloads the gateway from its own command). Prints `gateway config <hash>`."""
     digest = config_hash(files)
     image = image_id(image)  # read back from the head: its exact form before a shell sees it
-    d = names.gateway_dir
-    new = f"{d}/conf.{digest}"
-    check_labels = {**labels, "spark-vllm.role": "gateway-check"}
-    lines = [
-        "set -eu",
-        "umask 077",
-        f"rm -rf {q(new)} {q(new + '.tmp')}",
-        f"mkdir -p {q(new + '.tmp/errors')} {q(d + '/secrets')}",
-        f"chmod 700 {q(d)}",
-    ]
-    for path, text in files.items():
+    d = daemon(names)
+    new = f"{d.dir}/conf.{digest}"
+    check_labels = {**labels, lbl.ROLE: lbl.GATEWAY_CHECK}
+    for path in files:
         if not re.fullmatch(r"[a-z0-9]+(/[a-z0-9]+)?\.[a-z]+", path):
             raise ValueError(f"not a gateway file name: {path!r}")
-        lines.append(f"printf '%s' {q(text)} > {q(new + '.tmp/' + path)}")
-    lines += [
-        f"mv {q(new + '.tmp')} {q(new)}",
-        f"docker run --rm --network none --user 0 {label_flags(check_labels)} "
-        f"-v {q(new + ':' + GATEWAY_MOUNT + '/conf:ro')} "
-        f"-v {q(d + '/secrets:' + GATEWAY_MOUNT + '/secrets:ro')} "
-        f"--entrypoint haproxy {q(image)} -c -f {q(GATEWAY_MOUNT + '/conf/haproxy.cfg')} >&2",
-        f"ln -sfn {q('conf.' + digest)} {q(d + '/conf.link')}",
-        f"mv -T {q(d + '/conf.link')} {q(d + '/conf')}",
-        f"for old in {q(d)}/conf.*; do [ \"$old\" = {q(new)} ] || rm -rf \"$old\"; done",
-        *reload_lines(names),
-        f"echo 'gateway config {digest}'",
-    ]
-    return "\n".join(lines)
+    check = dm.check_run(
+        check_labels, [q(new + ":" + GATEWAY_MOUNT + "/conf:ro"),
+                       q(d.dir + "/secrets:" + GATEWAY_MOUNT + "/secrets:ro")],
+        "haproxy", image, f"-c -f {q(GATEWAY_MOUNT + '/conf/haproxy.cfg')} >&2")
+    return dm.config_write(d, files.items(), digest, check, subdir="errors")
 
 
 def config_remove(names: StackNames) -> str:
     """The gateway's configuration folders (its secret files go with their own commands)."""
-    d = names.gateway_dir
-    return (f"rm -rf {q(d + '/conf')} {q(d)}/conf.*; "
-            f"rmdir {q(d + '/secrets')} {q(d)} {q(names.dir)} 2>/dev/null || true")
+    return dm.config_remove(daemon(names), names.dir)
 
 
 def entrypoint() -> list[str]:
@@ -462,26 +420,15 @@ def gate_script(names: StackNames, ids_marker: str, url: str, routes: Sequence[R
 
     `ids_marker`: the gateway container's ID, the configuration's hash and the backends' IDs
     (gate_marker), so a new container, configuration or vLLM behind it runs the gate again."""
-    c = q(names.gateway)
-    # a comment line: quoting does not protect it from a newline, so every word plain
-    for word in ids_marker.split(" "):
-        plain(word)
     spec = json.dumps({"models": [{"name": r.name, "task": r.task} for r in routes],
                        "live": LIVE_PATH}, sort_keys=True, separators=(",", ":"))
-    return "\n".join([
-        "set -eu",
-        f"# gateway: {q(ids_marker)}",
-        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
-        f"  docker start {c} >/dev/null",
-        "fi",
-        f"python3 -c {q(_GATE_PY)} {q(url)} {q(spec)} {int(timeout)} < {q(names.vllm_key_file)}",
-    ])
+    return dm.gate_script("gateway", ids_marker, [names.gateway],
+                          f"python3 -c {q(_GATE_PY)} {q(url)} {q(spec)} {int(timeout)} "
+                          f"< {q(names.vllm_key_file)}")
 
 
 def gate_marker(container_id: str, config_stdout: str, backends: Sequence[str] = ()) -> str:
     """The gate's marker: the container's ID (checked), the configuration's hash and the IDs of
     what serves the routes (Pulumi's: container IDs, commands' IDs), in that order."""
-    digest = (config_stdout or "").strip().rsplit(" ", 1)[-1]
-    if not re.fullmatch(r"[0-9a-f]{16}", digest):
-        raise ValueError(f"not a gateway config hash: {digest!r}")
-    return " ".join([container_ids(container_id), digest, *(plain(b) for b in backends)])
+    return " ".join([container_ids(container_id), dm.config_digest(config_stdout, "gateway"),
+                     *(plain(b) for b in backends)])

@@ -28,7 +28,6 @@ upstream's 2.x/3.x accept.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 import re
@@ -36,14 +35,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from contract import labels as lbl
+from hostscripts import daemon as dm
 from hostscripts.common import (
     container_ids,
     image_id,
-    label_flags,
     payload,
     plain,
     q,
-    secret_file_write,
+    stack_path_remove,
 )
 from hostscripts.guard import METRICS as GUARD_METRICS
 from hostscripts.paths import MONITORING_MOUNT, PROMETHEUS_DATA, StackNames
@@ -382,60 +382,39 @@ def rules(spec: MonitoringSpec) -> str:
 
 def config_hash(files: Mapping[str, str]) -> str:
     """A short content hash of the configuration files (names the folder they go in)."""
-    text = json.dumps(dict(files), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return dm.files_hash(json.dumps(dict(files), sort_keys=True, separators=(",", ":")))
+
+
+def daemon(names: StackNames) -> dm.Daemon:
+    """Prometheus as a configured daemon on the head (hostscripts/daemon.py): reloaded by SIGHUP
+    (it reads its configuration and its rule files again; a configuration it refuses leaves the
+    one it runs).
+
+    Prometheus is a Go program: a SIGHUP that arrives before it asks for that signal, in its
+    first milliseconds, kills it, and Go catches SIGHUP from its start, so /proc's SigCgt cannot
+    tell (measured with 2.42). The reload waits until its main process has run
+    RELOAD_MIN_AGE_SECONDS."""
+    return dm.Daemon(name="prometheus", config="monitoring", container=names.prometheus,
+                     dir=names.monitoring_dir, signal="HUP",
+                     wait=dm.wait_age(RELOAD_MIN_AGE_SECONDS))
 
 
 def key_write(names: StackNames) -> str:
     """On the head: the stack's API key (stdin, the key itself) into its root-only file, and a
     running Prometheus reloaded. Prints the file's sha256. (Prometheus reads `credentials_file`
     again for every scrape; the reload makes a new key take at once whatever the version.)"""
-    return "\n".join([secret_file_write(names.monitoring_key_file, "monitoring key"),
-                      *reload_lines(names)])
+    return dm.secret_write(daemon(names), names.monitoring_key_file, "monitoring key")
 
 
 def key_remove(names: StackNames) -> str:
     """The key file removed, with its folders as far as they are empty."""
-    return _remove_up(names, names.monitoring_key_file)
+    return stack_path_remove(names, names.monitoring_key_file, tree=True)
 
 
 def reload_lines(names: StackNames) -> list[str]:
-    """Shell lines: Prometheus, if it runs, reloaded (SIGHUP: it reads its configuration and
-    its rule files again; a configuration it refuses leaves the one it runs).
-
-    Prometheus is a Go program: a SIGHUP that arrives before it asks for that signal, in its
-    first milliseconds, kills it, and Go catches SIGHUP from its start, so /proc's SigCgt cannot
-    tell (measured with 2.42). The lines wait until its main process has run
-    RELOAD_MIN_AGE_SECONDS.
-
-    The signal goes from the host to the container's main process (`kill`), never through
-    `docker kill -s`: Docker records any signal sent by its kill API as a manual stop, and a
-    container so marked is not started again by its `unless-stopped` policy when dockerd
-    restarts (hostscripts/gateway.py reload_lines has the whole story)."""
-    c = q(names.prometheus)
-    age = RELOAD_MIN_AGE_SECONDS
-    return [
-        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c} 2>/dev/null)\" = true ]; then",
-        f"  pid=$(docker inspect -f '{{{{.State.Pid}}}}' {c})",
-        "  age=$(ps -o etimes= -p \"$pid\" | tr -d ' ')",
-        f"  [ \"${{age:-0}}\" -ge {age} ] || sleep $(( {age} - ${{age:-0}} ))",
-        '  kill -HUP "$pid"',
-        "  echo 'prometheus reloaded'",
-        "fi",
-    ]
-
-
-def _remove_up(names: StackNames, path: str) -> str:
-    """`path` removed (a file or a folder), with its folders up to the stack's as far as they
-    are empty; ValueError for a path outside the stack's folder."""
-    if not path.startswith(names.dir + "/") or ".." in path.split("/") or \
-            "//" in path or path.endswith("/"):
-        raise ValueError(f"{path} is not in the stack's folder {names.dir}")
-    folders, d = [], path.rsplit("/", 1)[0]
-    while len(d) >= len(names.dir):
-        folders.append(d)
-        d = d.rsplit("/", 1)[0]
-    return f"rm -rf {q(path)}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
+    """Shell lines: Prometheus, if it runs, reloaded (`daemon`; hostscripts/daemon.py
+    reload_lines says why the signal goes to the process, never through `docker kill -s`)."""
+    return dm.reload_lines(daemon(names))
 
 
 def config_write(names: StackNames, files: Mapping[str, str], image: str,
@@ -443,48 +422,29 @@ def config_write(names: StackNames, files: Mapping[str, str], image: str,
     """On the head: the configuration into a new folder `conf.<hash>`, checked by the Prometheus
     image's own `promtool check config` (which checks the rule files prometheus.yml loads, and
     that the key file it names is there), then made the one in use (`conf` is a link, swapped
-    atomically) and the running Prometheus reloaded (reload_lines). A check that fails fails the
-    command and leaves the configuration in use as it was. Nothing secret is in its text.
-    Prints `monitoring config <hash>`."""
+    atomically) and the running Prometheus reloaded (reload_lines): the daemon's config_write
+    (hostscripts/daemon.py). A check that fails fails the command and leaves the configuration
+    in use as it was. Nothing secret is in its text. Prints `monitoring config <hash>`."""
     digest = config_hash(files)
     image = image_id(image)  # read back from the head: its exact form before a shell sees it
-    d = names.monitoring_dir
-    new = f"{d}/conf.{digest}"
-    check_labels = {**labels, "spark-vllm.role": "prometheus-check"}
+    d = daemon(names)
+    new = f"{d.dir}/conf.{digest}"
+    check_labels = {**labels, lbl.ROLE: lbl.PROMETHEUS_CHECK}
     if set(files) != {CONFIG_FILE, RULES_FILE}:
         raise ValueError(f"expected the files {CONFIG_FILE} and {RULES_FILE}: {sorted(files)}")
-    lines = [
-        "set -eu",
-        "umask 077",
-        f"rm -rf {q(new)} {q(new + '.tmp')}",
-        f"mkdir -p {q(new + '.tmp')} {q(d + '/secrets')}",
-        f"chmod 700 {q(d)}",
-    ]
-    for path, text in sorted(files.items()):
+    for path in files:
         if not _FILE.fullmatch(path):
             raise ValueError(f"not a monitoring file name: {path!r}")
-        lines.append(f"printf '%s' {q(text)} > {q(new + '.tmp/' + path)}")
-    lines += [
-        f"mv {q(new + '.tmp')} {q(new)}",
-        f"docker run --rm --network none --user 0 {label_flags(check_labels)} "
-        f"-v {q(new + ':' + MONITORING_MOUNT + '/conf:ro')} "
-        f"-v {q(d + '/secrets:' + MONITORING_MOUNT + '/secrets:ro')} "
-        f"--entrypoint promtool {q(image)} check config "
-        f"{q(MONITORING_MOUNT + '/conf/' + CONFIG_FILE)} >&2",
-        f"ln -sfn {q('conf.' + digest)} {q(d + '/conf.link')}",
-        f"mv -T {q(d + '/conf.link')} {q(d + '/conf')}",
-        f"for old in {q(d)}/conf.*; do [ \"$old\" = {q(new)} ] || rm -rf \"$old\"; done",
-        *reload_lines(names),
-        f"echo 'monitoring config {digest}'",
-    ]
-    return "\n".join(lines)
+    check = dm.check_run(
+        check_labels, [q(new + ":" + MONITORING_MOUNT + "/conf:ro"),
+                       q(d.dir + "/secrets:" + MONITORING_MOUNT + "/secrets:ro")],
+        "promtool", image, f"check config {q(MONITORING_MOUNT + '/conf/' + CONFIG_FILE)} >&2")
+    return dm.config_write(d, sorted(files.items()), digest, check)
 
 
 def config_remove(names: StackNames) -> str:
     """Prometheus's configuration folders (its key file goes with its own command)."""
-    d = names.monitoring_dir
-    return (f"rm -rf {q(d + '/conf')} {q(d)}/conf.*; "
-            f"rmdir {q(d + '/secrets')} {q(d)} {q(names.dir)} 2>/dev/null || true")
+    return dm.config_remove(daemon(names), names.dir)
 
 
 def data_write(names: StackNames, guard: bool = False) -> str:
@@ -522,7 +482,8 @@ def data_remove(names: StackNames, keep: bool) -> str:
     if keep:
         kept = f"prometheus data kept (monitoring.keepDataOnDestroy): {p}"
         return "; ".join([gone, f"echo {q(kept)}", f"echo {q(f'alertmanager data kept: {a}')}"])
-    return "; ".join([gone, _remove_up(names, a), _remove_up(names, p)])
+    return "; ".join([gone, stack_path_remove(names, a, tree=True),
+                      stack_path_remove(names, p, tree=True)])
 
 
 def entrypoint() -> list[str]:
@@ -579,57 +540,33 @@ def gate_script(names: StackNames, marker: str, url: str, spec: MonitoringSpec,
 
     `marker`: the containers' IDs and the configurations' hashes (gate_marker), so a new
     container or configuration runs the gate again."""
-    # a comment line: quoting does not protect it from a newline, so every word plain
-    for word in marker.split(" "):
-        plain(word)
     want: dict[str, object] = {"targets": gate_targets(spec), "group": GROUP,
                                "rules": list(ALERTS)}
     if spec.alertmanager is not None:
         want["alertmanager"] = spec.alertmanager
     expected = json.dumps(want, sort_keys=True, separators=(",", ":"))
-    starts = []
-    for name in (names.prometheus, *([names.alertmanager] if spec.alertmanager else [])):
-        c = q(name)
-        starts += [f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
-                   f"  docker start {c} >/dev/null",
-                   "fi"]
-    return "\n".join([
-        "set -eu",
-        f"# monitoring: {q(marker)}",
-        *starts,
-        f"python3 -c {q(_GATE_PY)} {q(url)} {q(expected)} {int(timeout)}",
-    ])
+    return dm.gate_script(
+        "monitoring", marker,
+        [names.prometheus, *([names.alertmanager] if spec.alertmanager else [])],
+        f"python3 -c {q(_GATE_PY)} {q(url)} {q(expected)} {int(timeout)}")
 
 
 def exporter_start_script(names: StackNames, container_id: str) -> str:
     """On a node, after its exporter's container: started if it is not running (recon found it
     stopped by hand: Docker's policy does not restart a manual stop). Its container ID is in the
     text, so a new container runs it again. Prints the exporter's state."""
-    c = q(names.node_exporter)
     return "\n".join([
         "set -eu",
         f"# node exporter: {container_ids(container_id)}",
-        f"if [ \"$(docker inspect -f '{{{{.State.Running}}}}' {c})\" != true ]; then",
-        f"  docker start {c} >/dev/null",
-        "  echo 'node exporter started'",
-        "else",
-        "  echo 'node exporter running'",
-        "fi",
+        *dm.start_lines(names.node_exporter, said="node exporter"),
     ])
 
 
 def gate_marker(container_id: str, config_stdout: str, *more: str) -> str:
     """The gate's marker: the container's ID (checked) and the configuration's hash, then
     Alertmanager's container ID and configuration hash (the same, when it runs)."""
-    words = [container_ids(container_id), _config_digest(config_stdout, "monitoring")]
+    words = [container_ids(container_id), dm.config_digest(config_stdout, "monitoring")]
     if more:
         am_id, am_stdout = more
-        words += [container_ids(am_id), _config_digest(am_stdout, "alertmanager")]
+        words += [container_ids(am_id), dm.config_digest(am_stdout, "alertmanager")]
     return " ".join(words)
-
-
-def _config_digest(stdout: str, what: str) -> str:
-    digest = (stdout or "").strip().rsplit(" ", 1)[-1]
-    if not re.fullmatch(r"[0-9a-f]{16}", digest):
-        raise ValueError(f"not a {what} config hash: {digest!r}")
-    return digest

@@ -14,7 +14,6 @@ import pytest
 
 from hostscripts.gateway import LIVE_PATH, key_map
 from hostscripts.paths import GATEWAY_MOUNT, StackNames
-from inspection.facts import ContainerFacts
 from tests.conftest import config_raw, gb10_facts, haproxy_binary, is_secret, reveal
 from tests.unit.components.test_services import EMBED, RERANK, with_services
 from tests.unit.components.test_vllm_server import _changed, _registered
@@ -154,25 +153,6 @@ def test_tls_without_its_key_is_refused(build, mocks):
                       "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"}
     with pytest.raises(ValueError, match="gatewayTlsKey"):
         build(raw=raw)
-
-
-@pulumi.runtime.test
-def test_a_gateway_recon_found_stopped_is_started_by_its_gate(build, mocks):
-    stopped = ContainerFacts(id="c1", name="spark-vllm-dev-gateway", image="x", state="exited",
-                             labels={"spark-vllm.managed": "true",
-                                     "spark-vllm.stack": "spark-vllm/dev",
-                                     "spark-vllm.role": "gateway"})
-    facts = {"spark-1": gb10_facts("spark-1", index=1, containers=[stopped]),
-             "spark-2": gb10_facts("spark-2", index=2)}
-    h = build(2, facts=facts)
-
-    def check(_):
-        gate = mocks.named("gateway-health").inputs
-        assert gate["triggers"][0].startswith("spark-vllm-dev-gateway is exited @")
-        assert "docker start spark-vllm-dev-gateway" in gate["create"]
-        assert mocks.named("vllm-health").inputs["triggers"] == ["none"]  # vLLM untouched
-
-    return settled(h).apply(check)
 
 
 @pulumi.runtime.test

@@ -215,39 +215,6 @@ def test_what_recon_found_gone_is_made_again_and_prometheus_replaced_with_it(
         h.monitoring.alertmanager_config.id, h.monitoring.data.id)).apply(check)
 
 
-@pulumi.runtime.test
-def test_prometheus_recon_found_stopped_is_started_by_its_gate(build, mocks):
-    stopped = ContainerFacts(id="c1", name="spark-vllm-dev-prometheus", image="x",
-                             state="exited",
-                             labels={"spark-vllm.managed": "true",
-                                     "spark-vllm.stack": "spark-vllm/dev",
-                                     "spark-vllm.role": "prometheus"})
-    facts = {"spark-1": gb10_facts("spark-1", index=1, containers=[stopped]),
-             "spark-2": gb10_facts("spark-2", index=2)}
-    h = build(2, facts=facts)
-
-    def check(_):
-        gate = mocks.named("monitoring-health").inputs
-        assert gate["triggers"][0].startswith("spark-vllm-dev-prometheus is exited @")
-        assert "docker start spark-vllm-dev-prometheus" in gate["create"]
-        # nothing else runs again: not the gateway's gate, not the configuration
-        assert mocks.named("gateway-health").inputs["triggers"] == ["none"]
-        assert mocks.named("monitoring-config").inputs["triggers"] == ["intact"]
-
-    return settled(h).apply(check)
-
-
-@pulumi.runtime.test
-def test_prometheus_running_keeps_the_gates_marker(build, mocks):
-    h = build(2)
-
-    def check(_):
-        gate = mocks.named("monitoring-health").inputs
-        assert gate["triggers"] == ["none"], gate["triggers"]  # ignore_changes keeps the state's
-
-    return settled(h).apply(check)
-
-
 # --- issue 50: Alertmanager, per-replica targets, exporters started again -----------------
 
 WEBHOOK_URL = "https://hooks.example.com/services/T000/B000/sEcReT-hook-token"

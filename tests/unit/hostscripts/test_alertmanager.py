@@ -16,7 +16,6 @@ import datetime
 import http.server
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -32,7 +31,8 @@ from hostscripts import alertmanager as am
 from hostscripts.alertmanager import AlertingSpec, Email, Placement, Receiver, Webhook
 from hostscripts.common import RemoteValueError
 from hostscripts.paths import ALERTMANAGER_DATA, ALERTMANAGER_MOUNT, StackNames
-from tests.stand_in import python_stand_in
+from tests.unit.hostscripts import daemons
+from tests.unit.hostscripts.daemons import debian_binary, no_network  # noqa: F401
 
 NAMES = StackNames("t")
 IMAGE = "sha256:" + "a" * 64
@@ -46,26 +46,7 @@ MISSING = (
 
 
 def _binary(name: str) -> str:
-    path = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK)
-                                  else None)
-    if path is None:
-        pytest.fail(MISSING.format(name), pytrace=False)
-    return path
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """Loopback only (the unit tier's rule, tests/unit/conftest.py, refuses every
-    connection; here: all but 127.0.0.1)."""
-    connect = socket.socket.connect
-
-    def loopback_only(self, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in ("127.0.0.1", "localhost"):
-            raise AssertionError(f"unit tests must not open network connections ({host})")
-        return connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", loopback_only)
+    return debian_binary(name, MISSING)
 
 
 def _free_port() -> int:
@@ -249,13 +230,7 @@ class Alertmanager:
             return result
 
     def stop(self) -> str:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        return self.log.read_text()
+        return daemons.stop(self.proc, self.log)
 
 
 def _alert(name: str, ends: float | None = None, **labels: str) -> dict[str, Any]:
@@ -359,52 +334,10 @@ def test_a_real_alertmanager_groups_repeats_resolves_and_inhibits(tmp_path, sink
 
 # --- the head's script, run with a stand-in docker that runs the real amtool --------------------
 
-STAND_IN = r"""
-import os, shutil, subprocess, sys, tempfile
-args = sys.argv[1:]
-with open(os.environ["FAKE_DOCKER_LOG"], "a") as f:
-    f.write(" ".join(args) + "\n")
-if args[0] == "inspect":
-    print("false")
-    sys.exit(0)
-if args[0] != "run":
-    sys.exit("stand-in docker: not expected here: " + " ".join(args))
-mount = os.environ["FAKE_MOUNT"]
-i = args.index("--entrypoint")
-opts, entry, rest = args[1:i], args[i + 1], args[i + 3:]
-assert "--rm" in opts and opts[opts.index("--network") + 1] == "none", opts
-assert opts[opts.index("--user") + 1] == "0" and entry == "amtool", args
-assert rest[0] == "check-config", rest
-top = tempfile.mkdtemp()
-try:
-    for flag, value in zip(opts, opts[1:]):
-        if flag == "-v":
-            src, dst, mode = value.split(":")
-            assert mode == "ro", value
-            shutil.copytree(src, top + dst, symlinks=True)
-    files = [a.replace(mount + "/", top + mount + "/") for a in rest[1:]]
-    sys.exit(subprocess.run([os.environ["FAKE_AMTOOL"], "check-config", *files]).returncode)
-finally:
-    shutil.rmtree(top)
-"""
 
-
-class Head:
-    def __init__(self, tmp: Path) -> None:
-        self.stack_dir = tmp / "node" / NAMES.dir.lstrip("/")
-        self.d = tmp / "node" / NAMES.alertmanager_dir.lstrip("/")
-        bin_dir = tmp / "bin"
-        bin_dir.mkdir()
-        python_stand_in(bin_dir / "docker", STAND_IN)
-        self.docker_log = tmp / "docker.log"
-        self.env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}",
-                    "FAKE_DOCKER_LOG": str(self.docker_log), "FAKE_MOUNT": ALERTMANAGER_MOUNT,
-                    "FAKE_AMTOOL": _binary("amtool")}
-
-    def run(self, script: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        text = script.replace(NAMES.dir, str(self.stack_dir))
-        return subprocess.run(["sh", "-c", text], input=stdin, capture_output=True, text=True,
-                              env=self.env, timeout=120)
+def _head(tmp: Path) -> daemons.Head:
+    return daemons.Head(tmp, NAMES, NAMES.alertmanager_dir, ALERTMANAGER_MOUNT, "amtool",
+                        _binary("amtool"))
 
 
 def test_config_write_checks_both_texts_and_keeps_the_secrets_root_only(tmp_path):
@@ -413,7 +346,7 @@ def test_config_write_checks_both_texts_and_keeps_the_secrets_root_only(tmp_path
     the folder 0700, the file 0600); the script's text holds no secret value. A real text
     amtool refuses fails the script with a message that does not quote it, and leaves `conf`
     as it was; so does an empty stdin."""
-    head = Head(tmp_path)
+    head = _head(tmp_path)
     spec = _spec(WEBHOOK, MAIL)
     url = f"https://h.example.com/{HOOK_TOKEN}"
     real = am.render(spec, {"hook": url, "smtp": PASSWORD})

@@ -40,6 +40,7 @@ from hostscripts.gateway import (
 from hostscripts.paths import StackNames
 from tests.conftest import haproxy_binary
 from tests.fake_vllm import FakeVllm
+from tests.unit.hostscripts.daemons import no_network  # noqa: F401
 
 KEY = "sk-gateway-functional-test-key-0001"
 MAX_BODY = 64 * 1024
@@ -50,21 +51,6 @@ PATHS = ["/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/embedding
          "/invocations", "/tokenize", "/detokenize", "/metrics", "/metrics?model=embed",
          "/load", "/version", "/health", "/ping", "/openapi.json", "/docs", "/v1/responses",
          "/v1/audio/transcriptions", "/no/such/path", "/gateway/livez", "/gateway/live/x", "/"]
-
-
-@pytest.fixture(autouse=True)
-def no_network(monkeypatch):
-    """This module talks to its own HAProxy and fake servers on loopback only (the unit tier's
-    rule, tests/unit/conftest.py, refuses every connection; here: everything but 127.0.0.1)."""
-    connect = socket.socket.connect
-
-    def loopback_only(self, address):
-        host = address[0] if isinstance(address, tuple) else address
-        if host not in ("127.0.0.1", "localhost"):
-            raise AssertionError(f"unit tests must not open network connections ({host})")
-        return connect(self, address)
-
-    monkeypatch.setattr(socket.socket, "connect", loopback_only)
 
 
 def _haproxy() -> str:

@@ -102,9 +102,8 @@ def test_the_gate_marker_takes_the_container_id_and_the_configs_hash():
     cid = "c" * 64
     assert gate_marker(cid, "gateway reloaded\ngateway config 0123456789abcdef\n") == \
         f"{cid} 0123456789abcdef"
-    for bad in ("", "gateway config xyz", "ok"):
-        with pytest.raises(ValueError):
-            gate_marker(cid, bad)
+    with pytest.raises(ValueError):  # the hash's checks: test_daemon.py
+        gate_marker(cid, "ok")
     with pytest.raises(RemoteValueError):
         gate_marker("not-an-id;", "gateway config 0123456789abcdef")
     script = gate_script(NAMES, f"{cid} 0123456789abcdef", "http://127.0.0.1:8080", [MAIN], 60)
