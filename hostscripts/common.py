@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Mapping, Sequence
-from importlib import resources
+from importlib import resources, util
+from pathlib import Path
 
 from config.forms import CONTAINER_ID, CONTAINER_NAME, clip, is_image_id
 from hostscripts.paths import StackNames
@@ -78,19 +79,70 @@ MAKE_TOKEN = [
 ]
 
 
-def payload(name: str) -> str:
-    """The program text of hostscripts/payloads/<name>, as it is sent to a node.
+# The texts a payload may ask to run after (its header's `# Prelude: <name>, ...` line), each
+# once, for the rules several payloads share: a payload cannot import (it is sent as text), so
+# its preludes are joined in front of it, in the order its line names them.
+PRELUDES = {
+    # cache_fs.py's Tree: every root write, remove and rename under a cache (issue 46)
+    "cache_fs": ("hostscripts.payloads", "cache_fs.py"),
+    # the hub-manifest rules, which config/forms.py imports too
+    "manifest": ("contract", "manifest.py"),
+    # the manifest on stdin, read and refused with those rules; paths checked where joined
+    "manifest_read": ("hostscripts.payloads", "manifest_read.py"),
+    # size and clock formatting of the copies' progress lines
+    "progress": ("hostscripts.payloads", "progress.py"),
+    # the seeders' HTTP server and their bearer-token check
+    "seeder": ("hostscripts.payloads", "seeder.py"),
+}
+_PRELUDE_LINE = re.compile(r"# Prelude: ([a-z_]+(?:, [a-z_]+)*)\.?")
 
-    A payload file starts with comment lines that say what it is; they stay in the repository
-    (the text sent begins at the blank line after them), so the bytes a node runs do not change
-    when the explanation does.
-    """
-    text = resources.files("hostscripts.payloads").joinpath(name).read_text()
+
+def _text(package: str, name: str) -> str:
+    """The program text of a file: the file minus the comment lines it starts with, which stay
+    in the repository (the text sent begins at the blank line after them), so the bytes a node
+    runs do not change when the explanation does."""
+    if package == "hostscripts.payloads":
+        text = resources.files(package).joinpath(name).read_text()
+    else:  # a module of the program's own packages (contract/ is a namespace package)
+        spec = util.find_spec(f"{package}.{name.removesuffix('.py')}")
+        if spec is None or spec.origin is None:
+            raise FileNotFoundError(f"{package}/{name}")
+        text = Path(spec.origin).read_text()
     lines = text.split("\n")
     i = 0
     while i < len(lines) and lines[i].startswith("#"):
         i += 1
     return "\n".join(lines[i:])
+
+
+def preludes(name: str) -> list[str]:
+    """The preludes hostscripts/payloads/<name> asks for (its header's `# Prelude:` line), in
+    order; none when it has no such line."""
+    text = resources.files("hostscripts.payloads").joinpath(name).read_text()
+    for line in text.split("\n"):
+        if not line.startswith("#"):
+            break
+        m = _PRELUDE_LINE.fullmatch(line)
+        if m is not None:
+            wanted = m.group(1).split(", ")
+            unknown = [w for w in wanted if w not in PRELUDES]
+            if unknown or len(set(wanted)) != len(wanted):
+                raise ValueError(f"{name}: unknown or repeated preludes {wanted}")
+            return wanted
+    return []
+
+
+def own_text(name: str) -> str:
+    """The program text of hostscripts/payloads/<name> alone, without its comment header and
+    without the preludes `payload` joins in front of it."""
+    return _text("hostscripts.payloads", name)
+
+
+def payload(name: str) -> str:
+    """The program text of hostscripts/payloads/<name>, as it is sent to a node: the text of
+    each prelude its header names (PRELUDES), then its own, each without its comment header.
+    A payload that names none is sent as its own text."""
+    return "".join(_text(*PRELUDES[p]) for p in preludes(name)) + own_text(name)
 
 
 def secret_file_write(path: str, what: str) -> str:
@@ -117,16 +169,29 @@ def secret_file_write(path: str, what: str) -> str:
     )
 
 
-def stack_file_remove(names: StackNames, path: str) -> str:
-    """A file of the stack's folder (StackNames.dir) removed, with its folders up to the
-    stack's as far as they are empty (another file of the stack may keep them)."""
-    if not path.startswith(names.dir + "/"):
-        raise ValueError(f"{path} is not in the stack's folder {names.dir}")
-    folders, d = [], path.rsplit("/", 1)[0]
+def stack_path_remove(names: StackNames, *paths: str, tree: bool = False) -> str:
+    """Paths of the stack's folder (StackNames.dir) removed, then their folder and those above
+    it up to the stack's as far as they are empty (another file of the stack may keep them).
+    `paths` share one folder; `tree`: they may be folders (`rm -rf`), else files (`rm -f`).
+    ValueError for a path outside the stack's folder, relative, or one that is not in its one
+    plain form (`..`, `.`, `//`, a trailing `/`): the rmdir walk reads the path's text."""
+    if not paths:
+        raise ValueError("no path to remove")
+    for path in paths:
+        parts = path.split("/")
+        if not path.startswith(names.dir + "/") or "" in parts[1:] or ".." in parts or \
+                "." in parts:
+            raise ValueError(f"{path} is not in the stack's folder {names.dir}")
+    parents = {p.rsplit("/", 1)[0] for p in paths}
+    if len(parents) != 1:
+        raise ValueError(f"paths of one folder only: {sorted(parents)}")
+    folders, d = [], parents.pop()
     while len(d) >= len(names.dir):
         folders.append(d)
         d = d.rsplit("/", 1)[0]
-    return f"rm -f {q(path)}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
+    rm = "rm -rf" if tree else "rm -f"
+    return (f"{rm} {' '.join(q(p) for p in paths)}; "
+            f"rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true")
 
 
 def legacy_file_remove(path: str) -> str:

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from hostscripts.common import RemoteValueError, container_name, payload, q
+from hostscripts.common import RemoteValueError, container_name, payload, q, stack_path_remove
 from hostscripts.paths import StackNames
 
 DEPLOYMENT_PY = payload("deployment.py")
@@ -196,16 +196,9 @@ def restored_remove(container: str, stack_label: str, restore: str) -> str:
 def deployment_remove(names: StackNames, folder: str) -> str:
     """A node's record of a model (the step's delete: the model left the node, or destroy):
     its files, and its folders up to the stack's as far as they are empty."""
-    if not folder.startswith(names.dir + "/"):
-        raise ValueError(f"{folder} is not in the stack's folder {names.dir}")
-    files = " ".join(q(f"{folder}/{f}") for f in (
+    return stack_path_remove(names, *(f"{folder}/{f}" for f in (
         "containers.json", "verified.json", "verdict.json", "containers.json.new",
-        "verified.json.new", "verdict.json.new"))
-    folders, d = [], folder
-    while len(d) >= len(names.dir):
-        folders.append(d)
-        d = d.rsplit("/", 1)[0]
-    return f"rm -f {files}; rmdir {' '.join(q(f) for f in folders)} 2>/dev/null || true"
+        "verified.json.new", "verdict.json.new")))
 
 
 def results_of(nodes: Mapping[str, str | None]) -> dict[str, str]:

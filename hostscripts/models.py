@@ -19,21 +19,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from config.forms import check_model_file, clip
+from config.forms import check_model_file
+from contract import manifest
 from hostscripts.common import MAKE_TOKEN, image_id, label_flags, payload, plain, q, repo_dir
 from hostscripts.paths import HF_MOUNT, MODEL_SEED_PORT, SEED_TIMEOUT_SECONDS, StackNames
 
 # Every root write, remove and rename under a cache goes through cache_fs.py's Tree (issue 46):
-# the payloads that make them carry its text in front of their own.
-_CACHE_FS_PY = payload("cache_fs.py")
+# the payloads that make them carry its text in front of their own, and those that read a
+# manifest contract/manifest.py's rules (their `# Prelude:` line; common.payload joins them).
 _SNAPSHOT_PY = payload("snapshot_download.py")
 # The hub download prints its progress (bytes, rate, time left) into the `up` this often: the
 # 122B's 119 GB take minutes even on a fast uplink.
 FETCH_PROGRESS_SECONDS = 10
 _MODEL_SEEDER_PY = payload("model_seeder.py")
-_SYNC_PY = _CACHE_FS_PY + payload("model_sync.py")
-_VERIFY_PY = _CACHE_FS_PY + payload("model_verify.py")
-_REF_PY = _CACHE_FS_PY + payload("model_ref.py")
+_SYNC_PY = payload("model_sync.py")
+_VERIFY_PY = payload("model_verify.py")
+_REF_PY = payload("model_ref.py")
 
 # The sync's pieces: files above this size are fetched as byte ranges of it, spread over the
 # twins; the rest whole. Two streams per twin: one TCP stream does not fill a 100G twin.
@@ -85,22 +86,8 @@ def checked(f: ModelFile) -> ModelFile:
 def listing_problem(files: Iterable[ModelFile]) -> str | None:
     """Why a commit's files cannot all live in one snapshot folder, or None: a path listed
     twice, a path that is also a folder of another path, an etag listed with two sizes (one
-    blob per etag)."""
-    paths: set[str] = set()
-    sizes: dict[str, int] = {}
-    for f in files:
-        if f.path in paths:
-            return f"it lists {clip(f.path)} twice"
-        paths.add(f.path)
-        if sizes.setdefault(f.etag, f.size) != f.size:
-            return f"it lists blob {f.etag} with two sizes ({sizes[f.etag]} and {f.size})"
-    for path in paths:
-        parts = path.split("/")
-        folder = next(("/".join(parts[:i]) for i in range(1, len(parts))
-                       if "/".join(parts[:i]) in paths), None)
-        if folder is not None:
-            return f"it lists {clip(folder)} as a file and as the folder of {clip(path)}"
-    return None
+    blob per etag). The rule is contract/manifest.py's, which the payloads run too."""
+    return manifest.listing_problem([(f.path, f.size, f.etag) for f in files])
 
 
 def _files_json(files: Iterable[ModelFile]) -> list[dict[str, object]]:

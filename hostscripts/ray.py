@@ -11,7 +11,7 @@ from hostscripts.common import (
     payload,
     q,
     secret_file_write,
-    stack_file_remove,
+    stack_path_remove,
 )
 from hostscripts.paths import LEGACY_RAY_TOKEN_FILE, StackNames
 
@@ -46,7 +46,7 @@ def compile_cache_dir(names: StackNames) -> str:
 
 def ray_token_remove(names: StackNames) -> str:
     """The token file and the stack's folders, as far as they are empty."""
-    return stack_file_remove(names, names.ray_token_file)
+    return stack_path_remove(names, names.ray_token_file)
 
 
 def ray_ready(container: str, nodes: int, gpus: int, timeout: int, container_ids: str,

@@ -20,7 +20,7 @@ from hostscripts.common import (
     q,
     repo_dir,
     secret_file_write,
-    stack_file_remove,
+    stack_path_remove,
 )
 from hostscripts.deployment import (
     PAYLOAD_DEFINE,
@@ -274,7 +274,7 @@ def main_key_write(names: StackNames) -> str:
 
 def main_key_remove(names: StackNames) -> str:
     """The main vLLM's key file and the stack's folders, as far as they are empty."""
-    return stack_file_remove(names, names.vllm_key_file)
+    return stack_path_remove(names, names.vllm_key_file)
 
 
 # What makes vLLM serve a service's task (config.ServiceTask): the pooling runner for embed and
@@ -292,7 +292,7 @@ TASK_FLAGS: dict[str, tuple[str, ...]] = {
 def service_key_remove(names: StackNames, service: str) -> str:
     """The service's key file and its folders, as far as they are empty (the stack's folder
     stays while another service or the main vLLM keeps a file there)."""
-    return stack_file_remove(names, names.service_key_file(service))
+    return stack_path_remove(names, names.service_key_file(service))
 
 
 def non_carry_over_json(keys: Sequence[str]) -> str:

@@ -7,7 +7,9 @@
 # is not known before it ends, so it shows as `~`); without either, or once the bytes reach the
 # announced size, a line shows the bytes and the rate only. No URL, header or token is printed.
 # The bytes written to stdout are exactly the body's. Runs on a node with the host's python3
-# (hostscripts/images.py pipes it into `docker load`); the lines above are not sent to the node.
+# (hostscripts/images.py pipes it into `docker load`). Sizes and times are progress.py's.
+# Prelude: progress.
+# The lines above are not sent to the node.
 
 import sys, threading, time, urllib.error, urllib.request
 url, deadline = sys.argv[1], time.time() + 120
@@ -30,19 +32,6 @@ while True:
         if time.time() > deadline:
             raise
         time.sleep(1)
-
-
-def size(n):
-    return "%.1f GiB" % (n / 2**30) if n >= 2**30 else "%.1f MiB" % (n / 2**20)
-
-
-def clock(s):
-    s = int(round(s))
-    if s < 60:
-        return "%ds" % s
-    if s < 3600:
-        return "%dm%02ds" % divmod(s, 60)
-    return "%dh%02dm" % (s // 3600, s % 3600 // 60)
 
 
 def line(done, total, secs, approx, final=False):

@@ -7,11 +7,12 @@
 # `docker save` stream is known only at its end); X-Image-Size is the image's size as
 # `docker image inspect` gives it, when it gives one, for the nodes' progress lines
 # (payloads/fetch_url.py shows it as approximate). argv = bind-ip port ref token-sha256 max-saves.
-# The Server class binds without http.server's reverse DNS lookup of the bind address (getfqdn),
-# which timed out for fabric addresses no resolver knows (10 s per converge on the lab).
+# It binds without http.server's reverse DNS lookup of the bind address, and checks the token,
+# with seeder.py's SeedServer and Guarded.
+# Prelude: seeder.
 # Built into a command by hostscripts/images.py; the lines above are not sent to the node.
 
-import hashlib, hmac, http.server, re, socketserver, subprocess, sys, threading
+import re, subprocess, sys, threading
 
 if len(sys.argv) != 6 or not re.fullmatch(r"[0-9a-f]{64}", sys.argv[4]) \
         or not sys.argv[5].isdigit() or int(sys.argv[5]) < 1:
@@ -19,24 +20,11 @@ if len(sys.argv) != 6 or not re.fullmatch(r"[0-9a-f]{64}", sys.argv[4]) \
 ref, digest, saves = sys.argv[3], sys.argv[4], threading.BoundedSemaphore(int(sys.argv[5]))
 
 
-class Server(http.server.ThreadingHTTPServer):
-    def server_bind(self):
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
-
-
-class H(http.server.BaseHTTPRequestHandler):
-    def refuse(self, status):
-        self.send_response(status)
-        if status == 401:
-            self.send_header("WWW-Authenticate", "Bearer")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+class H(Guarded):
+    token_sha256 = digest
 
     def do_GET(self):
-        given = self.headers.get("Authorization", "")
-        token = given[len("Bearer "):] if given.startswith("Bearer ") else ""
-        if not hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), digest):
+        if not self.authorized():
             return self.refuse(401)
         if self.path != "/image.tar":
             return self.refuse(404)
@@ -65,4 +53,4 @@ class H(http.server.BaseHTTPRequestHandler):
             saves.release()
 
 
-Server((sys.argv[1], int(sys.argv[2])), H).serve_forever()
+SeedServer((sys.argv[1], int(sys.argv[2])), H).serve_forever()

@@ -4,14 +4,15 @@
 # this text): a new file renamed over the name, every component opened without following a
 # link, so a link planted at the ref (or anywhere on its way) is refused naming it, never
 # written through (issue 46: a shell `>` made root truncate the link's target).
-# argv = hf-cache-dir repo-dir revision commit, each checked here again.
+# argv = hf-cache-dir repo-dir revision commit, each checked here again (the repo dir's and the
+# commit's forms are contract/manifest.py's).
+# Prelude: cache_fs, manifest.
 # The lines above are not sent to the node.
 
-import os, re, sys
+import os, sys
 
 cache, repo, revision, commit = sys.argv[1:5]
-if not re.fullmatch(r"models--[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*", repo) \
-        or not re.fullmatch(r"[0-9a-f]{40}", commit) \
+if REPO_DIR.fullmatch(repo) is None or COMMIT.fullmatch(commit) is None \
         or any(ord(c) < 33 or ord(c) == 127 for c in revision) \
         or any(p in ("", ".", "..") for p in revision.split("/")):
     sys.exit("model ref: argv is hf-cache-dir repo-dir revision commit (refused: %r)"

@@ -11,10 +11,12 @@
 # 206 with exactly those bytes; a malformed, multi-part or unsatisfiable range is answered 416.
 # One stderr line per body sent: listener address, status, bytes, path (the container's log).
 # argv = bind-ips (comma-separated) port root commit token-sha256; an address that cannot be
-# bound is reported and skipped, none bound is fatal. Binds without the reverse DNS lookup (see
-# image_seeder.py). Built by hostscripts/models.py; the lines above are not sent to the node.
+# bound is reported and skipped, none bound is fatal. Binds without the reverse DNS lookup and
+# checks the token with seeder.py's SeedServer and Guarded. Built by hostscripts/models.py.
+# Prelude: seeder.
+# The lines above are not sent to the node.
 
-import hashlib, hmac, http.server, os, re, socketserver, sys, threading, urllib.parse
+import os, re, sys, threading, urllib.parse
 
 if len(sys.argv) != 6 or not re.fullmatch(r"[0-9a-f]{40}", sys.argv[4]) \
         or not re.fullmatch(r"[0-9a-f]{64}", sys.argv[5]):
@@ -25,28 +27,13 @@ blobs = os.path.realpath(os.path.join(root, "blobs"))
 prefix = "/snapshots/%s/" % commit
 
 
-class Server(http.server.ThreadingHTTPServer):
+class Server(SeedServer):
     request_queue_size = 128  # every worker's streams connect at once
 
-    def server_bind(self):
-        socketserver.TCPServer.server_bind(self)
-        self.server_name, self.server_port = self.server_address[:2]
 
-
-class H(http.server.BaseHTTPRequestHandler):
+class H(Guarded):
     span = None  # (offset, length) of the body to send
-
-    def authorized(self):
-        given = self.headers.get("Authorization", "")
-        token = given[len("Bearer "):] if given.startswith("Bearer ") else ""
-        return hmac.compare_digest(hashlib.sha256(token.encode()).hexdigest(), digest)
-
-    def refuse(self, status):
-        self.send_response(status)
-        if status == 401:
-            self.send_header("WWW-Authenticate", "Bearer")
-        self.send_header("Content-Length", "0")
-        self.end_headers()
+    token_sha256 = digest
 
     def target(self):
         """The blob the request's snapshot path names, or None."""

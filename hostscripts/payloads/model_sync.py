@@ -34,72 +34,21 @@
 # It runs in a container that mounts only the cache's hub/ (a link there resolves inside the
 # container), and still writes, renames and links only through cache_fs.py's Tree (joined in
 # front of this text, rooted at the hub): a symbolic link or a foreign file on the way is
-# refused naming it ("refused: <path> ...", exit 1), never followed (issue 46).
+# refused naming it ("refused: <path> ...", exit 1), never followed (issue 46). The manifest
+# rules are contract/manifest.py's (read by manifest_read.py), the sizes and times progress.py's.
+# Prelude: cache_fs, manifest, manifest_read, progress.
 # The lines above are not sent to the node.
 
 import collections, http.client, json, os, re, socket, sys, threading, time, urllib.parse
 every = float(sys.argv[1]) if len(sys.argv) > 1 else 10
 node = "".join(c for c in (sys.argv[2] if len(sys.argv) > 2 else socket.gethostname())
                if c.isprintable())
-
-
-def refuse(why):
-    sys.exit("model manifest refused: %s; nothing was changed" % why)
-
-
-def bad_path(p):
-    if not isinstance(p, str) or not p or len(p) > 1024:
-        return True
-    try:
-        raw = p.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return any(b < 32 or b == 127 for b in raw) or any(
-        x in ("", ".", "..") or len(x.encode("utf-8")) > 255 for x in p.split("/"))
-
-
-def inside(base, *parts):
-    path = os.path.normpath(os.path.join(base, *parts))
-    if not path.startswith(base + "/"):
-        refuse("%r leaves %s" % ("/".join(parts), base))
-    return path
-
-
-try:
-    m = json.load(sys.stdin)
-except ValueError as e:
-    refuse("not JSON (%s)" % e)
-if not isinstance(m, dict) or not isinstance(m.get("files"), list):
-    refuse("no file list")
-if not isinstance(m.get("commit"), str) or not re.fullmatch(r"[0-9a-f]{40}", m["commit"]):
-    refuse("commit %r is not 40 lowercase hex digits" % (m.get("commit"),))
-if not isinstance(m.get("repoDir"), str) or not re.fullmatch(
-        r"models--[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*", m["repoDir"]):
-    refuse("repoDir %r is not models--<org>--<name>" % (m.get("repoDir"),))
-if bad_path(m.get("revision")):
-    refuse("revision %r is not a ref name" % (m.get("revision"),))
+m = read_manifest()
+if check_repo_path(m.get("revision")) is not None:
+    refuse_manifest("revision %r is not a ref name" % (m.get("revision"),))
 if not isinstance(m.get("token"), str) or not re.fullmatch(r"[0-9a-f]{64}", m["token"]):
-    refuse("no token for the seeder")
+    refuse_manifest("no token for the seeder")
 AUTH = {"Authorization": "Bearer " + m["token"]}
-for f in m["files"]:
-    if not isinstance(f, dict):
-        refuse("a file entry %r is not an object" % (f,))
-    if not isinstance(f.get("etag"), str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}",
-                                                              f["etag"]):
-        refuse("etag %r is not 40 or 64 lowercase hex digits" % (f.get("etag"),))
-    if bad_path(f.get("path")):
-        refuse("path %r is not relative and normalised" % (f.get("path"),))
-    if type(f.get("size")) is not int or not 0 <= f["size"] <= 2**40:
-        refuse("size %r is not a byte count" % (f.get("size"),))
-paths, sizes = set(), {}
-for f in m["files"]:
-    if f["path"] in paths or sizes.setdefault(f["etag"], f["size"]) != f["size"]:
-        refuse("%r or its blob is listed twice" % f["path"])
-    paths.add(f["path"])
-for listed in paths:
-    parts = listed.split("/")
-    if any("/".join(parts[:i]) in paths for i in range(1, len(parts))):
-        refuse("%r is under a path listed as a file" % listed)
 hub = "/root/.cache/huggingface/hub/".rstrip("/")
 root = inside(hub, m["repoDir"])
 snap = inside(root, "snapshots", m["commit"])
@@ -184,19 +133,6 @@ progress, counted = [0], threading.Lock()
 def count(n):
     with counted:
         progress[0] += n
-
-
-def size(n):
-    return "%.1f GiB" % (n / 2**30) if n >= 2**30 else "%.1f MiB" % (n / 2**20)
-
-
-def clock(s):
-    s = int(round(s))
-    if s < 60:
-        return "%ds" % s
-    if s < 3600:
-        return "%dm%02ds" % divmod(s, 60)
-    return "%dh%02dm" % (s // 3600, s % 3600 // 60)
 
 
 def say(text):

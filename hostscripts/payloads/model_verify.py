@@ -20,65 +20,14 @@
 # Prints {"files", "bytes", "hashed", "bad"}. The manifest's values came from the hub: every one
 # is checked before a file is touched (etag 40 or 64 lowercase hex, path relative and
 # normalised, size a byte count), and every path again where it is joined; a manifest that fails
-# exits 1 with "model manifest refused: ..." and changes nothing (issue 31).
+# exits 1 with "model manifest refused: ..." and changes nothing (issue 31). The rules are
+# contract/manifest.py's (read by manifest_read.py), the ones the program checked it with.
+# Prelude: cache_fs, manifest, manifest_read.
 # The lines above are not sent to the node.
 
-import hashlib, json, os, re, sys
+import hashlib, json, os, sys
 cache, record_dir, prune = sys.argv[1], sys.argv[2], "--prune" in sys.argv[3:]
-
-
-def refuse(why):
-    sys.exit("model manifest refused: %s; nothing was changed" % why)
-
-
-def bad_path(p):
-    if not isinstance(p, str) or not p or len(p) > 1024:
-        return True
-    try:
-        raw = p.encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return any(b < 32 or b == 127 for b in raw) or any(
-        x in ("", ".", "..") or len(x.encode("utf-8")) > 255 for x in p.split("/"))
-
-
-def inside(base, *parts):
-    path = os.path.normpath(os.path.join(base, *parts))
-    if not path.startswith(base + os.sep):
-        refuse("%r leaves %s" % ("/".join(parts), base))
-    return path
-
-
-try:
-    m = json.load(sys.stdin)
-except ValueError as e:
-    refuse("not JSON (%s)" % e)
-if not isinstance(m, dict) or not isinstance(m.get("files"), list):
-    refuse("no file list")
-if not isinstance(m.get("commit"), str) or not re.fullmatch(r"[0-9a-f]{40}", m["commit"]):
-    refuse("commit %r is not 40 lowercase hex digits" % (m.get("commit"),))
-if not isinstance(m.get("repoDir"), str) or not re.fullmatch(
-        r"models--[A-Za-z0-9][A-Za-z0-9._-]*--[A-Za-z0-9][A-Za-z0-9._-]*", m["repoDir"]):
-    refuse("repoDir %r is not models--<org>--<name>" % (m.get("repoDir"),))
-for f in m["files"]:
-    if not isinstance(f, dict):
-        refuse("a file entry %r is not an object" % (f,))
-    if not isinstance(f.get("etag"), str) or not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}",
-                                                              f["etag"]):
-        refuse("etag %r is not 40 or 64 lowercase hex digits" % (f.get("etag"),))
-    if bad_path(f.get("path")):
-        refuse("path %r is not relative and normalised" % (f.get("path"),))
-    if type(f.get("size")) is not int or not 0 <= f["size"] <= 2**40:
-        refuse("size %r is not a byte count" % (f.get("size"),))
-paths, sizes = set(), {}
-for f in m["files"]:
-    if f["path"] in paths or sizes.setdefault(f["etag"], f["size"]) != f["size"]:
-        refuse("%r or its blob is listed twice" % f["path"])
-    paths.add(f["path"])
-for listed in paths:
-    parts = listed.split("/")
-    if any("/".join(parts[:i]) in paths for i in range(1, len(parts))):
-        refuse("%r is under a path listed as a file" % listed)
+m = read_manifest()
 cache = os.path.abspath(cache)
 root = inside(cache, "hub", m["repoDir"])
 blobs = inside(root, "blobs")

@@ -42,8 +42,10 @@ IMAGE_TOKEN = "ab" * 32
 NODE = "node-x"
 # "<done> MiB[ of [~]<total> MiB (<percent>%)], <rate> MiB/s[, ETA <left>|, done in <time>]"
 TICK = re.compile(r"(?P<done>[0-9.]+) MiB(?: of (?P<approx>~?)(?P<total>[0-9.]+) MiB "
-                  r"\((?P<pct>\d+)%\))?, [0-9.]+ MiB/s(?P<tail>, ETA \d+(?:s|m\d\ds)"
-                  r"|, done in \d+(?:s|m\d\ds))?")
+                  r"\((?P<pct>\d+)%\))?, [0-9.]+ MiB/s(?P<tail>, ETA \d+(?:s|m\d\ds|h\d\dm)"
+                  r"|, done in \d+(?:s|m\d\ds|h\d\dm))?")
+# (an ETA in hours is what a first tick shows when the copy has hardly begun: seen on a loaded
+# machine, "0.0 MiB of 4.0 MiB (0%), 0.0 MiB/s, ETA 34h47m")
 
 
 def _free_port() -> int:

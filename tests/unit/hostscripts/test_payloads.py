@@ -2,7 +2,7 @@
 
 (The model seeder and sync are exercised together in test_model_copy_scripts.py.) The text
 run is `common.payload(name)`, exactly what the scripts carry: the file minus its comment
-header.
+header, after the preludes its header names (test_payload_preludes.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def test_payload_text_is_the_file_without_its_comment_header():
         if path.name == "__init__.py":
             continue
         text = path.read_text()
-        sent = common.payload(path.name)
+        sent = common.own_text(path.name)
+        assert common.payload(path.name).endswith(sent), path.name
         assert text.endswith(sent) and sent.startswith("\n"), path.name
         header = text[: len(text) - len(sent)]
         assert header and all(line.startswith("#") for line in header.splitlines()), path.name

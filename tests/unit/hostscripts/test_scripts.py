@@ -538,3 +538,42 @@ def test_the_secret_moves_into_the_stacks_folder_and_no_old_copy_stays(tmp_path,
     assert gone.returncode == 0, gone.stderr
     assert not target.exists() and not Path(f"{tmp_path}{names.dir}").exists()
     assert Path(f"{tmp_path}{paths.STACK_DIR}").is_dir()  # other stacks' folder stays
+
+
+# --- removing a path of the stack's folder (hostscripts.common.stack_path_remove) -------------
+
+
+def test_a_stack_path_goes_with_its_folders_up_to_the_stacks(tmp_path):
+    names = paths.StackNames("t")
+    folder = f"{names.dir}/gateway/secrets"
+    assert common.stack_path_remove(names, f"{folder}/key") == (
+        f"rm -f {folder}/key; rmdir {folder} {names.dir}/gateway {names.dir} "
+        "2>/dev/null || true")
+    assert common.stack_path_remove(names, f"{folder}/a", f"{folder}/b", tree=True) == (
+        f"rm -rf {folder}/a {folder}/b; rmdir {folder} {names.dir}/gateway {names.dir} "
+        "2>/dev/null || true")
+    # run: the files go, a folder that still holds another file of the stack stays
+    root = tmp_path / "stack"
+    (root / "gateway" / "secrets").mkdir(parents=True)
+    (root / "gateway" / "secrets" / "key").write_text("x")
+    (root / "other").write_text("kept")
+    text = common.stack_path_remove(names, f"{folder}/key").replace(names.dir, str(root))
+    assert subprocess.run(["sh", "-c", text]).returncode == 0
+    assert not (root / "gateway").exists() and (root / "other").read_text() == "kept"
+
+
+@pytest.mark.parametrize("outside", [
+    "/var/lib/other", "var/lib/spark-vllm/stacks/t/x", "{dir}", "{dir}x/data", "{dir}/../other/data",
+    "{dir}/a/../../other", "{dir}/./data", "{dir}//data", "{dir}/data/", "relative/{dir}/x"])
+def test_a_path_outside_the_stacks_folder_or_not_plain_is_refused(outside):
+    names = paths.StackNames("t")
+    with pytest.raises(ValueError, match="not in the stack's folder"):
+        common.stack_path_remove(names, outside.format(dir=names.dir))
+
+
+def test_paths_of_two_folders_or_none_are_refused():
+    names = paths.StackNames("t")
+    with pytest.raises(ValueError, match="one folder"):
+        common.stack_path_remove(names, f"{names.dir}/a/x", f"{names.dir}/b/y")
+    with pytest.raises(ValueError, match="no path"):
+        common.stack_path_remove(names)
