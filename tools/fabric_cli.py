@@ -28,6 +28,7 @@ import click
 from components.nccl import docker_extras, node_env, twins_up
 from config import ConfigError, StackConfig
 from config.forms import is_image_id
+from contract import labels as lbl
 from hostscripts.collective import collective_rank, rank_request
 from hostscripts.paths import StackNames
 from inspection import recon
@@ -75,8 +76,8 @@ def scripts(cfg: StackConfig, stack: str, facts: dict[str, NodeFacts], *,
     sizes = sweep(gate.min_bytes, max_bytes or gate.max_bytes,
                   [f.memory.available_bytes for f in facts.values()])
     extras = docker_extras(cfg.nccl)
-    labels = {"spark-vllm.managed": "true", "spark-vllm.stack": label,
-              "spark-vllm.role": "collective-gate"}
+    labels = {lbl.MANAGED: "true", lbl.STACK: label,
+              lbl.ROLE: lbl.COLLECTIVE_GATE}
     out = {}
     for rank, node in enumerate(cfg.nodes):
         f = facts[node.name]

@@ -86,7 +86,11 @@ from config.serve import (
     ServeSettings,
     owned_flag,
 )
-from config.types import LAUNCHER_ENV_FAMILIES, extra_env_problem
+from config.types import extra_env_problem
+
+# The communication libraries' families (of config/types.py EXTRA_ENV_FAMILIES): the importer puts
+# them in a recipe's launcherEnv, every other variable in its env
+LAUNCHER_ENV_FAMILIES = ("NCCL_", "UCX_", "GLOO_")
 
 Format = Literal["eugr", "sparkrun"]
 Outcome = Literal["imported", "refused", "not vLLM"]

@@ -48,7 +48,7 @@ def _recorded() -> dict[str, str]:
     return out
 
 
-# the head's firewall as `nft -j list table` printed it on the lab (tests/fixtures/status/README)
+# the head's firewall as `nft -j list table` printed it on the lab (tests/fixtures/status/README.md)
 RECORDED_FIREWALL = recon.split_sections(_recorded()["spark-1"], NONCE)["firewall"].stdout
 
 

@@ -1,7 +1,8 @@
-"""`spark-vllm logs` (tools/logs.py): which containers a stack's logs come from, the node script
-run for real by bash against a fake `docker` on PATH (one folder per simulated node: nothing
-leaves this machine), the merge, the sanitizer, and the command through click's CliRunner with
-the ssh layer replaced by a local `bash -s`."""
+"""`spark-vllm logs` (tools/logs.py): the node script (hostscripts/logs.py) run for real by bash
+against a fake `docker` on PATH (one folder per simulated node: nothing leaves this machine), the
+sessions and the merge as printed, the sanitizer, and the command through click's CliRunner with
+the ssh layer replaced by a local `bash -s`. The pure parts: tests/unit/inspection/test_logs.py
+(selection, frames, merge) and tests/unit/hostscripts/test_logs_script.py (--since, quoting)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ import yaml
 from click.testing import CliRunner
 
 from config import NodeConfig, StackConfig, validate_config
+from hostscripts.logs import PIECE_BYTES, Options, node_script
 from hostscripts.paths import StackNames
+from inspection.logs import Target, short_name
 from tests.conftest import config_raw
 from tests.stand_in import python_stand_in
 from tools import logs
@@ -31,8 +34,6 @@ NAMES = StackNames("dev")
 SERVE, RAY_HEAD, RAY_WORKER, GATEWAY = NAMES.serve, NAMES.ray_head, NAMES.ray_worker, NAMES.gateway
 EMBED = {"name": "embed", "repo": "spark-lab/tiny-embed", "task": "embed", "port": 8100,
          "gpuMemoryUtilization": 0.05}
-RERANK = {"name": "rerank", "repo": "Qwen/Qwen3-Reranker-0.6B", "task": "score", "port": 8101,
-          "nodes": ["spark-2"], "gpuMemoryUtilization": 0.05, "servedModelName": "reranker"}
 
 
 def stack(executor: str = "ray", services: tuple[dict[str, Any], ...] = ()) -> StackConfig:
@@ -41,69 +42,11 @@ def stack(executor: str = "ray", services: tuple[dict[str, Any], ...] = ()) -> S
     return validate_config({**raw, "services": list(services)})
 
 
-def T(node: str, container: str) -> logs.Target:
-    return logs.Target(node, container)
+def T(node: str, container: str) -> Target:
+    return Target(node, container)
 
 
-# --- selection ------------------------------------------------------------------------------
-
-
-def test_ray_executor_reads_serve_and_ray_and_the_gateway_without_a_model():
-    cfg = stack("ray", (EMBED, RERANK))
-    assert logs.select_targets(cfg, NAMES) == [
-        T("spark-1", SERVE), T("spark-1", RAY_HEAD), T("spark-1", NAMES.service("embed")),
-        T("spark-1", GATEWAY), T("spark-2", RAY_WORKER), T("spark-2", NAMES.service("rerank"))]
-
-
-def test_main_model_with_ray_is_its_serve_container_and_the_ray_containers():
-    cfg = stack("ray", (EMBED,))
-    assert logs.select_targets(cfg, NAMES, "tiny-moe") == [
-        T("spark-1", SERVE), T("spark-1", RAY_HEAD), T("spark-2", RAY_WORKER)]
-
-
-def test_main_model_with_mp_is_a_serve_container_on_every_node_and_no_ray():
-    cfg = stack("mp")
-    assert logs.select_targets(cfg, NAMES, "tiny-moe") == [T("spark-1", SERVE), T("spark-2", SERVE)]
-    assert logs.select_targets(cfg, NAMES) == [
-        T("spark-1", SERVE), T("spark-1", GATEWAY), T("spark-2", SERVE)]
-
-
-def test_a_service_is_chosen_by_its_served_name_on_its_nodes():
-    cfg = stack("ray", (EMBED, RERANK))
-    assert logs.select_targets(cfg, NAMES, "embed") == [T("spark-1", NAMES.service("embed"))]
-    assert logs.select_targets(cfg, NAMES, "reranker") == [T("spark-2", NAMES.service("rerank"))]
-
-
-def test_node_keeps_one_nodes_containers():
-    cfg = stack("ray", (EMBED,))
-    assert logs.select_targets(cfg, NAMES, node="spark-2") == [T("spark-2", RAY_WORKER)]
-    with pytest.raises(logs.SelectionError, match="nothing of embed runs on spark-2"):
-        logs.select_targets(cfg, NAMES, "embed", node="spark-2")
-
-
-def test_unknown_model_or_node_names_the_known_ones():
-    cfg = stack("ray", (EMBED,))
-    with pytest.raises(logs.SelectionError, match=r"no model 'qwen'.*tiny-moe, embed"):
-        logs.select_targets(cfg, NAMES, "qwen")
-    with pytest.raises(logs.SelectionError, match=r"no node 'spark-9'.*spark-1, spark-2"):
-        logs.select_targets(cfg, NAMES, node="spark-9")
-
-
-# --- pure parts -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("value", ["10m", "1h30m", "90s", "1.5h", "2024-05-01", "2024-05-01T12:00",
-                                   "2024-05-01T12:00:00Z", "2024-05-01T12:00:00.123456789+02:00",
-                                   "2024-05-01Z", "1714564800", "1714564800.5"])
-def test_since_accepts_what_docker_accepts(value):
-    assert logs.check_since(value) == value
-
-
-@pytest.mark.parametrize("value", ["", "10x", "yesterday", "10m; rm -rf /", "$(id)", "-1h",
-                                   "2024-13-01", "2024-05-01T25:00", "2024-05-01 12:00", "10 m"])
-def test_since_refuses_anything_else(value):
-    with pytest.raises(ValueError, match="not a time Docker accepts"):
-        logs.check_since(value)
+# --- the sanitizer ---------------------------------------------------------------------------------
 
 
 def test_sanitize_removes_what_a_terminal_would_act_on():
@@ -111,46 +54,6 @@ def test_sanitize_removes_what_a_terminal_would_act_on():
     assert logs.sanitize(line) == "red bell nul c1 evil tab\there"
     assert logs.sanitize("Loading: 10%\rLoading: 50%\rLoading: 100%\r") == "Loading: 100%"
     assert logs.sanitize("[bold]not markup[/bold]") == "[bold]not markup[/bold]"
-
-
-def test_stamps_parse_to_nanoseconds_with_zones():
-    base = logs.parse_stamp("2026-01-01T00:00:00.000000001Z")
-    assert base == 1767225600 * 10**9 + 1
-    assert logs.parse_stamp("2026-01-01T02:00:00.000000001+02:00") == base
-    assert logs.parse_stamp("2026-01-01T00:00:00.5Z") == 1767225600 * 10**9 + 500_000_000
-    assert logs.parse_stamp("not-a-time") is None
-
-
-def test_frames_join_pieces_per_container_and_keep_stray_output():
-    asm = logs.Assembler("spark-1")
-    feed = [b"P a-1 2026-01-01T00:00:00.000000001Z hel", b"P b-2 2026-01-01T00:00:00.000000002Z x",
-            b"L a-1 lo", b"L b-2 y", b"S a-1", b"M a-1 2026-01-01T00:00:01.000000000Z gone",
-            b"motd says hi"]
-    out = [asm.feed(logs.parse_frame(f)) for f in feed]
-    assert out[0] is None and out[1] is None
-    assert out[2] == logs.Entry(1767225600 * 10**9 + 1, "spark-1", "a-1", "hello")
-    assert out[3] == logs.Entry(1767225600 * 10**9 + 2, "spark-1", "b-2", "xy")
-    assert out[4] == logs.Synced("spark-1", "a-1")
-    assert out[5] == logs.Entry(1767225601 * 10**9, "spark-1", "a-1", "gone", "note")
-    assert out[6] is not None and out[6].kind == "note" and "motd says hi" in out[6].text
-
-
-def test_merge_orders_by_time_and_keeps_each_containers_order():
-    a = logs.parse_output("spark-1", b"L c 2026-01-01T00:00:01.0Z a1\nL c 2026-01-01T00:00:03.0Z a3\n")
-    b = logs.parse_output("spark-2", b"L c 2026-01-01T00:00:02.0Z b2\nL c 2026-01-01T00:00:03.0Z b3\n")
-    assert [e.text for e in logs.merge([*a, *b])] == ["a1", "b2", "a3", "b3"]
-    # stdout and stderr are stamped apart: Docker may write the later-stamped line first
-    c = logs.parse_output("spark-1", b"L c 2026-01-01T00:00:02.9Z late\nL c 2026-01-01T00:00:02.8Z err\n")
-    assert [e.text for e in logs.merge([*a, *c])] == ["a1", "err", "late", "a3"]
-
-
-def test_node_script_quotes_what_it_is_given_and_refuses_bad_names():
-    script = logs.node_script([SERVE], logs.Options(since="2024-05-01T12:00:00Z", tail=5))
-    assert "since=2024-05-01T12:00:00Z\n" in script and "tail=5\n" in script
-    with pytest.raises(ValueError, match="not a container name"):
-        logs.node_script(["x; reboot"], logs.Options())
-    with pytest.raises(ValueError, match="not a time Docker accepts"):
-        logs.node_script([SERVE], logs.Options(since="$(reboot)"))
 
 
 # --- the node script, for real, against a fake docker -----------------------------------------
@@ -288,7 +191,7 @@ def test_two_nodes_merge_in_time_order_and_a_missing_container_is_reported(tmp_p
         f"{ts(2, 500)} worker 2.5", f"{ts(4)} worker 4 \x1b[31mred\x1b[0m\x07 [bold]b[/bold]"]}})
     targets = [T("spark-1", SERVE), T("spark-1", RAY_HEAD), T("spark-1", GATEWAY),
                T("spark-2", RAY_WORKER)]
-    rc, out, err = run_logs(tmp_path, targets, logs.Options())
+    rc, out, err = run_logs(tmp_path, targets, Options())
     assert rc == 0
     assert out.splitlines() == [
         "2026-01-01T00:00:01.000Z spark-1/serve | head 1",
@@ -302,10 +205,10 @@ def test_two_nodes_merge_in_time_order_and_a_missing_container_is_reported(tmp_p
 
 
 def test_since_and_tail_reach_docker_and_a_long_line_comes_back_whole(tmp_path):
-    long = "x" * (3 * logs.PIECE_BYTES + 17) + " é"
+    long = "x" * (3 * PIECE_BYTES + 17) + " é"
     home = fake_node(tmp_path, "spark-1", {SERVE: {"state": "true", "log": [
         f"{ts(1)} old", f"{ts(2)} {long}", f"{ts(3)} last"]}})
-    rc, out, _ = run_logs(tmp_path, [T("spark-1", SERVE)], logs.Options(since="10m", tail=2))
+    rc, out, _ = run_logs(tmp_path, [T("spark-1", SERVE)], Options(since="10m", tail=2))
     assert rc == 0
     assert [json.loads(c) for c in (home / f"{SERVE}.calls").read_text().splitlines()] == [
         ["--timestamps", "--since", "10m", "--tail", "2"]]
@@ -323,11 +226,11 @@ def test_containers_writing_at_once_never_mix_their_lines(tmp_path):
     names = [SERVE, RAY_HEAD, GATEWAY]
     fake_node(tmp_path, "spark-1", {n: {"state": "true", "log": lines(t)}
                                     for n, t in zip(names, "abc", strict=True)})
-    rc, out, _ = run_logs(tmp_path, [T("spark-1", n) for n in names], logs.Options())
+    rc, out, _ = run_logs(tmp_path, [T("spark-1", n) for n in names], Options())
     assert rc == 0
     got = out.splitlines()
     for n, t in zip(names, "abc", strict=True):
-        short = logs.short_name("dev", n)
+        short = short_name("dev", n)
         mine = [line.split(" | ", 1)[1] for line in got if f"spark-1/{short} |" in line]
         assert mine == [line.split(" ", 1)[1] for line in lines(t)]
     assert len(got) == 450
@@ -365,7 +268,7 @@ def test_follow_across_a_restart_prints_every_line_once(tmp_path):
     give_up.start()
     try:
         rc = logs.run(stack("ray"), [T("spark-1", SERVE), T("spark-2", RAY_WORKER)],
-                      logs.Options(follow=True, tail=2, poll_seconds=0.01), printer,
+                      Options(follow=True, tail=2, poll_seconds=0.01), printer,
                       argv_for=local_bash(tmp_path), stop=stop)
     finally:
         give_up.cancel()
@@ -411,7 +314,7 @@ def test_an_unreachable_node_exits_1_and_the_others_still_print(tmp_path):
     fake_node(tmp_path, "spark-1", {SERVE: {"state": "true", "log": [f"{ts(1)} head"]}})
     why = "ssh: connect to host 10.77.0.12 port 22: No route to host"
     rc, out, err = run_logs(tmp_path, [T("spark-1", SERVE), T("spark-2", RAY_WORKER)],
-                            logs.Options(), fail={"spark-2": why})
+                            Options(), fail={"spark-2": why})
     assert rc == 1
     assert out.splitlines() == ["2026-01-01T00:00:01.000Z spark-1/serve | head"]
     assert err.splitlines() == [f"spark-2: cannot reach the node (ssh exit 255): {why}"]
@@ -427,7 +330,7 @@ def test_a_node_whose_ssh_cannot_start_exits_1(tmp_path):
             yield argv if node.name == "spark-1" else [str(tmp_path / "no-such-ssh")]
 
     out, err = io.StringIO(), io.StringIO()
-    rc = logs.run(stack("ray"), [T("spark-1", SERVE), T("spark-2", RAY_WORKER)], logs.Options(),
+    rc = logs.run(stack("ray"), [T("spark-1", SERVE), T("spark-2", RAY_WORKER)], Options(),
                   logs.Printer("dev", False, out=out, err=err), argv_for=argv_for)
     assert rc == 1
     assert out.getvalue().splitlines() == ["2026-01-01T00:00:01.000Z spark-1/serve | head"]
@@ -437,7 +340,7 @@ def test_a_node_whose_ssh_cannot_start_exits_1(tmp_path):
 def test_colour_never_passes_a_lines_escapes_or_markup(tmp_path):
     fake_node(tmp_path, "spark-1", {SERVE: {"state": "true", "log": [
         f"{ts(1)} \x1b[31mred\x1b]0;pwned\x07 [bold red]x[/bold red]"]}})
-    rc, out, _ = run_logs(tmp_path, [T("spark-1", SERVE)], logs.Options(), color=True)
+    rc, out, _ = run_logs(tmp_path, [T("spark-1", SERVE)], Options(), color=True)
     assert rc == 0
     assert "\x1b[" in out  # rich's own styles
     assert "\x1b[31m" not in out and "pwned" not in out and "\x07" not in out
@@ -508,7 +411,7 @@ def test_the_script_ends_when_its_stdin_closes(tmp_path):
     proc = subprocess.Popen(["bash", "-s"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             env=env, start_new_session=True)
     assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(logs.node_script([SERVE], logs.Options(follow=True, poll_seconds=0.01)).encode())
+    proc.stdin.write(node_script([SERVE], Options(follow=True, poll_seconds=0.01)).encode())
     proc.stdin.flush()
     assert proc.stdout.readline().startswith(b"L " + SERVE.encode() + b" ")
     assert proc.stdout.readline() == f"S {SERVE}\n".encode()

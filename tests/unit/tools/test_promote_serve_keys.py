@@ -5,7 +5,7 @@ keeps prod's environment-owned keys, and the result passes the config schema.
 tools/promote.py's collect_artifacts and apply run against stand-ins for the Automation API's
 Stack (what they call: the last update's config, the current config, the outputs, the state,
 set_all_config_json). tests/promote/ does the same through the engine; the lab round trip
-(tests/promote/test_round_trip_lab.py) serves the result."""
+(tests/e2e/test_promote_round_trip.py) serves the result."""
 
 from __future__ import annotations
 
