@@ -37,7 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import yaml
 
@@ -45,7 +47,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 import config  # noqa: E402
 from bench import gateway as gateway_bench  # noqa: E402
-from bench import preview_profile  # noqa: E402
+from bench import golden_steps, preview_profile  # noqa: E402
+from contract import labels as lbl  # noqa: E402
 from hostscripts import collective as collective_scripts  # noqa: E402
 from hostscripts import common, models  # noqa: E402
 from hostscripts.models import ModelFile  # noqa: E402
@@ -109,7 +112,7 @@ def vllm_identity(d: Deployment) -> str:
                        f"{NAMES.serve} 2>/dev/null || true", check=False).strip()
 
 
-def ray_containers(d: Deployment, nodes) -> dict[str, tuple[str, str]]:
+def ray_containers(d: Deployment, nodes: list[str]) -> dict[str, tuple[str, str]]:
     res = {}
     for n in nodes:
         for name, v in d.containers(n).items():
@@ -138,7 +141,7 @@ class Observation:
         self.rx = {n: nic_rx(d, n) for n in nodes}
         self.images = {n: image_ids(d, n) for n in nodes}
 
-    def diff(self) -> dict:
+    def diff(self) -> dict[str, Any]:
         d, nodes = self.d, self.nodes
         ray = ray_containers(d, nodes)
         now = {n: nic_rx(d, n) for n in nodes}
@@ -153,7 +156,7 @@ class Observation:
 
 
 # ------------------------------------------------------------------ stacks
-def new_stack(cfg: dict, nodes: list[dict], work: Path) -> Deployment:
+def new_stack(cfg: dict[str, Any], nodes: list[dict[str, Any]], work: Path) -> Deployment:
     work.mkdir(parents=True)
     # monitoring on, as Pulumi.dev.yaml has it: the change table's rows count its steps too
     d = labkit.new_deployment(work, {**cfg, "nodes": nodes}, monitoring=True)
@@ -165,12 +168,12 @@ def quiet(_line: str) -> None:
     pass
 
 
-def run_op(d: Deployment, op: str, **kw):
+def run_op(d: Deployment, op: str, **kw: Any) -> Any:
     kw.setdefault("on_output", quiet)
     return d.run(op, **kw)
 
 
-def stack_config(d: Deployment):
+def stack_config(d: Deployment) -> config.StackConfig:
     """The validated config of a deployment's stack file (its secure values left out)."""
     raw = yaml.safe_load((d.workdir / "Pulumi.dev.yaml").read_text())["config"]
     plain = {k.split(":", 1)[1]: v for k, v in raw.items()
@@ -178,7 +181,7 @@ def stack_config(d: Deployment):
     return config.validate_config(plain)
 
 
-def empty_stack(work: Path, inline: bool):
+def empty_stack(work: Path, inline: bool) -> Any:
     """A program with no resources on its own file backend (same CLI, same plugins): `inline`
     runs it inside this process (the automation API's inline program, how the stack itself ran
     before the official language host); otherwise it is a Python project run like the stack's
@@ -220,7 +223,9 @@ def wipe(nodes: list[str], keep_images: bool = False) -> None:
 
 def step_spans(d: Deployment) -> dict[str, tuple[int, int]]:
     """Resource name -> (start, end) in whole seconds since the run's first event."""
-    starts, ends, t0 = {}, {}, None
+    starts: dict[str, int] = {}
+    ends: dict[str, int] = {}
+    t0 = None
     for e in d.events:
         t0 = e.timestamp if t0 is None else t0
         pre, out = getattr(e, "resource_pre_event", None), getattr(e, "res_outputs_event", None)
@@ -231,7 +236,7 @@ def step_spans(d: Deployment) -> dict[str, tuple[int, int]]:
     return {k: (v, ends[k]) for k, v in starts.items() if k in ends}
 
 
-def model_files(cfg: dict, revision: str) -> dict[str, tuple[str, int]]:
+def model_files(cfg: dict[str, Any], revision: str) -> dict[str, tuple[str, int]]:
     from huggingface_hub import HfApi
 
     api = HfApi(endpoint=cfg["hfEndpoint"])
@@ -241,7 +246,7 @@ def model_files(cfg: dict, revision: str) -> dict[str, tuple[str, int]]:
 
 
 # ------------------------------------------------------------------ 1. no-op cost
-def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
+def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict[str, Any]:
     """The converged stack's no-op preview against two empty programs' on the same backend:
     one run like the stack (the Python language host; the headline ratio) and one inline (the
     baseline of the earlier runs, which ran the stack inline too)."""
@@ -257,7 +262,8 @@ def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
         preview_empty(kind)
     run_op(d, "preview")
     t_empty: dict[str, list[float]] = {k: [] for k in empties}
-    t_stack, ssh = [], {n: [] for n in nodes}
+    t_stack: list[float] = []
+    ssh: dict[str, list[int]] = {n: [] for n in nodes}
     for i in range(reps):  # interleaved, so drift on the machine hits all alike
         for kind in empties:
             t_empty[kind].append(preview_empty(kind))
@@ -278,15 +284,16 @@ def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
     # where the program's own part goes: one more preview, its process profiled
     prof = work / "preview-profile"
     extra = preview_profile.env(prof)
-    saved_env = dict(d.stack.workspace.env_vars)
-    d.stack.workspace.env_vars.update(extra)
+    workspace = cast(Any, d.stack).workspace  # a pulumi.automation Stack (lab/deployments.py)
+    saved_env = dict(workspace.env_vars)
+    workspace.env_vars.update(extra)
     try:
         t0 = time.monotonic()
         run_op(d, "preview")
         profiled_s = time.monotonic() - t0
     finally:
-        d.stack.workspace.env_vars.clear()
-        d.stack.workspace.env_vars.update(saved_env)
+        workspace.env_vars.clear()
+        workspace.env_vars.update(saved_env)
     profile = {**preview_profile.phases(prof), "preview_s": round(profiled_s, 2)}
     say(f"no-op preview profiled: {profile}")
     # the policy pack's share: the same preview with the pack, as a review runs it
@@ -326,7 +333,7 @@ def bench_noop(d: Deployment, nodes: list[str], work: Path, reps: int) -> dict:
 
 
 # ------------------------------------------------------------------ 2. the change table
-def _findings(ops: dict, cost: dict, extra: dict) -> dict[str, bool]:
+def _findings(ops: dict[str, Any], cost: dict[str, Any], extra: dict[str, Any]) -> dict[str, bool]:
     """Everything the change table can forbid, as observed for one change."""
     image_steps = any(k.startswith("image-") for k in ops)
     model_steps = any(k.startswith("model-") for k in ops)
@@ -411,13 +418,14 @@ ALLOWED = {
 }
 
 
-def verdict(change: str, ops: dict, cost: dict, extra: dict) -> list[str]:
+def verdict(change: str, ops: dict[str, Any], cost: dict[str, Any], extra: dict[str, Any]) -> list[str]:
     """What the change table forbids for `change` and happened anyway; [] when within it."""
     found = _findings(ops, cost, extra)
     return [what for what in MUST_NOT[change] if found[what]]
 
 
-def change(d: Deployment, name: str, nodes: list[str], apply, extra: dict | None = None) -> dict:
+def change(d: Deployment, name: str, nodes: list[str], apply: Callable[[], object],
+           extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """Apply one change and `up`; `nodes` are observed before and after (with a node about to
     join among them)."""
     say(f"change: {name}")
@@ -451,12 +459,13 @@ def idle_fabric_rate(d: Deployment, nodes: list[str], secs: float = 10) -> float
     return (total() - before) / secs
 
 
-def bench_changes(d: Deployment, cfg: dict, nodes3: list[dict], rows: list[dict], saved=lambda: None) -> None:
+def bench_changes(d: Deployment, cfg: dict[str, Any], nodes3: list[dict[str, Any]],
+                  rows: list[dict[str, Any]], saved: Callable[[], None] = lambda: None) -> None:
     """Measures each row of the change table into `rows`, calling `saved` after each, so a
     failure keeps the rows measured before it."""
     two = [n["name"] for n in nodes3[:2]]
 
-    def append(row: dict) -> None:
+    def append(row: dict[str, Any]) -> None:
         rows.append(row)
         saved()
 
@@ -505,7 +514,7 @@ def _compile_lines(d: Deployment) -> dict[str, int]:
             "loaded from cache": text.count("from the cache") + text.count("Directly load")}
 
 
-def bench_compile_cache(d: Deployment) -> dict:
+def bench_compile_cache(d: Deployment) -> dict[str, Any]:
     """vLLM's start-up after a container replacement (an NCCL env change replaces the Ray and
     vLLM containers), with torch.compile on: once with the nodes' compile caches wiped first
     (cold), once with them kept (warm, what the stack does). The measure is the health gate's
@@ -514,7 +523,7 @@ def bench_compile_cache(d: Deployment) -> dict:
     d.set("vllm.enforceEager", False)
     if run_op(d, "up").summary.result != "succeeded":  # compiles once (not counted)
         raise SystemExit("up with torch.compile on failed")
-    out: dict = {}
+    out: dict[str, Any] = {}
     for label, debug, wipe_first in (("cold", "INFO", True), ("warm", "WARN", False)):
         if wipe_first:
             for n in nodes:
@@ -615,7 +624,7 @@ def _raw_streams(pairs: list[tuple[str, str]], blob: str, size: int, port: int) 
     return secs
 
 
-def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
+def bench_fanout(cfg: dict[str, Any], size_mb: int, reps: int) -> dict[str, Any]:
     """The product's copy (model_seeder_start on the head + model_sync on the worker, the very
     scripts the stack runs) vs raw TCP streams of the same file between the same addresses, on
     the head's primary twin alone and on both twins (the product then splits the file into byte
@@ -646,7 +655,7 @@ def bench_fanout(cfg: dict, size_mb: int, reps: int) -> dict:
     stop = models.model_seeder_stop(bench, [WORKER], BENCH_COMMIT, image, [h for h, _ in pairs],
                                     start=start)
     sync = models.model_sync(image, cache, labels, bench.model_record_dir)
-    out: dict = {"size_bytes": size, "reps": reps, "twins": len(pairs)}
+    out: dict[str, Any] = {"size_bytes": size, "reps": reps, "twins": len(pairs)}
     try:
         token = lab("ssh", HEAD, "sh", "-c", start).stdout.strip()  # the run's (issue 31)
         for label, used in (("one", pairs[:1]), ("both", pairs)):
@@ -698,14 +707,13 @@ COLLECTIVE_SIZES = [1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24, 1 << 26]
 COLLECTIVE_PORT = 29519
 
 
-def bench_collective(image: str, head_ip: str, reps: int) -> dict:
+def bench_collective(image: str, head_ip: str, reps: int) -> dict[str, Any]:
     """The collective gate (components/collective.py) between the head and the worker: the
     rank scripts the stack runs (hostscripts/collective.py, Gloo on the lab's CPUs over the
     primary twin), `reps` runs; per size the median bus bandwidth of all_gather and all_reduce
     (inspection/collective.py, nccl-tests' formula) and the wall time of a run."""
     bench = StackNames("bench")
-    labels = {"spark-vllm.managed": "true", "spark-vllm.stack": "bench",
-              "spark-vllm.role": "collective-gate"}
+    labels = {lbl.MANAGED: "true", lbl.STACK: "bench", lbl.ROLE: lbl.COLLECTIVE_GATE}
     env = {"GLOO_SOCKET_IFNAME": "enp1s0f1np1", "NCCL_SOCKET_IFNAME": "enp1s0f1np1",
            "NCCL_IB_DISABLE": "1"}
     figs: dict[str, dict[int, list[float]]] = {op: {} for op in collective.OPS}
@@ -735,7 +743,7 @@ def bench_collective(image: str, head_ip: str, reps: int) -> dict:
 
 
 # ------------------------------------------------------------------ 4. scaling
-def converge_from_empty(cfg: dict, nodes: list[dict], work: Path, keep_images: bool) -> dict:
+def converge_from_empty(cfg: dict[str, Any], nodes: list[dict[str, Any]], work: Path, keep_images: bool) -> dict[str, Any]:
     names = [n["name"] for n in nodes]
     wipe([n["name"] for n in cfg["nodes"]], keep_images)
     d = new_stack(cfg, nodes, work)
@@ -759,7 +767,7 @@ def converge_from_empty(cfg: dict, nodes: list[dict], work: Path, keep_images: b
 
 
 # ------------------------------------------------------------------ report
-def collective_section(fan: dict) -> list[str]:
+def collective_section(fan: dict[str, Any]) -> list[str]:
     """The collective gate's row: its figures on the lab's primary twin beside the raw TCP
     stream on the same twin (the fan-out's `one` run)."""
     col = fan.get("collective")
@@ -828,16 +836,19 @@ def paper() -> str:
     return "\n".join(out)
 
 
-def report(res: dict, path: Path) -> None:
+def report(res: dict[str, Any], path: Path) -> None:
     noop, fan, scale, rows = res["noop"], res["fanout"], res["scaling"], res["changes"]
     def median_wall(n: int, keep: bool) -> float:
-        return statistics.median(x["wall_s"] for x in scale
-                                 if x["nodes"] == n and bool(x.get("keep_images")) == keep)
+        return float(statistics.median(x["wall_s"] for x in scale
+                                       if x["nodes"] == n and bool(x.get("keep_images")) == keep))
 
     cold = (median_wall(2, False), median_wall(3, False))
     warm = (median_wall(2, True), median_wall(3, True)) \
         if any(x.get("keep_images") for x in scale) else None
-    ok = lambda b: "met" if b else "**missed**"
+
+    def ok(b: bool) -> str:
+        return "met" if b else "**missed**"
+
     env = res["env"]
     L = [
         "# Benchmarks",
@@ -945,6 +956,8 @@ def report(res: dict, path: Path) -> None:
     rev = next(r for r in rows if r["change"] == "model revision")
     img = next(r for r in rows if r["change"] == "image")
     L += [
+        "",
+        golden_steps.paragraph(golden_steps.load_golden()),
         "",
         f"The model revision changed {fmt_bytes(rev['changed_bytes'])} of a "
         f"{fmt_bytes(rev['model_bytes'])} snapshot; the hub served {fmt_bytes(rev['hub_bytes'])}. "
@@ -1060,7 +1073,7 @@ PROFILE_ROWS = (
 )
 
 
-def profile_lines(noop: dict) -> list[str]:
+def profile_lines(noop: dict[str, Any]) -> list[str]:
     """Section 1's profile of one no-op preview (bench/preview_profile.py), when measured."""
     prof = noop.get("profile")
     if not prof:
@@ -1085,7 +1098,7 @@ def profile_lines(noop: dict) -> list[str]:
     return lines
 
 
-def gateway_section(gw: dict | None) -> list[str]:
+def gateway_section(gw: dict[str, Any] | None) -> list[str]:
     """Section 5: the gateway against a stub upstream (bench/gateway.py)."""
     if not gw:
         return []
@@ -1110,7 +1123,7 @@ def gateway_section(gw: dict | None) -> list[str]:
     ]
 
 
-def service_revision_text(rows: list[dict]) -> list[str]:
+def service_revision_text(rows: list[dict[str, Any]]) -> list[str]:
     """The service revision row's bytes, as the model revision's (none before the rows existed)."""
     svc = next((r for r in rows if r["change"] == "service revision"), None)
     if svc is None:
@@ -1121,7 +1134,7 @@ def service_revision_text(rows: list[dict]) -> list[str]:
                 "revision's files)."]
 
 
-def compile_cache_section(cc: dict | None) -> list[str]:
+def compile_cache_section(cc: dict[str, Any] | None) -> list[str]:
     if not cc:
         return []
     rows = [f"| {label} | {cc[label]['gate_s']} s | {cc[label]['up_s']} s | "
@@ -1154,8 +1167,8 @@ def compile_cache_section(cc: dict | None) -> list[str]:
     ]
 
 
-def fan_hub_text(res: dict) -> str:
-    per = {}
+def fan_hub_text(res: dict[str, Any]) -> str:
+    per: dict[int, list[str]] = {}
     for x in res["scaling"]:
         per.setdefault(x["nodes"], []).append(fmt_bytes(x["hub_bytes"]))
     return "; ".join(f"{n} nodes: {', '.join(v)}" for n, v in sorted(per.items()))
@@ -1192,7 +1205,7 @@ def main() -> int:
     started = time.time()
     held = labkit.lock_lab()
     work = Path(tempfile.mkdtemp(prefix="spark-vllm-bench-"))
-    res: dict = {}
+    res: dict[str, Any] = {}
     partial = out.with_suffix(".partial.json")
     if set(sections) != set(SECTIONS):  # keep the figures of the sections not re-run: those of
         # an interrupted run when there is one (it is newer), else the last complete run's
@@ -1229,8 +1242,8 @@ def main() -> int:
     return finish(res, out, started, partial)
 
 
-def lab_sections(res: dict, sections: list[str], args: argparse.Namespace, work: Path,
-                 save) -> None:
+def lab_sections(res: dict[str, Any], sections: list[str], args: argparse.Namespace, work: Path,
+                 save: Callable[[], None]) -> None:
     """Scaling, the no-op and change table, the fan-out: on the lab, grown to 3 nodes."""
     say("lab up --nodes 3")
     lab("up", "--nodes", "3")
@@ -1276,7 +1289,7 @@ def lab_sections(res: dict, sections: list[str], args: argparse.Namespace, work:
         res["fanout"] = bench_fanout(cfg, args.fanout_mb, args.fanout_reps)
 
 
-def finish(res: dict, out: Path, started: float, partial: Path) -> int:
+def finish(res: dict[str, Any], out: Path, started: float, partial: Path) -> int:
     res["duration_min"] = round((time.time() - started) / 60, 1)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     partial.unlink(missing_ok=True)

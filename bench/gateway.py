@@ -38,9 +38,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -243,7 +245,7 @@ def wrk(wrk_bin: str, script: Path, url: str, concurrency: int, seconds: int) ->
 
 
 def measure(seconds: int, reps: int, delay_ms: int, concurrency: tuple[int, ...] = CONCURRENCY,
-            say=print) -> dict:
+            say: Callable[[str], object] = print) -> dict[str, Any]:
     haproxy, wrk_bin = need("haproxy"), need("wrk")
     need("openssl")
     need("curl")
@@ -279,14 +281,14 @@ def measure(seconds: int, reps: int, delay_ms: int, concurrency: tuple[int, ...]
     return summarize(runs, seconds=seconds, reps=reps, delay_ms=delay_ms)
 
 
-def summarize(runs: list[Run], *, seconds: int, reps: int, delay_ms: int) -> dict:
+def summarize(runs: list[Run], *, seconds: int, reps: int, delay_ms: int) -> dict[str, Any]:
     """Medians over the reps of each (concurrency, body, target); the gateway's rows as added
     latency and a throughput ratio against direct's of the same concurrency and body."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     keys = sorted({(r.concurrency, r.body) for r in runs}, key=lambda k: (k[0], BODIES.index(k[1])))
     for c, body in keys:
         def med(target: str, attr: str, c: int = c, body: str = body) -> float:
-            return statistics.median(getattr(r, attr) for r in runs
+            return statistics.median(float(getattr(r, attr)) for r in runs
                                      if (r.concurrency, r.body, r.target) == (c, body, target))
         for target in ("gateway", "gateway-tls"):
             rows.append({
@@ -309,7 +311,7 @@ def summarize(runs: list[Run], *, seconds: int, reps: int, delay_ms: int) -> dic
             "rows": rows, "runs": [{**asdict(r), "rps": round(r.rps, 1)} for r in runs]}
 
 
-def table(result: dict) -> str:
+def table(result: dict[str, Any]) -> str:
     """The markdown table of docs/benchmarks.md's gateway section."""
     lines = ["| concurrency | body | gateway | direct req/s | req/s | throughput vs direct | "
              "p50 direct | p50 added | p99 added | errors | goal |",

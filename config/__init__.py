@@ -8,13 +8,21 @@
     errors.py       ConfigError and key-path messages
     recipes.py      recipes (vllm.recipe): the Recipe model, loading, the env they add
     guard.py        spark-vllm:guard: what each node does when its memory runs out
+    firewall.py     spark-vllm:firewall: the node's firewall as code
+    gateway.py      spark-vllm:gateway: the stack's one endpoint for clients (HAProxy on the head)
+    monitoring.py   spark-vllm:monitoring: Prometheus, the node exporters, Alertmanager's receivers
+    ports.py        what the stack opens on each node and who may reach it (node_ports)
+    listen.py       where each vLLM of the stack listens
+    ssh.py          how the stack's own SSH clients reach a node (the pinned key only)
     models.py       the pydantic models (keys, forms, defaults)
     validate.py     validate_config: single values + rules that span keys
     known_hosts.py  host keys pinned through an OpenSSH known_hosts file
     load.py         reading the config and the secrets from the Pulumi runtime
     paths.py        local folders on the machine that runs Pulumi
-"""
+    recipes_data/   the recipes shipped with the program, and their chat templates
 
+(tests/unit/test_package_indexes.py holds this list to the package's modules.)
+"""
 from config.errors import ConfigError, key_path
 from config.forms import NAMESPACE, PLACEHOLDER, SECRET_KEYS
 from config.guard import GuardConfig

@@ -23,6 +23,7 @@ import time
 
 from lab import hub
 from lab.cgroups import cg_kill_remove
+from lab.deb_images import DEB_IMAGES
 from lab.hosts import (
     ensure_host,
     forget_rules,
@@ -37,7 +38,7 @@ from lab.hosts import (
     stop_host,
     stop_sshd,
 )
-from lab.image import DEB_IMAGES, Builder, base_key, ensure_deb_image, ensure_image
+from lab.image import Builder, base_key, ensure_deb_image, ensure_image
 from lab.layout import (
     BUILD,
     CACHE,
@@ -118,7 +119,7 @@ def cmd_up(args) -> None:
         ensure_stack_tag(ref)
         st = state()
         st["image"] = ref
-        # the gateway's, Prometheus's and Alertmanager's images (lab.image DEB_IMAGES), each by
+        # the gateway's, Prometheus's and Alertmanager's images (lab.deb_images DEB_IMAGES), each by
         # the same tag
         for field, img in DEB_IMAGES.items():
             st[field] = ensure_deb_image(img, b)

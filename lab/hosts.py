@@ -26,6 +26,7 @@ import signal
 import time
 
 from lab.cgroups import cg_kill_remove, spawn
+from lab.deb_images import DEB_IMAGES
 from lab.layout import (
     BUILD_IP,
     CACHE,
@@ -488,8 +489,6 @@ def scrub_docker(name: str, keep_base: str | None) -> None:
     ~7 GB base is pulled once per node and base version, and the images of Debian packages (the
     gateway's, Prometheus's, the node exporter's, Alertmanager's: tens of MB each) pulled from
     it. keep_base None keeps every image."""
-    from lab.image import DEB_IMAGES  # lab.image imports this module
-
     small = [f'"{REGISTRY}/{img.repo}@' for img in DEB_IMAGES.values()]
     dk = node_docker(name)
     ids = out([*dk, "ps", "-aq"], check=False).split()

@@ -10,7 +10,7 @@ import json
 import os
 
 from lab import hub
-from lab.image import DEB_IMAGES
+from lab.deb_images import DEB_IMAGES
 from lab.layout import (
     FAB_MTU,
     FABRIC,

@@ -1,4 +1,4 @@
-"""The lab's Prometheus, node exporter and Alertmanager images (lab/image.py PROMETHEUS,
+"""The lab's Prometheus, node exporter and Alertmanager images (lab/deb_images.py PROMETHEUS,
 NODE_EXPORTER, ALERTMANAGER: Debian's prometheus 2.42, prometheus-node-exporter 1.5 and
 prometheus-alertmanager 0.25) run on the nodes by the tags Pulumi.dev.yaml names, as the stack
 runs upstream's prom/prometheus, prom/node-exporter and prom/alertmanager: the versions, the

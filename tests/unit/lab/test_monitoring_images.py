@@ -1,8 +1,8 @@
-"""lab/image.py's Prometheus, node exporter and Alertmanager images (and what the four images of
-Debian packages
-share) without a lab: their keys, what `docker import` gives them, the checks a build must pass
-before the push, what `up`, `down` and stack.json do with them. The builds run on the lab
-(`lab.py up`); tests/lab/test_monitoring_images.py runs the images there."""
+"""The Prometheus, node exporter and Alertmanager images (lab/deb_images.py's recipes, lab/
+image.py's builds; and what the four images of Debian packages share) without a lab: their keys,
+what `docker import` gives them, the checks a build must pass before the push, what `up`, `down`
+and stack.json do with them. The builds run on the lab (`lab.py up`);
+tests/lab/test_monitoring_images.py runs the images there."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lab import hosts, image, state
+from lab import deb_images, hosts, image, state
 from lab.layout import REGISTRY, STACK_TAG
 
 DIGEST = "sha256:" + "b" * 64
@@ -30,14 +30,14 @@ NODE_EXPORTER_V = ("node_exporter, version 1.5.0 (branch: debian/sid, revision: 
 ALERTMANAGER_V = ("alertmanager, version 0.25.0 (branch: debian/sid, revision: 0.25.0-1+b4)\n"
                   "  build user:       team+pkg-go@tracker.debian.org\n")
 AMTOOL_V = ALERTMANAGER_V.replace("alertmanager, version", "amtool, version", 1)
-IMAGES = list(image.DEB_IMAGES.values())
+IMAGES = list(deb_images.DEB_IMAGES.values())
 
 
 def done(rc: int, out: str = "", err: str = "") -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([], rc, out, err)
 
 
-def changes(img: image.DebImage, key: str = "k" * 16) -> list:
+def changes(img: deb_images.DebImage, key: str = "k" * 16) -> list:
     got = image.import_changes(img, key)
     assert set(got[::2]) == {"-c"}
     return got[1::2]
@@ -53,12 +53,12 @@ def test_each_image_has_its_own_key_and_repository():
 
 def test_the_gateway_key_does_not_hash_what_it_predates():
     """Its cached image stays valid: only what its key hashed before the recipes were shared."""
-    g = image.GATEWAY
+    g = deb_images.GATEWAY
     assert image.deb_key(dataclasses.replace(g, setup="true\n")) == image.deb_key(g)
     assert image.deb_key(dataclasses.replace(g, key_has_config=True)) != image.deb_key(g)
 
 
-@pytest.mark.parametrize("img", [image.PROMETHEUS, image.NODE_EXPORTER, image.ALERTMANAGER],
+@pytest.mark.parametrize("img", [deb_images.PROMETHEUS, deb_images.NODE_EXPORTER, deb_images.ALERTMANAGER],
                          ids=lambda i: i.label)
 def test_the_monitoring_keys_follow_the_whole_recipe(img):
     key = image.deb_key(img)
@@ -70,7 +70,7 @@ def test_the_monitoring_keys_follow_the_whole_recipe(img):
 
 
 def test_prometheus_is_packaged_like_upstreams_image():
-    lines = changes(image.PROMETHEUS)
+    lines = changes(deb_images.PROMETHEUS)
     assert 'ENTRYPOINT ["prometheus"]' in lines  # found on PATH: /usr/bin/prometheus
     assert 'CMD ["--config.file=/etc/prometheus/prometheus.yml", ' \
            '"--storage.tsdb.path=/prometheus"]' in lines
@@ -78,54 +78,54 @@ def test_prometheus_is_packaged_like_upstreams_image():
     assert "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" in lines
     assert any(x.startswith("LABEL ") and "spark-vllm.lab.prometheus=" + "k" * 16 in x
                for x in lines)
-    assert image.PROMETHEUS.pkgs == ("prometheus",)
+    assert deb_images.PROMETHEUS.pkgs == ("prometheus",)
     # its data folder exists and belongs to the user it runs as
-    assert "mkdir -p /prometheus" in image.PROMETHEUS.setup
-    assert "chown nobody:nogroup /prometheus" in image.PROMETHEUS.setup
+    assert "mkdir -p /prometheus" in deb_images.PROMETHEUS.setup
+    assert "chown nobody:nogroup /prometheus" in deb_images.PROMETHEUS.setup
 
 
 def test_prometheus_sheds_the_tzdata_json_of_its_web_ui_and_what_every_image_sheds():
-    assert set(image.DEB_TRIM) <= set(image.PROMETHEUS.trim)
-    assert "usr/share/javascript/moment-timezone/data" in image.PROMETHEUS.trim
-    assert image.NODE_EXPORTER.trim == image.GATEWAY.trim == image.DEB_TRIM
+    assert set(deb_images.DEB_TRIM) <= set(deb_images.PROMETHEUS.trim)
+    assert "usr/share/javascript/moment-timezone/data" in deb_images.PROMETHEUS.trim
+    assert deb_images.NODE_EXPORTER.trim == deb_images.GATEWAY.trim == deb_images.DEB_TRIM
 
 
 def test_the_node_exporter_answers_to_upstreams_binary_name():
-    lines = changes(image.NODE_EXPORTER, "e" * 16)
+    lines = changes(deb_images.NODE_EXPORTER, "e" * 16)
     assert 'ENTRYPOINT ["node_exporter"]' in lines and "USER nobody" in lines
     assert not any(x.startswith("CMD ") for x in lines)  # the stack passes its flags
     assert any("spark-vllm.lab.node-exporter=" + "e" * 16 in x for x in lines)
-    assert image.NODE_EXPORTER.pkgs == ("prometheus-node-exporter",)
-    assert image.NODE_EXPORTER.setup.split() == \
+    assert deb_images.NODE_EXPORTER.pkgs == ("prometheus-node-exporter",)
+    assert deb_images.NODE_EXPORTER.setup.split() == \
         ["ln", "-s", "/usr/bin/prometheus-node-exporter", "/usr/local/bin/node_exporter"]
 
 
 def test_alertmanager_is_packaged_like_upstreams_image():
     """Upstream's prom/alertmanager: `alertmanager` on PATH (Debian's binary is
     prometheus-alertmanager), amtool beside it, user nobody, its data in /alertmanager."""
-    lines = changes(image.ALERTMANAGER, "a" * 16)
+    lines = changes(deb_images.ALERTMANAGER, "a" * 16)
     assert 'ENTRYPOINT ["alertmanager"]' in lines
     assert 'CMD ["--config.file=/etc/prometheus/alertmanager.yml", ' \
            '"--storage.path=/alertmanager"]' in lines
     assert "USER nobody" in lines and "WORKDIR /alertmanager" in lines
     assert any("spark-vllm.lab.alertmanager=" + "a" * 16 in x for x in lines)
-    assert image.ALERTMANAGER.pkgs == ("prometheus-alertmanager",)
+    assert deb_images.ALERTMANAGER.pkgs == ("prometheus-alertmanager",)
     assert "ln -s /usr/bin/prometheus-alertmanager /usr/local/bin/alertmanager" in \
-        image.ALERTMANAGER.setup
-    assert "chown nobody:nogroup /alertmanager" in image.ALERTMANAGER.setup
+        deb_images.ALERTMANAGER.setup
+    assert "chown nobody:nogroup /alertmanager" in deb_images.ALERTMANAGER.setup
 
 
 def test_the_alertmanager_check_wants_0_25_and_a_working_amtool():
-    assert image.alertmanager_check(0, ALERTMANAGER_V, 0, AMTOOL_V) == []
-    assert image.alertmanager_check(0, ALERTMANAGER_V.replace("0.25.0", "0.24.0"), 0,
+    assert deb_images.alertmanager_check(0, ALERTMANAGER_V, 0, AMTOOL_V) == []
+    assert deb_images.alertmanager_check(0, ALERTMANAGER_V.replace("0.25.0", "0.24.0"), 0,
                                     AMTOOL_V)[0].startswith("expected alertmanager 0.25.x")
-    assert image.alertmanager_check(0, ALERTMANAGER_V, 127, "no amtool")[0].startswith(
+    assert deb_images.alertmanager_check(0, ALERTMANAGER_V, 127, "no amtool")[0].startswith(
         "amtool --version exited 127")
 
 
 def test_the_images_are_named_as_pulumi_dev_yaml_and_stack_json_name_them():
     cfg = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())["config"]
-    tag = {field: f"{REGISTRY}/{img.repo}:{STACK_TAG}" for field, img in image.DEB_IMAGES.items()}
+    tag = {field: f"{REGISTRY}/{img.repo}:{STACK_TAG}" for field, img in deb_images.DEB_IMAGES.items()}
     assert cfg["spark-vllm:gateway"]["image"]["ref"] == tag["gatewayImage"]
     assert cfg["spark-vllm:monitoring"]["prometheus"]["ref"] == tag["prometheusImage"]
     assert cfg["spark-vllm:monitoring"]["nodeExporter"]["ref"] == tag["nodeExporterImage"]
@@ -134,46 +134,46 @@ def test_the_images_are_named_as_pulumi_dev_yaml_and_stack_json_name_them():
 
 # --------------------------------------------------------------------------- the checks
 def test_the_prometheus_check_wants_2_42_and_a_working_promtool():
-    assert image.prometheus_check(0, PROMETHEUS_V, 0, PROMTOOL_V) == []
+    assert deb_images.prometheus_check(0, PROMETHEUS_V, 0, PROMTOOL_V) == []
     old = PROMETHEUS_V.replace("2.42.0", "2.33.5")
-    assert image.prometheus_check(0, old, 0, PROMTOOL_V) == \
+    assert deb_images.prometheus_check(0, old, 0, PROMTOOL_V) == \
         ["expected prometheus 2.42.x, got 'prometheus, version 2.33.5+ds (branch: debian/sid, "
          "revision: 2.33.5+ds-5+deb12u1)'"]
     missing = 'exec: "promtool": executable file not found in $PATH'
-    got = image.prometheus_check(0, PROMETHEUS_V, 127, missing)
+    got = deb_images.prometheus_check(0, PROMETHEUS_V, 127, missing)
     assert len(got) == 1 and got[0].startswith("promtool --version exited 127") and missing in got[0]
     # the other program's answer is not enough
-    assert image.prometheus_check(0, PROMETHEUS_V, 0, PROMETHEUS_V)[0].startswith(
+    assert deb_images.prometheus_check(0, PROMETHEUS_V, 0, PROMETHEUS_V)[0].startswith(
         "expected promtool 2.42.x")
-    assert image.prometheus_check(1, "", 0, PROMTOOL_V)[0].startswith(
+    assert deb_images.prometheus_check(1, "", 0, PROMTOOL_V)[0].startswith(
         "prometheus --version exited 1")
 
 
 def test_the_node_exporter_check_wants_1_5():
-    assert image.node_exporter_check(0, NODE_EXPORTER_V) == []
-    assert image.node_exporter_check(0, NODE_EXPORTER_V.replace("1.5.0", "1.6.1")) == \
+    assert deb_images.node_exporter_check(0, NODE_EXPORTER_V) == []
+    assert deb_images.node_exporter_check(0, NODE_EXPORTER_V.replace("1.5.0", "1.6.1")) == \
         ["expected node_exporter 1.5.x, got 'node_exporter, version 1.6.1 (branch: debian/sid, "
          "revision: 1.6.1-1+b6)'"]
-    assert image.node_exporter_check(0, "") == ["expected node_exporter 1.5.x, got ''"]
-    assert image.node_exporter_check(126, "permission denied")[0].startswith(
+    assert deb_images.node_exporter_check(0, "") == ["expected node_exporter 1.5.x, got ''"]
+    assert deb_images.node_exporter_check(126, "permission denied")[0].startswith(
         "node_exporter --version exited 126")
 
 
 def test_each_recipe_checks_what_its_probes_answer():
     """The probes the build runs in the new image, and the recipe's check reading their answers
     in that order."""
-    p = image.PROMETHEUS
+    p = deb_images.PROMETHEUS
     assert [(x.args, x.entrypoint) for x in p.probes] == [(("--version",), ""),
                                                           (("--version",), "promtool")]
     assert p.check([done(0, PROMETHEUS_V), done(0, PROMTOOL_V)]) == []
     assert p.check([done(0, PROMETHEUS_V), done(1, "", "no promtool")])
-    n = image.NODE_EXPORTER
+    n = deb_images.NODE_EXPORTER
     assert [(x.args, x.entrypoint) for x in n.probes] == [(("--version",), "")]
     assert n.check([done(0, "", NODE_EXPORTER_V)]) == []  # stdout or stderr: either counts
     assert n.check([done(0, "node_exporter, version 1.7.0")])
-    g = image.GATEWAY
+    g = deb_images.GATEWAY
     assert [(x.args, x.user, x.input) for x in g.probes] == \
-        [(("-vv",), "", None), (("-c", "-f", "/dev/stdin"), "0", image.GATEWAY_SMOKE_CFG)]
+        [(("-vv",), "", None), (("-c", "-f", "/dev/stdin"), "0", deb_images.GATEWAY_SMOKE_CFG)]
     vv = "HAProxy version 2.6.12-1+deb12u4 2026/10/17\nBuilt with OpenSSL version : OpenSSL 3\n"
     assert g.check([done(0, vv), done(0)]) == []
     assert "smoke config failed: [ALERT] bad" in g.check([done(0, vv), done(1, "", "[ALERT] bad")])[0]
@@ -243,7 +243,7 @@ def test_a_warm_up_only_asks_the_registry_and_a_cold_one_builds_and_prunes(monke
 
 
 def test_stack_json_names_every_image_and_its_tag(monkeypatch):
-    refs = {field: f"{REGISTRY}/{img.repo}@{DIGEST}" for field, img in image.DEB_IMAGES.items()}
+    refs = {field: f"{REGISTRY}/{img.repo}@{DIGEST}" for field, img in deb_images.DEB_IMAGES.items()}
     monkeypatch.setattr(state, "state", lambda: {"nodes": 1, "image": "img", **refs})
     monkeypatch.setattr(state, "host_key", lambda name: "ssh-ed25519 AAAA")
     monkeypatch.setattr(state.hub, "commits", lambda repo=None: {})
