@@ -27,13 +27,17 @@ export PIP_CACHE_DIR ?= $(CACHE)/pip
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: requirements.txt policies/requirements.txt pyproject.toml
+# contract/ (what the program and the pack share) goes into both: the program's editable install
+# maps it, the pack's virtualenv gets its own copy (re-made when a contract file changes)
+$(VENV)/.installed: requirements.txt policies/requirements.txt pyproject.toml $(wildcard contract/*.py contract/pyproject.toml)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements.txt
 	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	@test -x policies/venv/bin/python || python3 -m venv policies/venv
 	policies/venv/bin/python -m pip install -q -r policies/requirements.txt
+	policies/venv/bin/python -m pip install -q --no-deps --no-build-isolation --force-reinstall ./contract
+	@rm -rf contract/build contract/*.egg-info  # pip builds in the tree: no stale copy of a removed module next time
 	@touch $@
 
 venv: $(VENV)/.installed ## the project and policy-pack virtualenvs (pip wheels cached in $(CACHE)/pip)
@@ -52,10 +56,12 @@ host-packages: ## Debian's haproxy, netplan.io, iptables, nftables, systemd, pro
 
 setup: venv toolchain host-packages ## everything a fresh machine needs (idempotent; seconds when warm)
 
-lint: venv ## ruff, mypy (strict on the program's packages), the import layers (import-linter)
+lint: venv ## ruff, mypy (strict: the program, contract/, the pack's rules, bench), the import layers, the generated docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	$(PY) scripts/contract_doc.py --check
+	$(PY) bench/golden_steps.py --check
 
 test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hosts)
 	$(PY) -m pytest -q -n 2 tests/unit tests/policies
@@ -63,7 +69,7 @@ test-unit: venv ## fast tier: mocks, policy rules, recon parsers (no CLI, no hos
 # scripts/run_tests.py runs the tiers as separate pytest processes (the mock tests install
 # Pulumi's global mock monitor, which the engine tests must not inherit), fails on any skipped
 # test, and prints each tier's time and the 15 slowest tests. docs/testing.md: what proves what.
-test: require-root setup lint ## the whole suite: lint, unit, engine, promote, lab, e2e (CI; ~70 min)
+test: require-root setup lint ## the whole suite: lint, unit, engine, promote, lab, e2e (CI; ~55 min)
 	$(PY) scripts/run_tests.py $(TEST_ARGS)
 
 test-all: require-root setup lint ## make test plus the long tail of e2e cases (docs/testing.md; ~80 min)
