@@ -25,6 +25,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
@@ -45,21 +46,31 @@ class Tier:
     env: dict[str, str] = field(default_factory=dict)
     root: bool = False  # needs root (the lab)
     long_tail: bool = False  # takes `--all` into account (marker `long`)
+    # started at the run's beginning beside the others (its output to <reports>/<name>.log);
+    # `nice` > 0 gives it only the CPU the foreground tiers leave idle
+    background: bool = False
+    nice: int = 0
+    after: str | None = None  # a background tier that must have passed before this one starts
 
 
-# In the order they run. The lab tier's down/up test (test_zz_down) runs last, on its own: it
-# wipes the nodes' HF and compile caches, which the e2e tier reuses from the lab tier.
+# In the order they run. Two cores must carry ~70 minutes of tests in under 55: the engine and
+# promote tiers (Pulumi's engine over temporary file backends: no lab, no fixed port) run in the
+# background at nice 10 from the start, filling the CPU the lab's e2e cases leave idle while they
+# wait (vLLM's health polls, Docker's restart back-off, alert windows); the lab tier runs beside
+# the fast tier (mostly waiting on the lab's bring-up) and the e2e tier waits for it. The lab
+# tier's down/up test (test_zz_down) runs last, on its own: it wipes the nodes' HF and compile
+# caches, which the e2e tier reuses from the lab tier. docs/testing.md: the measured effect.
 TIERS = [
     # unit + policies: mocks only, no hosts; two workers (pytest-xdist) on this 2-core machine,
     # each module's tests on one worker in file order (--dist loadfile): the fuzz modules count
     # their cases in the process and check the count in their last test
     Tier("fast", ["tests/unit", "tests/policies"], ["-n", "2", "--dist", "loadfile"]),
-    Tier("engine", ["tests/engine"]),
+    Tier("engine", ["tests/engine"], background=True, nice=10),
     # promotion through the engine with a fake program (the lab round trip is in tests/e2e)
-    Tier("promote", ["tests/promote"]),
+    Tier("promote", ["tests/promote"], background=True, nice=10),
     Tier("lab", ["tests/lab"], ["--deselect", "tests/lab/test_zz_down.py"], {"LAB_AUTO": "1"},
-         root=True, long_tail=True),
-    Tier("e2e", ["tests/e2e"], root=True, long_tail=True),
+         root=True, long_tail=True, background=True),
+    Tier("e2e", ["tests/e2e"], root=True, long_tail=True, after="lab"),
     Tier("lab-down-up", ["tests/lab/test_zz_down.py"], [], {"LAB_AUTO": "1"}, root=True),
 ]
 DEFAULT = [t.name for t in TIERS]
@@ -91,19 +102,80 @@ def read_junit(path: Path) -> tuple[dict[str, int], list[tuple[float, str]]]:
     return counts, tests
 
 
-def run_tier(tier: Tier, reports: Path, long_tail: bool) -> Result:
-    junit = reports / f"{tier.name}.xml"
+def _argv(tier: Tier, junit: Path, long_tail: bool) -> list[str]:
     argv = [sys.executable, "-m", "pytest", "-q", "-rs", "--durations=15",
             f"--junitxml={junit}", "-o", "junit_family=xunit2", *tier.args, *tier.paths]
     if tier.long_tail and not long_tail:
         argv[4:4] = ["-m", "not long"]
-    env = {**os.environ, "SPARK_VLLM_STRICT_SKIPS": "1", **tier.env}
+    return argv
+
+
+def _env(tier: Tier) -> dict[str, str]:
+    return {**os.environ, "SPARK_VLLM_STRICT_SKIPS": "1", **tier.env}
+
+
+def run_tier(tier: Tier, reports: Path, long_tail: bool) -> Result:
+    junit = reports / f"{tier.name}.xml"
+    argv = _argv(tier, junit, long_tail)
     print(f"\n===== tier {tier.name}: {' '.join(argv[1:])}", flush=True)
     t0 = time.monotonic()
-    code = subprocess.run(argv, cwd=ROOT, env=env, check=False).returncode
+    code = subprocess.run(argv, cwd=ROOT, env=_env(tier), check=False).returncode
     secs = time.monotonic() - t0
     counts, tests = read_junit(junit)
     return Result(tier.name, code, secs, counts, tests)
+
+
+@dataclass
+class Background:
+    """A tier running beside the others; its output goes to <reports>/<name>.log."""
+
+    tier: Tier
+    proc: subprocess.Popen[bytes]
+    log: Path
+    junit: Path
+    t0: float
+    ended: float | None = None  # when its process exited (a thread waits for it)
+    result: Result | None = None
+
+    def __post_init__(self) -> None:
+        self._watcher = threading.Thread(target=self._watch, daemon=True)
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        self.proc.wait()
+        self.ended = time.monotonic()
+
+    @classmethod
+    def start(cls, tier: Tier, reports: Path, long_tail: bool) -> Background:
+        junit, log = reports / f"{tier.name}.xml", reports / f"{tier.name}.log"
+        argv = _argv(tier, junit, long_tail)
+        how = f"in the background, nice {tier.nice}" if tier.nice else "in the background"
+        print(f"\n===== tier {tier.name} ({how}; output in {log}): {' '.join(argv[1:])}",
+              flush=True)
+        nice = tier.nice
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(argv, cwd=ROOT, env=_env(tier), stdout=out,
+                                    stderr=subprocess.STDOUT,
+                                    preexec_fn=(lambda: os.nice(nice)) if nice else None)
+        return cls(tier, proc, log, junit, time.monotonic())
+
+    def wait(self) -> Result:
+        """Its result once it has ended (its log's last lines printed, all of them on failure
+        up to 200)."""
+        if self.result is None:
+            self._watcher.join()  # it records the exit's time
+            code, ended = self.proc.wait(), self.ended
+            assert ended is not None
+            secs = ended - self.t0
+            counts, tests = read_junit(self.junit)
+            self.result = Result(self.tier.name, code, secs, counts, tests)
+            lines = self.log.read_text(errors="replace").splitlines()
+            shown = lines[-200:] if code else lines[-3:]
+            print(f"\n===== tier {self.tier.name} (background) ended: "
+                  f"{'ok' if code == 0 else f'exit {code}'} after {_mmss(secs)}; "
+                  f"the last {len(shown)} lines of {self.log}:", flush=True)
+            print("\n".join(shown), flush=True)
+        return self.result
 
 
 def summary(results: list[Result], total: float) -> str:
@@ -157,13 +229,23 @@ def main(argv: list[str] | None = None) -> int:
     reports.mkdir(parents=True, exist_ok=True)
     results: list[Result] = []
     t0 = time.monotonic()
-    for tier in chosen:
+    background = {t.name: Background.start(t, reports, a.all) for t in chosen if t.background}
+    foreground = [t for t in chosen if not t.background]
+    for i, tier in enumerate(foreground):
+        if tier.after in background:
+            needed = background[tier.after].wait()
+            if needed.code != 0:
+                print(f"\ntier {needed.tier} failed (exit {needed.code}); the tiers that need it "
+                      f"({', '.join(t.name for t in foreground[i:])}) did not run", flush=True)
+                break
         results.append(run_tier(tier, reports, a.all))
         if results[-1].code != 0:
             print(f"\ntier {tier.name} failed (exit {results[-1].code}); the later tiers "
-                  f"({', '.join(t.name for t in chosen[len(results):]) or 'none'}) did not run",
+                  f"({', '.join(t.name for t in foreground[i + 1:]) or 'none'}) did not run",
                   flush=True)
             break
+    results += [b.wait() for b in background.values()]
+    results.sort(key=lambda r: [t.name for t in TIERS].index(r.tier))
     print(summary(results, time.monotonic() - t0))
     print(f"JUnit reports: {reports}")
     failed = [r for r in results if r.code != 0]

@@ -190,7 +190,9 @@ def _quiet(d, what: str) -> None:
     assert d.snapshot() == snap
 
 
-@pytest.mark.parametrize("node", [HEAD, WORKER])
+# the head's rank: long (docs/testing.md "Only in make test-all"); the worker's, the headless
+# rank a crash must bring back without the head, in make test
+@pytest.mark.parametrize("node", [pytest.param(HEAD, marks=pytest.mark.long), WORKER])
 def test_mp_a_crashed_rank_serves_again_by_itself(mp, node):
     """kill -9 of a vLLM container's main process (a crash, restarted by Docker's policy)."""
     d = mp
@@ -203,6 +205,7 @@ def test_mp_a_crashed_rank_serves_again_by_itself(mp, node):
     _quiet(d, what)
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_mp_a_headless_rank_stopped_by_hand_comes_back_with_up_refresh(mp):
     """`docker stop` is a manual stop: Docker leaves it. recon's reason restarts every rank."""
     d = mp

@@ -374,6 +374,7 @@ def test_vllm_bad_flag_is_refused_by_the_images_vllm_before_vllm_is_replaced(dep
     d.run("preview", expect_no_changes=True)
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_a_flag_vllm_dies_of_puts_the_last_verified_deployment_back_in_the_same_up(deployment):
     """Issue 49. A serve setting vLLM's parser accepts but the model cannot serve (a context far
     beyond the lab model's 4096 positions): the serve check passes, vLLM's container is replaced
@@ -639,6 +640,7 @@ def cancel_stale_lock(d) -> None:
     print(f"[operator] pulumi cancel: rc={r.returncode} {r.stdout.strip()} {r.stderr.strip()}")
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_up_interrupted_with_sigint_then_next_up_converges(deployment):
     """Ctrl-C in the operator's terminal (SIGINT to the process group of `pulumi up`, the plain
     CLI running the program through the language host) while vLLM restarts: during the health

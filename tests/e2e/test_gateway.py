@@ -49,7 +49,7 @@ HEAD, WORKER = "spark-1", "spark-2"
 GATEWAY = "spark-vllm-dev-gateway"
 SSHD = 22
 MAIN, EMBED = "tiny-moe", "tiny-embed"
-# what a service added or removed may change beside its own resources (tests/e2e/test_services)
+# what a service added or removed may change beside its own resources (tests/e2e/test_services.py)
 ROUTING = {"vllm": "update", "gateway": "update", "gateway-config": "update",
            "gateway-health": "update",
            # the service's port in the firewall of its nodes (issue 45: the table updated)

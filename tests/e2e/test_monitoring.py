@@ -287,6 +287,7 @@ def _port(d, node: str, iface: str = TWIN) -> tuple[str, str]:
     return out[0].strip(), out[1].strip()
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_the_reconcile_repairs_fabric_drift_with_no_human(stack):
     """`spark-vllm reconcile -s dev --every 15s` runs as its timer would run it. The worker's
     second twin loses its address and its MTU behind the stack (as tests/e2e/test_fabric.py
@@ -379,6 +380,7 @@ def test_a_new_scrape_interval_reloads_prometheus_and_nothing_else(stack):
     assert "scrape_interval: 10s" in cfg, cfg
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_a_monitoring_folder_wiped_behind_the_stack_is_made_again(stack):
     """The stack's monitoring and data folders removed on the head behind the stack (as a
     same-named stack's destroy from another backend does): recon sees them gone, the commands
@@ -406,6 +408,7 @@ def test_a_monitoring_folder_wiped_behind_the_stack_is_made_again(stack):
     d.run("preview", expect_no_changes=True)
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_prometheus_stopped_behind_the_stack_is_started_by_the_up(stack):
     """`docker stop` is a manual stop: Docker's restart policy leaves it stopped. Recon sees it
     and the gate starts the same container again; nothing else runs."""
@@ -447,6 +450,7 @@ ROUTING = {"vllm", "gateway", "gateway-config", "gateway-health",
            *(f"firewall-{n}{t}" for n in ("spark-1", "spark-2") for t in ("", "-table"))}
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_a_service_added_is_scraped_with_nothing_else_of_monitoring_touched(stack, lab_cfg):
     """On both nodes: each replica is a target of its own (the gateway's
     /metrics?model=&replica=), each replica's series carry its `replica` label."""

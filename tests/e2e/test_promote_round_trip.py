@@ -66,6 +66,7 @@ def _get(url: str, key: str | None = None) -> tuple[int, str]:
         return e.code, e.read().decode(errors="replace")
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_dev_to_staging_round_trip_on_the_lab(stack, lab_cfg, capsys):
     dev = stack
     work = dev.workdir

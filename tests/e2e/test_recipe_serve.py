@@ -129,6 +129,7 @@ def test_an_imported_real_recipe_serves_the_lab_model(served):
     assert status["drafter"] is None
 
 
+@pytest.mark.long  # docs/testing.md "Only in make test-all"
 def test_a_drafter_from_another_repo_is_fetched_verified_and_served(served):
     d = served
     commit = d.commits[DRAFTER]["main"]

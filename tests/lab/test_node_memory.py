@@ -92,12 +92,16 @@ def test_earlyoom_in_a_node_picks_among_that_nodes_processes_only(lab):
 
 
 def test_the_systemctl_stand_in_runs_earlyoom_in_the_node_from_its_drop_in(lab):
+    """A drop-in's ExecStart is what the stand-in starts (restarted after a daemon-reload). On a
+    lab where a stack runs (after `make demo`: the node's guard has its own drop-in and earlyoom
+    running), the test's drop-in sorts last and earlyoom is put back as it was afterwards."""
     node = list(lab.nodes)[-1]
     dropin = "/etc/systemd/system/earlyoom.service.d/99-lab-test.conf"
+    was = lab.ssh(node, "systemctl is-active earlyoom.service", check=False).stdout.strip()
     script = (f"mkdir -p {dropin.rsplit('/', 1)[0]} && printf '[Service]\\nExecStart=\\n"
               "ExecStart=/usr/bin/earlyoom -M 262144 -s 100 -r 3600\\n' > " + dropin +
-              " && systemctl daemon-reload && systemctl enable --now earlyoom.service && "
-              "systemctl is-active earlyoom.service && "
+              " && systemctl daemon-reload && systemctl enable earlyoom.service && "
+              "systemctl restart earlyoom.service && systemctl is-active earlyoom.service && "
               "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value earlyoom.service)/cmdline")
     try:
         out = lab.ssh(node, script).stdout.split("\n")
@@ -105,9 +109,11 @@ def test_the_systemctl_stand_in_runs_earlyoom_in_the_node_from_its_drop_in(lab):
         log = lab.ssh(node, "journalctl -u earlyoom.service -o cat").stdout
         assert "mem total:" in log and "8192 MiB" in log, log  # the node's memory, as it read it
     finally:
-        lab.ssh(node, f"systemctl disable --now earlyoom.service; rm -f {dropin}", check=False)
+        back = ("systemctl restart earlyoom.service" if was == "active"
+                else "systemctl disable --now earlyoom.service")
+        lab.ssh(node, f"rm -f {dropin}; systemctl daemon-reload; {back}", check=False)
     assert lab.ssh(node, "systemctl is-active earlyoom.service", check=False).stdout.strip() \
-        == "inactive"
+        == ("active" if was == "active" else "inactive")
 
 
 def test_crash_kills_a_containers_main_process_in_the_node(lab):
