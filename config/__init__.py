@@ -27,7 +27,14 @@ from config.errors import ConfigError, key_path
 from config.forms import NAMESPACE, PLACEHOLDER, SECRET_KEYS
 from config.guard import GuardConfig
 from config.known_hosts import known_host_keys, pin_host_keys
-from config.load import Secrets, load_config, load_secrets, secret_plaintext, ssh_key_path
+from config.load import (
+    Secrets,
+    load_config,
+    load_secrets,
+    plain_value,
+    secret_plaintext,
+    ssh_key_path,
+)
 from config.models import (
     CollectiveConfig,
     FabricConfig,
@@ -56,5 +63,6 @@ __all__ = [
     "Recipe", "RecipeError", "Secrets", "ServeSettings", "ServiceConfig", "SshConfig",
     "StackConfig", "VllmConfig",
     "chat_template_text", "key_path", "known_host_keys", "load_config", "load_recipe",
-    "load_secrets", "pin_host_keys", "secret_plaintext", "ssh_key_path", "validate_config",
+    "load_secrets", "pin_host_keys", "plain_value", "secret_plaintext", "ssh_key_path",
+    "validate_config",
 ]

@@ -36,6 +36,20 @@ def _present_keys() -> set[str]:
     return {k[len(prefix) :] for k in keys if k.startswith(prefix)}
 
 
+def plain_value(value: Any, key: str = "") -> Any:
+    """A plain `spark-vllm:<key>` value from a stack file or a ConfigMap as load_config reads it,
+    for the CLI's readers of stack files (one rule, not one per reader): `environment` as text
+    (Config.get), any other text that is JSON as the value it encodes (Config.get_object:
+    `pulumi config set` of a list and the Automation API store objects as JSON text), other text
+    as it is (validation judges it); a value that is not text as it is."""
+    if key == "environment" or not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
 def load_config(pulumi_config: pulumi.Config | None = None) -> StackConfig:
     """Read every top-level key of the `spark-vllm` namespace and validate the whole config."""
     conf = pulumi_config or pulumi.Config(NAMESPACE)

@@ -28,7 +28,6 @@ of your stacks in the environment (make sets both; README "Running a stack").
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import os
@@ -46,7 +45,7 @@ import click
 import yaml
 from pydantic import ValidationError
 
-from config import NAMESPACE, SECRET_KEYS, ConfigError, NodeConfig, validate_config
+from config import NAMESPACE, SECRET_KEYS, ConfigError, NodeConfig, plain_value, validate_config
 from config.models import PINNABLE
 from inspection import day_zero, recon
 from tools.terminal import sanitize_lines
@@ -271,10 +270,7 @@ def read_stack_values(path: Path) -> tuple[dict[str, Any], list[str]]:
         if name in SECRET_KEYS or (isinstance(value, dict) and "secure" in value):
             secrets.append(name)
             continue
-        if isinstance(value, str) and name != "environment":
-            with contextlib.suppress(ValueError):
-                value = json.loads(value)
-        raw[name] = value
+        raw[name] = plain_value(value, name)
     return raw, secrets
 
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from config.forms import DIGEST_REF, NAMESPACE, SECRET_KEYS, is_commit, is_digest_ref
+from config.load import plain_value
 from config.serve import ENVIRONMENT_KEYS, PROMOTED_KEYS, SERVE_KEYS
 
 if TYPE_CHECKING:  # imported where used: `--help` and the unit tests need no engine
@@ -134,13 +135,7 @@ def config_value(cm: Mapping[str, Any], key: str) -> Any:
             EXIT_USAGE,
             f"{NS}{key} is a secret in the stack config; promote copies only plain values",
         )
-    text = getattr(v, "value", v)
-    if isinstance(text, str):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
+    return plain_value(getattr(v, "value", v), key)
 
 
 def serve_object(value: Any) -> dict[str, Any]:

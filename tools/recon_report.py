@@ -23,7 +23,6 @@ Exit codes: 0 preflight passed, 1 preflight failed (findings printed), 2 config/
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
@@ -34,7 +33,15 @@ from typing import Any
 
 import yaml
 
-from config import NAMESPACE, SECRET_KEYS, ConfigError, StackConfig, pin_host_keys, validate_config
+from config import (
+    NAMESPACE,
+    SECRET_KEYS,
+    ConfigError,
+    StackConfig,
+    pin_host_keys,
+    plain_value,
+    validate_config,
+)
 from hostscripts.paths import StackNames
 from inspection import hub, preflight, recon, report
 from tools.terminal import sanitize_lines
@@ -57,13 +64,7 @@ def load_stack_config(stack: str, root: Path | None = None) -> StackConfig:
         name = key[len(prefix):]
         if name in SECRET_KEYS:
             continue
-        if isinstance(value, str) and name != "environment":
-            # as the program reads it (config/load.py, Config.get_object): a value the CLI
-            # stored as a JSON string (`pulumi config set` of a list, the Automation API) is
-            # the object it encodes
-            with contextlib.suppress(ValueError):
-                value = json.loads(value)
-        raw[name] = value
+        raw[name] = plain_value(value, name)  # as the program reads it
     return pin_host_keys(validate_config(raw))
 
 

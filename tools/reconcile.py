@@ -27,7 +27,6 @@ refused (drift reported, not repaired).
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import shutil
@@ -46,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 import click
 import yaml
 
+from config.load import plain_value
 from config.paths import local_state_dir
 from tools import drift, reconcile_timer
 from tools.reconcile_report import (
@@ -158,13 +158,7 @@ def scratch_project(work_dir: Path, stack: str, dest: Path) -> bytes:
 
 
 def _value(v: Any) -> Any:
-    text = getattr(v, "value", v)
-    if isinstance(text, str):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
+    return plain_value(getattr(v, "value", v))
 
 
 def config_differences(applied: dict[str, Any], current: dict[str, Any]) -> list[str]:

@@ -41,6 +41,7 @@ import click
 import yaml
 
 from config.forms import NAMESPACE, is_commit
+from config.load import plain_value
 from tools.init_cli import write_stack_file
 
 # The keys a deployment is made of: whole objects, and the VLLM_*/NCCL_* env of nccl.extraEnv
@@ -95,13 +96,7 @@ def _value(entry: Any) -> Any:
         return None
     if "objectValue" in entry:
         return entry["objectValue"]
-    text = entry.get("value")
-    if isinstance(text, str):
-        try:
-            return json.loads(text)
-        except ValueError:
-            return text
-    return text
+    return plain_value(entry.get("value"))
 
 
 def view_of(config: dict[str, Any], decode: Callable[[Any], Any] = _value) -> dict[str, Any]:
@@ -211,12 +206,7 @@ def current_view(path: Path) -> dict[str, Any]:
     def plain(v: Any) -> Any:
         if isinstance(v, dict) and "secure" in v:
             return None
-        if isinstance(v, str):
-            try:
-                return json.loads(v)
-            except ValueError:
-                return v
-        return v
+        return plain_value(v)
 
     return view_of(data, plain)
 

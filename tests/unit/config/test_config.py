@@ -9,7 +9,7 @@ import pulumi
 import pytest
 import yaml
 
-from config import ConfigError, load_config, load_secrets, validate_config
+from config import ConfigError, load_config, load_secrets, plain_value, validate_config
 from tests.conftest import ROOT, config_raw, monitoring_pinned
 
 
@@ -340,6 +340,20 @@ def test_load_config_reads_pulumi_config_and_rejects_unknown_top_level_keys(mock
     set_config({**raw, "vllmm": {"port": 1}})
     with pytest.raises(ConfigError, match=r"spark-vllm:vllmm: unknown key"):
         load_config()
+
+
+@pytest.mark.parametrize(("key", "value", "expected"), [
+    ("vllm", '{"maxModelLen": 4096}', {"maxModelLen": 4096}),  # the Automation API's JSON text
+    ("nodes", [{"name": "spark-1"}], [{"name": "spark-1"}]),   # a YAML object as it is
+    ("vllm", "{not json", "{not json"),                       # left for validation to refuse
+    ("environment", "123", "123"),                            # Config.get: always text
+    ("model", "123", 123),
+])
+def test_the_cli_reads_a_plain_stack_value_as_the_program_does(key, value, expected):
+    """tools/ (recon, init, promote, reconcile, rollback) read stack files through this one
+    rule; `environment` stays text as load_config's Config.get keeps it."""
+    got = plain_value(value, key)
+    assert got == expected and type(got) is type(expected)
 
 
 @pulumi.runtime.test
