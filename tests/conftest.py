@@ -151,6 +151,33 @@ def dev_config_raw() -> dict[str, Any]:
     return {k.split(":", 1)[1]: v for k, v in data.items()}
 
 
+# Two ed25519 host keys of the right form (OpenSSH's format; no host holds them).
+TEST_HOST_KEYS = (
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIPykkYzPvHrVjEDRoWCY0vynXHUvfbCJFpaFuAhGr90L",
+    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAzciBTDgFfru/NcREI8UuDkm3ihu7lliKeTKf+k8ZJL",
+)
+
+
+def dev_project(folder: Path, **sections: dict[str, Any]) -> Path:
+    """`folder` as a project for the CLI's dev stack: Pulumi.yaml and Pulumi.dev.yaml (each
+    `sections[key]` updating spark-vllm:<key>), its nodes' host keys pinned through a
+    known_hosts file in `folder`. Pulumi.dev.yaml names the lab's known_hosts, which exists only
+    once a lab was brought up on this machine: a test that read it passed or failed with the
+    machine's history (and raced the lab tier's bring-up in `make test`)."""
+    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
+    config = data["config"]
+    for key, values in sections.items():
+        config[f"spark-vllm:{key}"].update(values)
+    hosts = [n["host"] for n in config["spark-vllm:nodes"]]
+    known_hosts = folder / "known_hosts"
+    known_hosts.write_text("".join(f"{h} {k}\n" for h, k in zip(hosts, TEST_HOST_KEYS,
+                                                                strict=True)))
+    config["spark-vllm:ssh"]["knownHostsFile"] = str(known_hosts)
+    (folder / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    shutil.copy(ROOT / "Pulumi.yaml", folder / "Pulumi.yaml")
+    return folder
+
+
 def node_raw(i: int) -> dict[str, Any]:
     host = 10 + i
     return {

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from inspection.facts import ContainerFacts
-from tests.conftest import ROOT, gb10_facts
+from tests.conftest import ROOT, dev_project, gb10_facts
 from tools import cli, fabric_cli
 
 LAB = ROOT / "tests" / "fixtures" / "collective"
@@ -35,8 +35,8 @@ def facts(serving: bool = True):
 
 
 @pytest.fixture
-def in_repo(monkeypatch):
-    monkeypatch.chdir(ROOT)  # Pulumi.dev.yaml, Pulumi.yaml
+def in_repo(monkeypatch, tmp_path):
+    monkeypatch.chdir(dev_project(tmp_path))
 
 
 def runner(kind: str, sent: dict[str, str]):

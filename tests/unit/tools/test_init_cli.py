@@ -27,7 +27,7 @@ import yaml
 from click.testing import CliRunner
 
 from inspection import recon
-from tests.conftest import ROOT
+from tests.conftest import ROOT, dev_project
 from tools import cli, init_cli
 
 INIT = ROOT / "tests" / "fixtures" / "init"
@@ -427,11 +427,12 @@ def test_recon_prints_nothing_a_terminal_acts_on(tmp_path, monkeypatch, capsys):
             out[node.name] = recon.parse_recon_output(node.name, text, nonce=nonce)
         return out
 
-    monkeypatch.chdir(ROOT)
+    (tmp_path / "project").mkdir()
+    monkeypatch.chdir(dev_project(tmp_path / "project"))
     monkeypatch.setattr(recon, "survey_all", survey_all)
     rc = recon_report.main(["-s", "dev", "--no-last-up", "--color", "always"])
     out, err = capsys.readouterr()
-    assert rc == 1  # the seeded node's foreign containers fail preflight
+    assert rc == 1, err  # the seeded node's foreign containers fail preflight
     assert "Debian\\x1b]0;pwned\\x07" in out  # the table shows the node's value escaped
     assert "vllm-node-tail" in err  # preflight's finding, the sequences removed
     for text in (out, err):

@@ -8,10 +8,9 @@ import json
 import re
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, dev_project
 from tests.unit.inspection.recon_helpers import assemble, fixture
 from tools import cli
 from tools import status as tool
@@ -46,11 +45,7 @@ def _stack_file(tmp_path, **sections) -> None:
     """Pulumi.dev.yaml in tmp_path, its guard off: the recorded outputs (tests/fixtures/status)
     predate the guard (0.20), so they are read as the stack they came from; `sections` patch
     more of it."""
-    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
-    data["config"]["spark-vllm:guard"]["enabled"] = False
-    for key, values in sections.items():
-        data["config"][f"spark-vllm:{key}"].update(values)
-    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data))
+    dev_project(tmp_path, **{"guard": {"enabled": False}, **sections})
 
 
 @pytest.fixture
@@ -320,13 +315,11 @@ def test_the_drafter_is_named_with_where_its_commit_is(tmp_path, monkeypatch):
     """model.drafter (issue 44, item 4): a line after the models (and `drafter` in --json) says
     per node whether the drafter's snapshot is there; a node whose listing is missing is
     unknown, never present. The exit code stays the models'."""
-    data = yaml.safe_load((ROOT / "Pulumi.dev.yaml").read_text())
-    config = data["config"]
-    config["spark-vllm:model"]["drafter"] = {"repo": "spark-lab/tiny-drafter",
-                                              "revision": "d" * 40}
-    config["spark-vllm:vllm"]["speculativeConfig"] = {
-        "method": "draft_model", "model": "spark-lab/tiny-drafter", "num_speculative_tokens": 2}
-    (tmp_path / "Pulumi.dev.yaml").write_text(yaml.safe_dump(data))
+    dev_project(
+        tmp_path,
+        model={"drafter": {"repo": "spark-lab/tiny-drafter", "revision": "d" * 40}},
+        vllm={"speculativeConfig": {"method": "draft_model", "model": "spark-lab/tiny-drafter",
+                                    "num_speculative_tokens": 2}})
     monkeypatch.chdir(tmp_path)
     listing = ("repo\tmodels--spark-lab--tiny-drafter\nlisted\n"
                f"snapshot\t{'d' * 40}\nfile\t{'d' * 40}\tconfig.json\t20\n"
