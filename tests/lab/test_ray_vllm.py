@@ -10,6 +10,10 @@ counters show.
 Marked `long` (make test-all only): the lab's own proof, by hand, of what tests/e2e proves
 through the program (test_lab_stack: the stack's Ray and vLLM serve TP 2 across the fabric, a
 revision change loads the other commit); docs/testing.md.
+
+A stack may be on the lab (`make demo` before the tests): its nftables table drops the vLLM port
+from the management network and its Ray head and vLLM hold 6379 and 8000, so this cluster uses
+ports of its own and the test reaches vLLM on the head's loopback, from inside its container.
 """
 import base64
 import json
@@ -26,6 +30,7 @@ HEAD, WORKER = "spark-1", "spark-2"
 FABRIC_IF = "enp1s0f1np1"
 HF_CACHE = "/root/.cache/huggingface"
 MODEL_CACHE = f"{HF_CACHE}/hub/models--spark-lab--tiny-moe"
+RAY_PORT, VLLM_PORT = 6390, 8123  # none of a stack's (Pulumi.dev.yaml: 6379, 8000, 8080)
 CONTAINERS = ("lab-ray-head", "lab-ray-worker")
 RUN = ("docker run -d --name {name} --network host --ipc host --gpus all "
        f"-v {HF_CACHE}:{HF_CACHE} -e HF_HUB_OFFLINE=1 -e RAY_DEDUP_LOGS=0 "
@@ -34,15 +39,40 @@ RUN = ("docker run -d --name {name} --network host --ipc host --gpus all "
 SERVE = ("vllm serve {repo} --revision {rev} --served-model-name tiny-moe -tp 2"
          " --distributed-executor-backend ray --enforce-eager"
          " --kv-cache-memory-bytes 67108864 --max-model-len 512"
-         " --host 0.0.0.0 --port 8000 --api-key {key}")
+         f" --host 127.0.0.1 --port {VLLM_PORT} --api-key {{key}}")
 
 
-def _http(url, body=None, key=KEY, timeout=60):
-    req = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json",
-                                          **({"Authorization": f"Bearer {key}"} if key else {})})
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.status, r.read().decode()
+# Runs in the head container (python3 -c, its argument the request as base64 JSON); prints
+# [status, body], an HTTP error's too
+_REQUEST = """import base64, json, sys, urllib.error, urllib.request as u
+a = json.loads(base64.b64decode(sys.argv[1]))
+data = a["body"].encode() if a["body"] is not None else None
+try:
+    with u.urlopen(u.Request(a["url"], data=data, headers=a["headers"]), timeout=a["timeout"]) as r:
+        print(json.dumps([r.status, r.read().decode()]))
+except urllib.error.HTTPError as e:
+    print(json.dumps([e.code, e.read().decode(errors="replace")]))
+"""
+
+
+def _http(lab, path, body=None, key=KEY, timeout=60):
+    """vLLM's `path` on the head's loopback; an HTTP error status raises HTTPError, as urlopen
+    does."""
+    url = f"http://127.0.0.1:{VLLM_PORT}{path}"
+    req = {"url": url, "body": json.dumps(body) if body is not None else None,
+           "timeout": timeout,
+           "headers": {"Content-Type": "application/json",
+                       **({"Authorization": f"Bearer {key}"} if key else {})}}
+    code = base64.b64encode(_REQUEST.encode()).decode()
+    arg = base64.b64encode(json.dumps(req).encode()).decode()
+    p = lab.ssh(HEAD, f"docker exec lab-ray-head python3 -c \"$(echo {code} | base64 -d)\" "
+                      f"{arg}", check=False, timeout=timeout + 30)
+    if p.returncode != 0:
+        raise ConnectionError(f"no answer from vLLM on {url}: {p.stderr.strip()[-300:]}")
+    status, text = json.loads(p.stdout)
+    if status >= 400:
+        raise urllib.error.HTTPError(url, status, text[:200], hdrs=None, fp=None)  # type: ignore[arg-type]
+    return status, text
 
 
 def _fabric_bytes(lab, node) -> int:
@@ -53,7 +83,6 @@ def _fabric_bytes(lab, node) -> int:
 class Server:
     def __init__(self, lab):
         self.lab = lab
-        self.base = f"http://{lab.nodes[HEAD]['host']}:8000"
         self.rev = None
 
     def start(self, rev: str) -> str:
@@ -67,7 +96,7 @@ class Server:
         b64 = base64.b64encode(cmd.encode()).decode()
         self.lab.ssh(HEAD, f"docker exec -d lab-ray-head sh -c 'echo {b64} | base64 -d | sh'")
         try:
-            self.lab.wait_until(lambda: _http(self.base + "/health", key=None, timeout=3)[0] == 200,
+            self.lab.wait_until(lambda: _http(self.lab, "/health", key=None, timeout=3)[0] == 200,
                                 300, 2, "vllm /health")
         except AssertionError:
             print(self.log())
@@ -92,7 +121,7 @@ class Server:
 
     def post(self, path: str, body: dict) -> str:
         try:
-            return _http(self.base + path, body)[1]
+            return _http(self.lab, path, body)[1]
         except urllib.error.HTTPError:
             print("--- vllm log (tail) ---\n" + "\n".join(self.log().splitlines()[-60:]))
             raise
@@ -113,10 +142,10 @@ def cluster(lab):
                 timeout=1200)
     common = "--num-gpus 1 --object-store-memory 100000000 --disable-usage-stats --block"
     lab.ssh(HEAD, RUN.format(name="lab-ray-head", ip=ips[HEAD], image=lab.image) +
-            f"ray start --head --node-ip-address {ips[HEAD]} --port 6379 "
+            f"ray start --head --node-ip-address {ips[HEAD]} --port {RAY_PORT} "
             f"--include-dashboard false {common}")
     lab.ssh(WORKER, RUN.format(name="lab-ray-worker", ip=ips[WORKER], image=lab.image) +
-            f"ray start --address {ips[HEAD]}:6379 --node-ip-address {ips[WORKER]} {common}")
+            f"ray start --address {ips[HEAD]}:{RAY_PORT} --node-ip-address {ips[WORKER]} {common}")
     status = "docker exec lab-ray-head ray status"
     lab.wait_until(lambda: "0.0/2.0 GPU" in lab.ssh(HEAD, status, check=False).stdout,
                    180, 2, "a 2-node Ray cluster with 2 GPUs")
@@ -138,9 +167,9 @@ def test_vllm_tp2_over_ray_serves_and_collectives_cross_the_fabric(lab, cluster)
     assert sum("ip=" + lab.nodes[WORKER]["fabric"][0]["ip"] in m for m in modes) == 1, modes
 
     with pytest.raises(urllib.error.HTTPError) as e:
-        _http(cluster.base + "/v1/models", key=None)
+        _http(lab, "/v1/models", key=None)
     assert e.value.code == 401
-    models = json.loads(_http(cluster.base + "/v1/models")[1])["data"]
+    models = json.loads(_http(lab, "/v1/models")[1])["data"]
     assert [m["id"] for m in models] == ["tiny-moe"] and models[0]["root"] == REPO
 
     a, b = cluster.complete("Say hello", 8), cluster.complete("Say hello", 8)
