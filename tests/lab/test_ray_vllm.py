@@ -19,7 +19,6 @@ import base64
 import json
 import time
 import urllib.error
-import urllib.request
 
 import pytest
 
